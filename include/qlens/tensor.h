@@ -1,0 +1,171 @@
+// Tensors, operations and graphs.
+//
+// Conventions follow ggml, which llama.cpp users know from node dumps: ne[0] is
+// the row length (the fastest-moving dimension), nb[i] is the stride of
+// dimension i in bytes. A tensor is either a leaf (its data is set from outside:
+// weights, inputs, KV cache) or the result of an operation on its sources.
+// Views (reshape, view, permute, transpose) share their source's memory.
+//
+// Operation semantics (all results F32 unless stated):
+//   GetRows(a[K,R,..], idx:I32[N])       -> [K,N]      row idx[i] of a, converted to F32
+//   MulMat(a[K,M,A2,A3], b[K,N,B2,B3])   -> [M,N,B2,B3] r[i,j] = dot(a row i, b row j);
+//                                          a is broadcast: B2 % A2 == 0, B3 % A3 == 0
+//   Add/Mul(a, b)                        -> shape of a; b broadcast (a.ne[i] % b.ne[i] == 0)
+//   Scale(a; s)                          -> a * s
+//   RmsNorm(a; eps)                      -> a / sqrt(mean(a^2 over dim 0) + eps)
+//   Rope(a[D,H,N,1], pos:I32[N]; n_dims, mode, freq_base, freq_scale)
+//                                         rotates the first n_dims of each row;
+//                                         mode 0 pairs (2i, 2i+1), mode 2 (NeoX) pairs (i, i+n_dims/2)
+//   SoftMax(a[K,N,H,1], mask?[K,>=N]; scale)  softmax over dim 0 of a*scale + mask
+//   Silu(a)                              -> a * sigmoid(a)
+//   Cpy(a, b)                            -> writes a into b (same element count, b may be
+//                                          F16/BF16/F32 and a view); the result is a view of b
+//   Cont(a)                              -> a contiguous copy of a (any strides)
+//   Reshape/View/Permute/Transpose       -> views, no computation
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "qlens/types.h"
+
+namespace qlens {
+
+constexpr int kMaxDims = 4;
+constexpr int kMaxSrc = 4;
+constexpr int kMaxParams = 8;
+
+enum class Op : uint8_t {
+  None,  // leaf
+  GetRows,
+  MulMat,
+  Add,
+  Mul,
+  Scale,
+  RmsNorm,
+  Rope,
+  SoftMax,
+  Silu,
+  Cpy,
+  Cont,
+  Reshape,
+  View,
+  Permute,
+  Transpose,
+};
+constexpr int kOpCount = static_cast<int>(Op::Transpose) + 1;
+
+const char* op_name(Op op);  // "MUL_MAT", ... as in ggml dumps
+// Ops whose result shares its source's memory and needs no computation.
+bool op_is_view(Op op);
+
+enum class RopeMode : int32_t { Normal = 0, NeoX = 2 };
+
+enum TensorFlags : uint32_t {
+  kFlagInput = 1u << 0,   // data written by the caller before each compute
+  kFlagOutput = 1u << 1,  // must stay readable after compute (not reused)
+  kFlagWeight = 1u << 2,  // model parameter
+};
+
+struct Tensor {
+  DType type = DType::F32;
+  std::array<int64_t, kMaxDims> ne{1, 1, 1, 1};
+  std::array<size_t, kMaxDims> nb{};
+  Op op = Op::None;
+  std::array<Tensor*, kMaxSrc> src{};
+  std::array<int32_t, kMaxParams> params{};  // op parameters; floats stored bitwise
+  Tensor* view_src = nullptr;                // for views: the tensor that owns the memory
+  size_t view_offset = 0;                    // byte offset into view_src's data
+  void* data = nullptr;
+  std::string name;
+  uint32_t flags = 0;
+
+  int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+  int64_t nrows() const { return ne[1] * ne[2] * ne[3]; }
+  // Bytes spanned from the first to one past the last element.
+  size_t nbytes() const;
+  // Rows are stored back to back with no gaps (and elements within rows too).
+  bool is_contiguous() const;
+  // Dims 0 and 1 are swapped (as after a transpose): nb[0] > nb[1].
+  bool is_transposed() const { return nb[0] > nb[1]; }
+  int n_dims() const;  // 1..4, ignoring trailing dims of size 1
+
+  float param_f(int i) const {
+    float f;
+    std::memcpy(&f, &params[i], sizeof f);
+    return f;
+  }
+  void set_param_f(int i, float f) { std::memcpy(&params[i], &f, sizeof f); }
+
+  // Address of element (i0, i1, i2, i3).
+  char* at(int64_t i0, int64_t i1 = 0, int64_t i2 = 0, int64_t i3 = 0) const {
+    return static_cast<char*>(data) + i0 * nb[0] + i1 * nb[1] + i2 * nb[2] + i3 * nb[3];
+  }
+};
+
+// Strides of a contiguous tensor of this type and shape.
+std::array<size_t, kMaxDims> contiguous_strides(DType type, const std::array<int64_t, kMaxDims>& ne);
+bool same_shape(const Tensor& a, const Tensor& b);
+std::string shape_string(const Tensor& t);  // "{64, 5, 1, 1}"
+
+// A graph owns its tensors and records, in topological order, what to compute.
+// Build functions below add tensors; `build(out)` adds `out` and everything it
+// depends on to the order. Tensors live as long as the graph.
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  Tensor* new_tensor(DType type, std::initializer_list<int64_t> ne, std::string name = {});
+  Tensor* new_tensor(DType type, const std::array<int64_t, kMaxDims>& ne, std::string name = {});
+  // A leaf whose data lives elsewhere (e.g. a weight in a mapped file).
+  Tensor* external(const Tensor& like, void* data);
+
+  // Adds `out` and its dependencies to the execution order (idempotent).
+  void build(Tensor* out);
+
+  // Computed tensors (including views) in an order where sources come first.
+  const std::vector<Tensor*>& nodes() const { return nodes_; }
+  // Leaves reached by `build` (weights, inputs, caches).
+  const std::vector<Tensor*>& leaves() const { return leaves_; }
+  Tensor* find(const std::string& name) const;  // first node or leaf of that name
+
+ private:
+  void visit(Tensor* t);
+  std::deque<Tensor> arena_;
+  std::vector<Tensor*> nodes_;
+  std::vector<Tensor*> leaves_;
+  std::vector<const Tensor*> visited_;  // sorted, for membership tests
+};
+
+// ---- Build functions: shape checks throw qlens::Error naming the tensors. ----
+Tensor* get_rows(Graph& g, Tensor* a, Tensor* idx);
+Tensor* mul_mat(Graph& g, Tensor* a, Tensor* b);
+Tensor* add(Graph& g, Tensor* a, Tensor* b);
+Tensor* mul(Graph& g, Tensor* a, Tensor* b);
+Tensor* scale(Graph& g, Tensor* a, float s);
+Tensor* rms_norm(Graph& g, Tensor* a, float eps);
+Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base,
+             float freq_scale);
+Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale);  // mask may be null
+Tensor* silu(Graph& g, Tensor* a);
+Tensor* cpy(Graph& g, Tensor* a, Tensor* b);
+Tensor* cont(Graph& g, Tensor* a);
+Tensor* reshape(Graph& g, Tensor* a, std::initializer_list<int64_t> ne);
+// A view of `a` with shape ne, strides nb (nb[0] is the element size) at byte offset.
+Tensor* view(Graph& g, Tensor* a, std::initializer_list<int64_t> ne,
+             std::initializer_list<size_t> nb_upper, size_t offset);
+// permute(a, p): source dim i becomes result dim p[i] (ggml's convention).
+Tensor* permute(Graph& g, Tensor* a, int p0, int p1, int p2, int p3);
+Tensor* transpose(Graph& g, Tensor* a);
+
+// Names a tensor `base-layer` (llama.cpp's convention) or `base` when layer < 0.
+Tensor* named(Tensor* t, const std::string& base, int layer = -1);
+
+}  // namespace qlens

@@ -1,0 +1,53 @@
+#include "test_util.h"
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace qlens::test {
+
+std::string shared_path(const std::string& relative) {
+  std::filesystem::path p = std::filesystem::path(QLENS_SHARED_DIR) / relative;
+  return std::filesystem::exists(p) ? p.string() : std::string();
+}
+
+namespace {
+struct TempRoot {
+  std::filesystem::path path;
+  TempRoot() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "qlens-test-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) std::abort();
+    path = tmpl;
+  }
+  ~TempRoot() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+}  // namespace
+
+std::string temp_dir() {
+  static TempRoot root;
+  static int counter = 0;
+  auto dir = root.path / std::to_string(counter++);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+int run_command(const std::string& cmd, std::string* out) {
+  std::string full = cmd + " 2>&1";
+  FILE* pipe = popen(full.c_str(), "r");
+  if (!pipe) return -1;
+  std::array<char, 4096> buf;
+  std::string text;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) text.append(buf.data(), n);
+  int status = pclose(pipe);
+  if (out) *out = std::move(text);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace qlens::test
