@@ -1,2 +1,65 @@
+// qlens: measure and improve the quantization of large language models.
 #include <cstdio>
-int main() { std::puts("qlens: under construction"); return 0; }
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "commands.h"
+#include "qlens/error.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+constexpr Command kCommands[] = {
+    {"inspect", qlens::cli::cmd_inspect, "show a GGUF file's metadata and tensors"},
+    {"generate", qlens::cli::cmd_generate, "generate text from a prompt"},
+    {"perplexity", qlens::cli::cmd_perplexity, "perplexity of a model over a text, as llama.cpp computes it"},
+    {"synth", qlens::cli::cmd_synth, "write a llama model with random weights of realistic shapes"},
+};
+
+void usage(FILE* out) {
+  std::fprintf(out, "usage: qlens COMMAND [options]   (qlens COMMAND --help for its options)\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
+  std::fprintf(out, "\nqlens %s\n", QLENS_VERSION);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "-h" || name == "--help" || name == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (name == "--version") {
+    std::printf("qlens %s\n", QLENS_VERSION);
+    return 0;
+  }
+  for (const auto& c : kCommands) {
+    if (name != c.name) continue;
+    try {
+      return c.run(argc - 2, argv + 2);
+    } catch (const qlens::Error& e) {
+      std::fprintf(stderr, "\nerror: %s\n", e.what());
+      return 1;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "\nerror: out of memory\n");
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "\nerror: %s\n", e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "qlens: unknown command '%s'\n\n", name.c_str());
+  usage(stderr);
+  return 2;
+}

@@ -59,6 +59,15 @@ struct Value {
   static Value make_string_array(std::vector<std::string> v);
   static Value make_f32_array(const std::vector<float>& v);
   static Value make_i32_array(const std::vector<int32_t>& v);
+  static Value make_u8(uint8_t v);
+  static Value make_i8(int8_t v);
+  static Value make_u16(uint16_t v);
+  static Value make_i16(int16_t v);
+  static Value make_i64(int64_t v);
+  static Value make_f64(double v);
+  // An array of `elem`-typed items (each item's type must be `elem`; nested
+  // arrays use elem = Array and may each have their own element type).
+  static Value make_array(ValueType elem, std::vector<Value> items);
 
   bool is_integer() const;
   bool is_float() const { return type == ValueType::F32 || type == ValueType::F64; }

@@ -1,0 +1,166 @@
+#include "args.h"
+
+#include <charconv>
+#include <cmath>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "qlens/error.h"
+
+namespace qlens::cli {
+
+namespace {
+
+template <typename T>
+T parse_number(const std::string& command, const std::string& name, const std::string& value) {
+  T v{};
+  const char* first = value.data();
+  const char* last = value.data() + value.size();
+  auto [ptr, ec] = std::from_chars(first, last, v);
+  if (ec != std::errc() || ptr != last || value.empty()) {
+    const char* what = std::is_integral_v<T> ? "an integer" : "a number";
+    throw Error("qlens " + command + ": option " + name + ": '" + value + "' is not " + what);
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(v)) throw Error("qlens " + command + ": option " + name + ": '" + value + "' is not finite");
+  }
+  return v;
+}
+
+}  // namespace
+
+ArgParser::ArgParser(std::string command, std::string usage, std::string summary)
+    : command_(std::move(command)), usage_(std::move(usage)), summary_(std::move(summary)) {}
+
+void ArgParser::add(std::vector<std::string> names, std::string* out, std::string metavar, std::string help) {
+  options_.push_back({std::move(names), std::move(metavar), std::move(help),
+                      [out](const std::string&, const std::string& v) { *out = v; }});
+}
+
+void ArgParser::add(std::vector<std::string> names, int64_t* out, std::string metavar, std::string help) {
+  options_.push_back({std::move(names), std::move(metavar), std::move(help),
+                      [this, out](const std::string& n, const std::string& v) {
+                        *out = parse_number<int64_t>(command_, n, v);
+                      }});
+}
+
+void ArgParser::add(std::vector<std::string> names, int* out, std::string metavar, std::string help) {
+  options_.push_back({std::move(names), std::move(metavar), std::move(help),
+                      [this, out](const std::string& n, const std::string& v) {
+                        *out = parse_number<int>(command_, n, v);
+                      }});
+}
+
+void ArgParser::add(std::vector<std::string> names, double* out, std::string metavar, std::string help) {
+  options_.push_back({std::move(names), std::move(metavar), std::move(help),
+                      [this, out](const std::string& n, const std::string& v) {
+                        *out = parse_number<double>(command_, n, v);
+                      }});
+}
+
+void ArgParser::add(std::vector<std::string> names, float* out, std::string metavar, std::string help) {
+  options_.push_back({std::move(names), std::move(metavar), std::move(help),
+                      [this, out](const std::string& n, const std::string& v) {
+                        *out = parse_number<float>(command_, n, v);
+                      }});
+}
+
+void ArgParser::add(std::vector<std::string> names, std::vector<std::string>* out, std::string metavar,
+                    std::string help) {
+  options_.push_back({std::move(names), std::move(metavar), std::move(help),
+                      [out](const std::string&, const std::string& v) { out->push_back(v); }});
+}
+
+void ArgParser::add_switch(std::vector<std::string> names, bool* out, std::string help) {
+  options_.push_back({std::move(names), "", std::move(help), [out](const std::string&, const std::string&) { *out = true; }});
+}
+
+void ArgParser::add_positional(std::string metavar, std::string* out, bool required, std::string help) {
+  positionals_.push_back({std::move(metavar), out, required, std::move(help)});
+}
+
+ArgParser::Option* ArgParser::find(const std::string& name) {
+  for (auto& o : options_)
+    for (const auto& n : o.names)
+      if (n == name) return &o;
+  return nullptr;
+}
+
+const ArgParser::Option* ArgParser::find(const std::string& name) const {
+  return const_cast<ArgParser*>(this)->find(name);
+}
+
+bool ArgParser::was_set(const std::string& name) const {
+  const Option* o = find(name);
+  return o && o->seen;
+}
+
+bool ArgParser::parse(int argc, char** argv) {
+  size_t next_positional = 0;
+  bool only_positionals = false;
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (!only_positionals && (arg == "-h" || arg == "--help")) {
+      std::cout << help();
+      return false;
+    }
+    if (!only_positionals && arg == "--") {
+      only_positionals = true;
+      continue;
+    }
+    if (!only_positionals && arg.size() > 1 && arg[0] == '-' && !(arg.size() > 1 && (std::isdigit(arg[1]) || arg[1] == '.'))) {
+      std::string name = arg, value;
+      bool has_inline = false;
+      if (auto eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) {
+        name = arg.substr(0, eq);
+        value = arg.substr(eq + 1);
+        has_inline = true;
+      }
+      Option* o = find(name);
+      if (!o) throw Error("qlens " + command_ + ": unknown option '" + name + "' (see qlens " + command_ + " --help)");
+      if (o->metavar.empty()) {
+        if (has_inline) throw Error("qlens " + command_ + ": option " + name + " takes no value");
+      } else if (!has_inline) {
+        if (i + 1 >= argc) throw Error("qlens " + command_ + ": option " + name + " needs a value (" + o->metavar + ")");
+        value = argv[++i];
+      }
+      o->set(name, value);
+      o->seen = true;
+      continue;
+    }
+    if (next_positional >= positionals_.size())
+      throw Error("qlens " + command_ + ": unexpected argument '" + arg + "' (see qlens " + command_ + " --help)");
+    *positionals_[next_positional++].out = arg;
+  }
+  for (size_t p = next_positional; p < positionals_.size(); ++p)
+    if (positionals_[p].required)
+      throw Error("qlens " + command_ + ": missing argument " + positionals_[p].metavar + " (usage: " + usage_ + ")");
+  return true;
+}
+
+std::string ArgParser::help() const {
+  std::ostringstream s;
+  s << "usage: " << usage_ << "\n\n" << summary_ << "\n";
+  if (!positionals_.empty()) {
+    s << "\narguments:\n";
+    for (const auto& p : positionals_) s << "  " << p.metavar << std::string(p.metavar.size() < 28 ? 28 - p.metavar.size() : 1, ' ') << p.help << "\n";
+  }
+  s << "\noptions:\n";
+  for (const auto& o : options_) {
+    std::string left;
+    for (size_t i = 0; i < o.names.size(); ++i) left += (i ? ", " : "") + o.names[i];
+    if (!o.metavar.empty()) left += " " + o.metavar;
+    s << "  " << left << std::string(left.size() < 28 ? 28 - left.size() : 1, ' ') << o.help << "\n";
+  }
+  s << "  -h, --help" << std::string(18, ' ') << "show this help\n";
+  for (const auto& n : notes_) s << "\n" << n << "\n";
+  return s.str();
+}
+
+int default_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+}  // namespace qlens::cli

@@ -1,0 +1,61 @@
+// Command-line parsing with llama.cpp's habits: short and long names for one
+// option (-m/--model, -ngl/--n-gpu-layers), values as the next argument or
+// after '=', --help on every subcommand, and errors that name the flag.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace qlens::cli {
+
+class ArgParser {
+ public:
+  ArgParser(std::string command, std::string usage, std::string summary);
+
+  void add(std::vector<std::string> names, std::string* out, std::string metavar, std::string help);
+  void add(std::vector<std::string> names, int64_t* out, std::string metavar, std::string help);
+  void add(std::vector<std::string> names, int* out, std::string metavar, std::string help);
+  void add(std::vector<std::string> names, double* out, std::string metavar, std::string help);
+  void add(std::vector<std::string> names, float* out, std::string metavar, std::string help);
+  void add(std::vector<std::string> names, std::vector<std::string>* out, std::string metavar, std::string help);
+  void add_switch(std::vector<std::string> names, bool* out, std::string help);
+  // Positional arguments, in order; `required` ones must be present.
+  void add_positional(std::string metavar, std::string* out, bool required, std::string help);
+  // Free text appended to --help (examples, memory needs, ...).
+  void add_note(std::string text) { notes_.push_back(std::move(text)); }
+
+  // Parses argv (after the subcommand name). Returns false when --help was
+  // printed. Throws qlens::Error naming the option on bad input.
+  bool parse(int argc, char** argv);
+  std::string help() const;
+  bool was_set(const std::string& name) const;  // any of an option's names
+
+ private:
+  struct Option {
+    std::vector<std::string> names;
+    std::string metavar;  // empty for switches
+    std::string help;
+    std::function<void(const std::string& name, const std::string& value)> set;
+    bool seen = false;
+  };
+  struct Positional {
+    std::string metavar;
+    std::string* out;
+    bool required;
+    std::string help;
+  };
+  Option* find(const std::string& name);
+  const Option* find(const std::string& name) const;
+
+  std::string command_, usage_, summary_;
+  std::vector<Option> options_;
+  std::vector<Positional> positionals_;
+  std::vector<std::string> notes_;
+};
+
+// Thread count as -t gives it: <= 0 means one per core.
+int default_threads();
+
+}  // namespace qlens::cli

@@ -1,0 +1,91 @@
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "core/json_writer.h"
+#include "core/text_file.h"
+#include "qlens/error.h"
+#include "qlens/model.h"
+#include "tools/perplexity.h"
+#include "tools/progress.h"
+
+namespace qlens::cli {
+
+int cmd_perplexity(int argc, char** argv) {
+  std::string model_path, text_path, json_path;
+  tools::PerplexityOptions opt;
+  opt.n_ctx = 512;
+  ArgParser p("perplexity", "qlens perplexity -m MODEL -f TEXT [-c CTX] [-b BATCH] [--chunks N] [--json FILE]",
+              "Perplexity of a model over a text, computed as llama.cpp's perplexity tool does: the text is\n"
+              "tokenized once with BOS, cut into whole chunks of CTX tokens, each chunk evaluated from an\n"
+              "empty cache with BOS as its first token, and only the second half of each chunk scored.");
+  p.add({"-m", "--model"}, &model_path, "FILE", "model GGUF file (required)");
+  p.add({"-f", "--file"}, &text_path, "FILE", "text file (required)");
+  p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512)");
+  p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 2048, at most CTX)");
+  p.add({"--chunks"}, &opt.max_chunks, "N", "evaluate at most N chunks (default: all)");
+  p.add({"--json"}, &json_path, "FILE", "also write the result as JSON");
+  p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
+  if (!p.parse(argc, argv)) return 0;
+  if (model_path.empty()) throw Error("qlens perplexity: -m MODEL is required");
+  if (text_path.empty()) throw Error("qlens perplexity: -f TEXT is required");
+  if (opt.n_batch < opt.n_ctx && opt.n_batch > 0 && opt.n_ctx % opt.n_batch != 0)
+    throw Error("qlens perplexity: -c " + std::to_string(opt.n_ctx) + " must be a multiple of -b " +
+                std::to_string(opt.n_batch));
+
+  auto model = Model::load(model_path);
+  const std::string text = read_text_file(text_path);
+  const auto tokens = model->vocab().tokenize(text, /*add_special=*/true);
+  const int64_t available = static_cast<int64_t>(tokens.size()) / std::max<int64_t>(opt.n_ctx, 1);
+  const int64_t planned = opt.max_chunks >= 0 ? std::min(opt.max_chunks, available) : available;
+  std::fprintf(stderr, "%s: tokenized %s: %zu tokens; %lld chunks of %lld\n", model_path.c_str(), text_path.c_str(),
+               tokens.size(), static_cast<long long>(planned), static_cast<long long>(opt.n_ctx));
+
+  tools::Progress progress("perplexity", planned, "chunks");
+  const bool bar = tools::Progress::enabled_by_default();
+  auto r = tools::perplexity(*model, tokens, opt, [&](int64_t i, double ppl) {
+    if (bar) {
+      char status[64];
+      std::snprintf(status, sizeof status, "PPL %.4f", ppl);
+      progress.update(i + 1, status);
+    } else {
+      std::printf("[%lld]%.4f,", static_cast<long long>(i + 1), ppl);
+      std::fflush(stdout);
+    }
+  });
+  progress.finish();
+  if (!bar) std::printf("\n");
+  std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_error);
+  std::fprintf(stderr, "%lld chunks, %lld tokens scored, %.2f s, %.0f tokens/s\n", static_cast<long long>(r.n_chunks),
+               static_cast<long long>(r.n_scored), r.seconds, r.tokens_per_second);
+
+  if (!json_path.empty()) {
+    std::ostringstream s;
+    JsonWriter w(s, true);
+    w.begin_object();
+    w.key("model"); w.value(model_path);
+    w.key("text"); w.value(text_path);
+    w.key("n_ctx"); w.value(opt.n_ctx);
+    w.key("n_tokens"); w.value(r.n_tokens);
+    w.key("n_chunks"); w.value(r.n_chunks);
+    w.key("n_scored"); w.value(r.n_scored);
+    w.key("ppl"); w.value(r.ppl);
+    w.key("ppl_error"); w.value(r.ppl_error);
+    w.key("mean_nll"); w.value(r.nll);
+    w.key("seconds"); w.value(r.seconds);
+    w.key("tokens_per_second"); w.value(r.tokens_per_second);
+    w.key("running_ppl");
+    w.begin_array();
+    for (double v : r.running_ppl) w.value(v);
+    w.end_array();
+    w.end_object();
+    s << "\n";
+    write_file_atomic(json_path, s.str());
+  }
+  return 0;
+}
+
+}  // namespace qlens::cli

@@ -1,0 +1,13 @@
+// Subcommands of the qlens tool. Each parses its own arguments (after the
+// subcommand name) and returns the process exit status; qlens::Error escapes
+// to main, which prints it and exits non-zero.
+#pragma once
+
+namespace qlens::cli {
+
+int cmd_inspect(int argc, char** argv);
+int cmd_synth(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
+int cmd_perplexity(int argc, char** argv);
+
+}  // namespace qlens::cli

@@ -1,0 +1,147 @@
+// Models loaded from GGUF, and contexts that run them.
+//
+// A Model holds the hyper-parameters, the vocabulary and the weights (tensors
+// whose data points into the memory-mapped file). A Context holds what one
+// sequence needs: the KV cache, the backend and its compute buffer, and the
+// logits of the last batch. The graph of each batch names its nodes as
+// llama.cpp does (`attn_norm-0`, `Qcur-0`, ..., `l_out-4`, `result_output`).
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qlens/backend.h"
+#include "qlens/gguf.h"
+#include "qlens/sched.h"
+#include "qlens/tensor.h"
+#include "qlens/vocab.h"
+
+namespace qlens {
+
+struct LlamaHParams {
+  std::string arch;
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;  // n_embd / n_head unless the file says otherwise
+  int64_t n_rot = 0;     // rotated dims per head
+  float rms_eps = 1e-5f;
+  float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f;
+  RopeMode rope_mode = RopeMode::Normal;
+
+  int64_t n_embd_kv() const { return head_dim * n_head_kv; }
+};
+
+struct LlamaLayer {
+  Tensor* attn_norm = nullptr;
+  Tensor* wq = nullptr;
+  Tensor* wk = nullptr;
+  Tensor* wv = nullptr;
+  Tensor* wo = nullptr;
+  Tensor* ffn_norm = nullptr;
+  Tensor* ffn_gate = nullptr;
+  Tensor* ffn_up = nullptr;
+  Tensor* ffn_down = nullptr;
+};
+
+class Model {
+ public:
+  // Loads and validates a llama-architecture GGUF (mistral-style files too).
+  // Errors name the file and the missing or malformed key or tensor.
+  static std::unique_ptr<Model> load(const std::string& path);
+
+  const std::string& path() const { return file_->path(); }
+  const gguf::File& file() const { return *file_; }
+  const LlamaHParams& hparams() const { return hp_; }
+  const Vocab& vocab() const { return *vocab_; }
+
+  Tensor* token_embd() const { return token_embd_; }
+  Tensor* output_norm() const { return output_norm_; }
+  Tensor* output() const { return output_; }  // == token_embd() when tied
+  bool output_is_tied() const { return output_ == token_embd_; }
+  const std::vector<LlamaLayer>& layers() const { return layers_; }
+  // Every weight tensor by GGUF name.
+  const std::map<std::string, Tensor*>& weights() const { return weights_; }
+  int64_t n_params() const;
+  size_t weight_bytes() const;
+
+ private:
+  Model() = default;
+  Tensor* weight(const std::string& name, std::initializer_list<int64_t> shape, bool required = true);
+
+  std::unique_ptr<gguf::File> file_;
+  std::unique_ptr<Vocab> vocab_;
+  LlamaHParams hp_;
+  std::deque<Tensor> storage_;
+  std::map<std::string, Tensor*> weights_;
+  Tensor* token_embd_ = nullptr;
+  Tensor* output_norm_ = nullptr;
+  Tensor* output_ = nullptr;
+  std::vector<LlamaLayer> layers_;
+};
+
+struct ContextOptions {
+  int64_t n_ctx = 0;      // 0: the model's training context, capped at 4096
+  int64_t n_batch = 512;  // tokens per graph evaluation
+  int n_threads = 0;      // 0: one per core
+  DType cache_type = DType::F16;
+  // Keep every intermediate result readable after compute (no buffer reuse),
+  // for debugging and tests; costs memory.
+  bool keep_intermediates = false;
+};
+
+// Called after each batch's graph is computed. With keep_intermediates every
+// node is readable; otherwise only inputs and the logits.
+using GraphObserver = std::function<void(const Graph&)>;
+
+class Context {
+ public:
+  Context(const Model& model, const ContextOptions& options);
+  ~Context();
+
+  // Appends `tokens` to the sequence (positions n_past() onwards) and computes
+  // logits: for every token when all_logits, else only for the last one.
+  void decode(std::span<const Token> tokens, bool all_logits);
+  // Logits of the i-th token of the last decode (i < number of rows computed).
+  std::span<const float> logits(int64_t i) const;
+  // Logits of the last token of the last decode.
+  std::span<const float> last_logits() const;
+
+  void clear();  // empties the KV cache
+  void set_observer(GraphObserver observer) { observer_ = std::move(observer); }
+  int64_t n_past() const { return n_past_; }
+  int64_t n_ctx() const { return n_ctx_; }
+  const Model& model() const { return model_; }
+  Backend& backend() const { return *backend_; }
+
+  // Builds the graph for a batch of `n_tokens` at the current position, with
+  // inputs named inp_tokens, inp_pos and KQ_mask (exposed for tests and tools).
+  Tensor* build_graph(Graph& g, int64_t n_tokens, bool all_logits) const;
+
+ private:
+  void decode_batch(std::span<const Token> tokens, bool all_logits);
+
+  const Model& model_;
+  ContextOptions options_;
+  int64_t n_ctx_ = 0;
+  int64_t n_past_ = 0;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Scheduler> sched_;
+  std::vector<std::vector<uint8_t>> cache_data_;  // per layer: K then V
+  std::deque<Tensor> cache_;                      // per layer: K, V
+  std::vector<float> logits_;
+  int64_t logits_rows_ = 0;
+  GraphObserver observer_;
+};
+
+}  // namespace qlens

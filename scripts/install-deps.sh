@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages qlens builds and tests with, when missing, and
+# the Python packages the reference tests use (PyPI's gguf and numpy: optional,
+# tests that need them skip when they are absent).
+set -euo pipefail
+
+packages=(cmake g++ make libgtest-dev libbenchmark-dev python3 python3-pip)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+if ! python3 -c 'import gguf, numpy' >/dev/null 2>&1; then
+  echo "installing Python reference packages: gguf numpy"
+  python3 -m pip install -q gguf numpy 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages gguf numpy 2>/dev/null ||
+    echo "note: could not install gguf/numpy; the Python reference tests will skip"
+fi

@@ -1,0 +1,305 @@
+// The llama architecture: hyper-parameters and weights from GGUF, and the
+// per-batch graph with llama.cpp's node names.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "qlens/error.h"
+#include "qlens/model.h"
+
+namespace qlens {
+
+namespace {
+
+std::string shape_text(std::initializer_list<int64_t> shape) {
+  std::string s = "{";
+  for (auto it = shape.begin(); it != shape.end(); ++it) s += (it == shape.begin() ? "" : ", ") + std::to_string(*it);
+  return s + "}";
+}
+
+int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
+  std::optional<int64_t> v = f.try_int(key);
+  if (!v) {
+    if (fallback) return *fallback;
+    throw Error(f.path() + ": missing metadata key '" + key + "'");
+  }
+  if (*v <= 0 || *v > (int64_t{1} << 31))
+    throw Error(f.path() + ": metadata key '" + key + "' has invalid value " + std::to_string(*v));
+  return *v;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = gguf::File::open(path);
+  const gguf::File& f = *m->file_;
+  LlamaHParams& hp = m->hp_;
+
+  hp.arch = f.try_string("general.architecture").value_or("");
+  if (hp.arch != "llama" && hp.arch != "mistral")
+    throw Error(path + ": architecture '" + hp.arch + "' is not supported (qlens runs 'llama' and 'mistral')");
+  const std::string a = hp.arch + ".";
+  hp.n_embd = positive_key(f, a + "embedding_length");
+  hp.n_ff = positive_key(f, a + "feed_forward_length");
+  hp.n_layer = positive_key(f, a + "block_count");
+  hp.n_head = positive_key(f, a + "attention.head_count");
+  hp.n_head_kv = positive_key(f, a + "attention.head_count_kv", hp.n_head);
+  hp.n_ctx_train = positive_key(f, a + "context_length", 2048);
+  if (hp.n_head % hp.n_head_kv != 0)
+    throw Error(path + ": head_count " + std::to_string(hp.n_head) + " is not a multiple of head_count_kv " +
+                std::to_string(hp.n_head_kv));
+  hp.head_dim = positive_key(f, a + "attention.key_length", hp.n_embd / hp.n_head);
+  if (hp.head_dim * hp.n_head != hp.n_embd && !f.find(a + "attention.key_length"))
+    throw Error(path + ": embedding_length " + std::to_string(hp.n_embd) + " is not divisible by head_count " +
+                std::to_string(hp.n_head));
+  if (auto vlen = f.try_int(a + "attention.value_length"); vlen && *vlen != hp.head_dim)
+    throw Error(path + ": attention.value_length differs from key_length; not supported");
+  hp.n_rot = positive_key(f, a + "rope.dimension_count", hp.head_dim);
+  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
+    throw Error(path + ": rope.dimension_count " + std::to_string(hp.n_rot) + " must be even and at most the head size " +
+                std::to_string(hp.head_dim));
+  if (auto eps = f.try_float(a + "attention.layer_norm_rms_epsilon")) hp.rms_eps = static_cast<float>(*eps);
+  if (auto base = f.try_float(a + "rope.freq_base")) hp.rope_freq_base = static_cast<float>(*base);
+  if (auto type = f.try_string(a + "rope.scaling.type"); type && *type != "none" && *type != "linear")
+    throw Error(path + ": rope scaling type '" + *type + "' is not supported");
+  if (auto factor = f.try_float(a + "rope.scaling.factor"); factor && *factor > 0) hp.rope_freq_scale = 1.0f / *factor;
+  if (auto factor = f.try_float(a + "rope.scale_linear"); factor && *factor > 0) hp.rope_freq_scale = 1.0f / *factor;
+  if (!(hp.rms_eps > 0) || !(hp.rope_freq_base > 0)) throw Error(path + ": invalid rms epsilon or rope base");
+
+  m->vocab_ = Vocab::from_gguf(f);
+  hp.n_vocab = m->vocab_->n_tokens();
+
+  const int64_t E = hp.n_embd, KV = hp.n_embd_kv(), Q = hp.head_dim * hp.n_head;
+  m->token_embd_ = m->weight("token_embd.weight", {E, hp.n_vocab});
+  m->output_norm_ = m->weight("output_norm.weight", {E});
+  m->output_ = m->weight("output.weight", {E, hp.n_vocab}, false);
+  if (!m->output_) m->output_ = m->token_embd_;
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    LlamaLayer L;
+    L.attn_norm = m->weight(p + "attn_norm.weight", {E});
+    L.wq = m->weight(p + "attn_q.weight", {E, Q});
+    L.wk = m->weight(p + "attn_k.weight", {E, KV});
+    L.wv = m->weight(p + "attn_v.weight", {E, KV});
+    L.wo = m->weight(p + "attn_output.weight", {Q, E});
+    L.ffn_norm = m->weight(p + "ffn_norm.weight", {E});
+    L.ffn_gate = m->weight(p + "ffn_gate.weight", {E, hp.n_ff});
+    L.ffn_up = m->weight(p + "ffn_up.weight", {E, hp.n_ff});
+    L.ffn_down = m->weight(p + "ffn_down.weight", {hp.n_ff, E});
+    m->layers_.push_back(L);
+  }
+  for (const auto& info : f.tensors())
+    if (!m->weights_.count(info.name))
+      throw Error(path + ": unexpected tensor '" + info.name + "' for architecture " + hp.arch);
+  return m;
+}
+
+Tensor* Model::weight(const std::string& name, std::initializer_list<int64_t> shape, bool required) {
+  const gguf::TensorInfo* info = file_->find_tensor(name);
+  if (!info) {
+    if (required) throw Error(file_->path() + ": missing tensor '" + name + "'");
+    return nullptr;
+  }
+  std::array<int64_t, kMaxDims> ne{1, 1, 1, 1};
+  std::copy(shape.begin(), shape.end(), ne.begin());
+  if (info->ne != ne)
+    throw Error(file_->path() + ": tensor '" + name + "' has shape {" + std::to_string(info->ne[0]) + ", " +
+                std::to_string(info->ne[1]) + ", " + std::to_string(info->ne[2]) + ", " + std::to_string(info->ne[3]) +
+                "}, expected " + shape_text(shape));
+  const TypeTraits& tt = type_traits(info->type);
+  if (!tt.to_float)
+    throw Error(file_->path() + ": tensor '" + name + "' has type " + tt.name + ", which qlens cannot compute with yet");
+  if (shape.size() == 1 && info->type != DType::F32)
+    throw Error(file_->path() + ": norm tensor '" + name + "' must be F32, is " + tt.name);
+  Tensor& t = storage_.emplace_back();
+  t.type = info->type;
+  t.ne = ne;
+  t.nb = contiguous_strides(t.type, ne);
+  t.name = name;
+  t.flags = kFlagWeight;
+  t.data = const_cast<uint8_t*>(file_->tensor_data(*info));
+  weights_[name] = &t;
+  return &t;
+}
+
+int64_t Model::n_params() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : weights_) n += t->nelements();
+  return n;
+}
+
+size_t Model::weight_bytes() const {
+  size_t n = 0;
+  for (const auto& [name, t] : weights_) n += t->nbytes();
+  return n;
+}
+
+// ---------------------------------------------------------------------------
+// Context
+
+Context::Context(const Model& model, const ContextOptions& options) : model_(model), options_(options) {
+  const LlamaHParams& hp = model.hparams();
+  n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  if (options_.n_batch <= 0) throw Error("batch size must be positive, got " + std::to_string(options_.n_batch));
+  if (options.cache_type != DType::F32 && options.cache_type != DType::F16 && options.cache_type != DType::BF16)
+    throw Error("KV cache type must be F32, F16 or BF16");
+  backend_ = make_cpu_backend(options.n_threads);
+  sched_ = std::make_unique<Scheduler>(*backend_);
+  const size_t esize = type_traits(options.cache_type).block_bytes;
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    for (const char* kind : {"cache_k_l", "cache_v_l"}) {
+      auto& bytes = cache_data_.emplace_back(static_cast<size_t>(hp.n_embd_kv() * n_ctx_) * esize);
+      Tensor& t = cache_.emplace_back();
+      t.type = options.cache_type;
+      t.ne = {hp.n_embd_kv() * n_ctx_, 1, 1, 1};
+      t.nb = contiguous_strides(t.type, t.ne);
+      t.name = kind + std::to_string(il);
+      t.data = bytes.data();
+    }
+  }
+}
+
+Context::~Context() = default;
+
+void Context::clear() { n_past_ = 0; }
+
+Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const {
+  const LlamaHParams& hp = model_.hparams();
+  const int64_t N = n_tokens, n_kv = n_past_ + N, D = hp.head_dim;
+  const DType ct = options_.cache_type;
+  const size_t esize = type_traits(ct).block_bytes;
+  const size_t k_row = static_cast<size_t>(hp.n_embd_kv()) * esize;  // one token's keys
+
+  Tensor* inp_tokens = g.new_tensor(DType::I32, {N}, "inp_tokens");
+  Tensor* inp_pos = g.new_tensor(DType::I32, {N}, "inp_pos");
+  Tensor* mask = g.new_tensor(DType::F32, {n_kv, N}, "KQ_mask");
+  for (Tensor* t : {inp_tokens, inp_pos, mask}) t->flags |= kFlagInput;
+
+  Tensor* inpL = named(get_rows(g, model_.token_embd(), inp_tokens), "inp_embd");
+  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(D));
+
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const LlamaLayer& L = model_.layers()[il];
+    Tensor* cache_k = const_cast<Tensor*>(&cache_[2 * il]);
+    Tensor* cache_v = const_cast<Tensor*>(&cache_[2 * il + 1]);
+
+    Tensor* cur = named(rms_norm(g, inpL, hp.rms_eps), "norm", il);
+    cur = named(mul(g, cur, L.attn_norm), "attn_norm", il);
+
+    Tensor* q = named(mul_mat(g, L.wq, cur), "Qcur", il);
+    Tensor* k = named(mul_mat(g, L.wk, cur), "Kcur", il);
+    Tensor* v = named(mul_mat(g, L.wv, cur), "Vcur", il);
+    q = reshape(g, q, {D, hp.n_head, N});
+    k = reshape(g, k, {D, hp.n_head_kv, N});
+    q = named(rope(g, q, inp_pos, static_cast<int>(hp.n_rot), hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale),
+              "Qcur", il);
+    k = named(rope(g, k, inp_pos, static_cast<int>(hp.n_rot), hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale),
+              "Kcur", il);
+
+    // Store this batch's keys (token-major rows) and values (transposed: a row
+    // per value dimension, tokens along it) in the cache.
+    Tensor* k_dst = named(view(g, cache_k, {N * hp.n_embd_kv()}, {}, n_past_ * k_row), "k_cache_view", il);
+    g.build(cpy(g, k, k_dst));
+    Tensor* v_dst = named(view(g, cache_v, {N, hp.n_embd_kv()}, {static_cast<size_t>(n_ctx_) * esize},
+                               n_past_ * esize),
+                          "v_cache_view", il);
+    g.build(cpy(g, transpose(g, v), v_dst));
+
+    Tensor* kc = named(view(g, cache_k, {D, n_kv, hp.n_head_kv}, {k_row, D * esize}, 0), "k", il);
+    Tensor* vc = named(view(g, cache_v, {n_kv, D, hp.n_head_kv},
+                            {static_cast<size_t>(n_ctx_) * esize, static_cast<size_t>(n_ctx_ * D) * esize}, 0),
+                       "v", il);
+    Tensor* qp = named(permute(g, q, 0, 2, 1, 3), "q", il);
+    Tensor* kq = named(mul_mat(g, kc, qp), "kq", il);
+    kq = named(soft_max(g, kq, mask, kq_scale), "kq_soft_max", il);
+    Tensor* kqv = named(mul_mat(g, vc, kq), "kqv", il);
+    Tensor* merged = named(permute(g, kqv, 0, 2, 1, 3), "kqv_merged", il);
+    cur = named(cont(g, merged), "kqv_merged_cont", il);
+    cur = reshape(g, cur, {D * hp.n_head, N});
+    cur = named(mul_mat(g, L.wo, cur), "kqv_out", il);
+
+    Tensor* ffn_inp = named(add(g, cur, inpL), "ffn_inp", il);
+    cur = named(rms_norm(g, ffn_inp, hp.rms_eps), "norm", il);
+    cur = named(mul(g, cur, L.ffn_norm), "ffn_norm", il);
+    Tensor* gate = named(mul_mat(g, L.ffn_gate, cur), "ffn_gate", il);
+    gate = named(silu(g, gate), "ffn_silu", il);
+    Tensor* up = named(mul_mat(g, L.ffn_up, cur), "ffn_up", il);
+    Tensor* par = named(mul(g, gate, up), "ffn_gate_par", il);
+    cur = named(mul_mat(g, L.ffn_down, par), "ffn_out", il);
+    inpL = named(add(g, cur, ffn_inp), "l_out", il);
+  }
+
+  Tensor* cur = inpL;
+  if (!all_logits && N > 1)  // only the last token's logits are needed
+    cur = view(g, cur, {hp.n_embd}, {}, static_cast<size_t>(N - 1) * cur->nb[1]);
+  cur = named(rms_norm(g, cur, hp.rms_eps), "norm");
+  cur = named(mul(g, cur, model_.output_norm()), "result_norm");
+  cur = named(mul_mat(g, model_.output(), cur), "result_output");
+  cur->flags |= kFlagOutput;
+  g.build(cur);
+  return cur;
+}
+
+void Context::decode(std::span<const Token> tokens, bool all_logits) {
+  if (tokens.empty()) throw Error("decode: no tokens");
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  for (Token t : tokens)
+    if (t < 0 || t >= n_vocab)
+      throw Error("decode: token id " + std::to_string(t) + " is outside the vocabulary (" + std::to_string(n_vocab) +
+                  " tokens)");
+  if (n_past_ + static_cast<int64_t>(tokens.size()) > n_ctx_)
+    throw Error("decode: " + std::to_string(n_past_ + tokens.size()) + " tokens exceed the context size " +
+                std::to_string(n_ctx_) + " (-c)");
+  logits_.clear();
+  logits_rows_ = 0;
+  for (size_t start = 0; start < tokens.size(); start += options_.n_batch) {
+    const size_t n = std::min<size_t>(options_.n_batch, tokens.size() - start);
+    if (!all_logits) {  // only the very last row survives
+      logits_.clear();
+      logits_rows_ = 0;
+    }
+    decode_batch(tokens.subspan(start, n), all_logits);
+  }
+}
+
+void Context::decode_batch(std::span<const Token> tokens, bool all_logits) {
+  const int64_t N = static_cast<int64_t>(tokens.size());
+  Graph g;
+  Tensor* out = build_graph(g, N, all_logits);
+  if (options_.keep_intermediates)
+    for (Tensor* node : g.nodes()) node->flags |= kFlagOutput;
+  sched_->allocate(g);
+
+  std::memcpy(g.find("inp_tokens")->data, tokens.data(), N * sizeof(Token));
+  auto* pos = static_cast<int32_t*>(g.find("inp_pos")->data);
+  for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(n_past_ + i);
+  // Causal mask: token i sees cache positions up to its own.
+  const int64_t n_kv = n_past_ + N;
+  auto* mask = static_cast<float*>(g.find("KQ_mask")->data);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < n_kv; ++j)
+      mask[i * n_kv + j] = j <= n_past_ + i ? 0.0f : -std::numeric_limits<float>::infinity();
+
+  sched_->compute(g);
+  if (observer_) observer_(g);
+  n_past_ += N;
+
+  const int64_t rows = out->ne[1], n_vocab = out->ne[0];
+  const size_t old = logits_.size();
+  logits_.resize(old + rows * n_vocab);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(&logits_[old + r * n_vocab], out->at(0, r), n_vocab * sizeof(float));
+  logits_rows_ += rows;
+}
+
+std::span<const float> Context::logits(int64_t i) const {
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  if (i < 0 || i >= logits_rows_) throw Error("logits: row " + std::to_string(i) + " was not computed");
+  return {logits_.data() + i * n_vocab, static_cast<size_t>(n_vocab)};
+}
+
+std::span<const float> Context::last_logits() const { return logits(logits_rows_ - 1); }
+
+}  // namespace qlens

@@ -1,0 +1,69 @@
+#include "tools/perplexity.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "qlens/error.h"
+
+namespace qlens::tools {
+
+double token_nll(const float* logits, int64_t n_vocab, int32_t token) {
+  float max = logits[0];
+  for (int64_t i = 1; i < n_vocab; ++i) max = std::max(max, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  return -(static_cast<double>(logits[token]) - max - std::log(sum));
+}
+
+PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens, const PerplexityOptions& opt,
+                            const std::function<void(int64_t, double)>& on_chunk) {
+  if (opt.n_ctx < 4) throw Error("perplexity: context size -c must be at least 4, got " + std::to_string(opt.n_ctx));
+  const int64_t n_ctx = opt.n_ctx;
+  const int64_t available = static_cast<int64_t>(tokens.size()) / n_ctx;
+  if (available == 0)
+    throw Error("perplexity: the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of -c " +
+                std::to_string(n_ctx) + "; use a longer text or a smaller -c");
+  const int64_t n_chunks = opt.max_chunks >= 0 ? std::min(opt.max_chunks, available) : available;
+
+  ContextOptions copt;
+  copt.n_ctx = n_ctx;
+  copt.n_batch = std::min(opt.n_batch > 0 ? opt.n_batch : n_ctx, n_ctx);
+  copt.n_threads = opt.n_threads;
+  Context ctx(model, copt);
+
+  const Vocab& vocab = model.vocab();
+  const bool add_bos = vocab.add_bos() && vocab.bos() >= 0;
+  const int64_t n_vocab = model.hparams().n_vocab;
+  const int64_t first = n_ctx / 2;
+
+  PerplexityResult r;
+  r.n_tokens = static_cast<int64_t>(tokens.size());
+  double nll = 0, nll2 = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Token> chunk(n_ctx);
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    std::copy_n(tokens.begin() + c * n_ctx, n_ctx, chunk.begin());
+    if (add_bos) chunk[0] = vocab.bos();
+    ctx.clear();
+    ctx.decode(chunk, /*all_logits=*/true);
+    for (int64_t j = first; j < n_ctx - 1; ++j) {
+      const double v = token_nll(ctx.logits(j).data(), n_vocab, tokens[c * n_ctx + j + 1]);
+      nll += v;
+      nll2 += v * v;
+      ++r.n_scored;
+    }
+    r.running_ppl.push_back(std::exp(nll / r.n_scored));
+    if (on_chunk) on_chunk(c, r.running_ppl.back());
+  }
+  r.n_chunks = n_chunks;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.tokens_per_second = r.seconds > 0 ? n_chunks * n_ctx / r.seconds : 0;
+  r.nll = nll / r.n_scored;
+  r.ppl = std::exp(r.nll);
+  const double var = nll2 / r.n_scored - r.nll * r.nll;
+  r.ppl_error = var > 0 && r.n_scored > 1 ? std::sqrt(var / (r.n_scored - 1)) * r.ppl : 0;
+  return r;
+}
+
+}  // namespace qlens::tools

@@ -1,0 +1,44 @@
+// Perplexity, computed as llama.cpp's perplexity tool does so figures compare:
+// the whole text is tokenized once (BOS first), cut into whole chunks of n_ctx
+// tokens, each chunk is evaluated from an empty cache with its first token
+// replaced by BOS, and only the predictions of the second half of each chunk
+// are scored.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "qlens/model.h"
+
+namespace qlens::tools {
+
+struct PerplexityOptions {
+  int64_t n_ctx = 512;
+  int64_t n_batch = 2048;  // capped at n_ctx
+  int64_t max_chunks = -1;  // < 0: all whole chunks
+  int n_threads = 0;
+};
+
+struct PerplexityResult {
+  int64_t n_tokens = 0;   // tokens in the text (with BOS)
+  int64_t n_chunks = 0;   // chunks evaluated
+  int64_t n_scored = 0;   // predictions scored
+  double ppl = 0;
+  double ppl_error = 0;   // standard error of the estimate
+  double nll = 0;         // mean negative log-likelihood
+  std::vector<double> running_ppl;  // after each chunk
+  double seconds = 0;
+  double tokens_per_second = 0;
+};
+
+// Computes the log-probabilities of a row of logits in double precision and
+// returns -log p(token).
+double token_nll(const float* logits, int64_t n_vocab, int32_t token);
+
+// Calls on_chunk(i, running_ppl) after each chunk (for printing and progress).
+PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens, const PerplexityOptions& opt,
+                            const std::function<void(int64_t, double)>& on_chunk = {});
+
+}  // namespace qlens::tools

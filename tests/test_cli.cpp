@@ -1,0 +1,101 @@
+// The qlens command line, run as a user runs it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/text_file.h"
+#include "test_util.h"
+
+namespace qlens {
+namespace {
+
+int qlens(const std::string& args, std::string* out) {
+  return test::run_command(std::string(QLENS_BINARY) + " " + args, out);
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(Cli, HelpOnEverySubcommand) {
+  std::string out;
+  EXPECT_EQ(qlens("--help", &out), 0);
+  for (const char* cmd : {"inspect", "generate", "perplexity", "synth"}) {
+    EXPECT_TRUE(contains(out, cmd)) << cmd;
+    std::string help;
+    EXPECT_EQ(qlens(std::string(cmd) + " --help", &help), 0) << cmd;
+    EXPECT_TRUE(contains(help, "usage: qlens " + std::string(cmd))) << help;
+  }
+}
+
+TEST(Cli, BadFlagsNameTheFlag) {
+  std::string out;
+  EXPECT_NE(qlens("frobnicate", &out), 0);
+  EXPECT_TRUE(contains(out, "unknown command 'frobnicate'")) << out;
+  EXPECT_NE(qlens("perplexity --bogus 3", &out), 0);
+  EXPECT_TRUE(contains(out, "--bogus")) << out;
+  EXPECT_NE(qlens("perplexity -m x.gguf -f t.txt -c abc", &out), 0);
+  EXPECT_TRUE(contains(out, "-c")) << out;
+  EXPECT_TRUE(contains(out, "abc")) << out;
+  EXPECT_NE(qlens("generate -m", &out), 0);
+  EXPECT_TRUE(contains(out, "needs a value")) << out;
+  EXPECT_NE(qlens("generate -p hi", &out), 0);
+  EXPECT_TRUE(contains(out, "-m")) << out;
+  EXPECT_NE(qlens("inspect /nonexistent/file.gguf", &out), 0);
+  EXPECT_TRUE(contains(out, "/nonexistent/file.gguf")) << out;
+  EXPECT_NE(qlens("synth --preset huge -o x.gguf", &out), 0);
+  EXPECT_TRUE(contains(out, "huge")) << out;
+}
+
+TEST(Cli, SynthInspectGeneratePerplexity) {
+  const std::string dir = test::temp_dir();
+  const std::string model = dir + "/tiny.gguf";
+  std::string out;
+  ASSERT_EQ(qlens("synth --preset tiny --type F32 -o " + model, &out), 0) << out;
+  EXPECT_FALSE(std::filesystem::exists(model + ".tmp"));
+  ASSERT_EQ(qlens("inspect " + model, &out), 0) << out;
+  EXPECT_TRUE(contains(out, "blk.1.ffn_down.weight")) << out;
+  ASSERT_EQ(qlens("inspect --json " + model, &out), 0) << out;
+  EXPECT_TRUE(contains(out, "\"general.architecture\"")) << out;
+  ASSERT_EQ(qlens("generate -m " + model + " -p 'the cat' -n 8 --temp 0 --no-stats", &out), 0) << out;
+  std::string again;
+  ASSERT_EQ(qlens("generate -m " + model + " -p 'the cat' -n 8 --temp 0 --no-stats", &again), 0);
+  EXPECT_EQ(out, again);  // greedy is deterministic
+  ASSERT_EQ(qlens("generate -m " + model + " -p 'the cat' -n 8 --temp 1.0 --seed 5 --no-stats", &out), 0);
+
+  const std::string text = dir + "/text.txt";
+  {
+    std::ofstream t(text);
+    for (int i = 0; i < 200; ++i) t << "the cat sat on the mat number " << i << ".\n";
+  }
+  const std::string json = dir + "/ppl.json";
+  ASSERT_EQ(qlens("perplexity -m " + model + " -f " + text + " -c 64 -b 32 --chunks 3 --json " + json, &out), 0)
+      << out;
+  EXPECT_TRUE(contains(out, "Final estimate: PPL = ")) << out;
+  const std::string js = read_text_file(json);
+  EXPECT_TRUE(contains(js, "\"n_chunks\": 3")) << js;
+  EXPECT_TRUE(contains(js, "\"ppl\"")) << js;
+}
+
+TEST(Cli, GreedyStoriesContinuation) {
+  QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  std::string out;
+  ASSERT_EQ(qlens("generate -m " + model + " -p 'Once upon a time' -n 40 --temp 0 --no-stats", &out), 0) << out;
+  EXPECT_TRUE(contains(out,
+                       "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+                       "park. One day, she saw a big, red ball."))
+      << out;
+}
+
+TEST(Cli, Synth11bLoadsAndGenerates) {
+  const char* slow = std::getenv("QLENS_SLOW_TESTS");
+  if (slow && std::string(slow) == "0") GTEST_SKIP() << "QLENS_SLOW_TESTS=0";
+  const std::string model = test::temp_dir() + "/1.1b.gguf";
+  std::string out;
+  ASSERT_EQ(qlens("synth --preset 1.1b -o " + model, &out), 0) << out;
+  EXPECT_GT(std::filesystem::file_size(model), 2'000'000'000u);
+  ASSERT_EQ(qlens("generate -m " + model + " -p 'Hello' -n 2 --temp 0 -c 64", &out), 0) << out;
+  std::filesystem::remove(model);
+}
+
+}  // namespace
+}  // namespace qlens

@@ -1,0 +1,251 @@
+// Core: type conversions, graph building (shapes, views, order) and memory planning.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <unordered_map>
+
+#include "qlens/backend.h"
+#include "qlens/error.h"
+#include "qlens/tensor.h"
+#include "qlens/types.h"
+
+namespace qlens {
+namespace {
+
+// Reference rounding of a float to half through double arithmetic.
+uint16_t fp16_reference(float f) {
+  if (std::isnan(f)) return 0x7e00;
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  double a = std::fabs(static_cast<double>(f));
+  if (a >= 65520.0) return sign | 0x7c00;  // rounds to infinity
+  // Find the best of all 0x7c00 finite magnitudes by nearest-even search.
+  int lo = 0, hi = 0x7bff;
+  while (lo < hi) {  // largest code with value <= a
+    int mid = (lo + hi + 1) / 2;
+    if (fp16_to_fp32(static_cast<uint16_t>(mid)) <= a) lo = mid; else hi = mid - 1;
+  }
+  double below = fp16_to_fp32(static_cast<uint16_t>(lo));
+  if (below == a || lo == 0x7bff) return sign | static_cast<uint16_t>(lo);
+  double above = fp16_to_fp32(static_cast<uint16_t>(lo + 1));
+  int pick = (a - below < above - a) ? lo : (a - below > above - a) ? lo + 1 : (lo % 2 == 0 ? lo : lo + 1);
+  return sign | static_cast<uint16_t>(pick);
+}
+
+TEST(Types, HalfRoundTripsEveryValue) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = fp16_to_fp32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(fp16_to_fp32(fp32_to_fp16(f)))) << h;
+      continue;
+    }
+    EXPECT_EQ(fp32_to_fp16(f), h) << "half 0x" << std::hex << h;
+  }
+}
+
+TEST(Types, HalfRoundsToNearestEven) {
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    float f;
+    uint32_t b = bits(rng);
+    std::memcpy(&f, &b, 4);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(fp32_to_fp16(f), fp16_reference(f)) << "float " << f;
+  }
+  // Ties: 1 + 2^-11 lies halfway between 1 and the next half; even is 1.
+  EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
+  EXPECT_EQ(fp32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  EXPECT_EQ(fp32_to_fp16(65504.0f), 0x7bff);
+  EXPECT_EQ(fp32_to_fp16(1e6f), 0x7c00);
+  EXPECT_EQ(fp32_to_fp16(-0.0f), 0x8000);
+  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -26)), 0x0000);  // below half of it
+}
+
+TEST(Types, BFloat16) {
+  EXPECT_EQ(fp32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_fp32(0x3f80), 1.0f);
+  // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: rounds to even (1).
+  EXPECT_EQ(fp32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  EXPECT_EQ(fp32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_fp32(fp32_to_bf16(NAN))));
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = bf16_to_fp32(static_cast<uint16_t>(h));
+    if (!std::isnan(f)) ASSERT_EQ(fp32_to_bf16(f), h);
+  }
+}
+
+TEST(Types, TraitsTable) {
+  EXPECT_EQ(type_traits(DType::Q4_K).block_size, 256);
+  EXPECT_EQ(type_traits(DType::Q4_K).block_bytes, 144u);
+  EXPECT_EQ(type_traits(DType::Q8_0).block_bytes, 34u);
+  EXPECT_EQ(find_type_traits(4), nullptr);   // removed Q4_2
+  EXPECT_EQ(find_type_traits(99), nullptr);
+  EXPECT_EQ(type_from_name("bf16"), DType::BF16);
+  EXPECT_FALSE(type_from_name("Q9_9").has_value());
+  EXPECT_EQ(row_bytes(DType::Q4_0, 64), 36u);
+  EXPECT_EQ(row_bytes(DType::F16, 7), 14u);
+}
+
+TEST(Graph, ShapesOfBuilders) {
+  Graph g;
+  Tensor* w = g.new_tensor(DType::F16, {64, 32}, "w");
+  Tensor* x = g.new_tensor(DType::F32, {64, 5}, "x");
+  Tensor* y = mul_mat(g, w, x);
+  EXPECT_EQ(y->ne, (std::array<int64_t, 4>{32, 5, 1, 1}));
+  EXPECT_EQ(y->type, DType::F32);
+  Tensor* r = reshape(g, y, {8, 4, 5});
+  EXPECT_EQ(r->ne, (std::array<int64_t, 4>{8, 4, 5, 1}));
+  EXPECT_EQ(r->view_src, y);
+  Tensor* p = permute(g, r, 0, 2, 1, 3);
+  EXPECT_EQ(p->ne, (std::array<int64_t, 4>{8, 5, 4, 1}));
+  EXPECT_EQ(p->nb[1], r->nb[2]);
+  EXPECT_EQ(p->nb[2], r->nb[1]);
+  EXPECT_FALSE(p->is_contiguous());
+  Tensor* t = transpose(g, y);
+  EXPECT_EQ(t->ne, (std::array<int64_t, 4>{5, 32, 1, 1}));
+  EXPECT_TRUE(t->is_transposed());
+  EXPECT_EQ(t->nbytes(), y->nbytes());
+  Tensor* c = cont(g, p);
+  EXPECT_TRUE(c->is_contiguous());
+  EXPECT_EQ(c->view_src, nullptr);
+}
+
+TEST(Graph, BuildersRejectBadShapesNamingTensors) {
+  Graph g;
+  Tensor* w = g.new_tensor(DType::F32, {64, 32}, "blk.0.attn_q.weight");
+  Tensor* x = g.new_tensor(DType::F32, {63, 5}, "x");
+  try {
+    mul_mat(g, w, x);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.attn_q.weight"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(add(g, w, x), Error);
+  EXPECT_THROW(reshape(g, w, {7, 7}), Error);
+  EXPECT_THROW(reshape(g, transpose(g, w), {32, 64}), Error);  // not contiguous
+  EXPECT_THROW(view(g, w, {64, 33}, {256}, 0), Error);          // past the end
+  EXPECT_THROW(permute(g, w, 0, 0, 1, 2), Error);
+  EXPECT_THROW(g.new_tensor(DType::Q4_0, {33}, "q"), Error);    // not whole blocks
+}
+
+TEST(Graph, TopologicalOrderVisitsSharedNodesOnce) {
+  Graph g;
+  Tensor* a = g.new_tensor(DType::F32, {4}, "a");
+  Tensor* b = scale(g, a, 2.0f);
+  Tensor* c = add(g, b, b);
+  Tensor* d = mul(g, c, b);
+  g.build(d);
+  g.build(d);  // idempotent
+  ASSERT_EQ(g.nodes().size(), 3u);
+  EXPECT_EQ(g.nodes()[0], b);
+  EXPECT_EQ(g.nodes()[1], c);
+  EXPECT_EQ(g.nodes()[2], d);
+  ASSERT_EQ(g.leaves().size(), 1u);
+  EXPECT_EQ(g.leaves()[0], a);
+}
+
+TEST(Graph, DeepChainDoesNotOverflowTheStack) {
+  Graph g;
+  Tensor* t = g.new_tensor(DType::F32, {4}, "x");
+  for (int i = 0; i < 100000; ++i) t = scale(g, t, 1.0f);
+  g.build(t);
+  EXPECT_EQ(g.nodes().size(), 100000u);
+}
+
+// Checks that no two tensors alive at the same time share bytes.
+void expect_no_live_overlap(const Graph& g, const MemoryPlan& plan) {
+  const auto& nodes = g.nodes();
+  std::unordered_map<const Tensor*, int> first, last;
+  auto owner = [](const Tensor* t) { return t->view_src ? t->view_src : t; };
+  for (const auto& [t, off] : plan.offsets) first[t] = -1;
+  for (int j = 0; j < static_cast<int>(nodes.size()); ++j) {
+    if (first.count(nodes[j])) first[nodes[j]] = j;  // computed here; leaves stay at -1
+    for (const Tensor* s : nodes[j]->src)
+      if (s) last[owner(s)] = j;
+    last[owner(nodes[j])] = std::max(last[owner(nodes[j])], j);
+  }
+  for (const auto& [t, off] : plan.offsets)
+    if (t->flags & kFlagOutput || t == nodes.back()) last[t] = 1 << 30;
+  for (size_t i = 0; i < plan.offsets.size(); ++i)
+    for (size_t k = i + 1; k < plan.offsets.size(); ++k) {
+      auto [a, oa] = plan.offsets[i];
+      auto [b, ob] = plan.offsets[k];
+      const bool live_together = !(last[a] < first[b] || last[b] < first[a]);
+      const bool bytes_overlap = oa < ob + b->nbytes() && ob < oa + a->nbytes();
+      EXPECT_FALSE(live_together && bytes_overlap) << a->name << " and " << b->name;
+    }
+}
+
+TEST(MemoryPlan, ChainReusesMemory) {
+  Graph g;
+  Tensor* t = g.new_tensor(DType::F32, {1024}, "x");
+  t->data = reinterpret_cast<void*>(0x1000);  // external leaf
+  for (int i = 0; i < 10; ++i) t = named(scale(g, t, 1.0f), "s", i);
+  g.build(t);
+  MemoryPlan plan = plan_memory(g);
+  EXPECT_EQ(plan.offsets.size(), 10u);
+  EXPECT_LE(plan.size, 2 * 4096u);  // two buffers ping-pong
+  expect_no_live_overlap(g, plan);
+}
+
+TEST(MemoryPlan, OutputsAndInputsAreNeverReused) {
+  Graph g;
+  Tensor* in = g.new_tensor(DType::F32, {256}, "in");
+  in->flags |= kFlagInput;
+  Tensor* a = scale(g, in, 2.0f);
+  a->flags |= kFlagOutput;
+  Tensor* b = scale(g, a, 2.0f);
+  Tensor* c = scale(g, b, 2.0f);
+  Tensor* d = scale(g, c, 2.0f);
+  g.build(d);
+  MemoryPlan plan = plan_memory(g);
+  std::unordered_map<const Tensor*, size_t> off;
+  for (auto [t, o] : plan.offsets) off[t] = o;
+  ASSERT_TRUE(off.count(in));
+  for (const Tensor* t : {b, c, d}) {
+    EXPECT_NE(off[t], off[a]);
+    EXPECT_NE(off[t], off[in]);
+  }
+}
+
+TEST(MemoryPlan, RandomGraphsHaveNoLiveOverlap) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    Graph g;
+    std::vector<Tensor*> pool;
+    for (int i = 0; i < 3; ++i) {
+      Tensor* leaf = g.new_tensor(DType::F32, {16 + 16 * i, 4}, "leaf");
+      leaf->flags |= kFlagInput;
+      pool.push_back(leaf);
+    }
+    for (int i = 0; i < 40; ++i) {
+      Tensor* a = pool[rng() % pool.size()];
+      Tensor* r = nullptr;
+      switch (rng() % 4) {
+        case 0: r = scale(g, a, 1.0f); break;
+        case 1: r = add(g, a, a); break;
+        case 2: r = cont(g, transpose(g, a)); break;
+        case 3: r = silu(g, a); break;
+      }
+      r->name = "n" + std::to_string(i);
+      pool.push_back(r);
+    }
+    Tensor* out = pool.back();
+    for (Tensor* t : pool) g.build(t);
+    (void)out;
+    MemoryPlan plan = plan_memory(g);
+    expect_no_live_overlap(g, plan);
+    std::vector<uint8_t> buffer(plan.size + 64);
+    apply_memory_plan(g, plan, buffer.data());
+    for (Tensor* n : g.nodes()) {
+      ASSERT_NE(n->data, nullptr);
+      if (n->view_src)
+        EXPECT_EQ(n->data, static_cast<char*>(n->view_src->data) + n->view_offset);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qlens
