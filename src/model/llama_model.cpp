@@ -219,6 +219,11 @@ Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const 
     cur = named(cont(g, merged), "kqv_merged_cont", il);
     cur = reshape(g, cur, {D * hp.n_head, N});
     cur = named(mul_mat(g, L.wo, cur), "kqv_out", il);
+    if (il == hp.n_layer - 1 && !all_logits && N > 1) {
+      // Only the last token's logits are wanted: the last feed-forward sees only its row.
+      cur = view(g, cur, {hp.n_embd}, {}, static_cast<size_t>(N - 1) * cur->nb[1]);
+      inpL = view(g, inpL, {hp.n_embd}, {}, static_cast<size_t>(N - 1) * inpL->nb[1]);
+    }
 
     Tensor* ffn_inp = named(add(g, cur, inpL), "ffn_inp", il);
     cur = named(rms_norm(g, ffn_inp, hp.rms_eps), "norm", il);
@@ -231,10 +236,7 @@ Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const 
     inpL = named(add(g, cur, ffn_inp), "l_out", il);
   }
 
-  Tensor* cur = inpL;
-  if (!all_logits && N > 1)  // only the last token's logits are needed
-    cur = view(g, cur, {hp.n_embd}, {}, static_cast<size_t>(N - 1) * cur->nb[1]);
-  cur = named(rms_norm(g, cur, hp.rms_eps), "norm");
+  Tensor* cur = named(rms_norm(g, inpL, hp.rms_eps), "norm");
   cur = named(mul(g, cur, model_.output_norm()), "result_norm");
   cur = named(mul_mat(g, model_.output(), cur), "result_output");
   cur->flags |= kFlagOutput;

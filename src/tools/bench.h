@@ -1,0 +1,30 @@
+// Throughput as llama-bench measures it: prompt processing (a batch of n_prompt
+// tokens from an empty cache) and generation (n_gen tokens one at a time),
+// repeated, reporting mean and standard deviation of tokens per second.
+#pragma once
+
+#include <cstdint>
+
+#include "qlens/model.h"
+
+namespace qlens::tools {
+
+struct BenchOptions {
+  int64_t n_prompt = 512;
+  int64_t n_gen = 128;
+  int64_t n_batch = 512;
+  int repetitions = 3;
+  int n_threads = 0;
+};
+
+struct BenchFigure {
+  double mean = 0, stddev = 0;  // tokens per second
+};
+
+struct BenchResult {
+  BenchFigure prompt, generation;
+};
+
+BenchResult bench(const Model& model, const BenchOptions& opt);
+
+}  // namespace qlens::tools
