@@ -1,0 +1,214 @@
+#include "core/json_writer.h"
+
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
+namespace qlens {
+
+namespace {
+
+// Length of the valid UTF-8 sequence at s (1..4), or 0 when the bytes there are
+// not valid UTF-8 (stray continuation, overlong form, surrogate, > U+10FFFF, cut).
+size_t utf8_len(const unsigned char* s, size_t n) {
+  const unsigned char c = s[0];
+  if (c < 0x80) return 1;
+  size_t len;
+  uint32_t cp;
+  if (c >= 0xc2 && c <= 0xdf) {
+    len = 2;
+    cp = c & 0x1fu;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    len = 3;
+    cp = c & 0x0fu;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    len = 4;
+    cp = c & 0x07u;
+  } else {
+    return 0;
+  }
+  if (n < len) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((s[k] & 0xc0u) != 0x80u) return 0;
+    cp = (cp << 6) | (s[k] & 0x3fu);
+  }
+  if (len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) return 0;
+  if (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) return 0;
+  return len;
+}
+
+}  // namespace
+
+std::string JsonWriter::escape(std::string_view s) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t k = 0;
+  while (k < s.size()) {
+    const unsigned char c = p[k];
+    if (c < 0x80) {
+      switch (c) {
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        default:
+          if (c < 0x20 || c == 0x7f) {
+            out += "\\u00";
+            out += hex[c >> 4];
+            out += hex[c & 15];
+          } else {
+            out += static_cast<char>(c);
+          }
+      }
+      ++k;
+      continue;
+    }
+    const size_t len = utf8_len(p + k, s.size() - k);
+    if (len == 0) {
+      out += "\xef\xbf\xbd";  // U+FFFD REPLACEMENT CHARACTER
+      ++k;
+    } else {
+      out.append(s.data() + k, len);
+      k += len;
+    }
+  }
+  return out;
+}
+
+void JsonWriter::newline_indent() {
+  if (!pretty_) return;
+  os_ << '\n';
+  for (size_t k = 0; k < stack_.size(); ++k) os_ << "  ";
+}
+
+void JsonWriter::before_value() {
+  if (stack_.empty()) {
+    if (wrote_top_) throw std::logic_error("JsonWriter: a second top-level value");
+    wrote_top_ = true;
+    return;
+  }
+  Level& l = stack_.back();
+  if (l.ctx == Ctx::Object) {
+    if (!l.have_key) throw std::logic_error("JsonWriter: value in an object without a key");
+    l.have_key = false;
+    return;
+  }
+  if (!l.first) os_ << ',';
+  l.first = false;
+  newline_indent();
+}
+
+void JsonWriter::key(std::string_view k) {
+  if (stack_.empty() || stack_.back().ctx != Ctx::Object) throw std::logic_error("JsonWriter: key outside an object");
+  Level& l = stack_.back();
+  if (l.have_key) throw std::logic_error("JsonWriter: two keys in a row");
+  if (!l.first) os_ << ',';
+  l.first = false;
+  l.have_key = true;
+  newline_indent();
+  os_ << '"' << escape(k) << (pretty_ ? "\": " : "\":");
+}
+
+void JsonWriter::begin_object() {
+  before_value();
+  os_ << '{';
+  stack_.push_back(Level{Ctx::Object});
+}
+
+void JsonWriter::begin_array() {
+  before_value();
+  os_ << '[';
+  stack_.push_back(Level{Ctx::Array});
+}
+
+void JsonWriter::end_object() {
+  if (stack_.empty() || stack_.back().ctx != Ctx::Object)
+    throw std::logic_error("JsonWriter: end_object without a matching begin_object");
+  if (stack_.back().have_key) throw std::logic_error("JsonWriter: key without a value");
+  const bool empty = stack_.back().first;
+  stack_.pop_back();
+  if (!empty) newline_indent();
+  os_ << '}';
+}
+
+void JsonWriter::end_array() {
+  if (stack_.empty() || stack_.back().ctx != Ctx::Array)
+    throw std::logic_error("JsonWriter: end_array without a matching begin_array");
+  const bool empty = stack_.back().first;
+  stack_.pop_back();
+  if (!empty) newline_indent();
+  os_ << ']';
+}
+
+void JsonWriter::value(std::string_view s) {
+  before_value();
+  os_ << '"' << escape(s) << '"';
+}
+
+void JsonWriter::value(double d) {
+  before_value();
+  if (!std::isfinite(d)) {
+    os_ << "null";
+    return;
+  }
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, d);
+  os_.write(buf, r.ptr - buf);
+}
+
+void JsonWriter::value(float f) {
+  before_value();
+  if (!std::isfinite(f)) {
+    os_ << "null";
+    return;
+  }
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, f);
+  os_.write(buf, r.ptr - buf);
+}
+
+void JsonWriter::value(bool b) {
+  before_value();
+  os_ << (b ? "true" : "false");
+}
+
+// Integers go through to_chars so that stream flags and locales cannot change them.
+void JsonWriter::value_int(int64_t v) {
+  before_value();
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  os_.write(buf, r.ptr - buf);
+}
+
+void JsonWriter::value_uint(uint64_t v) {
+  before_value();
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  os_.write(buf, r.ptr - buf);
+}
+
+void JsonWriter::null() {
+  before_value();
+  os_ << "null";
+}
+
+}  // namespace qlens
