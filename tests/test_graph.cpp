@@ -72,7 +72,9 @@ TEST(Types, BFloat16) {
   EXPECT_TRUE(std::isnan(bf16_to_fp32(fp32_to_bf16(NAN))));
   for (uint32_t h = 0; h < 65536; ++h) {
     float f = bf16_to_fp32(static_cast<uint16_t>(h));
-    if (!std::isnan(f)) ASSERT_EQ(fp32_to_bf16(f), h);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(fp32_to_bf16(f), h);
+    }
   }
 }
 
@@ -229,7 +231,7 @@ TEST(MemoryPlan, RandomGraphsHaveNoLiveOverlap) {
         case 2: r = cont(g, transpose(g, a)); break;
         case 3: r = silu(g, a); break;
       }
-      r->name = "n" + std::to_string(i);
+      named(r, "n", i);
       pool.push_back(r);
     }
     Tensor* out = pool.back();
@@ -241,8 +243,9 @@ TEST(MemoryPlan, RandomGraphsHaveNoLiveOverlap) {
     apply_memory_plan(g, plan, buffer.data());
     for (Tensor* n : g.nodes()) {
       ASSERT_NE(n->data, nullptr);
-      if (n->view_src)
+      if (n->view_src) {
         EXPECT_EQ(n->data, static_cast<char*>(n->view_src->data) + n->view_offset);
+      }
     }
   }
 }

@@ -201,16 +201,20 @@ Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const 
     // Store this batch's keys (token-major rows) and values (transposed: a row
     // per value dimension, tokens along it) in the cache.
     Tensor* k_dst = named(view(g, cache_k, {N * hp.n_embd_kv()}, {}, n_past_ * k_row), "k_cache_view", il);
-    g.build(cpy(g, k, k_dst));
+    Tensor* k_stored = cpy(g, k, k_dst);
     Tensor* v_dst = named(view(g, cache_v, {N, hp.n_embd_kv()}, {static_cast<size_t>(n_ctx_) * esize},
                                n_past_ * esize),
                           "v_cache_view", il);
-    g.build(cpy(g, transpose(g, v), v_dst));
+    Tensor* v_stored = cpy(g, transpose(g, v), v_dst);
 
+    // The views that read the cache depend on the copies that wrote it, so
+    // every order of the graph stores this batch before attending to it.
     Tensor* kc = named(view(g, cache_k, {D, n_kv, hp.n_head_kv}, {k_row, D * esize}, 0), "k", il);
     Tensor* vc = named(view(g, cache_v, {n_kv, D, hp.n_head_kv},
                             {static_cast<size_t>(n_ctx_) * esize, static_cast<size_t>(n_ctx_ * D) * esize}, 0),
                        "v", il);
+    kc->src[1] = k_stored;
+    vc->src[1] = v_stored;
     Tensor* qp = named(permute(g, q, 0, 2, 1, 3), "q", il);
     Tensor* kq = named(mul_mat(g, kc, qp), "kq", il);
     kq = named(soft_max(g, kq, mask, kq_scale), "kq_soft_max", il);

@@ -1,0 +1,216 @@
+// Kernel benchmarks of the CPU backend on the shapes of a 1.1B-parameter llama
+// (dim 2048, FFN 5632, 4 KV heads of 64: K/V projections 2048 -> 256).
+//
+//   bench_ops [--benchmark_filter=MulMat] [--threads=N] [--isa=scalar|avx2|avx512]
+//
+// Each benchmark computes a one-node graph with the CPU backend; counters give
+// GFLOP/s (matmul), weight bytes streamed per second (matmul with N = 1) and
+// elements per second (the rest).
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/isa.h"
+#include "qlens/backend.h"
+#include "qlens/tensor.h"
+
+namespace {
+
+using namespace qlens;
+
+int g_threads = 0;  // 0: one per core
+cpu::Isa g_isa = cpu::best_isa();
+
+Backend& backend() {
+  static std::unique_ptr<Backend> b = cpu::make_cpu_backend(g_threads, g_isa);
+  return *b;
+}
+
+// A graph with random leaves and planned intermediates.
+struct Bench {
+  Graph g;
+  std::vector<std::vector<char>> storage;
+  std::vector<char> buf;
+  std::mt19937 rng{42};
+
+  Tensor* leaf(DType type, std::initializer_list<int64_t> ne) {
+    Tensor* t = g.new_tensor(type, ne);
+    auto& s = storage.emplace_back(t->nbytes() + 64);
+    t->data = s.data() + (64 - reinterpret_cast<uintptr_t>(s.data()) % 64) % 64;
+    std::uniform_real_distribution<float> u(-1, 1);
+    const int64_t n = t->nelements();
+    if (type == DType::F32) {
+      for (int64_t i = 0; i < n; ++i) static_cast<float*>(t->data)[i] = u(rng);
+    } else if (type == DType::F16) {
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(t->data)[i] = fp32_to_fp16(u(rng));
+    } else if (type == DType::BF16) {
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(t->data)[i] = fp32_to_bf16(u(rng));
+    } else if (type == DType::I32) {
+      for (int64_t i = 0; i < n; ++i) static_cast<int32_t*>(t->data)[i] = static_cast<int32_t>(i);
+    }
+    return t;
+  }
+  void finish(Tensor* out) {
+    g.build(out);  // (idempotent)
+    const MemoryPlan plan = plan_memory(g);
+    buf.assign(plan.size + 64, 0);
+    apply_memory_plan(g, plan, buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64);
+  }
+  void run(benchmark::State& state) {
+    backend().compute(g);  // warm up (page faults, packing buffers)
+    for (auto _ : state) backend().compute(g);
+  }
+};
+
+void set_labels(benchmark::State& state) {
+  state.SetLabel(std::string(cpu::isa_name(g_isa)) + ", " + std::to_string(backend().n_threads()) + " threads");
+}
+
+// args: weight type, K, M, N. With N small the weights are streamed once per
+// product; so that they come from memory as in a real model (not from a
+// 32 MiB L3 cache), the graph then holds enough distinct copies of them to
+// exceed 192 MiB and computes one product per copy (counters are totals).
+void BM_MulMat(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  const int64_t K = state.range(1), M = state.range(2), N = state.range(3);
+  Bench b;
+  const size_t weight_bytes = row_bytes(type, K) * M;
+  const int64_t copies = N < 16 ? static_cast<int64_t>((192u << 20) / weight_bytes + 1) : 1;
+  Tensor* x = b.leaf(DType::F32, {K, N});
+  for (int64_t i = 0; i < copies; ++i) {
+    Tensor* out = mul_mat(b.g, b.leaf(type, {K, M}), x);
+    out->flags |= kFlagOutput;
+    b.g.build(out);
+  }
+  b.finish(b.g.nodes().back());
+  b.run(state);
+  const double iters = static_cast<double>(state.iterations()) * copies;
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * K * M * N * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(weight_bytes) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["products"] = static_cast<double>(copies);
+  set_labels(state);
+}
+
+void MulMatArgs(benchmark::internal::Benchmark* bm) {
+  bm->ArgNames({"type", "K", "M", "N"});
+  for (DType t : {DType::F32, DType::F16})
+    for (int64_t n : {1, 512})
+      for (auto [k, m] : {std::pair<int64_t, int64_t>{2048, 2048}, {2048, 5632}, {2048, 256}, {5632, 2048}})
+        bm->Args({static_cast<int64_t>(t), k, m, n});
+}
+BENCHMARK(BM_MulMat)->Apply(MulMatArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Small-N matmuls (batched generation, short prompts): where the dot and GEMM
+// paths meet.
+void MulMatSmallN(benchmark::internal::Benchmark* bm) {
+  bm->ArgNames({"type", "K", "M", "N"});
+  for (int64_t n : {2, 4, 7, 8, 10, 12, 16, 24, 32, 64, 128})
+    bm->Args({static_cast<int64_t>(DType::F16), 2048, 2048, n});
+}
+BENCHMARK(BM_MulMat)->Name("BM_MulMatSmallN")->Apply(MulMatSmallN)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Attention products of the 1.1B model (32 query heads, 4 KV heads of 64,
+// F16 cache): args n_kv, tokens, 0 = scores (K x Q), 1 = values (V x scores).
+void BM_Attention(benchmark::State& state) {
+  const int64_t kv = state.range(0), n = state.range(1), hd = 64, heads = 32, kv_heads = 4;
+  Bench b;
+  Tensor* out;
+  if (state.range(2) == 0)
+    out = mul_mat(b.g, b.leaf(DType::F16, {hd, kv, kv_heads}), b.leaf(DType::F32, {hd, n, heads}));
+  else
+    out = mul_mat(b.g, b.leaf(DType::F16, {kv, hd, kv_heads}), b.leaf(DType::F32, {kv, n, heads}));
+  b.finish(out);
+  b.run(state);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kv * n * hd * heads * static_cast<double>(state.iterations()) / 1e9,
+                                                 benchmark::Counter::kIsRate);
+  set_labels(state);
+}
+BENCHMARK(BM_Attention)
+    ->ArgNames({"n_kv", "N", "values"})
+    ->Args({512, 1, 0})
+    ->Args({512, 1, 1})
+    ->Args({512, 512, 0})
+    ->Args({512, 512, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// args: row length, rows
+void BM_RmsNorm(benchmark::State& state) {
+  Bench b;
+  Tensor* x = b.leaf(DType::F32, {state.range(0), state.range(1)});
+  b.finish(rms_norm(b.g, x, 1e-5f));
+  b.run(state);
+  state.SetItemsProcessed(state.iterations() * x->nelements());
+  set_labels(state);
+}
+BENCHMARK(BM_RmsNorm)->Args({2048, 1})->Args({2048, 512})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// args: n_kv, tokens, heads (attention scores with a causal mask)
+void BM_SoftMax(benchmark::State& state) {
+  const int64_t kv = state.range(0), n = state.range(1), h = state.range(2);
+  Bench b;
+  Tensor* x = b.leaf(DType::F32, {kv, n, h});
+  Tensor* mask = b.leaf(DType::F32, {kv, n});
+  float* m = static_cast<float*>(mask->data);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < kv; ++i) m[j * kv + i] = i > j + (kv - n) ? -INFINITY : 0.0f;
+  b.finish(soft_max(b.g, x, mask, 0.125f));
+  b.run(state);
+  state.SetItemsProcessed(state.iterations() * x->nelements());
+  set_labels(state);
+}
+BENCHMARK(BM_SoftMax)->Args({512, 1, 32})->Args({512, 512, 32})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// args: head dim, heads, tokens, mode
+void BM_Rope(benchmark::State& state) {
+  const int64_t d = state.range(0), h = state.range(1), n = state.range(2);
+  Bench b;
+  Tensor* x = b.leaf(DType::F32, {d, h, n});
+  Tensor* pos = b.leaf(DType::I32, {n});
+  b.finish(rope(b.g, x, pos, static_cast<int>(d), static_cast<RopeMode>(state.range(3)), 10000.0f, 1.0f));
+  b.run(state);
+  state.SetItemsProcessed(state.iterations() * x->nelements());
+  set_labels(state);
+}
+BENCHMARK(BM_Rope)->Args({64, 32, 1, 0})->Args({64, 32, 512, 0})->Args({64, 32, 512, 2})->UseRealTime()->Unit(
+    benchmark::kMicrosecond);
+
+// args: elements (silu of an FFN activation)
+void BM_Silu(benchmark::State& state) {
+  Bench b;
+  Tensor* x = b.leaf(DType::F32, {5632, state.range(0)});
+  b.finish(silu(b.g, x));
+  b.run(state);
+  state.SetItemsProcessed(state.iterations() * x->nelements());
+  set_labels(state);
+}
+BENCHMARK(BM_Silu)->Arg(1)->Arg(512)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Our own flags first; the rest goes to Google Benchmark.
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      g_threads = std::atoi(argv[i] + 10);
+    } else if (std::strncmp(argv[i], "--isa=", 6) == 0) {
+      const std::string v = argv[i] + 6;
+      g_isa = v == "scalar" ? cpu::Isa::Scalar : v == "avx512" ? cpu::Isa::Avx512 : cpu::Isa::Avx2;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  int n = static_cast<int>(rest.size());
+  benchmark::Initialize(&n, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,101 @@
+// Cpy (a into b, any shapes with the same element count) and Cont (a
+// contiguous copy), converting between F32, F16 and BF16; and the row
+// conversion helper the other kernels share.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/elem.h"
+#include "backend/cpu/ops.h"
+
+namespace qlens::cpu {
+
+void row_to_f32(const Tensor& t, const char* row, int64_t k0, int64_t n, float* out, const VecOps& v) {
+  const TypeTraits& tt = type_traits(t.type);
+  if (t.nb[0] == tt.block_bytes) {
+    ToFloatFn f = v.to_float[static_cast<int>(t.type)];
+    f(row + k0 / tt.block_size * tt.block_bytes, out, n);
+  } else {
+    for (int64_t k = 0; k < n; ++k) out[k] = load_elem(t.type, row + (k0 + k) * t.nb[0]);
+  }
+}
+
+namespace {
+
+constexpr int64_t kChunk = 1024;  // elements converted through the float buffer at a time
+
+// n adjacent elements of type st at src to type dt at dst.
+void convert(int64_t n, const char* src, DType st, char* dst, DType dt, float* buf, const VecOps& v) {
+  if (st == dt) {
+    std::memcpy(dst, src, n * type_traits(st).block_bytes);
+  } else if (st == DType::F32) {
+    v.from_float[static_cast<int>(dt)](reinterpret_cast<const float*>(src), dst, n);
+  } else if (dt == DType::F32) {
+    v.to_float[static_cast<int>(st)](src, reinterpret_cast<float*>(dst), n);
+  } else {
+    const size_t ss = type_traits(st).block_bytes, ds = type_traits(dt).block_bytes;
+    for (int64_t i = 0; i < n; i += kChunk) {
+      const int64_t m = std::min(kChunk, n - i);
+      v.to_float[static_cast<int>(st)](src + i * ss, buf, m);
+      v.from_float[static_cast<int>(dt)](buf, dst + i * ds, m);
+    }
+  }
+}
+
+// Unravels a linear element index into coordinates of t.
+void unravel(const Tensor& t, int64_t e, int64_t* i) {
+  for (int k = 0; k < kMaxDims; ++k) {
+    i[k] = e % t.ne[k];
+    e /= t.ne[k];
+  }
+}
+
+}  // namespace
+
+void op_cpy(const Tensor& node, const KernelCtx& c) {
+  const Tensor& a = *node.src[0];
+  const Tensor& d = node.op == Op::Cpy ? *node.src[1] : node;
+  const VecOps& v = *c.vec;
+  float* buf = reinterpret_cast<float*>(c.scratch);
+  const size_t as = type_traits(a.type).block_bytes, ds = type_traits(d.type).block_bytes;
+
+  if (a.is_contiguous() && d.is_contiguous()) {  // one flat run
+    int64_t e0, e1;
+    split_range(a.nelements(), c.ith, c.nth, &e0, &e1);
+    if (e1 > e0)
+      convert(e1 - e0, static_cast<const char*>(a.data) + e0 * as, a.type,
+              static_cast<char*>(d.data) + e0 * ds, d.type, buf, v);
+    return;
+  }
+  if (a.ne[0] == d.ne[0]) {  // row r of a goes to row r of d
+    int64_t r0, r1;
+    split_range(a.nrows(), c.ith, c.nth, &r0, &r1);
+    const bool adjacent = a.nb[0] == as && d.nb[0] == ds;
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t a1, a2, a3, d1, d2, d3;
+      row_coords(a, r, &a1, &a2, &a3);
+      row_coords(d, r, &d1, &d2, &d3);
+      const char* src = a.at(0, a1, a2, a3);
+      char* dst = d.at(0, d1, d2, d3);
+      if (adjacent) {
+        convert(a.ne[0], src, a.type, dst, d.type, buf, v);
+      } else {
+        for (int64_t i = 0; i < a.ne[0]; ++i) store_elem(d.type, dst + i * d.nb[0], load_elem(a.type, src + i * a.nb[0]));
+      }
+    }
+    return;
+  }
+  // General: element e of a (in its logical order) goes to element e of d.
+  int64_t e0, e1;
+  split_range(a.nelements(), c.ith, c.nth, &e0, &e1);
+  if (e1 <= e0) return;
+  int64_t ia[kMaxDims], id[kMaxDims];
+  unravel(a, e0, ia);
+  unravel(d, e0, id);
+  for (int64_t e = e0; e < e1; ++e) {
+    store_elem(d.type, d.at(id[0], id[1], id[2], id[3]), load_elem(a.type, a.at(ia[0], ia[1], ia[2], ia[3])));
+    for (int k = 0; k < kMaxDims && ++ia[k] == a.ne[k]; ++k) ia[k] = 0;
+    for (int k = 0; k < kMaxDims && ++id[k] == d.ne[k]; ++k) id[k] = 0;
+  }
+}
+
+}  // namespace qlens::cpu

@@ -1,0 +1,207 @@
+// The CPU backend: runs a graph's nodes in order on a pool of threads. All
+// threads take part in every node (each computes its share) and meet at a
+// barrier before the next one; view nodes need no work and no barrier.
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/thread_pool.h"
+#include "qlens/error.h"
+
+namespace qlens {
+
+namespace cpu {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+[[noreturn]] void fail(const Tensor& node, const std::string& what) {
+  throw Error(std::string("cpu backend: ") + op_name(node.op) + " '" + node.name + "' " + shape_string(node) + ": " +
+              what);
+}
+
+// Checks what the kernels rely on, so that they never need to fail.
+void check_node(const Tensor& n) {
+  if (!n.data) fail(n, "has no data (apply a memory plan first)");
+  for (const Tensor* s : n.src)
+    if (s && !s->data) fail(n, "source '" + s->name + "' has no data");
+  const Tensor* a = n.src[0];
+  const Tensor* b = n.src[1];
+  if (n.op != Op::Cpy && n.op != Op::Cont && (n.type != DType::F32 || n.nb[0] != sizeof(float)))
+    fail(n, "result must be F32 with adjacent elements");
+  auto need_f32 = [&](const Tensor* t) {
+    if (!t || t->type != DType::F32) fail(n, "source must be F32");
+  };
+  switch (n.op) {
+    case Op::GetRows: {
+      const TypeTraits& tt = type_traits(a->type);
+      if (!tt.to_float) fail(n, "cannot read rows of type " + std::string(tt.name));
+      if (tt.block_size > 1 && a->nb[0] != tt.block_bytes) fail(n, "rows of a quantized source must be contiguous");
+      if (b->type != DType::I32) fail(n, "indices must be I32");
+      for (int64_t i = 0; i < b->ne[0]; ++i) {
+        const int32_t r = *reinterpret_cast<const int32_t*>(b->at(i));
+        if (r < 0 || r >= a->ne[1])
+          fail(n, "index " + std::to_string(r) + " out of range for " + std::to_string(a->ne[1]) + " rows");
+      }
+      break;
+    }
+    case Op::MulMat: {
+      const TypeTraits& tt = type_traits(a->type);
+      if (!tt.to_float) fail(n, "cannot read weights of type " + std::string(tt.name));
+      if (tt.block_size > 1 && a->nb[0] != tt.block_bytes) fail(n, "rows of quantized weights must be contiguous");
+      if (!type_traits(tt.vec_dot_type).from_float && tt.vec_dot_type != DType::F32)
+        fail(n, "cannot convert activations to " + std::string(type_name(tt.vec_dot_type)));
+      need_f32(b);
+      if (a->ne[0] != b->ne[0] || b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0) fail(n, "shapes do not match");
+      break;
+    }
+    case Op::Add:
+    case Op::Mul:
+      need_f32(a);
+      need_f32(b);
+      for (int i = 0; i < kMaxDims; ++i)
+        if (b->ne[i] == 0 || a->ne[i] % b->ne[i] != 0) fail(n, "cannot broadcast b");
+      break;
+    case Op::Scale:
+    case Op::RmsNorm:
+    case Op::Silu:
+      need_f32(a);
+      break;
+    case Op::Rope:
+      need_f32(a);
+      if (b->type != DType::I32 || b->ne[0] != a->ne[2]) fail(n, "positions must be I32, one per token");
+      if (n.params[0] <= 0 || n.params[0] % 2 != 0 || n.params[0] > a->ne[0]) fail(n, "bad rotated dims");
+      if (n.params[1] != static_cast<int32_t>(RopeMode::Normal) && n.params[1] != static_cast<int32_t>(RopeMode::NeoX))
+        fail(n, "unknown rope mode " + std::to_string(n.params[1]));
+      break;
+    case Op::SoftMax:
+      need_f32(a);
+      if (b && (b->type != DType::F32 || b->ne[0] != a->ne[0] || b->ne[1] < a->ne[1]))
+        fail(n, "mask does not cover the input");
+      break;
+    case Op::Cpy:
+    case Op::Cont: {
+      const Tensor& d = n.op == Op::Cpy ? *b : n;
+      if (!is_float_type(a->type) || !is_float_type(d.type)) fail(n, "copies F32, F16 and BF16 only");
+      if (a->nelements() != d.nelements()) fail(n, "element counts differ");
+      break;
+    }
+    default:
+      fail(n, "unsupported operation");
+  }
+}
+
+void run_node(const Tensor& n, const KernelCtx& c) {
+  switch (n.op) {
+    case Op::GetRows: op_get_rows(n, c); break;
+    case Op::MulMat: matmul(n, c); break;
+    case Op::Add: op_add(n, c); break;
+    case Op::Mul: op_mul(n, c); break;
+    case Op::Scale: op_scale(n, c); break;
+    case Op::RmsNorm: op_rms_norm(n, c); break;
+    case Op::Rope: op_rope(n, c); break;
+    case Op::SoftMax: op_soft_max(n, c); break;
+    case Op::Silu: op_silu(n, c); break;
+    case Op::Cpy:
+    case Op::Cont: op_cpy(n, c); break;
+    default: break;  // views: nothing to do
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(int n_threads, Isa isa) : pool_(n_threads), isa_(isa), vec_(&vec_ops(isa)) {}
+
+  std::string name() const override { return std::string("cpu-") + isa_name(isa_); }
+  int n_threads() const override { return pool_.size(); }
+
+  void compute(const Graph& graph) override {
+    const int nth = pool_.size();
+    std::vector<const Tensor*> work;
+    size_t per_thread = 0, shared = 0;
+    for (const Tensor* n : graph.nodes()) {
+      if (op_is_view(n->op)) continue;
+      check_node(*n);
+      work.push_back(n);
+      per_thread = std::max(per_thread, align_up(scratch_bytes(*n, nth, isa_)));
+      shared = std::max(shared, align_up(shared_scratch_bytes(*n, nth, isa_)));
+    }
+    if (work.empty()) return;
+    const size_t need = per_thread * nth + shared + kAlign;
+    if (scratch_.size() < need) {
+      scratch_.clear();
+      scratch_.shrink_to_fit();
+      scratch_.resize(need);
+    }
+    char* base = scratch_.data();
+    base += (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
+    char* shared_base = base + per_thread * nth;
+
+    // Node i takes work items from counters_[i % 2]; thread 0 resets the other
+    // counter while node i runs (its last user, node i - 1, is finished), and
+    // the barrier before node i + 1 publishes the reset.
+    counters_[0].store(0, std::memory_order_relaxed);
+    counters_[1].store(0, std::memory_order_relaxed);
+    pool_.run([&](int ith) {
+      KernelCtx c{ith, nth, base + ith * per_thread, shared_base, nullptr, &pool_, vec_, isa_};
+      for (size_t i = 0; i < work.size(); ++i) {
+        if (i > 0) pool_.barrier();
+        if (ith == 0) counters_[(i + 1) % 2].store(0, std::memory_order_relaxed);
+        c.counter = &counters_[i % 2];
+        run_node(*work[i], c);
+      }
+    });
+  }
+
+ private:
+  ThreadPool pool_;
+  Isa isa_;
+  const VecOps* vec_;
+  std::vector<char> scratch_;
+  std::atomic<int64_t> counters_[2];
+};
+
+}  // namespace
+
+size_t scratch_bytes(const Tensor& n, int nth, Isa isa) {
+  const int64_t row = n.src[0] ? n.src[0]->ne[0] : 0;
+  switch (n.op) {
+    case Op::MulMat: return matmul_scratch(n, nth, isa);
+    case Op::Add:
+    case Op::Mul: return 2 * row * sizeof(float);
+    case Op::Scale:
+    case Op::Silu:
+    case Op::RmsNorm:
+    case Op::SoftMax: return row * sizeof(float);
+    case Op::Rope: return (n.params[0] / 2) * (sizeof(double) + 2 * sizeof(float));
+    case Op::Cpy:
+    case Op::Cont: return 1024 * sizeof(float);
+    default: return 0;
+  }
+}
+
+size_t shared_scratch_bytes(const Tensor& n, int nth, Isa isa) {
+  return n.op == Op::MulMat ? matmul_shared_scratch(n, nth, isa) : 0;
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, Isa isa) {
+  if (!isa_supported(isa)) throw Error(std::string("cpu backend: this CPU cannot run ") + isa_name(isa) + " kernels");
+  if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::make_unique<CpuBackend>(n_threads, isa);
+}
+
+}  // namespace cpu
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return cpu::make_cpu_backend(n_threads, cpu::best_isa()); }
+
+}  // namespace qlens

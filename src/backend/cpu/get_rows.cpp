@@ -1,0 +1,17 @@
+// GetRows: row idx[i] of a (any readable type) as F32 row i of the result.
+#include "backend/cpu/ops.h"
+
+namespace qlens::cpu {
+
+void op_get_rows(const Tensor& d, const KernelCtx& c) {
+  const Tensor& a = *d.src[0];
+  const Tensor& idx = *d.src[1];
+  int64_t r0, r1;
+  split_range(idx.ne[0], c.ith, c.nth, &r0, &r1);
+  for (int64_t i = r0; i < r1; ++i) {
+    const int32_t row = *reinterpret_cast<const int32_t*>(idx.at(i));
+    row_to_f32(a, a.at(0, row), 0, a.ne[0], reinterpret_cast<float*>(d.at(0, i)), *c.vec);
+  }
+}
+
+}  // namespace qlens::cpu

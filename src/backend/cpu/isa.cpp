@@ -1,0 +1,56 @@
+#include "backend/cpu/isa.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace qlens::cpu {
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar:
+      return true;
+    case Isa::Avx2:
+#if defined(__x86_64__) || defined(__i386__)
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+    case Isa::Avx512:
+#if defined(__x86_64__) || defined(__i386__)
+      return isa_supported(Isa::Avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+// The AVX-512 kernels are the AVX2 templates with a 16-lane wrapper, but they
+// have not yet run on AVX-512 hardware (test_ops checks them wherever the CPU
+// has it): until they have, they are used only when asked for with
+// QLENS_CPU_ISA=avx512.
+constexpr bool kAvx512ByDefault = false;
+
+Isa best_isa() {
+  Isa cap = kAvx512ByDefault ? Isa::Avx512 : Isa::Avx2;
+  if (const char* env = std::getenv("QLENS_CPU_ISA")) {
+    if (std::strcmp(env, "scalar") == 0) cap = Isa::Scalar;
+    else if (std::strcmp(env, "avx2") == 0) cap = Isa::Avx2;
+    else if (std::strcmp(env, "avx512") == 0) cap = Isa::Avx512;
+  }
+  for (int i = static_cast<int>(cap); i > 0; --i)
+    if (isa_supported(static_cast<Isa>(i))) return static_cast<Isa>(i);
+  return Isa::Scalar;
+}
+
+}  // namespace qlens::cpu

@@ -1,0 +1,20 @@
+// Instruction sets the CPU backend has kernels for, and which one to use.
+//
+// Kernels for one instruction set live in files named *_avx2.cpp / *_avx512.cpp,
+// compiled with that set's flags; everything else is portable C++. The scalar
+// kernels are always present and are what the SIMD ones are tested against.
+#pragma once
+
+namespace qlens::cpu {
+
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+const char* isa_name(Isa isa);
+// Whether this CPU can run the kernels of `isa`.
+bool isa_supported(Isa isa);
+// The instruction set the backend uses by default: the widest supported one
+// (AVX-512 only on request for now, see isa.cpp); QLENS_CPU_ISA=scalar|avx2|
+// avx512 in the environment sets the cap.
+Isa best_isa();
+
+}  // namespace qlens::cpu

@@ -1,0 +1,411 @@
+// MulMat: work split, packing and the two paths (see matmul.h); the scalar dot
+// kernels. The SIMD kernels are in matmul_avx2.cpp / matmul_avx512.cpp.
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "backend/cpu/elem.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/vec.h"
+
+namespace qlens::cpu {
+
+namespace {
+
+// ---- scalar kernels -------------------------------------------------------
+
+// Element i of a weight row; F16 through the conversion table.
+template <DType WT>
+float scalar_weight(const void* w, int64_t i, const float* f16) {
+  if constexpr (WT == DType::F16) {
+    return f16[static_cast<const uint16_t*>(w)[i]];
+  } else {
+    return weight_at<WT>(w, i);
+  }
+}
+
+// Eight partial sums per activation row (a fixed order, and vectorizable).
+template <DType WT>
+void dot_scalar(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out) {
+  const float* f16 = fp16_table();
+  for (int c = 0; c < nc; ++c) {
+    const float* xc = reinterpret_cast<const float*>(static_cast<const char*>(x) + c * x_stride);
+    float s[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+      for (int u = 0; u < 8; ++u) s[u] += scalar_weight<WT>(w, i + u, f16) * xc[i + u];
+    for (int u = 0; i < k; ++i, ++u) s[u] += scalar_weight<WT>(w, i, f16) * xc[i];
+    out[c] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  }
+}
+
+GemmKernels make_scalar() {
+  GemmKernels g{};
+  g.micro = nullptr;
+  g.dot[static_cast<int>(DType::F32)] = dot_scalar<DType::F32>;
+  g.dot[static_cast<int>(DType::F16)] = dot_scalar<DType::F16>;
+  g.dot[static_cast<int>(DType::BF16)] = dot_scalar<DType::BF16>;
+  return g;
+}
+
+GemmKernels merged(const GemmKernels* simd, const GemmKernels& fallback) {
+  if (!simd) return fallback;
+  GemmKernels g = *simd;
+  for (uint32_t t = 0; t < kDTypeCount; ++t) {
+    if (!g.dot[t]) g.dot[t] = fallback.dot[t];
+    if (!g.pack[t] && fallback.nr == g.nr) g.pack[t] = fallback.pack[t];
+  }
+  if (!g.pack_act && fallback.mr == g.mr) g.pack_act = fallback.pack_act;
+  return g;
+}
+
+// ---- shapes and work items -------------------------------------------------
+
+constexpr size_t kAlign = 64;
+
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+struct Shape {
+  int64_t K, M, N;    // row length, weight rows, activation rows
+  int64_t B2, B3;     // batch dims of the result (and of b)
+  int64_t r2, r3;     // broadcast ratios b/a in dims 2 and 3
+  int64_t nbatch() const { return B2 * B3; }
+};
+
+Shape shape_of(const Tensor& node) {
+  const Tensor& a = *node.src[0];
+  const Tensor& b = *node.src[1];
+  return {a.ne[0], a.ne[1], b.ne[1], b.ne[2], b.ne[3], b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]};
+}
+
+bool rows_contiguous(const Tensor& t) { return t.nb[0] == type_traits(t.type).block_bytes; }
+
+// Items are chunks of `rows` weight rows (a multiple of `align`) of one batch.
+struct Items {
+  int64_t rows;    // weight rows per chunk
+  int64_t nchunk;  // chunks per batch
+  int64_t count;   // items in all
+
+  // About `per_thread` items per thread, at least `align` rows each.
+  static Items make(const Shape& s, int nth, int64_t align, int64_t per_thread) {
+    const int64_t want = std::max<int64_t>(1, nth * per_thread / s.nbatch());
+    const int64_t rows = std::max(align, round_up((s.M + want - 1) / want, align));
+    const int64_t nchunk = (s.M + rows - 1) / rows;
+    return {rows, nchunk, nchunk * s.nbatch()};
+  }
+};
+
+// Calls f(i12, i13, m0, m1) for each item this thread takes.
+template <class F>
+void for_each_item(const KernelCtx& c, const Shape& s, const Items& items, F&& f) {
+  for (int64_t it = c.next_item(); it < items.count; it = c.next_item()) {
+    const int64_t batch = it / items.nchunk;
+    const int64_t m0 = (it - batch * items.nchunk) * items.rows;
+    f(batch % s.B2, batch / s.B2, m0, std::min(s.M, m0 + items.rows));
+  }
+}
+
+// ---- dot path ---------------------------------------------------------------
+
+struct DotPlan {
+  VecDotFn dot;
+  bool convert_rows;  // weight rows go through to_float into F32 first
+  DType x_type;       // type the activation rows must be in
+  bool convert_x;     // activations are converted into scratch
+  size_t x_row_bytes;
+  int64_t row_block;  // activation rows per cache block
+};
+
+DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
+  const Tensor& a = *node.src[0];
+  const Tensor& b = *node.src[1];
+  const int64_t K = a.ne[0];
+  DotPlan p{};
+  const VecDotFn own = gk.dot[static_cast<int>(a.type)];
+  p.convert_rows = !own || !rows_contiguous(a);
+  p.dot = p.convert_rows ? gk.dot[static_cast<int>(DType::F32)] : own;
+  p.x_type = p.convert_rows ? DType::F32 : type_traits(a.type).vec_dot_type;
+  p.convert_x = p.x_type != DType::F32 || b.nb[0] != sizeof(float);
+  p.x_row_bytes = p.convert_x ? row_bytes(p.x_type, K) : b.nb[1];
+  // Keep about 256 KiB of activation rows hot while weight rows stream past.
+  const size_t x_bytes = std::max<size_t>(1, row_bytes(p.x_type, K));
+  p.row_block = std::max<int64_t>(4, static_cast<int64_t>((256 << 10) / x_bytes) / 4 * 4);
+  return p;
+}
+
+size_t dot_scratch(const Tensor& node, const GemmKernels& gk) {
+  const Shape s = shape_of(node);
+  const DotPlan p = dot_plan(node, gk);
+  size_t bytes = align_up(s.K * sizeof(float));  // a converted weight or activation row
+  if (p.convert_x) bytes += align_up(s.N * p.x_row_bytes);
+  return bytes;
+}
+
+void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const GemmKernels& gk) {
+  const Tensor& a = *node.src[0];
+  const Tensor& b = *node.src[1];
+  const Tensor& d = node;
+  const VecOps& vo = *c.vec;
+  const DotPlan p = dot_plan(node, gk);
+  float* row = reinterpret_cast<float*>(c.scratch);
+  char* xbuf = c.scratch + align_up(s.K * sizeof(float));
+  const FromFloatFn x_from_float = vo.from_float[static_cast<int>(p.x_type)];
+  int64_t x_batch = -1;  // the batch whose activations are in xbuf
+
+  // Chunks of at least 16 rows, about 8 per thread.
+  const Items items = Items::make(s, c.nth, 16, 8);
+  for_each_item(c, s, items, [&](int64_t i12, int64_t i13, int64_t m0, int64_t m1) {
+    const int64_t i02 = i12 / s.r2, i03 = i13 / s.r3;
+    const char* x = b.at(0, 0, i12, i13);
+    if (p.convert_x) {
+      if (x_batch != i12 + i13 * s.B2) {
+        x_batch = i12 + i13 * s.B2;
+        for (int64_t j = 0; j < s.N; ++j) {
+          char* dst = xbuf + j * p.x_row_bytes;
+          float* f = p.x_type == DType::F32 ? reinterpret_cast<float*>(dst) : row;
+          row_to_f32(b, b.at(0, j, i12, i13), 0, s.K, f, vo);
+          if (p.x_type != DType::F32) x_from_float(f, dst, s.K);
+        }
+      }
+      x = xbuf;
+    }
+    float out[4];
+    for (int64_t j0 = 0; j0 < s.N; j0 += p.row_block) {
+      const int64_t j1 = std::min(s.N, j0 + p.row_block);
+      for (int64_t i = m0; i < m1; ++i) {
+        const void* w = a.at(0, i, i02, i03);
+        if (p.convert_rows) {
+          row_to_f32(a, static_cast<const char*>(w), 0, s.K, row, vo);
+          w = row;
+        }
+        for (int64_t j = j0; j < j1; j += 4) {
+          const int nc = static_cast<int>(std::min<int64_t>(4, j1 - j));
+          p.dot(s.K, w, x + j * p.x_row_bytes, p.x_row_bytes, nc, out);
+          for (int k = 0; k < nc; ++k) *reinterpret_cast<float*>(d.at(i, j + k, i12, i13)) = out[k];
+        }
+      }
+    }
+  });
+}
+
+// ---- GEMM path --------------------------------------------------------------
+
+// Activations are packed per K block pc into ceil(N / mr) panels of kc x mr
+// (k-major, zero rows past N): panel p0 of block pc at pc * Np + p0 * kc,
+// where Np = N rounded up to mr. Shared packing holds every block of every
+// batch (used with fewer batches than threads, when that is not too big);
+// private packing one block of one batch at a time.
+int64_t packed_rows(const Shape& s, const GemmKernels& gk) { return round_up(s.N, gk.mr); }
+
+std::atomic<size_t> g_max_shared{size_t{64} << 20};
+
+bool gemm_shared(const Shape& s, int nth, const GemmKernels& gk) {
+  return s.nbatch() < nth && static_cast<size_t>(s.nbatch() * packed_rows(s, gk) * s.K) * sizeof(float) <=
+                                 g_max_shared.load(std::memory_order_relaxed);
+}
+
+struct GemmScratch {
+  float* bp;    // private packed activations (one K block), unless shared
+  float* wp;    // packed weights: mc / nr panels of kc x nr
+  float* row;   // one converted weight row segment (kc)
+  float* tile;  // an edge tile (mr x nr)
+};
+
+size_t gemm_scratch_layout(const Shape& s, int nth, const GemmKernels& gk, char* base, GemmScratch* out) {
+  const size_t bp = gemm_shared(s, nth, gk) ? 0 : align_up(packed_rows(s, gk) * gk.kc * sizeof(float));
+  const size_t wp = align_up(gk.mc * gk.kc * sizeof(float));
+  const size_t row = align_up(gk.kc * sizeof(float));
+  const size_t tile = align_up(gk.mr * gk.nr * sizeof(float));
+  if (out) {
+    out->bp = reinterpret_cast<float*>(base);
+    out->wp = reinterpret_cast<float*>(base + bp);
+    out->row = reinterpret_cast<float*>(base + bp + wp);
+    out->tile = reinterpret_cast<float*>(base + bp + wp + row);
+  }
+  return bp + wp + row + tile;
+}
+
+size_t gemm_shared_bytes(const Shape& s, int nth, const GemmKernels& gk) {
+  return gemm_shared(s, nth, gk) ? align_up(s.nbatch() * packed_rows(s, gk) * s.K * sizeof(float)) : 0;
+}
+
+// Panel of activation rows [p0, p0 + mr), elements [pc, pc + kc).
+void pack_activation_panel(const Tensor& b, int64_t i12, int64_t i13, int64_t N, int64_t p0, int64_t pc,
+                           int64_t kc, const GemmKernels& gk, float* panel) {
+  const int mr = gk.mr;
+  if (gk.pack_act && b.nb[0] == sizeof(float)) {
+    gk.pack_act(b.at(0, p0, i12, i13), b.nb[1], std::min<int64_t>(mr, N - p0), pc, kc, panel);
+    return;
+  }
+  const int64_t stride = static_cast<int64_t>(b.nb[0] / sizeof(float));
+  for (int r = 0; r < mr; ++r) {
+    if (p0 + r < N) {
+      const float* src = reinterpret_cast<const float*>(b.at(0, p0 + r, i12, i13)) + pc * stride;
+      for (int64_t k = 0; k < kc; ++k) panel[k * mr + r] = src[k * stride];
+    } else {
+      for (int64_t k = 0; k < kc; ++k) panel[k * mr + r] = 0.0f;
+    }
+  }
+}
+
+// Weight rows [m0, m1) (at most mc), elements [pc, pc + kc), converted to F32
+// into panels of nr rows, k-major (zero rows past m1).
+void pack_weights(const Tensor& a, int64_t i02, int64_t i03, int64_t m0, int64_t m1, int64_t pc, int64_t kc,
+                  const GemmKernels& gk, const VecOps& vo, float* row, float* wp) {
+  const int nr = gk.nr;
+  const PackFn pack = rows_contiguous(a) ? gk.pack[static_cast<int>(a.type)] : nullptr;
+  for (int64_t q0 = m0; q0 < m1; q0 += nr) {
+    float* panel = wp + (q0 - m0) * kc;
+    if (pack) {
+      pack(a.at(0, q0, i02, i03), a.nb[1], std::min<int64_t>(nr, m1 - q0), pc, kc, panel);
+      continue;
+    }
+    for (int i = 0; i < nr; ++i) {
+      if (q0 + i < m1) {
+        row_to_f32(a, a.at(0, q0 + i, i02, i03), pc, kc, row, vo);
+        for (int64_t k = 0; k < kc; ++k) panel[k * nr + i] = row[k];
+      } else {
+        for (int64_t k = 0; k < kc; ++k) panel[k * nr + i] = 0.0f;
+      }
+    }
+  }
+}
+
+// Output rows [m0, m1) of one batch for K block pc, activations packed at bp.
+void gemm_block(const Tensor& a, const Tensor& d, const Shape& s, int64_t i12, int64_t i13, int64_t m0, int64_t m1,
+                int64_t pc, int64_t kc, const float* bp, const GemmScratch& sc, const GemmKernels& gk,
+                const VecOps& vo) {
+  const int mr = gk.mr, nr = gk.nr;
+  const int64_t ldc = static_cast<int64_t>(d.nb[1] / sizeof(float));
+  const bool accumulate = pc > 0;
+  float* c = reinterpret_cast<float*>(d.at(0, 0, i12, i13));
+  for (int64_t jc = m0; jc < m1; jc += gk.mc) {
+    const int64_t jc1 = std::min(m1, jc + gk.mc);
+    pack_weights(a, i12 / s.r2, i13 / s.r3, jc, jc1, pc, kc, gk, vo, sc.row, sc.wp);
+    for (int64_t ic = 0; ic < s.N; ic += gk.nc) {
+      const int64_t ic1 = std::min(s.N, ic + gk.nc);
+      for (int64_t q0 = jc; q0 < jc1; q0 += nr) {
+        const float* wpanel = sc.wp + (q0 - jc) * kc;
+        const int64_t cols = std::min<int64_t>(nr, jc1 - q0);
+        for (int64_t p0 = ic; p0 < ic1; p0 += mr) {
+          const float* bpanel = bp + p0 * kc;
+          const int64_t rows = std::min<int64_t>(mr, s.N - p0);
+          float* ct = c + p0 * ldc + q0;
+          if (rows == mr && cols == nr) {
+            gk.micro(kc, wpanel, bpanel, ct, ldc, accumulate);
+            continue;
+          }
+          // Edge tile: the same arithmetic into a buffer, then the valid part.
+          gk.micro(kc, wpanel, bpanel, sc.tile, nr, false);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < cols; ++i) {
+              float& dst = ct[r * ldc + i];
+              dst = accumulate ? dst + sc.tile[r * nr + i] : sc.tile[r * nr + i];
+            }
+        }
+      }
+    }
+  }
+}
+
+void gemm_path(const Tensor& node, const Shape& s, const KernelCtx& c, const GemmKernels& gk) {
+  const Tensor& a = *node.src[0];
+  const Tensor& b = *node.src[1];
+  const VecOps& vo = *c.vec;
+  GemmScratch sc;
+  gemm_scratch_layout(s, c.nth, gk, c.scratch, &sc);
+  const int64_t np = packed_rows(s, gk);
+
+  if (gemm_shared(s, c.nth, gk)) {
+    // All threads pack all activations once (panels split statically), then
+    // take chunks of weight rows.
+    float* shared = reinterpret_cast<float*>(c.shared);
+    const int64_t nblocks = (s.K + gk.kc - 1) / gk.kc, npanels = np / gk.mr;
+    const int64_t total = s.nbatch() * nblocks * npanels;
+    for (int64_t t = total * c.ith / c.nth; t < total * (c.ith + 1) / c.nth; ++t) {
+      const int64_t batch = t / (nblocks * npanels);
+      const int64_t pc = (t / npanels % nblocks) * gk.kc;
+      const int64_t p0 = t % npanels * gk.mr;
+      const int64_t kc = std::min(gk.kc, s.K - pc);
+      pack_activation_panel(b, batch % s.B2, batch / s.B2, s.N, p0, pc, kc, gk,
+                            shared + batch * np * s.K + pc * np + p0 * kc);
+    }
+    c.barrier();
+    // Chunks of whole weight blocks where there are enough, about 4 per thread.
+    const Items items = Items::make(s, c.nth, gk.nr, 4);
+    for_each_item(c, s, items, [&](int64_t i12, int64_t i13, int64_t m0, int64_t m1) {
+      const float* bb = shared + (i12 + i13 * s.B2) * np * s.K;
+      for (int64_t pc = 0; pc < s.K; pc += gk.kc)
+        gemm_block(a, node, s, i12, i13, m0, m1, pc, std::min(gk.kc, s.K - pc), bb + pc * np, sc, gk, vo);
+    });
+    return;
+  }
+  // Items pack their own activations: whole batches when there are enough of
+  // them, else chunks of weight rows.
+  const Items items = Items::make(s, c.nth, gk.nr, 2);
+  for_each_item(c, s, items, [&](int64_t i12, int64_t i13, int64_t m0, int64_t m1) {
+    for (int64_t pc = 0; pc < s.K; pc += gk.kc) {
+      const int64_t kc = std::min(gk.kc, s.K - pc);
+      for (int64_t p0 = 0; p0 < np; p0 += gk.mr)
+        pack_activation_panel(b, i12, i13, s.N, p0, pc, kc, gk, sc.bp + p0 * kc);
+      gemm_block(a, node, s, i12, i13, m0, m1, pc, kc, sc.bp, sc, gk, vo);
+    }
+  });
+}
+
+bool uses_gemm(const Tensor& node, const GemmKernels& gk) {
+  const Tensor& a = *node.src[0];
+  return gk.micro && node.src[1]->ne[1] >= gk.min_n && node.nb[0] == sizeof(float) &&
+         type_traits(a.type).to_float != nullptr;
+}
+
+}  // namespace
+
+const GemmKernels& gemm_kernels(Isa isa) {
+  static const GemmKernels scalar = make_scalar();
+  static const GemmKernels avx2 = merged(isa_supported(Isa::Avx2) ? gemm_kernels_avx2() : nullptr, scalar);
+  static const GemmKernels avx512 = merged(isa_supported(Isa::Avx512) ? gemm_kernels_avx512() : nullptr, avx2);
+  switch (isa) {
+    case Isa::Scalar: return scalar;
+    case Isa::Avx2: return avx2;
+    case Isa::Avx512: return avx512;
+  }
+  return scalar;
+}
+
+bool matmul_uses_gemm(const Tensor& node, Isa isa) { return uses_gemm(node, gemm_kernels(isa)); }
+
+size_t matmul_set_max_shared(size_t bytes) { return g_max_shared.exchange(bytes); }
+
+size_t matmul_scratch(const Tensor& node, int nth, Isa isa) {
+  const GemmKernels& gk = gemm_kernels(isa);
+  if (uses_gemm(node, gk)) return gemm_scratch_layout(shape_of(node), nth, gk, nullptr, nullptr);
+  return dot_scratch(node, gk);
+}
+
+size_t matmul_shared_scratch(const Tensor& node, int nth, Isa isa) {
+  const GemmKernels& gk = gemm_kernels(isa);
+  return uses_gemm(node, gk) ? gemm_shared_bytes(shape_of(node), nth, gk) : 0;
+}
+
+void matmul(const Tensor& node, const KernelCtx& c) {
+  const GemmKernels& gk = gemm_kernels(c.isa);
+  const Shape s = shape_of(node);
+  if (s.M == 0 || s.N == 0 || s.nbatch() == 0) return;
+  if (s.K == 0) {  // empty sums
+    if (c.ith == 0)
+      for (int64_t i3 = 0; i3 < s.B3; ++i3)
+        for (int64_t i2 = 0; i2 < s.B2; ++i2)
+          for (int64_t j = 0; j < s.N; ++j)
+            for (int64_t i = 0; i < s.M; ++i) *reinterpret_cast<float*>(node.at(i, j, i2, i3)) = 0.0f;
+    return;
+  }
+  if (uses_gemm(node, gk))
+    gemm_path(node, s, c, gk);
+  else
+    dot_path(node, s, c, gk);
+}
+
+}  // namespace qlens::cpu

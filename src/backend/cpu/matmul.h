@@ -1,0 +1,85 @@
+// Matrix multiplication kernels of the CPU backend (internal).
+//
+// Two paths, chosen by the number of activation rows N (never by the thread
+// count, so results do not depend on it):
+//  - dot path (N small, and always for the scalar instruction set): each weight
+//    row is streamed once and dotted with up to 4 activation rows at a time by a
+//    per-weight-type VecDotFn;
+//  - GEMM path (N >= GemmKernels::min_n): weights are converted to F32 into
+//    packed panels (nr rows interleaved, k-major), activations into panels of
+//    mr rows, and a register-blocked micro-kernel computes mr x nr tiles.
+//
+// Work is handed out in items from a shared counter (so a thread that gets
+// less CPU time does less of the work): chunks of weight rows of each batch.
+// With fewer batches than threads (the weight matmuls), the threads first
+// pack the activations together into shared scratch, once; otherwise an item
+// is a whole batch and packs its own activations.
+//
+// Weight types plug in through a VecDotFn in GemmKernels::dot (otherwise rows
+// are converted with the type's to_float and the F32 dot is used) and,
+// optionally, a PackFn in GemmKernels::pack (otherwise the GEMM path converts
+// rows with VecOps::to_float, i.e. TypeTraits::to_float, and transposes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/isa.h"
+#include "qlens/tensor.h"
+#include "qlens/types.h"
+
+namespace qlens::cpu {
+
+struct VecOps;
+
+// out[c] = dot(w[0..k), x_c[0..k)) for c < nc (1 <= nc <= 4), where x_c starts
+// x_stride bytes after x_{c-1}. w is a row of the weight type, x rows are of
+// the weight type's vec_dot_type (F32 for the float types). Accumulates in F32.
+using VecDotFn = void (*)(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out);
+
+// The micro-kernel: for r < mr, i < nr,
+//   c[r*ldc + i] = (accumulate ? c[r*ldc + i] : 0) + sum_k wp[k*nr + i] * bp[k*mr + r]
+// wp: a packed weight panel (kc x nr), bp: a packed activation panel (kc x mr).
+using MicroFn = void (*)(int64_t kc, const float* wp, const float* bp, float* c, int64_t ldc, bool accumulate);
+
+// Packs rows [0, nrows) (nrows <= nr) of a weight block, elements [k0, k0 + kc),
+// as F32 into a panel of kc x nr (k-major; zeros for rows past nrows). Row i
+// starts at row0 + i * row_stride; its elements are adjacent.
+using PackFn = void (*)(const char* row0, size_t row_stride, int64_t nrows, int64_t k0, int64_t kc, float* panel);
+
+// Packs F32 activation rows [0, nrows) (nrows <= mr), elements [k0, k0 + kc),
+// into a panel of kc x mr (k-major; zeros for rows past nrows). Row i starts
+// at row0 + i * row_stride bytes; its elements are adjacent.
+using PackActFn = void (*)(const char* row0, size_t row_stride, int64_t nrows, int64_t k0, int64_t kc,
+                           float* panel);
+
+// A plain aggregate (see VecOps for why): build value-initialized.
+struct GemmKernels {
+  MicroFn micro;   // nullptr: no GEMM path
+  int mr;          // activation rows per micro-tile
+  int nr;          // weight rows per micro-tile
+  int64_t kc;      // K block (a multiple of 256, so quantized blocks never straddle it)
+  int64_t mc;      // weight rows per packed block (a multiple of nr)
+  int64_t nc;      // activation rows per inner block (a multiple of mr)
+  int64_t min_n;   // the GEMM path is used from this many activation rows on
+  VecDotFn dot[kDTypeCount];  // by weight type; nullptr: convert the row to F32
+  PackFn pack[kDTypeCount];   // by weight type; nullptr: convert rows, then transpose
+  PackActFn pack_act;         // nullptr: element by element
+};
+
+const GemmKernels& gemm_kernels(Isa isa);
+const GemmKernels* gemm_kernels_avx2();    // nullptr when not compiled in
+const GemmKernels* gemm_kernels_avx512();
+
+// The MulMat node kernel (see ops.h for the calling convention).
+struct KernelCtx;
+size_t matmul_scratch(const Tensor& node, int nth, Isa isa);         // private, per thread
+size_t matmul_shared_scratch(const Tensor& node, int nth, Isa isa);  // shared
+void matmul(const Tensor& node, const KernelCtx& c);
+// Whether the node would take the GEMM path (for tests and benchmarks).
+bool matmul_uses_gemm(const Tensor& node, Isa isa);
+// Sets the largest shared activation buffer (64 MiB by default) and returns
+// the previous value; tests lower it to reach the other packing scheme.
+size_t matmul_set_max_shared(size_t bytes);
+
+}  // namespace qlens::cpu

@@ -1,0 +1,30 @@
+// RmsNorm: y = x / sqrt(mean(x^2) + eps) over each row.
+#include <cmath>
+
+#include "backend/cpu/ops.h"
+
+namespace qlens::cpu {
+
+void op_rms_norm(const Tensor& d, const KernelCtx& c) {
+  const Tensor& a = *d.src[0];
+  const float eps = d.param_f(0);
+  const int64_t n = a.ne[0];
+  float* buf = reinterpret_cast<float*>(c.scratch);
+  int64_t r0, r1;
+  split_range(a.nrows(), c.ith, c.nth, &r0, &r1);
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t i1, i2, i3;
+    row_coords(a, r, &i1, &i2, &i3);
+    const char* p = a.at(0, i1, i2, i3);
+    const float* x = reinterpret_cast<const float*>(p);
+    if (!f32_rows(a)) {
+      for (int64_t i = 0; i < n; ++i) buf[i] = *reinterpret_cast<const float*>(p + i * a.nb[0]);
+      x = buf;
+    }
+    const double mean = n > 0 ? c.vec->sum_sq(n, x) / static_cast<double>(n) : 0.0;
+    const float s = static_cast<float>(1.0 / std::sqrt(mean + static_cast<double>(eps)));
+    c.vec->scale(n, reinterpret_cast<float*>(d.at(0, i1, i2, i3)), x, s);
+  }
+}
+
+}  // namespace qlens::cpu

@@ -1,0 +1,76 @@
+// Node kernels of the CPU backend (internal).
+//
+// Every thread calls a node's kernel with the same node; thread ith of nth
+// computes its share (a static range of rows, or items taken from a shared
+// counter) using `scratch`, its private buffer of scratch_bytes(node) bytes,
+// and `shared`, one buffer of shared_scratch_bytes(node) bytes for all threads
+// (both 64-byte aligned). Kernels do not throw: the backend checks nodes
+// before it starts the threads.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/isa.h"
+#include "backend/cpu/thread_pool.h"
+#include "backend/cpu/vec.h"
+#include "qlens/tensor.h"
+
+namespace qlens::cpu {
+
+struct KernelCtx {
+  int ith;
+  int nth;
+  char* scratch;                  // private to this thread
+  char* shared;                   // shared by the node's threads
+  std::atomic<int64_t>* counter;  // 0 when the node starts; for taking work items
+  ThreadPool* pool;               // pool->barrier() inside a kernel: every thread must call it
+  const VecOps* vec;
+  Isa isa;
+
+  void barrier() const { pool->barrier(); }
+  // The next unclaimed item (>= n when none are left).
+  int64_t next_item() const { return counter->fetch_add(1, std::memory_order_relaxed); }
+};
+
+void op_get_rows(const Tensor& node, const KernelCtx& c);
+void op_add(const Tensor& node, const KernelCtx& c);
+void op_mul(const Tensor& node, const KernelCtx& c);
+void op_scale(const Tensor& node, const KernelCtx& c);
+void op_silu(const Tensor& node, const KernelCtx& c);
+void op_rms_norm(const Tensor& node, const KernelCtx& c);
+void op_rope(const Tensor& node, const KernelCtx& c);
+void op_soft_max(const Tensor& node, const KernelCtx& c);
+void op_cpy(const Tensor& node, const KernelCtx& c);   // Cpy and Cont
+void op_mul_mat(const Tensor& node, const KernelCtx& c);
+
+// Bytes of private scratch each thread needs for the node, and of shared scratch.
+size_t scratch_bytes(const Tensor& node, int nth, Isa isa);
+size_t shared_scratch_bytes(const Tensor& node, int nth, Isa isa);
+
+// ---- helpers shared by the kernels (portable code only) ----
+
+// Elements [k0, k0 + n) of the row of `t` starting at `row`, as floats: with the
+// type's row conversion when the row's elements (or blocks) are adjacent, else
+// element by element (plain types only). k0 is a multiple of the block size.
+void row_to_f32(const Tensor& t, const char* row, int64_t k0, int64_t n, float* out, const VecOps& v);
+
+// Thread ith's share [*begin, *end) of n items.
+inline void split_range(int64_t n, int ith, int nth, int64_t* begin, int64_t* end) {
+  *begin = n * ith / nth;
+  *end = n * (ith + 1) / nth;
+}
+
+// Row r of a tensor with dims ne[1..3] as (i1, i2, i3).
+inline void row_coords(const Tensor& t, int64_t r, int64_t* i1, int64_t* i2, int64_t* i3) {
+  *i1 = r % t.ne[1];
+  r /= t.ne[1];
+  *i2 = r % t.ne[2];
+  *i3 = r / t.ne[2];
+}
+
+// Whether elements of each row are adjacent (F32 rows can go to vector code).
+inline bool f32_rows(const Tensor& t) { return t.nb[0] == sizeof(float); }
+
+}  // namespace qlens::cpu

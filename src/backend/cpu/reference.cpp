@@ -1,0 +1,216 @@
+// The reference backend: the semantics of tensor.h written out as plainly as
+// possible, one thread, element by element, sums and transcendental functions
+// in double. It is slow on purpose and is the oracle of the kernel tests.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qlens/backend.h"
+#include "qlens/error.h"
+
+namespace qlens {
+
+namespace {
+
+// Element (i0, i1, i2, i3) of a tensor of a plain type.
+double get(const Tensor& t, int64_t i0, int64_t i1 = 0, int64_t i2 = 0, int64_t i3 = 0) {
+  const char* p = t.at(i0, i1, i2, i3);
+  switch (t.type) {
+    case DType::F32: return *reinterpret_cast<const float*>(p);
+    case DType::F16: return fp16_to_fp32(*reinterpret_cast<const uint16_t*>(p));
+    case DType::BF16: return bf16_to_fp32(*reinterpret_cast<const uint16_t*>(p));
+    case DType::I32: return *reinterpret_cast<const int32_t*>(p);
+    default: throw Error("reference backend: cannot read elements of type " + std::string(type_name(t.type)));
+  }
+}
+
+// Stores v (rounded to float, then to the tensor's type).
+void set(const Tensor& t, double v, int64_t i0, int64_t i1 = 0, int64_t i2 = 0, int64_t i3 = 0) {
+  char* p = t.at(i0, i1, i2, i3);
+  const float f = static_cast<float>(v);
+  switch (t.type) {
+    case DType::F32: *reinterpret_cast<float*>(p) = f; break;
+    case DType::F16: *reinterpret_cast<uint16_t*>(p) = fp32_to_fp16(f); break;
+    case DType::BF16: *reinterpret_cast<uint16_t*>(p) = fp32_to_bf16(f); break;
+    default: throw Error("reference backend: cannot write elements of type " + std::string(type_name(t.type)));
+  }
+}
+
+// Row (i1, i2, i3) of t as doubles; block-quantized rows through to_float.
+std::vector<double> row(const Tensor& t, int64_t i1, int64_t i2 = 0, int64_t i3 = 0) {
+  std::vector<double> r(t.ne[0]);
+  const TypeTraits& tt = type_traits(t.type);
+  if (tt.block_size > 1) {
+    if (!tt.to_float) throw Error("reference backend: cannot read type " + std::string(tt.name));
+    std::vector<float> f(t.ne[0]);
+    tt.to_float(t.at(0, i1, i2, i3), f.data(), t.ne[0]);
+    for (int64_t i = 0; i < t.ne[0]; ++i) r[i] = f[i];
+  } else {
+    for (int64_t i = 0; i < t.ne[0]; ++i) r[i] = get(t, i, i1, i2, i3);
+  }
+  return r;
+}
+
+// Calls f(i1, i2, i3) for every row of t.
+template <class F>
+void for_rows(const Tensor& t, F&& f) {
+  for (int64_t i3 = 0; i3 < t.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < t.ne[2]; ++i2)
+      for (int64_t i1 = 0; i1 < t.ne[1]; ++i1) f(i1, i2, i3);
+}
+
+void get_rows(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const Tensor& idx = *d.src[1];
+  for (int64_t i = 0; i < idx.ne[0]; ++i) {
+    const int64_t r = static_cast<int64_t>(get(idx, i));
+    if (r < 0 || r >= a.ne[1]) throw Error("reference backend: get_rows index out of range");
+    const std::vector<double> x = row(a, r);
+    for (int64_t k = 0; k < a.ne[0]; ++k) set(d, x[k], k, i);
+  }
+}
+
+void mul_mat(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const Tensor& b = *d.src[1];
+  const int64_t r2 = b.ne[2] / a.ne[2], r3 = b.ne[3] / a.ne[3];
+  for (int64_t i3 = 0; i3 < b.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < b.ne[2]; ++i2)
+      for (int64_t i = 0; i < a.ne[1]; ++i) {
+        const std::vector<double> w = row(a, i, i2 / r2, i3 / r3);
+        for (int64_t j = 0; j < b.ne[1]; ++j) {
+          double s = 0;
+          for (int64_t k = 0; k < a.ne[0]; ++k) s += w[k] * get(b, k, j, i2, i3);
+          set(d, s, i, j, i2, i3);
+        }
+      }
+}
+
+void binary(const Tensor& d, bool is_add) {
+  const Tensor& a = *d.src[0];
+  const Tensor& b = *d.src[1];
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) {
+      const double x = get(a, i0, i1, i2, i3);
+      const double y = get(b, i0 % b.ne[0], i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]);
+      set(d, is_add ? x + y : x * y, i0, i1, i2, i3);
+    }
+  });
+}
+
+void scale(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const double s = d.param_f(0);
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, get(a, i0, i1, i2, i3) * s, i0, i1, i2, i3);
+  });
+}
+
+void silu(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) {
+      const double x = get(a, i0, i1, i2, i3);
+      set(d, x / (1.0 + std::exp(-x)), i0, i1, i2, i3);
+    }
+  });
+}
+
+void rms_norm(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const double eps = d.param_f(0);
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    const std::vector<double> x = row(a, i1, i2, i3);
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double r = 1.0 / std::sqrt(ss / static_cast<double>(a.ne[0]) + eps);
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, x[i0] * r, i0, i1, i2, i3);
+  });
+}
+
+void rope(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const Tensor& pos = *d.src[1];
+  const int64_t n_dims = d.params[0];
+  const bool neox = d.params[1] == static_cast<int32_t>(RopeMode::NeoX);
+  const double base = d.param_f(2), fscale = d.param_f(3);
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    const std::vector<double> x = row(a, i1, i2, i3);
+    std::vector<double> y = x;  // dims from n_dims on are copied
+    const double p = get(pos, i2);
+    for (int64_t i = 0; i < n_dims / 2; ++i) {
+      const double theta = p * fscale * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_dims));
+      const int64_t j0 = neox ? i : 2 * i;
+      const int64_t j1 = neox ? i + n_dims / 2 : 2 * i + 1;
+      y[j0] = x[j0] * std::cos(theta) - x[j1] * std::sin(theta);
+      y[j1] = x[j0] * std::sin(theta) + x[j1] * std::cos(theta);
+    }
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, y[i0], i0, i1, i2, i3);
+  });
+}
+
+void soft_max(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const Tensor* mask = d.src[1];
+  const double s = d.param_f(0);
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    std::vector<double> x = row(a, i1, i2, i3);
+    double mx = -INFINITY;
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) {
+      x[i0] *= s;
+      if (mask) x[i0] += get(*mask, i0, i1, i2 % mask->ne[2], i3 % mask->ne[3]);
+      mx = std::max(mx, x[i0]);
+    }
+    double sum = 0;
+    for (double& v : x) {
+      v = mx == -INFINITY ? 0.0 : std::exp(v - mx);  // a fully masked row gives zeros
+      sum += v;
+    }
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, sum > 0 ? x[i0] / sum : 0.0, i0, i1, i2, i3);
+  });
+}
+
+// Element e of a in its logical order goes to element e of dst.
+void copy(const Tensor& a, const Tensor& dst) {
+  if (a.nelements() != dst.nelements()) throw Error("reference backend: cpy element counts differ");
+  int64_t ia[kMaxDims] = {}, id[kMaxDims] = {};
+  for (int64_t e = 0; e < a.nelements(); ++e) {
+    set(dst, get(a, ia[0], ia[1], ia[2], ia[3]), id[0], id[1], id[2], id[3]);
+    for (int k = 0; k < kMaxDims && ++ia[k] == a.ne[k]; ++k) ia[k] = 0;
+    for (int k = 0; k < kMaxDims && ++id[k] == dst.ne[k]; ++k) id[k] = 0;
+  }
+}
+
+class ReferenceBackend final : public Backend {
+ public:
+  std::string name() const override { return "reference"; }
+
+  void compute(const Graph& graph) override {
+    for (const Tensor* n : graph.nodes()) {
+      if (op_is_view(n->op)) continue;
+      if (!n->data) throw Error("reference backend: '" + n->name + "' has no data");
+      switch (n->op) {
+        case Op::GetRows: get_rows(*n); break;
+        case Op::MulMat: mul_mat(*n); break;
+        case Op::Add: binary(*n, true); break;
+        case Op::Mul: binary(*n, false); break;
+        case Op::Scale: scale(*n); break;
+        case Op::RmsNorm: rms_norm(*n); break;
+        case Op::Rope: rope(*n); break;
+        case Op::SoftMax: soft_max(*n); break;
+        case Op::Silu: silu(*n); break;
+        case Op::Cpy: copy(*n->src[0], *n->src[1]); break;
+        case Op::Cont: copy(*n->src[0], *n); break;
+        default: throw Error(std::string("reference backend: unsupported operation ") + op_name(n->op));
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<ReferenceBackend>(); }
+
+}  // namespace qlens

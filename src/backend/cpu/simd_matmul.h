@@ -1,0 +1,197 @@
+// Matmul kernels written once over a SIMD wrapper V (see simd.h): the GEMM
+// micro-kernel and the dot kernels per weight type. Included only by the
+// per-instruction-set files; everything has internal linkage.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/elem.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/simd.h"
+#include "qlens/types.h"
+
+namespace qlens::cpu {
+namespace {
+
+// One vector of weights from element i of a row of type WT, as floats.
+template <class V, DType WT>
+typename V::R load_weights(const void* w, int64_t i) {
+  if constexpr (WT == DType::F32) {
+    return V::load(static_cast<const float*>(w) + i);
+  } else if constexpr (WT == DType::F16) {
+    return V::load_f16(static_cast<const uint16_t*>(w) + i);
+  } else {
+    static_assert(WT == DType::BF16);
+    return V::load_bf16(static_cast<const uint16_t*>(w) + i);
+  }
+}
+
+// NC activation rows against one weight row; U independent accumulators per
+// row hide the FMA latency. (The main loop's accumulators are not touched by
+// the tail loops: GCC then keeps them all in registers.)
+template <class V, DType WT, int NC>
+void dot_rows(int64_t k, const void* w, const float* x, size_t xs, float* out) {
+  using R = typename V::R;
+  constexpr int U = NC <= 2 ? 4 : 2;
+  constexpr int W = V::W;
+  R acc[NC][U];
+#pragma GCC unroll 16
+  for (int c = 0; c < NC; ++c)
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) acc[c][u] = V::zero();
+  const int64_t kmain = k / (U * W) * (U * W);
+  for (int64_t i = 0; i < kmain; i += U * W) {
+    R wv[U];
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) wv[u] = load_weights<V, WT>(w, i + u * W);
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c)
+#pragma GCC unroll 16
+      for (int u = 0; u < U; ++u) acc[c][u] = V::fma(wv[u], V::load(x + c * xs + i + u * W), acc[c][u]);
+  }
+  R sum[NC];
+#pragma GCC unroll 16
+  for (int c = 0; c < NC; ++c) {
+    sum[c] = acc[c][0];
+#pragma GCC unroll 16
+    for (int u = 1; u < U; ++u) sum[c] = V::add(sum[c], acc[c][u]);
+  }
+  int64_t i = kmain;
+  for (; i + W <= k; i += W) {
+    const R wv = load_weights<V, WT>(w, i);
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c) sum[c] = V::fma(wv, V::load(x + c * xs + i), sum[c]);
+  }
+#pragma GCC unroll 16
+  for (int c = 0; c < NC; ++c) {
+    float r = V::hsum(sum[c]);
+    for (int64_t j = i; j < k; ++j) r += weight_at<WT>(w, j) * x[c * xs + j];
+    out[c] = r;
+  }
+}
+
+template <class V, DType WT>
+void vec_dot(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out) {
+  const auto* xf = static_cast<const float*>(x);
+  const size_t xs = x_stride / sizeof(float);
+  switch (nc) {
+    case 1: dot_rows<V, WT, 1>(k, w, xf, xs, out); break;
+    case 2: dot_rows<V, WT, 2>(k, w, xf, xs, out); break;
+    case 3: dot_rows<V, WT, 3>(k, w, xf, xs, out); break;
+    default: dot_rows<V, WT, 4>(k, w, xf, xs, out); break;
+  }
+}
+
+// The GEMM micro-kernel: kMr x (kNv * W) accumulators held in registers.
+template <class V>
+void micro_kernel(int64_t kc, const float* wp, const float* bp, float* c, int64_t ldc, bool accumulate) {
+  using R = typename V::R;
+  constexpr int MR = V::kMr;
+  constexpr int NV = V::kNv;
+  constexpr int W = V::W;
+  R acc[MR][NV];
+#pragma GCC unroll 32
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = V::zero();
+  for (int64_t k = 0; k < kc; ++k) {
+    R w[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) w[v] = V::load(wp + v * W);
+#pragma GCC unroll 32
+    for (int r = 0; r < MR; ++r) {
+      const R b = V::set1(bp[r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = V::fma(w[v], b, acc[r][v]);
+    }
+    wp += NV * W;
+    bp += MR;
+  }
+#pragma GCC unroll 32
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* p = c + r * ldc + v * W;
+      V::store(p, accumulate ? V::add(V::load(p), acc[r][v]) : acc[r][v]);
+    }
+}
+
+// Weight panels: 8 rows x 8 elements at a time, converted and transposed in
+// AVX2 registers (the AVX-512 files are compiled with AVX2 too), stored as
+// 8-float pieces of the panel's rows.
+template <DType WT, int NR>
+void pack_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t k0, int64_t kc, float* panel) {
+  static_assert(NR % 8 == 0);
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+#pragma GCC unroll 4
+    for (int g = 0; g < NR / 8; ++g) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        const int64_t i = g * 8 + t;
+        r[t] = i < nrows ? load_weights<Avx2, WT>(row0 + i * row_stride, k0 + k) : _mm256_setzero_ps();
+      }
+      Avx2::transpose8(r);
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) _mm256_storeu_ps(panel + (k + t) * NR + g * 8, r[t]);
+    }
+  }
+  for (; k < kc; ++k)
+    for (int64_t i = 0; i < NR; ++i)
+      panel[k * NR + i] = i < nrows ? weight_at<WT>(row0 + i * row_stride, k0 + k) : 0.0f;
+}
+
+// Activation panels: groups of 8 rows x 8 elements transposed in AVX2
+// registers; each k gets the group's (up to) 8 values with a masked store.
+template <int MR>
+void pack_act_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t k0, int64_t kc, float* panel) {
+  constexpr int G = (MR + 7) / 8;
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      constexpr int kLast = MR - 8 * (G - 1);  // rows in the last group
+      const int width = g + 1 < G ? 8 : kLast;
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        const int64_t i = g * 8 + t;
+        r[t] = i < nrows ? _mm256_loadu_ps(reinterpret_cast<const float*>(row0 + i * row_stride) + k0 + k)
+                         : _mm256_setzero_ps();
+      }
+      Avx2::transpose8(r);
+      const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(width), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) _mm256_maskstore_ps(panel + (k + t) * MR + g * 8, mask, r[t]);
+    }
+  }
+  for (; k < kc; ++k)
+    for (int64_t i = 0; i < MR; ++i)
+      panel[k * MR + i] = i < nrows ? reinterpret_cast<const float*>(row0 + i * row_stride)[k0 + k] : 0.0f;
+}
+
+template <class V>
+GemmKernels make_gemm_kernels() {
+  GemmKernels g{};
+  g.micro = micro_kernel<V>;
+  g.mr = V::kMr;
+  g.nr = V::kNv * V::W;
+  g.kc = 256;
+  g.mc = 8 * g.nr;
+  g.nc = 16 * V::kMr;
+  g.min_n = 2 * V::kMr;  // measured crossover with the dot path (AVX2: N = 10..12)
+  g.dot[static_cast<int>(DType::F32)] = vec_dot<V, DType::F32>;
+  g.dot[static_cast<int>(DType::F16)] = vec_dot<V, DType::F16>;
+  g.dot[static_cast<int>(DType::BF16)] = vec_dot<V, DType::BF16>;
+  constexpr int NR = V::kNv * V::W;
+  g.pack[static_cast<int>(DType::F32)] = pack_panel<DType::F32, NR>;
+  g.pack[static_cast<int>(DType::F16)] = pack_panel<DType::F16, NR>;
+  g.pack[static_cast<int>(DType::BF16)] = pack_panel<DType::BF16, NR>;
+  g.pack_act = pack_act_panel<V::kMr>;
+  return g;
+}
+
+}  // namespace
+}  // namespace qlens::cpu

@@ -1,0 +1,47 @@
+// SoftMax: softmax over each row of a*scale + mask. Rows whose entries are all
+// -inf (fully masked) give zeros rather than NaN.
+#include <cmath>
+
+#include "backend/cpu/ops.h"
+
+namespace qlens::cpu {
+
+void op_soft_max(const Tensor& d, const KernelCtx& c) {
+  const Tensor& a = *d.src[0];
+  const Tensor* mask = d.src[1];
+  const float scale = d.param_f(0);
+  const int64_t n = a.ne[0];
+  float* buf = reinterpret_cast<float*>(c.scratch);  // a gathered mask row
+  int64_t r0, r1;
+  split_range(a.nrows(), c.ith, c.nth, &r0, &r1);
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t i1, i2, i3;
+    row_coords(a, r, &i1, &i2, &i3);
+    float* y = reinterpret_cast<float*>(d.at(0, i1, i2, i3));
+    const char* p = a.at(0, i1, i2, i3);
+    if (f32_rows(a)) {
+      c.vec->scale(n, y, reinterpret_cast<const float*>(p), scale);
+    } else {
+      for (int64_t i = 0; i < n; ++i) y[i] = *reinterpret_cast<const float*>(p + i * a.nb[0]) * scale;
+    }
+    if (mask) {
+      // Mask rows follow a's dim 1 and are broadcast over dims 2 and 3.
+      const char* mp = mask->at(0, i1, i2 % mask->ne[2], i3 % mask->ne[3]);
+      const float* m = reinterpret_cast<const float*>(mp);
+      if (!f32_rows(*mask)) {
+        for (int64_t i = 0; i < n; ++i) buf[i] = *reinterpret_cast<const float*>(mp + i * mask->nb[0]);
+        m = buf;
+      }
+      c.vec->add(n, y, y, m);
+    }
+    const float mx = c.vec->max(n, y);
+    if (mx == -INFINITY) {
+      for (int64_t i = 0; i < n; ++i) y[i] = 0.0f;
+      continue;
+    }
+    const double sum = c.vec->exp_sum(n, y, y, mx);
+    c.vec->scale(n, y, y, static_cast<float>(1.0 / sum));
+  }
+}
+
+}  // namespace qlens::cpu

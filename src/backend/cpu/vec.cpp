@@ -1,0 +1,103 @@
+// Scalar row primitives: the portable path, always compiled.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/vec.h"
+
+namespace qlens::cpu {
+
+const float* fp16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i) t[i] = fp16_to_fp32(static_cast<uint16_t>(i));
+    return t;
+  }();
+  return table.data();
+}
+
+namespace {
+
+void f16_to_f32_scalar(const void* src, float* y, int64_t n) {
+  const auto* x = static_cast<const uint16_t*>(src);
+  const float* table = fp16_table();
+  for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
+}
+
+void add_scalar(int64_t n, float* z, const float* x, const float* y) {
+  for (int64_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
+}
+void mul_scalar(int64_t n, float* z, const float* x, const float* y) {
+  for (int64_t i = 0; i < n; ++i) z[i] = x[i] * y[i];
+}
+void scale_scalar(int64_t n, float* y, const float* x, float s) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+}
+void silu_scalar(int64_t n, float* y, const float* x) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+double sum_sq_scalar(int64_t n, const float* x) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+float max_scalar(int64_t n, const float* x) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+double exp_sum_scalar(int64_t n, float* y, const float* x, float m) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = std::exp(x[i] - m);
+    s += y[i];
+  }
+  return s;
+}
+
+VecOps make_scalar() {
+  VecOps v{};
+  for (uint32_t t = 0; t < kDTypeCount; ++t) {
+    if (const TypeTraits* tt = find_type_traits(t)) {
+      v.to_float[t] = tt->to_float;
+      v.from_float[t] = tt->from_float;
+    }
+  }
+  v.to_float[static_cast<int>(DType::F16)] = f16_to_f32_scalar;
+  v.add = add_scalar;
+  v.mul = mul_scalar;
+  v.scale = scale_scalar;
+  v.silu = silu_scalar;
+  v.sum_sq = sum_sq_scalar;
+  v.max = max_scalar;
+  v.exp_sum = exp_sum_scalar;
+  return v;
+}
+
+// A SIMD table with the scalar entries filled in where it has none.
+VecOps merged(const VecOps* simd, const VecOps& scalar) {
+  if (!simd) return scalar;
+  VecOps v = *simd;
+  for (uint32_t t = 0; t < kDTypeCount; ++t) {
+    if (!v.to_float[t]) v.to_float[t] = scalar.to_float[t];
+    if (!v.from_float[t]) v.from_float[t] = scalar.from_float[t];
+  }
+  return v;
+}
+
+}  // namespace
+
+const VecOps& vec_ops(Isa isa) {
+  static const VecOps scalar = make_scalar();
+  static const VecOps avx2 = merged(isa_supported(Isa::Avx2) ? vec_ops_avx2() : nullptr, scalar);
+  static const VecOps avx512 = merged(isa_supported(Isa::Avx512) ? vec_ops_avx512() : nullptr, avx2);
+  switch (isa) {
+    case Isa::Scalar: return scalar;
+    case Isa::Avx2: return avx2;
+    case Isa::Avx512: return avx512;
+  }
+  return scalar;
+}
+
+}  // namespace qlens::cpu

@@ -1,0 +1,47 @@
+// Row primitives of the CPU backend: conversions and the vector loops the
+// element-wise, normalization and softmax kernels are built from.
+//
+// One table per instruction set; vec_ops(Isa::Scalar) is plain C++ and the
+// reference the SIMD tables are tested against. Functions take unaligned
+// pointers and any length n >= 0. In-place use (y == x) is allowed.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/isa.h"
+#include "qlens/types.h"
+
+namespace qlens::cpu {
+
+//
+// Tables are plain aggregates (no member initializers, no std:: members): they
+// are built in files compiled for different instruction sets, and an inline
+// constructor emitted there could be the copy the linker keeps for scalar code.
+// Build them value-initialized (`VecOps v{};`).
+struct VecOps {
+  // Row conversions by type (nullptr: use type_traits(type).to_float/from_float).
+  ToFloatFn to_float[kDTypeCount];
+  FromFloatFn from_float[kDTypeCount];
+
+  void (*add)(int64_t n, float* z, const float* x, const float* y);  // z = x + y
+  void (*mul)(int64_t n, float* z, const float* x, const float* y);  // z = x * y
+  void (*scale)(int64_t n, float* y, const float* x, float s);       // y = x * s
+  void (*silu)(int64_t n, float* y, const float* x);                 // y = x / (1 + e^-x)
+  double (*sum_sq)(int64_t n, const float* x);                       // sum of x^2
+  float (*max)(int64_t n, const float* x);                           // -inf when n == 0
+  // y = exp(x - m); returns the sum of y.
+  double (*exp_sum)(int64_t n, float* y, const float* x, float m);
+};
+
+// Every F16 value as a float, indexed by its bits (the scalar kernels' F16
+// conversion: exact, one load per element).
+const float* fp16_table();
+
+// The table for `isa` (which must be supported and compiled in).
+const VecOps& vec_ops(Isa isa);
+
+// Per-instruction-set tables (nullptr when not compiled in).
+const VecOps* vec_ops_avx2();
+const VecOps* vec_ops_avx512();
+
+}  // namespace qlens::cpu

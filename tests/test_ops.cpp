@@ -1,0 +1,1102 @@
+// Kernel tests: every op of the CPU backend (each instruction set this machine
+// has, scalar always) against the reference backend, on small graphs with
+// random data from fixed seeds; multi-threaded runs against single-threaded
+// ones; and the SIMD row primitives and matmul kernels against the scalar ones.
+//
+// Bounds (got = CPU backend, ref = reference backend, which sums in double):
+//  - exact (bitwise, as floats): GetRows, Add, Mul, Scale, Cpy, Cont. These do
+//    one rounding per element in both backends.
+//  - NMSE = sum (got - ref)^2 / sum ref^2 <= 1e-10: Silu, RmsNorm, Rope,
+//    SoftMax (and exact zeros where the reference is exactly 0, e.g. -inf
+//    mask entries).
+//  - MulMat, per element: |got - ref| <= 1e-5 * sum_k |a_ik| |b_kj| (+1e-30).
+//    F32 accumulation in blocks of 256 has a worst-case error of about
+//    (256 + K/256) * 2^-24 of that sum (2e-5 at K = 8192); random data sits far
+//    below it (the test also reports the worst ratio seen).
+//  - Results with 2, 3 and 7 threads are bitwise equal to 1 thread: each output
+//    element is computed by one thread in an order that does not depend on
+//    the split.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/isa.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/thread_pool.h"
+#include "backend/cpu/vec.h"
+#include "qlens/backend.h"
+#include "qlens/error.h"
+#include "qlens/tensor.h"
+
+namespace qlens {
+namespace {
+
+using cpu::Isa;
+using Shape4 = std::array<int64_t, kMaxDims>;
+
+std::vector<Isa> simd_isas() {
+  std::vector<Isa> v;
+  for (Isa isa : {Isa::Avx2, Isa::Avx512})
+    if (cpu::isa_supported(isa)) v.push_back(isa);
+  return v;
+}
+
+std::vector<Isa> all_isas() {
+  std::vector<Isa> v{Isa::Scalar};
+  for (Isa isa : simd_isas()) v.push_back(isa);
+  return v;
+}
+
+Backend& cpu_backend(Isa isa, int nth) {
+  static std::map<std::pair<int, int>, std::unique_ptr<Backend>> cache;
+  auto& b = cache[{static_cast<int>(isa), nth}];
+  if (!b) b = cpu::make_cpu_backend(nth, isa);
+  return *b;
+}
+
+Backend& reference() {
+  static std::unique_ptr<Backend> b = make_reference_backend();
+  return *b;
+}
+
+// ---- reading and writing elements of the plain types ----
+
+double get_elem(const Tensor& t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+  const char* p = t.at(i0, i1, i2, i3);
+  switch (t.type) {
+    case DType::F32: return *reinterpret_cast<const float*>(p);
+    case DType::F16: return fp16_to_fp32(*reinterpret_cast<const uint16_t*>(p));
+    case DType::BF16: return bf16_to_fp32(*reinterpret_cast<const uint16_t*>(p));
+    case DType::I32: return *reinterpret_cast<const int32_t*>(p);
+    default: ADD_FAILURE() << "unexpected type"; return 0;
+  }
+}
+
+void set_elem(const Tensor& t, float v, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+  char* p = t.at(i0, i1, i2, i3);
+  switch (t.type) {
+    case DType::F32: *reinterpret_cast<float*>(p) = v; break;
+    case DType::F16: *reinterpret_cast<uint16_t*>(p) = fp32_to_fp16(v); break;
+    case DType::BF16: *reinterpret_cast<uint16_t*>(p) = fp32_to_bf16(v); break;
+    case DType::I32: *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
+    default: ADD_FAILURE() << "unexpected type";
+  }
+}
+
+template <class F>
+void for_each_index(const Tensor& t, F&& f) {
+  for (int64_t i3 = 0; i3 < t.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < t.ne[2]; ++i2)
+      for (int64_t i1 = 0; i1 < t.ne[1]; ++i1)
+        for (int64_t i0 = 0; i0 < t.ne[0]; ++i0) f(i0, i1, i2, i3);
+}
+
+// All elements in logical order.
+std::vector<double> values(const Tensor& t) {
+  std::vector<double> v;
+  v.reserve(t.nelements());
+  for_each_index(t, [&](int64_t i0, int64_t i1, int64_t i2, int64_t i3) { v.push_back(get_elem(t, i0, i1, i2, i3)); });
+  return v;
+}
+
+// ---- graphs with random leaves ----
+
+// One graph with its leaf storage and intermediate buffer. With `abs`, every
+// random value is replaced by its magnitude (used to get sum |a||b| for the
+// matmul bound from the reference backend).
+class Fixture {
+ public:
+  Fixture(uint32_t seed, bool abs = false) : rng_(seed), abs_(abs) {}
+
+  Graph g;
+
+  Tensor* leaf(DType type, Shape4 ne, const char* name = "x") {
+    Tensor* t = g.new_tensor(type, ne, name);
+    t->data = alloc(t->nbytes());
+    return t;
+  }
+  // Uniform values in [lo, hi) (rounded to the type).
+  Tensor* rand(DType type, Shape4 ne, float lo = -1.0f, float hi = 1.0f, const char* name = "x") {
+    Tensor* t = leaf(type, ne, name);
+    fill(*t, lo, hi);
+    return t;
+  }
+  Tensor* ints(const std::vector<int32_t>& v, const char* name = "idx") {
+    Tensor* t = leaf(DType::I32, {static_cast<int64_t>(v.size()), 1, 1, 1}, name);
+    std::memcpy(t->data, v.data(), v.size() * sizeof(int32_t));
+    return t;
+  }
+  void fill(const Tensor& t, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    for_each_index(t, [&](int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+      const float v = u(rng_);
+      set_elem(t, abs_ ? std::fabs(v) : v, i0, i1, i2, i3);
+    });
+  }
+  std::mt19937& rng() { return rng_; }
+
+  // Adds `out` to the graph (as an output) and plans its memory.
+  void output(Tensor* out) {
+    out->flags |= kFlagOutput;
+    g.build(out);
+  }
+  void plan() {
+    plan_ = plan_memory(g);
+    buf_.assign(plan_.size + 64, 0);
+    char* base = buf_.data() + (64 - reinterpret_cast<uintptr_t>(buf_.data()) % 64) % 64;
+    apply_memory_plan(g, plan_, base);
+    base_ = base;
+  }
+  // Intermediates start as NaN so that unwritten outputs show.
+  void run(Backend& b) {
+    std::memset(base_, 0xff, plan_.size);
+    b.compute(g);
+  }
+
+ private:
+  void* alloc(size_t n) {
+    auto& s = storage_.emplace_back(n + 64, 0);
+    return s.data() + (64 - reinterpret_cast<uintptr_t>(s.data()) % 64) % 64;
+  }
+  std::mt19937 rng_;
+  bool abs_;
+  std::vector<std::vector<char>> storage_;
+  std::vector<char> buf_;
+  char* base_ = nullptr;
+  MemoryPlan plan_;
+};
+
+// Builds the graph into a fixture and returns the tensor to read afterwards
+// (the output node, or the leaf a Cpy wrote into).
+using Build = std::function<Tensor*(Fixture&)>;
+
+std::vector<double> eval(const Build& build, uint32_t seed, Backend& b, bool abs = false) {
+  Fixture f(seed, abs);
+  Tensor* out = build(f);
+  f.plan();
+  f.run(b);
+  return values(*out);
+}
+
+enum class Check { Exact, Nmse, MatMul };
+
+bool same_bits(double x, double y) {
+  const float a = static_cast<float>(x), b = static_cast<float>(y);
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+double nmse(const std::vector<double>& got, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(got[i]) != std::isnan(ref[i])) return INFINITY;
+    if (std::isnan(ref[i])) continue;
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+double g_worst_matmul_ratio = 0;  // largest |got - ref| / sum|a||b| seen
+
+void compare(const std::vector<double>& got, const std::vector<double>& ref, Check check,
+             const std::vector<double>& abs_ref) {
+  ASSERT_EQ(got.size(), ref.size());
+  switch (check) {
+    case Check::Exact: {
+      size_t bad = 0;
+      for (size_t i = 0; i < ref.size(); ++i)
+        if (!same_bits(got[i], ref[i]) && bad++ < 5) ADD_FAILURE() << "element " << i << ": " << got[i] << " != " << ref[i];
+      EXPECT_EQ(bad, 0u) << "of " << ref.size();
+      break;
+    }
+    case Check::Nmse: {
+      EXPECT_LE(nmse(got, ref), 1e-10);
+      size_t bad = 0;
+      for (size_t i = 0; i < ref.size(); ++i)
+        if (ref[i] == 0 && got[i] != 0 && bad++ < 5) ADD_FAILURE() << "element " << i << ": " << got[i] << " != 0";
+      break;
+    }
+    case Check::MatMul: {
+      ASSERT_EQ(abs_ref.size(), ref.size());
+      size_t bad = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const double err = std::fabs(got[i] - ref[i]);
+        if (abs_ref[i] > 0) g_worst_matmul_ratio = std::max(g_worst_matmul_ratio, err / abs_ref[i]);
+        if (!(err <= 1e-5 * abs_ref[i] + 1e-30) && bad++ < 5)
+          ADD_FAILURE() << "element " << i << ": " << got[i] << " vs " << ref[i] << " (sum |a||b| " << abs_ref[i] << ")";
+      }
+      EXPECT_EQ(bad, 0u) << "of " << ref.size();
+      break;
+    }
+  }
+}
+
+// The op test: every instruction set against the reference, and 2, 3 and 7
+// threads against 1.
+void check_op(const Build& build, Check check, uint32_t seed = 1) {
+  const std::vector<double> ref = eval(build, seed, reference());
+  const std::vector<double> abs_ref = check == Check::MatMul ? eval(build, seed, reference(), true) : std::vector<double>{};
+  for (Isa isa : all_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    const std::vector<double> one = eval(build, seed, cpu_backend(isa, 1));
+    compare(one, ref, check, abs_ref);
+    for (int nth : {2, 3, 7}) {
+      SCOPED_TRACE(std::to_string(nth) + " threads");
+      const std::vector<double> many = eval(build, seed, cpu_backend(isa, nth));
+      size_t bad = 0;
+      for (size_t i = 0; i < one.size(); ++i) bad += !same_bits(many[i], one[i]);
+      EXPECT_EQ(bad, 0u) << "elements differ from the single-threaded result";
+    }
+  }
+}
+
+const char* tname(DType t) { return type_name(t).data(); }
+
+constexpr DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
+
+// =============================================================================
+// Ops against the reference backend
+
+TEST(Ops, GetRows) {
+  for (DType type : kFloatTypes)
+    for (int64_t k : {1, 7, 64, 129}) {
+      SCOPED_TRACE(std::string(tname(type)) + " K=" + std::to_string(k));
+      check_op(
+          [&](Fixture& f) {
+            Tensor* a = f.rand(type, {k, 10, 1, 1});
+            Tensor* r = get_rows(f.g, a, f.ints({3, 0, 9, 3, 5, 1, 8}));
+            f.output(r);
+            return r;
+          },
+          Check::Exact);
+    }
+}
+
+struct MatMulCase {
+  int64_t K, M, N;
+  int64_t A2 = 1, B2 = 1, A3 = 1, B3 = 1;
+};
+
+Tensor* build_mul_mat(Fixture& f, DType wt, const MatMulCase& c) {
+  Tensor* a = f.rand(wt, {c.K, c.M, c.A2, c.A3}, -1, 1, "a");
+  Tensor* b = f.rand(DType::F32, {c.K, c.N, c.B2, c.B3}, -1, 1, "b");
+  Tensor* r = mul_mat(f.g, a, b);
+  f.output(r);
+  return r;
+}
+
+TEST(Ops, MulMatShapes) {
+  // Odd K (tails of vector loops), M around the 16-row panels, N on both sides
+  // of the dot/GEMM switch and around the 6-row tiles.
+  const std::vector<std::pair<int64_t, int64_t>> mn = {{1, 1}, {17, 3}, {33, 12}, {5, 13}, {65, 7}, {20, 65}};
+  for (DType type : kFloatTypes)
+    for (int64_t k : {1, 3, 7, 17, 63, 65, 127, 129, 257})
+      for (auto [m, n] : mn) {
+        SCOPED_TRACE(std::string(tname(type)) + " K=" + std::to_string(k) + " M=" + std::to_string(m) +
+                     " N=" + std::to_string(n));
+        check_op([&](Fixture& f) { return build_mul_mat(f, type, {k, m, n}); }, Check::MatMul,
+                 static_cast<uint32_t>(k * 1000 + m * 10 + n));
+      }
+}
+
+TEST(Ops, MulMatBlocks) {
+  // Several K blocks with a tail, more weight rows than one packed block, more
+  // activation rows than one inner block.
+  for (DType type : kFloatTypes)
+    for (MatMulCase c : {MatMulCase{300, 130, 100}, MatMulCase{520, 40, 9}, MatMulCase{513, 257, 31}}) {
+      SCOPED_TRACE(std::string(tname(type)) + " K=" + std::to_string(c.K) + " M=" + std::to_string(c.M) +
+                   " N=" + std::to_string(c.N));
+      check_op([&](Fixture& f) { return build_mul_mat(f, type, c); }, Check::MatMul, 7);
+    }
+}
+
+TEST(Ops, MulMatPrivatePacking) {
+  // With fewer batches than threads the activations are packed once into
+  // shared scratch unless that would be too big; then each item packs its own.
+  const size_t saved = cpu::matmul_set_max_shared(0);
+  for (DType type : {DType::F32, DType::F16})
+    for (MatMulCase c : {MatMulCase{300, 70, 20}, MatMulCase{40, 130, 33, 1, 2, 1, 1}}) {
+      SCOPED_TRACE(std::string(tname(type)) + " K=" + std::to_string(c.K) + " B2=" + std::to_string(c.B2));
+      check_op([&](Fixture& f) { return build_mul_mat(f, type, c); }, Check::MatMul, 13);
+    }
+  cpu::matmul_set_max_shared(saved);
+}
+
+TEST(Ops, MulMatEmpty) {
+  // Empty sums give zeros; empty results compute nothing.
+  for (MatMulCase c : {MatMulCase{0, 5, 3}, MatMulCase{0, 20, 30}, MatMulCase{8, 0, 4}, MatMulCase{8, 4, 0}})
+    check_op([&](Fixture& f) { return build_mul_mat(f, DType::F16, c); }, Check::Exact);
+}
+
+TEST(Ops, MulMatLongRows) {
+  for (DType type : {DType::F32, DType::F16})
+    for (int64_t k : {4096, 8192})
+      for (int64_t n : {1, 9}) {
+        SCOPED_TRACE(std::string(tname(type)) + " K=" + std::to_string(k) + " N=" + std::to_string(n));
+        check_op([&](Fixture& f) { return build_mul_mat(f, type, {k, 16, n}); }, Check::MatMul, 11);
+      }
+}
+
+TEST(Ops, MulMatBroadcast) {
+  // Batches, and grouped-query attention: b has twice (three times) a's heads.
+  const std::vector<MatMulCase> cases = {
+      {16, 9, 5, 2, 4, 1, 1},  {33, 17, 12, 2, 4, 1, 1}, {8, 5, 3, 1, 3, 2, 2},
+      {24, 20, 10, 1, 3, 2, 2}, {64, 7, 1, 4, 8, 1, 1},   {64, 70, 20, 4, 8, 1, 1},
+  };
+  for (DType type : kFloatTypes)
+    for (const MatMulCase& c : cases) {
+      SCOPED_TRACE(std::string(tname(type)) + " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) +
+                   " A2=" + std::to_string(c.A2) + " B2=" + std::to_string(c.B2));
+      check_op([&](Fixture& f) { return build_mul_mat(f, type, c); }, Check::MatMul, 3);
+    }
+}
+
+TEST(Ops, MulMatNonContiguous) {
+  for (DType type : kFloatTypes)
+    for (int64_t n : {1, 5, 12, 40}) {
+      SCOPED_TRACE(std::string(tname(type)) + " N=" + std::to_string(n));
+      // b permuted (queries as attention sees them: [D, N, H] from [D, H, N]).
+      check_op(
+          [&](Fixture& f) {
+            Tensor* a = f.rand(type, {32, 24, 3, 1});
+            Tensor* q = f.rand(DType::F32, {32, 3, n, 1});
+            Tensor* r = mul_mat(f.g, a, permute(f.g, q, 0, 2, 1, 3));
+            f.output(r);
+            return r;
+          },
+          Check::MatMul, 21);
+      // b transposed: elements of its rows are strided.
+      check_op(
+          [&](Fixture& f) {
+            Tensor* a = f.rand(type, {19, 18, 1, 1});
+            Tensor* bt = f.rand(DType::F32, {n, 19, 1, 1});
+            Tensor* r = mul_mat(f.g, a, transpose(f.g, bt));
+            f.output(r);
+            return r;
+          },
+          Check::MatMul, 22);
+      // a transposed (strided weight rows).
+      check_op(
+          [&](Fixture& f) {
+            Tensor* at = f.rand(type, {21, 35, 1, 1});
+            Tensor* b = f.rand(DType::F32, {35, n, 1, 1});
+            Tensor* r = mul_mat(f.g, transpose(f.g, at), b);
+            f.output(r);
+            return r;
+          },
+          Check::MatMul, 23);
+      // a a permuted view of a KV cache [D, H_kv, ctx] -> [D, n_kv, H_kv], with
+      // GQA broadcast to 4 query heads.
+      check_op(
+          [&](Fixture& f) {
+            Tensor* cache = f.rand(type, {16, 2, 50, 1}, -1, 1, "cache");
+            Tensor* k = view(f.g, cache, {16, 2, 37}, {cache->nb[1], cache->nb[2]}, 0);
+            Tensor* q = f.rand(DType::F32, {16, 4, n, 1});
+            Tensor* r = mul_mat(f.g, permute(f.g, k, 0, 2, 1, 3), permute(f.g, q, 0, 2, 1, 3));
+            f.output(r);
+            return r;
+          },
+          Check::MatMul, 24);
+    }
+}
+
+struct BinaryCase {
+  Shape4 a, b;
+};
+
+TEST(Ops, AddMulBroadcast) {
+  const std::vector<BinaryCase> cases = {
+      {{17, 5, 3, 2}, {17, 5, 3, 2}}, {{17, 5, 3, 2}, {17, 1, 1, 1}}, {{17, 5, 3, 2}, {1, 5, 1, 1}},
+      {{17, 5, 3, 2}, {17, 5, 1, 2}}, {{64, 3, 1, 1}, {16, 3, 1, 1}}, {{1, 1, 1, 1}, {1, 1, 1, 1}},
+      {{257, 4, 1, 1}, {257, 1, 1, 1}},
+  };
+  for (bool is_add : {true, false})
+    for (const BinaryCase& c : cases) {
+      SCOPED_TRACE(std::string(is_add ? "add " : "mul ") + std::to_string(c.a[0]) + "/" + std::to_string(c.b[0]));
+      check_op(
+          [&](Fixture& f) {
+            Tensor* a = f.rand(DType::F32, c.a);
+            Tensor* b = f.rand(DType::F32, c.b);
+            Tensor* r = is_add ? add(f.g, a, b) : mul(f.g, a, b);
+            f.output(r);
+            return r;
+          },
+          Check::Exact);
+    }
+}
+
+TEST(Ops, AddMulNonContiguous) {
+  for (bool is_add : {true, false}) {
+    check_op(
+        [&](Fixture& f) {  // a permuted, b transposed
+          Tensor* a = permute(f.g, f.rand(DType::F32, {9, 4, 5, 1}), 0, 2, 1, 3);  // [9, 5, 4]
+          Tensor* b = transpose(f.g, f.rand(DType::F32, {5, 9, 1, 1}));           // [9, 5]
+          Tensor* r = is_add ? add(f.g, a, b) : mul(f.g, a, b);
+          f.output(r);
+          return r;
+        },
+        Check::Exact);
+    check_op(
+        [&](Fixture& f) {  // a transposed, b a row broadcast
+          Tensor* a = transpose(f.g, f.rand(DType::F32, {6, 33, 1, 1}));  // [33, 6]
+          Tensor* b = f.rand(DType::F32, {33, 1, 1, 1});
+          Tensor* r = is_add ? add(f.g, a, b) : mul(f.g, a, b);
+          f.output(r);
+          return r;
+        },
+        Check::Exact);
+  }
+}
+
+TEST(Ops, Scale) {
+  for (int64_t n : {1, 7, 33, 257}) {
+    check_op(
+        [&](Fixture& f) {
+          Tensor* r = scale(f.g, f.rand(DType::F32, {n, 3, 2, 1}, -10, 10), 0.125f * static_cast<float>(n));
+          f.output(r);
+          return r;
+        },
+        Check::Exact);
+  }
+  check_op(
+      [&](Fixture& f) {
+        Tensor* r = scale(f.g, transpose(f.g, f.rand(DType::F32, {5, 9, 1, 1})), -3.7f);
+        f.output(r);
+        return r;
+      },
+      Check::Exact);
+}
+
+TEST(Ops, Silu) {
+  for (int64_t n : {1, 7, 8, 33, 257}) {
+    check_op(
+        [&](Fixture& f) {
+          Tensor* r = silu(f.g, f.rand(DType::F32, {n, 4, 1, 1}, -12, 12));
+          f.output(r);
+          return r;
+        },
+        Check::Nmse);
+  }
+  check_op(
+      [&](Fixture& f) {  // saturated ends of the exponential
+        Tensor* r = silu(f.g, f.rand(DType::F32, {64, 3, 1, 1}, -120, 120));
+        f.output(r);
+        return r;
+      },
+      Check::Nmse);
+  check_op(
+      [&](Fixture& f) {
+        Tensor* r = silu(f.g, permute(f.g, f.rand(DType::F32, {7, 3, 5, 1}, -5, 5), 0, 2, 1, 3));
+        f.output(r);
+        return r;
+      },
+      Check::Nmse);
+}
+
+TEST(Ops, RmsNorm) {
+  for (int64_t n : {1, 3, 17, 64, 257, 2048})
+    for (float eps : {1e-5f, 1e-6f}) {
+      SCOPED_TRACE("n=" + std::to_string(n));
+      check_op(
+          [&](Fixture& f) {
+            Tensor* r = rms_norm(f.g, f.rand(DType::F32, {n, 5, 2, 1}, -3, 3), eps);
+            f.output(r);
+            return r;
+          },
+          Check::Nmse);
+    }
+  check_op(
+      [&](Fixture& f) {  // strided rows
+        Tensor* r = rms_norm(f.g, transpose(f.g, f.rand(DType::F32, {6, 40, 1, 1})), 1e-5f);
+        f.output(r);
+        return r;
+      },
+      Check::Nmse);
+}
+
+struct RopeCase {
+  int64_t head, n_dims;
+  RopeMode mode;
+  float base, scale;
+};
+
+TEST(Ops, Rope) {
+  const std::vector<RopeCase> cases = {
+      {64, 64, RopeMode::Normal, 10000.0f, 1.0f}, {64, 64, RopeMode::NeoX, 10000.0f, 1.0f},
+      {64, 32, RopeMode::Normal, 10000.0f, 1.0f}, {64, 32, RopeMode::NeoX, 500000.0f, 0.25f},
+      {64, 8, RopeMode::NeoX, 10000.0f, 1.0f},    {10, 6, RopeMode::Normal, 10000.0f, 0.5f},
+      {10, 6, RopeMode::NeoX, 1000.0f, 2.0f},     {128, 128, RopeMode::NeoX, 1000000.0f, 1.0f},
+  };
+  for (const RopeCase& c : cases) {
+    SCOPED_TRACE("head=" + std::to_string(c.head) + " n_dims=" + std::to_string(c.n_dims) +
+                 " mode=" + std::to_string(static_cast<int>(c.mode)));
+    check_op(
+        [&](Fixture& f) {
+          Tensor* x = f.rand(DType::F32, {c.head, 3, 6, 1}, -2, 2);
+          Tensor* pos = f.ints({0, 1, 7, 100, 2047, 4095});
+          Tensor* r = rope(f.g, x, pos, static_cast<int>(c.n_dims), c.mode, c.base, c.scale);
+          f.output(r);
+          return r;
+        },
+        Check::Nmse);
+    check_op(
+        [&](Fixture& f) {  // a permuted input ([D, N, H] seen as [D, H, N])
+          Tensor* x = f.rand(DType::F32, {c.head, 5, 4, 1}, -2, 2);
+          Tensor* pos = f.ints({3, 4, 5, 6, 7});
+          Tensor* r = rope(f.g, permute(f.g, x, 0, 2, 1, 3), pos, static_cast<int>(c.n_dims), c.mode, c.base, c.scale);
+          f.output(r);
+          return r;
+        },
+        Check::Nmse);
+  }
+}
+
+// A causal mask [kv, rows] with -inf above the diagonal (offset by kv - rows),
+// random values elsewhere, and optionally a fully masked row.
+Tensor* causal_mask(Fixture& f, int64_t kv, int64_t rows, bool full_row) {
+  Tensor* m = f.rand(DType::F32, {kv, rows, 1, 1}, -1, 1, "mask");
+  float* p = static_cast<float*>(m->data);
+  for (int64_t j = 0; j < rows; ++j)
+    for (int64_t i = 0; i < kv; ++i)
+      if (i > j + (kv - rows) || (full_row && j == 1)) p[j * kv + i] = -INFINITY;
+  return m;
+}
+
+TEST(Ops, SoftMax) {
+  for (int64_t k : {1, 5, 8, 32, 33, 257}) {
+    SCOPED_TRACE("K=" + std::to_string(k));
+    check_op(
+        [&](Fixture& f) {
+          Tensor* r = soft_max(f.g, f.rand(DType::F32, {k, 7, 3, 1}, -5, 5), nullptr, 1.0f);
+          f.output(r);
+          return r;
+        },
+        Check::Nmse);
+    check_op(
+        [&](Fixture& f) {  // mask with more rows than a, broadcast over heads
+          Tensor* mask = causal_mask(f, k, 9, false);
+          Tensor* r = soft_max(f.g, f.rand(DType::F32, {k, 7, 3, 1}, -5, 5), mask, 0.125f);
+          f.output(r);
+          return r;
+        },
+        Check::Nmse);
+    check_op(
+        [&](Fixture& f) {  // a fully masked row gives zeros
+          Tensor* mask = causal_mask(f, k, 4, true);
+          Tensor* r = soft_max(f.g, f.rand(DType::F32, {k, 4, 2, 1}, -30, 30), mask, 0.5f);
+          f.output(r);
+          return r;
+        },
+        Check::Nmse);
+  }
+  check_op(
+      [&](Fixture& f) {  // permuted input
+        Tensor* x = permute(f.g, f.rand(DType::F32, {12, 3, 5, 1}, -4, 4), 0, 2, 1, 3);
+        Tensor* r = soft_max(f.g, x, causal_mask(f, 12, 5, false), 0.3f);
+        f.output(r);
+        return r;
+      },
+      Check::Nmse);
+}
+
+TEST(Ops, CpyConverts) {
+  for (DType from : kFloatTypes)
+    for (DType to : kFloatTypes)
+      for (int64_t n : {1, 7, 33, 1000}) {
+        SCOPED_TRACE(std::string(tname(from)) + " -> " + tname(to) + " n=" + std::to_string(n));
+        check_op(
+            [&](Fixture& f) {
+              Tensor* a = f.rand(from, {n, 3, 1, 1}, -70000, 70000);  // beyond F16's range too
+              Tensor* d = f.rand(to, {n, 3, 1, 1});
+              f.output(cpy(f.g, a, d));
+              return d;
+            },
+            Check::Exact);
+      }
+}
+
+TEST(Ops, CpyKvCache) {
+  for (DType type : {DType::F16, DType::BF16, DType::F32}) {
+    SCOPED_TRACE(tname(type));
+    const int64_t d = 8, h = 2, ctx = 20, n = 5, pos0 = 7;
+    // K: [d, h, n] into a 1-D view of the cache at the tokens' offset.
+    check_op(
+        [&](Fixture& f) {
+          Tensor* cache = f.rand(type, {d * h, ctx, 1, 1}, -1, 1, "k_cache");
+          Tensor* k = f.rand(DType::F32, {d, h, n, 1}, -3, 3);
+          const size_t es = type_traits(type).block_bytes;
+          Tensor* dst = view(f.g, cache, {d * h * n}, {}, pos0 * d * h * es);
+          f.output(cpy(f.g, k, dst));
+          return cache;
+        },
+        Check::Exact);
+    // V: stored transposed, [n, d*h] with rows ctx apart, at column pos0.
+    check_op(
+        [&](Fixture& f) {
+          Tensor* cache = f.rand(type, {ctx, d * h, 1, 1}, -1, 1, "v_cache");
+          Tensor* v = f.rand(DType::F32, {d * h, n, 1, 1}, -3, 3);
+          const size_t es = type_traits(type).block_bytes;
+          Tensor* dst = view(f.g, cache, {n, d * h}, {ctx * es}, pos0 * es);
+          f.output(cpy(f.g, transpose(f.g, v), dst));
+          return cache;
+        },
+        Check::Exact);
+  }
+}
+
+TEST(Ops, CpyReshapes) {
+  // Different shapes with the same element count, into a strided destination.
+  check_op(
+      [&](Fixture& f) {
+        Tensor* a = f.rand(DType::F32, {6, 4, 1, 1});
+        Tensor* buf = f.rand(DType::F16, {10, 3, 1, 1}, -1, 1, "buf");
+        Tensor* d = view(f.g, buf, {8, 3}, {buf->nb[1]}, 2 * sizeof(uint16_t));
+        f.output(cpy(f.g, a, d));
+        return buf;
+      },
+      Check::Exact);
+  check_op(
+      [&](Fixture& f) {
+        Tensor* a = permute(f.g, f.rand(DType::BF16, {3, 5, 7, 1}), 2, 0, 1, 3);  // [5, 7, 3]
+        Tensor* d = f.rand(DType::F32, {15, 7, 1, 1});
+        f.output(cpy(f.g, a, d));
+        return d;
+      },
+      Check::Exact);
+}
+
+TEST(Ops, Cont) {
+  for (DType type : kFloatTypes) {
+    SCOPED_TRACE(tname(type));
+    check_op(
+        [&](Fixture& f) {
+          Tensor* r = cont(f.g, permute(f.g, f.rand(type, {5, 7, 3, 2}), 0, 2, 1, 3));
+          f.output(r);
+          return r;
+        },
+        Check::Exact);
+    check_op(
+        [&](Fixture& f) {
+          Tensor* r = cont(f.g, transpose(f.g, f.rand(type, {33, 17, 1, 1})));
+          f.output(r);
+          return r;
+        },
+        Check::Exact);
+    check_op(
+        [&](Fixture& f) {
+          Tensor* r = cont(f.g, f.rand(type, {9, 4, 1, 1}));  // already contiguous
+          f.output(r);
+          return r;
+        },
+        Check::Exact);
+  }
+}
+
+// A small attention + feed-forward block touching every op, with F16 weights
+// and an F16 KV cache. Its result depends on F16 roundings of computed values
+// (the cache), where the backends may round differently by one F16 ulp, so it
+// is compared by NMSE <= 1e-6 (threads still bitwise).
+Tensor* build_block(Fixture& f, int64_t n_tokens, int64_t pos0) {
+  const int64_t dim = 64, hd = 16, heads = 4, kv_heads = 2, ctx = 32, ff = 96;
+  Tensor* tok_embd = f.rand(DType::F16, {dim, 50, 1, 1}, -1, 1, "tok_embd");
+  std::vector<int32_t> toks, pos;
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    toks.push_back(static_cast<int32_t>((i * 7 + 3) % 50));
+    pos.push_back(static_cast<int32_t>(pos0 + i));
+  }
+  Tensor* x = get_rows(f.g, tok_embd, f.ints(toks));
+  Tensor* positions = f.ints(pos, "pos");
+  Tensor* norm_w = f.rand(DType::F32, {dim, 1, 1, 1}, 0.5f, 1.5f);
+  Tensor* wq = f.rand(DType::F16, {dim, hd * heads, 1, 1}, -0.2f, 0.2f);
+  Tensor* wk = f.rand(DType::F16, {dim, hd * kv_heads, 1, 1}, -0.2f, 0.2f);
+  Tensor* wv = f.rand(DType::BF16, {dim, hd * kv_heads, 1, 1}, -0.2f, 0.2f);
+  Tensor* wo = f.rand(DType::F32, {hd * heads, dim, 1, 1}, -0.2f, 0.2f);
+  Tensor* w_gate = f.rand(DType::F16, {dim, ff, 1, 1}, -0.2f, 0.2f);
+  Tensor* w_up = f.rand(DType::F16, {dim, ff, 1, 1}, -0.2f, 0.2f);
+  Tensor* w_down = f.rand(DType::F16, {ff, dim, 1, 1}, -0.2f, 0.2f);
+  Tensor* k_cache = f.rand(DType::F16, {hd * kv_heads * ctx, 1, 1, 1}, -1, 1, "k_cache");
+  Tensor* v_cache = f.rand(DType::F16, {ctx, hd * kv_heads, 1, 1}, -1, 1, "v_cache");
+  const int64_t n_kv = pos0 + n_tokens;
+  Tensor* mask = causal_mask(f, n_kv, n_tokens, false);
+
+  Tensor* cur = mul(f.g, rms_norm(f.g, x, 1e-5f), norm_w);
+  Tensor* q = rope(f.g, reshape(f.g, mul_mat(f.g, wq, cur), {hd, heads, n_tokens}), positions, static_cast<int>(hd),
+                   RopeMode::NeoX, 10000.0f, 1.0f);
+  Tensor* k = rope(f.g, reshape(f.g, mul_mat(f.g, wk, cur), {hd, kv_heads, n_tokens}), positions,
+                   static_cast<int>(hd), RopeMode::NeoX, 10000.0f, 1.0f);
+  Tensor* v = mul_mat(f.g, wv, cur);  // [hd * kv_heads, n_tokens]
+  const size_t es = sizeof(uint16_t);
+  Tensor* k_store = cpy(f.g, k, view(f.g, k_cache, {hd * kv_heads * n_tokens}, {}, pos0 * hd * kv_heads * es));
+  Tensor* v_store = cpy(f.g, transpose(f.g, v), view(f.g, v_cache, {n_tokens, hd * kv_heads}, {ctx * es}, pos0 * es));
+  f.g.build(k_store);
+  f.g.build(v_store);
+  Tensor* kv_k = view(f.g, k_cache, {hd, kv_heads, n_kv}, {hd * es, hd * kv_heads * es}, 0);
+  Tensor* kv_v = view(f.g, v_cache, {n_kv, hd, kv_heads}, {ctx * es, ctx * hd * es}, 0);
+  // The views read the cache after the copies wrote it: make them depend on them.
+  kv_k->src[1] = k_store;
+  kv_v->src[1] = v_store;
+  Tensor* kq = mul_mat(f.g, permute(f.g, kv_k, 0, 2, 1, 3), permute(f.g, q, 0, 2, 1, 3));  // [n_kv, n, heads]
+  kq = soft_max(f.g, kq, mask, 1.0f / 4.0f);
+  Tensor* kqv = mul_mat(f.g, kv_v, kq);  // [hd, n, heads]
+  Tensor* attn = cont(f.g, permute(f.g, kqv, 0, 2, 1, 3));  // [hd, heads, n]
+  attn = mul_mat(f.g, wo, reshape(f.g, attn, {hd * heads, n_tokens}));
+  Tensor* h = add(f.g, attn, x);
+  Tensor* hn = rms_norm(f.g, h, 1e-5f);
+  Tensor* gate = silu(f.g, mul_mat(f.g, w_gate, hn));
+  Tensor* up = mul_mat(f.g, w_up, hn);
+  Tensor* out = add(f.g, mul_mat(f.g, w_down, mul(f.g, gate, up)), scale(f.g, h, 0.5f));
+  f.output(out);
+  return out;
+}
+
+TEST(Ops, TransformerBlock) {
+  for (auto [n, pos0] : {std::pair<int64_t, int64_t>{1, 9}, {12, 0}, {9, 5}}) {
+    SCOPED_TRACE("tokens=" + std::to_string(n) + " pos0=" + std::to_string(pos0));
+    auto build = [&](Fixture& f) { return build_block(f, n, pos0); };
+    const std::vector<double> ref = eval(build, 5, reference());
+    for (Isa isa : all_isas()) {
+      SCOPED_TRACE(cpu::isa_name(isa));
+      const std::vector<double> one = eval(build, 5, cpu_backend(isa, 1));
+      EXPECT_LE(nmse(one, ref), 1e-6);
+      for (int nth : {2, 3, 7}) {
+        const std::vector<double> many = eval(build, 5, cpu_backend(isa, nth));
+        size_t bad = 0;
+        for (size_t i = 0; i < one.size(); ++i) bad += !same_bits(many[i], one[i]);
+        EXPECT_EQ(bad, 0u) << nth << " threads";
+      }
+    }
+  }
+}
+
+TEST(Ops, MulMatErrorBoundReport) {
+  // Runs after the matmul tests in the default order; informational.
+  std::printf("[ info ] worst matmul |err| / sum|a||b| so far: %.3g (bound 1e-5)\n", g_worst_matmul_ratio);
+}
+
+TEST(Backend, RejectsBadIndices) {
+  for (Isa isa : all_isas()) {
+    Fixture f(1);
+    Tensor* r = get_rows(f.g, f.rand(DType::F32, {4, 3, 1, 1}), f.ints({0, 3}));
+    f.output(r);
+    f.plan();
+    EXPECT_THROW(cpu_backend(isa, 2).compute(f.g), Error);
+  }
+}
+
+TEST(Backend, RejectsMissingData) {
+  Fixture f(1);
+  Tensor* r = silu(f.g, f.rand(DType::F32, {4, 3, 1, 1}));
+  f.output(r);  // no memory plan applied
+  EXPECT_THROW(cpu_backend(Isa::Scalar, 1).compute(f.g), Error);
+}
+
+TEST(Backend, Names) {
+  EXPECT_EQ(reference().name(), "reference");
+  auto b = make_cpu_backend(3);
+  EXPECT_EQ(b->n_threads(), 3);
+  EXPECT_EQ(b->name().rfind("cpu-", 0), 0u);
+}
+
+// =============================================================================
+// The thread pool
+
+TEST(ThreadPool, RunsAllThreadsAndBarriers) {
+  for (int n : {1, 2, 3, 7}) {
+    cpu::ThreadPool pool(n);
+    std::vector<int> slots(n, 0);
+    std::atomic<int> phase_errors{0};
+    for (int rep = 0; rep < 50; ++rep) {
+      std::atomic<int> arrived{0};
+      pool.run([&](int ith) {
+        slots[ith] += 1;
+        arrived.fetch_add(1);
+        pool.barrier();
+        if (arrived.load() != n) phase_errors.fetch_add(1);
+        pool.barrier();
+      });
+    }
+    for (int i = 0; i < n; ++i) EXPECT_EQ(slots[i], 50);
+    EXPECT_EQ(phase_errors.load(), 0);
+  }
+}
+
+// =============================================================================
+// SIMD kernels against the scalar ones, directly
+
+// Floats over a wide range: normal values of all magnitudes, F16 subnormals,
+// around F16's largest values, infinities, signed zeros.
+std::vector<float> special_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::uniform_int_distribution<int> e(-30, 18);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, 65504.0f, 65519.0f, 65520.0f, -65536.0f,
+                            6.1e-5f, 5.96e-8f, 2.98e-8f, 1e-40f, 3.0e38f, 1.0f, -2.5f};
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = i % 5 == 4 ? specials[(i / 5) % (sizeof specials / sizeof *specials)] : std::ldexp(u(rng), e(rng));
+  return v;
+}
+
+TEST(Scalar, F16TableIsExact) {
+  const float* t = cpu::fp16_table();
+  size_t bad = 0;
+  for (uint32_t i = 0; i < 65536; ++i) bad += !same_bits(t[i], fp16_to_fp32(static_cast<uint16_t>(i)));
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST(Simd, ConversionsMatchScalarExactly) {
+  const cpu::VecOps& s = cpu::vec_ops(Isa::Scalar);
+  for (Isa isa : simd_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    const cpu::VecOps& v = cpu::vec_ops(isa);
+    for (size_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 1000}) {
+      const std::vector<float> x = special_floats(n, static_cast<uint32_t>(n));
+      for (DType t : {DType::F16, DType::BF16}) {
+        const int ti = static_cast<int>(t);
+        std::vector<uint16_t> hs(n + 1, 0x1234), hv(n + 1, 0x1234);
+        s.from_float[ti](x.data(), hs.data(), static_cast<int64_t>(n));
+        v.from_float[ti](x.data(), hv.data(), static_cast<int64_t>(n));
+        EXPECT_EQ(hs, hv) << tname(t) << " from float, n=" << n;
+        std::vector<float> fs(n + 1, 7.0f), fv(n + 1, 7.0f);
+        s.to_float[ti](hs.data(), fs.data(), static_cast<int64_t>(n));
+        v.to_float[ti](hs.data(), fv.data(), static_cast<int64_t>(n));
+        EXPECT_EQ(0, std::memcmp(fs.data(), fv.data(), (n + 1) * sizeof(float))) << tname(t) << " to float, n=" << n;
+      }
+    }
+    // Every F16 and BF16 bit pattern.
+    std::vector<uint16_t> all(65536);
+    for (int i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+    for (DType t : {DType::F16, DType::BF16}) {
+      std::vector<float> fs(65536), fv(65536);
+      s.to_float[static_cast<int>(t)](all.data(), fs.data(), 65536);
+      v.to_float[static_cast<int>(t)](all.data(), fv.data(), 65536);
+      size_t bad = 0;
+      for (int i = 0; i < 65536; ++i) bad += !same_bits(fs[i], fv[i]);
+      EXPECT_EQ(bad, 0u) << tname(t);
+    }
+  }
+}
+
+TEST(Simd, ArithmeticMatchesScalarExactly) {
+  const cpu::VecOps& s = cpu::vec_ops(Isa::Scalar);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-100, 100);
+  for (Isa isa : simd_isas()) {
+    const cpu::VecOps& v = cpu::vec_ops(isa);
+    for (int64_t n : {0, 1, 5, 8, 9, 31, 64, 1001}) {
+      std::vector<float> x(n), y(n);
+      for (auto& e : x) e = u(rng);
+      for (auto& e : y) e = u(rng);
+      std::vector<float> zs(n), zv(n);
+      s.add(n, zs.data(), x.data(), y.data());
+      v.add(n, zv.data(), x.data(), y.data());
+      EXPECT_EQ(zs, zv);
+      s.mul(n, zs.data(), x.data(), y.data());
+      v.mul(n, zv.data(), x.data(), y.data());
+      EXPECT_EQ(zs, zv);
+      s.scale(n, zs.data(), x.data(), 0.37f);
+      v.scale(n, zv.data(), x.data(), 0.37f);
+      EXPECT_EQ(zs, zv);
+      EXPECT_EQ(s.max(n, x.data()), v.max(n, x.data()));
+    }
+  }
+}
+
+TEST(Simd, TranscendentalsAndSumsMatchScalar) {
+  const cpu::VecOps& s = cpu::vec_ops(Isa::Scalar);
+  std::mt19937 rng(4);
+  for (Isa isa : simd_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    const cpu::VecOps& v = cpu::vec_ops(isa);
+    for (int64_t n : {1, 7, 8, 17, 64, 100, 4097}) {
+      std::uniform_real_distribution<float> u(-90, 90);
+      std::vector<float> x(n);
+      for (auto& e : x) e = u(rng);
+      if (n > 3) x[1] = -INFINITY, x[2] = -200.0f, x[3] = 88.0f;
+      // silu: relative error per element (the SIMD exp is good to a few ulp;
+      // it overflows a little early, at x > 88.37, so silu(x < -88.37) is 0
+      // where the scalar one still gives ~1e-37).
+      std::vector<float> ys(n), yv(n);
+      s.silu(n, ys.data(), x.data());
+      v.silu(n, yv.data(), x.data());
+      for (int64_t i = 0; i < n; ++i)
+        if (std::isfinite(x[i])) {
+          EXPECT_NEAR(yv[i], ys[i], 2e-6 * std::fabs(ys[i]) + 1e-36) << "silu(" << x[i] << ")";
+        }
+      // exp(x - max) and its sum.
+      const float m = s.max(n, x.data());
+      const double ss = s.exp_sum(n, ys.data(), x.data(), m);
+      const double sv = v.exp_sum(n, yv.data(), x.data(), m);
+      EXPECT_NEAR(sv, ss, 1e-6 * ss);
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_NEAR(yv[i], ys[i], 2e-6 * ys[i] + 1e-37) << "exp(" << x[i] << " - " << m << ")";
+        if (ys[i] == 0.0f) {
+          EXPECT_EQ(yv[i], 0.0f);
+        }
+      }
+      // sum of squares.
+      std::vector<float> z(n);
+      for (auto& e : z) e = u(rng) / 90.0f;
+      const double qs = s.sum_sq(n, z.data()), qv = v.sum_sq(n, z.data());
+      EXPECT_NEAR(qv, qs, 1e-6 * qs);
+    }
+  }
+}
+
+TEST(Simd, DotKernelsMatchScalar) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const cpu::GemmKernels& sk = cpu::gemm_kernels(Isa::Scalar);
+  for (Isa isa : simd_isas()) {
+    const cpu::GemmKernels& gk = cpu::gemm_kernels(isa);
+    for (DType t : kFloatTypes)
+      for (int64_t k : {1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 129, 1000, 4099})
+        for (int nc = 1; nc <= 4; ++nc) {
+          SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + tname(t) + " k=" + std::to_string(k) +
+                       " nc=" + std::to_string(nc));
+          const size_t es = type_traits(t).block_bytes;
+          std::vector<char> w(k * es);
+          std::vector<float> wf(k), x(k * nc);
+          for (int64_t i = 0; i < k; ++i) {
+            Tensor probe;
+            probe.type = t;
+            probe.data = w.data();
+            probe.nb = contiguous_strides(t, {k, 1, 1, 1});
+            set_elem(probe, u(rng), i, 0, 0, 0);
+            wf[i] = static_cast<float>(get_elem(probe, i, 0, 0, 0));
+          }
+          for (auto& e : x) e = u(rng);
+          float os[4], ov[4];
+          const int ti = static_cast<int>(t);
+          sk.dot[ti](k, w.data(), x.data(), k * sizeof(float), nc, os);
+          gk.dot[ti](k, w.data(), x.data(), k * sizeof(float), nc, ov);
+          for (int c = 0; c < nc; ++c) {
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < k; ++i) {
+              exact += static_cast<double>(wf[i]) * x[c * k + i];
+              mag += std::fabs(static_cast<double>(wf[i]) * x[c * k + i]);
+            }
+            EXPECT_NEAR(ov[c], exact, 1e-6 * mag + 1e-30);
+            EXPECT_NEAR(os[c], exact, 1e-6 * mag + 1e-30);
+          }
+        }
+  }
+}
+
+TEST(Simd, MicroKernelMatchesNaive) {
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (Isa isa : simd_isas()) {
+    const cpu::GemmKernels& gk = cpu::gemm_kernels(isa);
+    ASSERT_NE(gk.micro, nullptr);
+    const int mr = gk.mr, nr = gk.nr;
+    for (int64_t kc : {1, 5, 64, 256}) {
+      std::vector<float> wp(kc * nr), bp(kc * mr);
+      for (auto& e : wp) e = u(rng);
+      for (auto& e : bp) e = u(rng);
+      const int64_t ldc = nr + 3;
+      std::vector<float> c(mr * ldc, 0.5f);
+      gk.micro(kc, wp.data(), bp.data(), c.data(), ldc, false);
+      std::vector<float> c2 = c;
+      gk.micro(kc, wp.data(), bp.data(), c2.data(), ldc, true);
+      for (int r = 0; r < mr; ++r) {
+        for (int i = 0; i < nr; ++i) {
+          double exact = 0, mag = 0;
+          for (int64_t k = 0; k < kc; ++k) {
+            exact += static_cast<double>(wp[k * nr + i]) * bp[k * mr + r];
+            mag += std::fabs(static_cast<double>(wp[k * nr + i]) * bp[k * mr + r]);
+          }
+          EXPECT_NEAR(c[r * ldc + i], exact, 1e-6 * mag + 1e-30);
+          EXPECT_EQ(c2[r * ldc + i], c[r * ldc + i] + c[r * ldc + i]);
+        }
+        for (int64_t i = nr; i < ldc; ++i) EXPECT_EQ(c[r * ldc + i], 0.5f) << "wrote past the tile";
+      }
+    }
+  }
+}
+
+TEST(Simd, PackMatchesNaive) {
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (Isa isa : simd_isas()) {
+    const cpu::GemmKernels& gk = cpu::gemm_kernels(isa);
+    for (DType t : kFloatTypes) {
+      const int ti = static_cast<int>(t);
+      ASSERT_NE(gk.pack[ti], nullptr);
+      const int64_t k = 300, stride = k + 5;  // rows with gaps between them
+      Tensor probe;
+      probe.type = t;
+      probe.ne = {stride, gk.nr, 1, 1};
+      probe.nb = contiguous_strides(t, probe.ne);
+      std::vector<char> data(probe.nb[2]);
+      probe.data = data.data();
+      for_each_index(probe, [&](int64_t i0, int64_t i1, int64_t i2, int64_t i3) { set_elem(probe, u(rng), i0, i1, i2, i3); });
+      for (int64_t nrows : {int64_t{1}, int64_t{5}, int64_t{gk.nr}})
+        for (auto [k0, kc] : {std::pair<int64_t, int64_t>{0, 1}, {0, 8}, {3, 13}, {44, 256}}) {
+          SCOPED_TRACE(std::string(tname(t)) + " rows=" + std::to_string(nrows) + " k0=" + std::to_string(k0) +
+                       " kc=" + std::to_string(kc));
+          std::vector<float> panel(kc * gk.nr + 1, 9.0f);
+          gk.pack[ti](static_cast<const char*>(probe.data), probe.nb[1], nrows, k0, kc, panel.data());
+          size_t bad = 0;
+          for (int64_t kk = 0; kk < kc; ++kk)
+            for (int64_t i = 0; i < gk.nr; ++i) {
+              const double want = i < nrows ? get_elem(probe, k0 + kk, i, 0, 0) : 0.0;
+              bad += panel[kk * gk.nr + i] != want;
+            }
+          EXPECT_EQ(bad, 0u);
+          EXPECT_EQ(panel[kc * gk.nr], 9.0f) << "wrote past the panel";
+        }
+    }
+  }
+}
+
+TEST(Simd, PackActivationsMatchesNaive) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (Isa isa : simd_isas()) {
+    const cpu::GemmKernels& gk = cpu::gemm_kernels(isa);
+    ASSERT_NE(gk.pack_act, nullptr);
+    const int64_t k = 300, stride = k + 3;
+    std::vector<float> rows(stride * gk.mr);
+    for (auto& e : rows) e = u(rng);
+    for (int64_t nrows = 1; nrows <= gk.mr; ++nrows)
+      for (auto [k0, kc] : {std::pair<int64_t, int64_t>{0, 1}, {0, 8}, {3, 13}, {44, 256}}) {
+        SCOPED_TRACE("rows=" + std::to_string(nrows) + " k0=" + std::to_string(k0) + " kc=" + std::to_string(kc));
+        std::vector<float> panel(kc * gk.mr + 1, 9.0f);
+        gk.pack_act(reinterpret_cast<const char*>(rows.data()), stride * sizeof(float), nrows, k0, kc, panel.data());
+        size_t bad = 0;
+        for (int64_t kk = 0; kk < kc; ++kk)
+          for (int64_t r = 0; r < gk.mr; ++r)
+            bad += panel[kk * gk.mr + r] != (r < nrows ? rows[r * stride + k0 + kk] : 0.0f);
+        EXPECT_EQ(bad, 0u);
+        EXPECT_EQ(panel[kc * gk.mr], 9.0f) << "wrote past the panel";
+      }
+  }
+}
+
+TEST(Simd, GemmPathIsTaken) {
+  // The shapes above exercise both paths: make sure the switch is where the
+  // tests assume (N >= min_n takes the GEMM path on SIMD, never on scalar).
+  for (Isa isa : simd_isas()) {
+    const int64_t min_n = cpu::gemm_kernels(isa).min_n;
+    EXPECT_LE(min_n, 31) << "the MulMat tests need more activation rows to reach the GEMM path";
+    Fixture f(1);
+    Tensor* small = build_mul_mat(f, DType::F16, {64, 16, min_n - 1});
+    Tensor* big = build_mul_mat(f, DType::F16, {64, 16, min_n});
+    EXPECT_FALSE(cpu::matmul_uses_gemm(*small, isa));
+    EXPECT_TRUE(cpu::matmul_uses_gemm(*big, isa));
+    EXPECT_FALSE(cpu::matmul_uses_gemm(*big, Isa::Scalar));
+  }
+}
+
+}  // namespace
+}  // namespace qlens
