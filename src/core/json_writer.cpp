@@ -4,40 +4,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/utf8.h"
+
 namespace qlens {
-
-namespace {
-
-// Length of the valid UTF-8 sequence at s (1..4), or 0 when the bytes there are
-// not valid UTF-8 (stray continuation, overlong form, surrogate, > U+10FFFF, cut).
-size_t utf8_len(const unsigned char* s, size_t n) {
-  const unsigned char c = s[0];
-  if (c < 0x80) return 1;
-  size_t len;
-  uint32_t cp;
-  if (c >= 0xc2 && c <= 0xdf) {
-    len = 2;
-    cp = c & 0x1fu;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    len = 3;
-    cp = c & 0x0fu;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    len = 4;
-    cp = c & 0x07u;
-  } else {
-    return 0;
-  }
-  if (n < len) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    if ((s[k] & 0xc0u) != 0x80u) return 0;
-    cp = (cp << 6) | (s[k] & 0x3fu);
-  }
-  if (len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) return 0;
-  if (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) return 0;
-  return len;
-}
-
-}  // namespace
 
 std::string JsonWriter::escape(std::string_view s) {
   static const char* hex = "0123456789abcdef";
@@ -82,7 +51,7 @@ std::string JsonWriter::escape(std::string_view s) {
       ++k;
       continue;
     }
-    const size_t len = utf8_len(p + k, s.size() - k);
+    const size_t len = utf8_sequence_length(p + k, s.size() - k);
     if (len == 0) {
       out += "\xef\xbf\xbd";  // U+FFFD REPLACEMENT CHARACTER
       ++k;

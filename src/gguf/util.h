@@ -11,9 +11,6 @@ namespace qlens::gguf::detail {
 std::string format_double(double d);
 std::string format_float(float f);
 
-// Length of the valid UTF-8 sequence starting at s (1..4), or 0 when invalid.
-size_t utf8_sequence_length(const unsigned char* s, size_t n);
-
 // Escapes quotes, backslashes, control characters and invalid UTF-8 bytes
 // (as \xNN) so that any string prints safely on one line.
 std::string escape_for_display(std::string_view s);
