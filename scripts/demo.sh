@@ -23,7 +23,9 @@ else
 fi
 
 echo "== qlens inspect $model"
-"$qlens" inspect "$model" | head -n 40
+"$qlens" inspect "$model" > "$work/inspect.txt"
+head -n 30 "$work/inspect.txt"
+echo "   ... (the full table: qlens inspect $model)"
 echo
 echo "== qlens generate (greedy)"
 "$qlens" generate -m "$model" -p "$prompt" -n 48 --temp 0

@@ -41,6 +41,7 @@ int cmd_generate(int argc, char** argv) {
     std::fflush(stdout);
   });
   std::printf("\n");
+  std::fflush(stdout);
   if (!quiet) {
     const double n_prompt = static_cast<double>(r.prompt_tokens.size());
     std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tokens/s); generated: %zu tokens in %.3f s (%.1f tokens/s)\n",

@@ -150,7 +150,10 @@ int64_t synth_model(const SynthOptions& opt, const std::string& path) {
     n_params += n;
   };
   const int64_t E = p.n_embd, KV = p.n_embd / p.n_head * p.n_head_kv;
-  add("token_embd.weight", {E, p.n_vocab}, 1.0f, false);
+  // GPT-2-style initial scale for embeddings and the output: logits stay small,
+  // so an untrained model's perplexity is near its vocabulary size.
+  const float s_embd = 0.02f;
+  add("token_embd.weight", {E, p.n_vocab}, s_embd, false);
   for (int64_t il = 0; il < p.n_layer; ++il) {
     const std::string b = "blk." + std::to_string(il) + ".";
     const float s_in = 1.0f / std::sqrt(static_cast<float>(E));
@@ -165,7 +168,7 @@ int64_t synth_model(const SynthOptions& opt, const std::string& path) {
     add(b + "ffn_down.weight", {p.n_ff, E}, 1.0f / std::sqrt(static_cast<float>(p.n_ff)), false);
   }
   add("output_norm.weight", {E}, 0, true);
-  if (!p.tied_output) add("output.weight", {E, p.n_vocab}, 1.0f / std::sqrt(static_cast<float>(E)), false);
+  if (!p.tied_output) add("output.weight", {E, p.n_vocab}, s_embd, false);
   w.write(path);
   return n_params;
 }
