@@ -56,6 +56,13 @@ constexpr uint32_t kDTypeCount = 36;
 // Converts `n` elements (a multiple of the block size) to or from float.
 using ToFloatFn = void (*)(const void* src, float* dst, int64_t n);
 using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);
+// Quantizes `nrows` rows of `n_per_row` values (a multiple of the block size)
+// into rows of this type, choosing each row's scales to minimize the squared
+// error weighted per column by importance[0..n_per_row) (from an imatrix);
+// importance == nullptr: the type's default weighting. from_float is the
+// fast, unweighted conversion (used for activations).
+using QuantizeRowsFn = void (*)(const float* src, void* dst, int64_t nrows, int64_t n_per_row,
+                                const float* importance);
 
 struct TypeTraits {
   const char* name = nullptr;  // nullptr: the id is not a type
@@ -64,6 +71,7 @@ struct TypeTraits {
   bool is_quantized = false;
   ToFloatFn to_float = nullptr;      // nullptr: the engine cannot read this type
   FromFloatFn from_float = nullptr;  // nullptr: the engine cannot write this type
+  QuantizeRowsFn quantize = nullptr;  // nullptr: no weighted quantizer (not a weight type)
   // Type that activations are converted to before a dot product with a weight
   // row of this type (F32 for the plain float types).
   DType vec_dot_type = DType::F32;

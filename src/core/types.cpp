@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cstring>
 
+#include "quant/registry.h"
+
 namespace qlens {
 
 float fp16_to_fp32(uint16_t h) {
@@ -78,6 +80,12 @@ void bf16_from_float(const float* src, void* dst, int64_t n) {
   auto* d = static_cast<uint16_t*>(dst);
   for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
 }
+// The plain float types have no scales to choose: importance changes nothing.
+template <FromFloatFn convert>
+void quantize_plain(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float*) {
+  convert(src, dst, nrows * n_per_row);
+}
+
 void i32_to_float(const void* src, float* dst, int64_t n) {
   const auto* s = static_cast<const int32_t*>(src);
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
@@ -138,6 +146,20 @@ struct TraitsTable {
     bf16.to_float = bf16_to_float;
     bf16.from_float = bf16_from_float;
     rows[static_cast<uint32_t>(DType::I32)].to_float = i32_to_float;
+    f32.quantize = quantize_plain<f32_from_float>;
+    f16.quantize = quantize_plain<f16_from_float>;
+    bf16.quantize = quantize_plain<bf16_from_float>;
+
+    for (uint32_t id = 0; id < kDTypeCount; ++id) {
+      const auto type = static_cast<DType>(id);
+      const quant::Functions* q = quant::legacy_functions(type);
+      if (!q) q = quant::kquant_functions(type);
+      if (!q) continue;
+      rows[id].to_float = q->to_float;
+      rows[id].from_float = q->from_float;
+      rows[id].quantize = q->quantize;
+      rows[id].vec_dot_type = q->vec_dot_type;
+    }
   }
 };
 
