@@ -10,5 +10,6 @@ int cmd_synth(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
 
 }  // namespace qlens::cli

@@ -19,6 +19,7 @@ constexpr Command kCommands[] = {
     {"inspect", qlens::cli::cmd_inspect, "show a GGUF file's metadata and tensors"},
     {"generate", qlens::cli::cmd_generate, "generate text from a prompt"},
     {"perplexity", qlens::cli::cmd_perplexity, "perplexity of a model over a text, as llama.cpp computes it"},
+    {"quantize", qlens::cli::cmd_quantize, "quantize a model into llama.cpp's block formats"},
     {"bench", qlens::cli::cmd_bench, "prompt-processing and generation speed, as llama-bench measures them"},
     {"synth", qlens::cli::cmd_synth, "write a llama model with random weights of realistic shapes"},
 };

@@ -1,0 +1,44 @@
+// Importance matrices as llama.cpp stores them, in both of its formats:
+//  - GGUF (`general.type` = "imatrix"): per weight tensor `<name>.in_sum2`
+//    (F32 [n_cols, n_mat], sums of squared activations) and `<name>.counts`
+//    (F32 [1, n_mat], activation rows seen); `imatrix.datasets`,
+//    `imatrix.chunk_count`, `imatrix.chunk_size`;
+//  - legacy .dat: int32 entry count; per entry int32 name length, name,
+//    int32 ncall, int32 nval, float[nval] = mean(x^2) * ncall; then optionally
+//    int32 last chunk and a dataset name (int32 length + bytes).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace qlens::tools {
+
+struct ImatrixEntry {
+  int64_t n_cols = 0;
+  int64_t n_mat = 1;               // experts (1 for dense weights)
+  std::vector<double> sum2;        // [n_mat][n_cols]: sum of x^2 per input column
+  std::vector<double> counts;      // [n_mat]: activation rows accumulated
+};
+
+struct Imatrix {
+  std::string path;
+  std::map<std::string, ImatrixEntry> entries;  // by weight tensor name
+  std::vector<std::string> datasets;
+  int64_t chunk_count = 0;
+  int64_t chunk_size = 0;
+
+  // Per-column importance (mean of x^2) of a weight, matrix `mat`, or empty when
+  // the tensor is absent. Throws Error when present with another row length.
+  std::vector<float> importance(const std::string& tensor, int64_t n_cols, int64_t mat = 0) const;
+};
+
+// Reads either format (by magic). Errors name the file and the entry at fault.
+Imatrix load_imatrix(const std::string& path);
+
+// Writes the GGUF format (atomically); the .dat format too, for interchange.
+void save_imatrix_gguf(const Imatrix& m, const std::string& path);
+void save_imatrix_dat(const Imatrix& m, const std::string& path);
+
+}  // namespace qlens::tools

@@ -1,0 +1,398 @@
+#include "tools/quantize.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "qlens/error.h"
+#include "tools/imatrix_file.h"
+
+namespace qlens::tools {
+
+namespace {
+
+// llama.cpp's llama_ftype ids, so general.file_type means the same to both tools.
+const std::vector<QuantMix>& mixes() {
+  static const std::vector<QuantMix> all = {
+      {"F32", DType::F32, 0},       {"F16", DType::F16, 1},       {"BF16", DType::BF16, 32},
+      {"Q4_0", DType::Q4_0, 2},     {"Q4_1", DType::Q4_1, 3},     {"Q8_0", DType::Q8_0, 7},
+      {"Q5_0", DType::Q5_0, 8},     {"Q5_1", DType::Q5_1, 9},     {"Q2_K", DType::Q2_K, 10},
+      {"Q3_K_S", DType::Q3_K, 11},  {"Q3_K_M", DType::Q3_K, 12},  {"Q3_K_L", DType::Q3_K, 13},
+      {"Q4_K_S", DType::Q4_K, 14},  {"Q4_K_M", DType::Q4_K, 15},  {"Q5_K_S", DType::Q5_K, 16},
+      {"Q5_K_M", DType::Q5_K, 17},  {"Q6_K", DType::Q6_K, 18},    {"IQ4_NL", DType::IQ4_NL, 25},
+      {"IQ4_XS", DType::IQ4_XS, 30},
+  };
+  return all;
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Aliases users type for the K mixes without a size letter.
+std::string canonical_mix_name(const std::string& name) {
+  const std::string u = upper(name);
+  if (u == "Q3_K") return "Q3_K_M";
+  if (u == "Q4_K") return "Q4_K_M";
+  if (u == "Q5_K") return "Q5_K_M";
+  return u;
+}
+
+bool is_weight_target(DType t) {
+  const TypeTraits& tt = type_traits(t);
+  return tt.quantize != nullptr && t != DType::Q8_1 && t != DType::Q8_K;
+}
+
+double bits_per_weight(DType t) {
+  const TypeTraits& tt = type_traits(t);
+  return 8.0 * static_cast<double>(tt.block_bytes) / static_cast<double>(tt.block_size);
+}
+
+DType parse_type(const std::string& text, const std::string& where) {
+  auto t = type_from_name(text);
+  if (!t) throw Error(where + ": unknown type '" + text + "'");
+  if (!is_weight_target(*t)) throw Error(where + ": qlens cannot quantize to " + std::string(type_name(*t)));
+  return *t;
+}
+
+// What a tensor is for, from llama.cpp's names: "blk.7.ffn_down.weight" ->
+// role "ffn_down", layer 7.
+struct Role {
+  std::string name;
+  int layer = -1;
+};
+
+Role role_of(const std::string& tensor) {
+  Role r;
+  std::string rest = tensor;
+  if (rest.rfind("blk.", 0) == 0) {
+    const size_t dot = rest.find('.', 4);
+    if (dot != std::string::npos) {
+      r.layer = std::atoi(rest.substr(4, dot - 4).c_str());
+      rest = rest.substr(dot + 1);
+    }
+  }
+  const size_t suffix = rest.rfind(".weight");
+  r.name = suffix == std::string::npos ? rest : rest.substr(0, suffix);
+  return r;
+}
+
+// llama.cpp's heuristic for which layers of a deep stack matter most: the first
+// and last eighth, and every third layer between.
+bool use_more_bits(int layer, int n_layer) {
+  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+// The mix's rules for a tensor role (see docs/QUANTIZATION.md). Returns the
+// base type when the mix has no rule for the role.
+DType role_type(const QuantMix& mix, const Role& role, int n_layer, std::string* reason) {
+  const std::string& m = mix.name;
+  const int i = role.layer;
+  auto pick = [&](DType t) {
+    if (t != mix.base) *reason = "role " + role.name;
+    return t;
+  };
+  if (role.name == "output") return pick(mix.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K);
+  if (role.name == "attn_v") {
+    if (m == "Q2_K") return pick(DType::Q4_K);
+    if (m == "Q3_K_M") return pick(i < 2 ? DType::Q5_K : DType::Q4_K);
+    if (m == "Q3_K_L") return pick(DType::Q5_K);
+    if ((m == "Q4_K_M" || m == "Q5_K_M") && use_more_bits(i, n_layer)) return pick(DType::Q6_K);
+    if (m == "Q4_K_S" && i < 4) return pick(DType::Q5_K);
+  }
+  if (role.name == "ffn_down") {
+    if (m == "Q2_K") return pick(DType::Q3_K);
+    if (m == "Q3_K_M") return pick(i < n_layer / 16 ? DType::Q5_K : use_more_bits(i, n_layer) ? DType::Q4_K : DType::Q3_K);
+    if (m == "Q3_K_L") return pick(DType::Q5_K);
+    if ((m == "Q4_K_M" || m == "Q5_K_M") && use_more_bits(i, n_layer)) return pick(DType::Q6_K);
+    if (m == "Q4_K_S" && i < n_layer / 8) return pick(DType::Q5_K);
+  }
+  if (role.name == "attn_output") {
+    if (m == "Q2_K") return pick(DType::Q3_K);
+    if (m == "Q3_K_M") return pick(DType::Q4_K);
+    if (m == "Q3_K_L") return pick(DType::Q5_K);
+  }
+  return mix.base;
+}
+
+// The closest type whose block fits a row of `n` values: the cheapest with at
+// least the wanted bits per weight, ending at F16 (which fits every row).
+DType fallback_type(DType wanted, int64_t n) {
+  static const DType order[] = {DType::IQ4_NL, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                                DType::Q5_1,   DType::Q8_0, DType::F16};
+  for (DType t : order)
+    if (is_weight_target(t) && n % type_traits(t).block_size == 0 && bits_per_weight(t) >= bits_per_weight(wanted))
+      return t;
+  return DType::F16;
+}
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1 << 30)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
+  else if (b >= 1 << 20)
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1 << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
+  return buf;
+}
+
+std::string shape_text(const std::array<int64_t, 4>& ne, int n_dims) {
+  std::string s = "[";
+  for (int i = 0; i < n_dims; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::optional<QuantMix> find_mix(const std::string& name) {
+  const std::string n = canonical_mix_name(name);
+  for (const auto& m : mixes())
+    if (m.name == n) return m;
+  return std::nullopt;
+}
+
+std::vector<std::string> mix_names() {
+  std::vector<std::string> names;
+  for (const auto& m : mixes()) names.push_back(m.name);
+  return names;
+}
+
+std::vector<std::pair<std::string, std::string>> parse_tensor_type_rules(const std::string& text,
+                                                                         const std::string& source) {
+  std::vector<std::pair<std::string, std::string>> rules;
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const size_t eq = line.rfind('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == line.size())
+      throw Error(source + ":" + std::to_string(line_no) + ": expected REGEX=TYPE, got '" + line + "'");
+    rules.emplace_back(line.substr(first, eq - first), line.substr(eq + 1));
+  }
+  return rules;
+}
+
+QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt) {
+  QuantizePlan plan;
+  auto mix = find_mix(opt.mix);
+  if (!mix) {
+    std::string names;
+    for (const auto& n : mix_names()) names += (names.empty() ? "" : ", ") + n;
+    throw Error("unknown quantization type '" + opt.mix + "' (known: " + names + ")");
+  }
+  if (!is_weight_target(mix->base))
+    throw Error("qlens cannot quantize to " + std::string(type_name(mix->base)) + " yet");
+  plan.mix = *mix;
+
+  struct Rule {
+    std::regex re;
+    std::string text;
+    DType type;
+  };
+  std::vector<Rule> rules;
+  for (const auto& [pattern, type] : opt.tensor_types) {
+    try {
+      rules.push_back({std::regex(pattern), pattern, parse_type(type, "--tensor-type " + pattern + "=" + type)});
+    } catch (const std::regex_error& e) {
+      throw Error("--tensor-type: '" + pattern + "' is not a valid regular expression: " + e.what());
+    }
+  }
+  const int n_layer = static_cast<int>(in.try_int(in.try_string("general.architecture").value_or("llama") +
+                                                  ".block_count")
+                                           .value_or(0));
+
+  for (const auto& t : in.tensors()) {
+    TensorPlan p;
+    p.name = t.name;
+    p.ne = t.ne;
+    p.from = t.type;
+    p.to = t.type;
+    if (t.n_dims < 2) {
+      p.reason = "1-D: kept";
+      if (t.type != DType::F32) p.reason = "1-D: kept as " + std::string(type_name(t.type));
+    } else {
+      const Role role = role_of(t.name);
+      DType want = mix->base;
+      p.reason = "mix " + mix->name;
+      if (!opt.pure) want = role_type(*mix, role, n_layer, &p.reason);
+      if (role.name == "token_embd" && opt.token_embedding_type) {
+        want = *opt.token_embedding_type;
+        p.reason = "--token-embedding-type";
+      }
+      if (role.name == "output" && opt.output_type) {
+        want = *opt.output_type;
+        p.reason = "--output-tensor-type";
+      }
+      for (const Rule& r : rules)
+        if (std::regex_search(t.name, r.re)) {
+          want = r.type;
+          p.reason = "rule " + r.text;
+        }
+      if (t.ne[0] % type_traits(want).block_size != 0) {
+        const DType fb = fallback_type(want, t.ne[0]);
+        p.reason = "fallback from " + std::string(type_name(want)) + ": row length " + std::to_string(t.ne[0]) +
+                   " is not a multiple of " + std::to_string(type_traits(want).block_size);
+        want = fb;
+      }
+      if (type_traits(t.type).is_quantized && want != t.type && !opt.allow_requantize)
+        throw Error(in.path() + ": tensor '" + t.name + "' is already " + std::string(type_name(t.type)) +
+                    "; quantizing it again loses quality (use --allow-requantize to do it anyway)");
+      if (want != t.type && !type_traits(t.type).to_float)
+        throw Error(in.path() + ": tensor '" + t.name + "' has type " + std::string(type_name(t.type)) +
+                    ", which qlens cannot read");
+      p.to = want;
+    }
+    p.bytes = static_cast<size_t>(t.nelements() / type_traits(p.to).block_size) * type_traits(p.to).block_bytes;
+    plan.total_bytes += p.bytes;
+    plan.total_elements += t.nelements();
+    plan.tensors.push_back(std::move(p));
+  }
+  return plan;
+}
+
+void print_plan(const QuantizePlan& plan, std::ostream& out) {
+  size_t w = 4;
+  for (const auto& t : plan.tensors) w = std::max(w, t.name.size());
+  char line[512];
+  std::snprintf(line, sizeof line, "%-*s  %-16s %-7s %-7s %12s  %s\n", static_cast<int>(w), "NAME", "SHAPE", "FROM",
+                "TO", "BYTES", "WHY");
+  out << line;
+  for (const auto& t : plan.tensors) {
+    const int n_dims = t.ne[3] > 1 ? 4 : t.ne[2] > 1 ? 3 : t.ne[1] > 1 ? 2 : 1;
+    std::snprintf(line, sizeof line, "%-*s  %-16s %-7s %-7s %12zu  %s\n", static_cast<int>(w), t.name.c_str(),
+                  shape_text(t.ne, n_dims).c_str(), std::string(type_name(t.from)).c_str(),
+                  std::string(type_name(t.to)).c_str(), t.bytes, t.reason.c_str());
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "total: %zu bytes (%s) for %lld weights, %.4f bits per weight (%s)\n",
+                plan.total_bytes, human_bytes(static_cast<double>(plan.total_bytes)).c_str(),
+                static_cast<long long>(plan.total_elements), plan.bits_per_weight(), plan.mix.name.c_str());
+  out << line;
+}
+
+void clip_outliers(float* x, int64_t n, int64_t block, double k) {
+  if (k <= 0 || block <= 1) return;
+  for (int64_t b = 0; b + block <= n; b += block) {
+    double sum = 0, sum2 = 0;
+    for (int64_t j = b; j < b + block; ++j) {
+      sum += x[j];
+      sum2 += static_cast<double>(x[j]) * x[j];
+    }
+    const double mean = sum / block;
+    const double sd = std::sqrt(std::max(0.0, sum2 / block - mean * mean));
+    const float lo = static_cast<float>(mean - k * sd), hi = static_cast<float>(mean + k * sd);
+    for (int64_t j = b; j < b + block; ++j) x[j] = std::clamp(x[j], lo, hi);
+  }
+}
+
+namespace {
+
+// Quantizes one tensor's rows on n_threads threads: each takes chunks of rows,
+// converts them to F32, clips if asked, and quantizes into its slice of out.
+void quantize_tensor(const gguf::TensorInfo& t, const uint8_t* src, DType to, const std::vector<float>& importance,
+                     double clip_sigma, int n_threads, uint8_t* out) {
+  const int64_t n_per_row = t.ne[0];
+  const int64_t n_rows = t.nelements() / n_per_row;
+  const TypeTraits& from = type_traits(t.type);
+  const TypeTraits& dst = type_traits(to);
+  const size_t src_row = row_bytes(t.type, n_per_row), dst_row = row_bytes(to, n_per_row);
+  constexpr int64_t kChunkRows = 16;
+  std::atomic<int64_t> next{0};
+  auto work = [&]() {
+    std::vector<float> buf(kChunkRows * n_per_row);
+    for (;;) {
+      const int64_t r0 = next.fetch_add(kChunkRows);
+      if (r0 >= n_rows) return;
+      const int64_t nr = std::min(kChunkRows, n_rows - r0);
+      for (int64_t r = 0; r < nr; ++r) {
+        from.to_float(src + (r0 + r) * src_row, buf.data() + r * n_per_row, n_per_row);
+        clip_outliers(buf.data() + r * n_per_row, n_per_row, dst.block_size, clip_sigma);
+      }
+      dst.quantize(buf.data(), out + r0 * dst_row, nr, n_per_row, importance.empty() ? nullptr : importance.data());
+    }
+  };
+  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, n_threads), (n_rows + kChunkRows - 1) / kChunkRows));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+QuantizePlan quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& opt,
+                            std::ostream& log) {
+  auto in = gguf::File::open(in_path);
+  QuantizePlan plan = plan_quantization(*in, opt);
+  std::optional<Imatrix> imatrix;
+  if (!opt.imatrix_path.empty()) imatrix = load_imatrix(opt.imatrix_path);
+  const int n_threads = opt.n_threads > 0 ? opt.n_threads : std::max(1u, std::thread::hardware_concurrency());
+
+  gguf::Writer w;
+  for (const auto& kv : in->metadata()) w.set(kv.key, kv.value);
+  w.set("general.file_type", gguf::Value::make_u32(plan.mix.file_type));
+  w.set("general.quantization_version", gguf::Value::make_u32(2));
+  w.set("quantize.qlens_version", gguf::Value::make_string(QLENS_VERSION));
+  if (imatrix) {
+    w.set("quantize.imatrix.file", gguf::Value::make_string(opt.imatrix_path));
+    w.set("quantize.imatrix.entries_count", gguf::Value::make_i32(static_cast<int32_t>(imatrix->entries.size())));
+    w.set("quantize.imatrix.chunks_count", gguf::Value::make_i32(static_cast<int32_t>(imatrix->chunk_count)));
+    if (!imatrix->datasets.empty())
+      w.set("quantize.imatrix.dataset", gguf::Value::make_string(imatrix->datasets.front()));
+  }
+
+  std::vector<std::unique_ptr<uint8_t[]>> buffers;  // quantized data lives until write()
+  const size_t n = plan.tensors.size();
+  for (size_t i = 0; i < n; ++i) {
+    const TensorPlan& p = plan.tensors[i];
+    const gguf::TensorInfo& t = in->tensors()[i];
+    const uint8_t* src = in->tensor_data(t);
+    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+    char head[256];
+    std::snprintf(head, sizeof head, "[%4zu/%4zu] %-32s %-16s %5s -> %-6s ", i + 1, n, t.name.c_str(),
+                  shape_text(t.ne, t.n_dims).c_str(), std::string(type_name(p.from)).c_str(),
+                  std::string(type_name(p.to)).c_str());
+    log << head << std::flush;
+    if (p.to == p.from) {
+      w.add_tensor(t.name, t.type, ne, src, t.nbytes);
+      log << "copied\n";
+      continue;
+    }
+    std::vector<float> importance;
+    bool used_imatrix = false;
+    if (imatrix && type_traits(p.to).is_quantized) {
+      importance = imatrix->importance(t.name, t.ne[0]);
+      used_imatrix = !importance.empty();
+      if (!used_imatrix && t.name != "token_embd.weight") {
+        if (opt.imatrix_strict) throw Error(opt.imatrix_path + ": no entry for tensor '" + t.name + "'");
+        log << "(not in the imatrix) ";
+      }
+    }
+    auto& out = buffers.emplace_back(new uint8_t[p.bytes]);
+    const auto t0 = std::chrono::steady_clock::now();
+    quantize_tensor(t, src, p.to, importance, opt.clip_sigma, n_threads, out.get());
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    w.add_tensor(t.name, p.to, ne, out.get(), p.bytes);
+    char tail[160];
+    std::snprintf(tail, sizeof tail, "%s -> %s%s, %.2f s%s%s\n", human_bytes(static_cast<double>(t.nbytes)).c_str(),
+                  human_bytes(static_cast<double>(p.bytes)).c_str(), used_imatrix ? ", imatrix" : "", secs,
+                  p.reason.rfind("fallback", 0) == 0 ? ", " : "", p.reason.rfind("fallback", 0) == 0 ? p.reason.c_str() : "");
+    log << tail << std::flush;
+  }
+  w.write(out_path);
+  return plan;
+}
+
+}  // namespace qlens::tools

@@ -1,0 +1,281 @@
+// qlens quantize: imatrix files in both formats, the per-tensor plan (mixes,
+// roles, rules, fallbacks), and the written model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/text_file.h"
+#include "qlens/error.h"
+#include "qlens/gguf.h"
+#include "qlens/model.h"
+#include "test_util.h"
+#include "tools/imatrix_file.h"
+#include "tools/quantize.h"
+#include "tools/synth.h"
+
+namespace qlens {
+namespace {
+
+bool can_quantize_to(DType t) { return type_traits(t).quantize != nullptr; }
+
+// ---- imatrix files ----
+
+// A legacy .dat written byte by byte from the format description.
+std::string hand_built_dat() {
+  std::string b;
+  auto i32 = [&](int32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); };
+  auto f32 = [&](float v) { b.append(reinterpret_cast<const char*>(&v), 4); };
+  i32(2);  // entries
+  const std::string a = "blk.0.attn_q.weight";
+  i32(static_cast<int32_t>(a.size()));
+  b += a;
+  i32(10);  // ncall
+  i32(3);   // nval
+  f32(10.0f), f32(20.0f), f32(0.0f);  // mean(x^2) * ncall
+  const std::string c = "output.weight";
+  i32(static_cast<int32_t>(c.size()));
+  b += c;
+  i32(4);
+  i32(2);
+  f32(2.0f), f32(8.0f);
+  i32(123);  // last chunk
+  const std::string ds = "calibration.txt";
+  i32(static_cast<int32_t>(ds.size()));
+  b += ds;
+  return b;
+}
+
+TEST(Imatrix, ReadsLegacyDatByTheFormat) {
+  const std::string path = test::temp_dir() + "/m.dat";
+  write_file_atomic(path, hand_built_dat());
+  auto m = tools::load_imatrix(path);
+  ASSERT_EQ(m.entries.size(), 2u);
+  EXPECT_EQ(m.chunk_count, 123);
+  ASSERT_EQ(m.datasets.size(), 1u);
+  EXPECT_EQ(m.datasets[0], "calibration.txt");
+  auto w = m.importance("blk.0.attn_q.weight", 3);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_FLOAT_EQ(w[0], 1.0f);  // 10 / ncall 10
+  EXPECT_FLOAT_EQ(w[1], 2.0f);
+  EXPECT_FLOAT_EQ(w[2], 0.0f);
+  auto o = m.importance("output.weight", 2);
+  EXPECT_FLOAT_EQ(o[0], 0.5f);
+  EXPECT_FLOAT_EQ(o[1], 2.0f);
+  EXPECT_TRUE(m.importance("blk.9.ffn_up.weight", 3).empty());
+  EXPECT_THROW(m.importance("output.weight", 5), Error);  // wrong row length is named
+}
+
+TEST(Imatrix, BrokenDatFilesAreErrors) {
+  const std::string good = hand_built_dat();
+  const std::string dir = test::temp_dir();
+  for (size_t cut : {size_t{0}, size_t{2}, size_t{6}, size_t{20}, size_t{30}, size_t{40}}) {
+    const std::string path = dir + "/cut" + std::to_string(cut) + ".dat";
+    write_file_atomic(path, good.substr(0, cut));
+    EXPECT_THROW(tools::load_imatrix(path), Error) << "cut at " << cut;
+  }
+  std::string huge = good;
+  const int32_t nval = 1 << 30;
+  std::memcpy(&huge[4 + 4 + 19 + 4], &nval, 4);
+  const std::string path = dir + "/huge.dat";
+  write_file_atomic(path, huge);
+  try {
+    tools::load_imatrix(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.attn_q.weight"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Imatrix, GgufAndDatRoundTrip) {
+  tools::Imatrix m;
+  m.datasets = {"wiki.train.raw"};
+  m.chunk_count = 7;
+  m.chunk_size = 512;
+  auto& e = m.entries["blk.0.ffn_down.weight"];
+  e.n_cols = 4;
+  e.n_mat = 1;
+  e.sum2 = {4, 8, 12, 16};
+  e.counts = {4};
+  const std::string dir = test::temp_dir();
+  tools::save_imatrix_gguf(m, dir + "/m.gguf");
+  tools::save_imatrix_dat(m, dir + "/m.dat");
+  for (const char* name : {"/m.gguf", "/m.dat"}) {
+    auto back = tools::load_imatrix(dir + name);
+    EXPECT_EQ(back.chunk_count, 7) << name;
+    EXPECT_EQ(back.datasets, m.datasets) << name;
+    auto w = back.importance("blk.0.ffn_down.weight", 4);
+    ASSERT_EQ(w.size(), 4u);
+    for (int j = 0; j < 4; ++j) EXPECT_FLOAT_EQ(w[j], static_cast<float>(j + 1)) << name;
+  }
+  auto f = gguf::File::open(dir + "/m.gguf");
+  EXPECT_EQ(f->get_string("general.type"), "imatrix");
+  ASSERT_NE(f->find_tensor("blk.0.ffn_down.weight.in_sum2"), nullptr);
+  EXPECT_EQ(f->find_tensor("blk.0.ffn_down.weight.counts")->ne[1], 1);
+}
+
+// ---- plans ----
+
+std::string synth_f32(const std::string& preset = "tiny") {
+  const std::string path = test::temp_dir() + "/" + preset + "-f32.gguf";
+  tools::SynthOptions o;
+  o.preset = preset;
+  o.type = DType::F32;
+  tools::synth_model(o, path);
+  return path;
+}
+
+const tools::TensorPlan& find(const tools::QuantizePlan& p, const std::string& name) {
+  for (const auto& t : p.tensors)
+    if (t.name == name) return t;
+  throw Error("no tensor " + name);
+}
+
+TEST(QuantizePlan, RulesFlagsAndOneDimensionalTensors) {
+  auto in = gguf::File::open(synth_f32());
+  tools::QuantizeOptions opt;
+  opt.mix = "F16";
+  auto plan = tools::plan_quantization(*in, opt);
+  for (const auto& t : plan.tensors) {
+    const bool one_d = t.ne[1] == 1;
+    EXPECT_EQ(t.to, one_d ? DType::F32 : DType::F16) << t.name;
+  }
+  opt.tensor_types = {{"ffn_.*", "BF16"}, {"blk\\.1\\.ffn_up", "F32"}};
+  opt.token_embedding_type = DType::F32;
+  plan = tools::plan_quantization(*in, opt);
+  EXPECT_EQ(find(plan, "blk.0.ffn_up.weight").to, DType::BF16);
+  EXPECT_EQ(find(plan, "blk.1.ffn_up.weight").to, DType::F32);  // last match wins
+  EXPECT_EQ(find(plan, "blk.1.attn_q.weight").to, DType::F16);
+  EXPECT_EQ(find(plan, "token_embd.weight").to, DType::F32);
+  EXPECT_EQ(find(plan, "blk.0.attn_norm.weight").to, DType::F32);
+  // The totals are the sum of the tensors.
+  size_t bytes = 0;
+  for (const auto& t : plan.tensors) bytes += t.bytes;
+  EXPECT_EQ(bytes, plan.total_bytes);
+}
+
+TEST(QuantizePlan, BadInputsAreNamed) {
+  auto in = gguf::File::open(synth_f32());
+  tools::QuantizeOptions opt;
+  opt.mix = "Q9_X";
+  EXPECT_THROW(tools::plan_quantization(*in, opt), Error);
+  opt.mix = "F16";
+  opt.tensor_types = {{"([", "F16"}};
+  try {
+    tools::plan_quantization(*in, opt);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(["), std::string::npos);
+  }
+  opt.tensor_types = {{"ffn", "Q8_K"}};  // an activation type, not a weight type
+  EXPECT_THROW(tools::plan_quantization(*in, opt), Error);
+  EXPECT_THROW(tools::parse_tensor_type_rules("ffn_up=F16\nnonsense\n", "rules.txt"), Error);
+  auto rules = tools::parse_tensor_type_rules("# comment\n\nffn_up=F16\r\nblk\\.0\\..*=BF16\n", "rules.txt");
+  ASSERT_EQ(rules.size(), 2u);
+  EXPECT_EQ(rules[1].first, "blk\\.0\\..*");
+  EXPECT_EQ(rules[1].second, "BF16");
+}
+
+TEST(QuantizePlan, RowsThatDoNotFitFallBackToTheClosestType) {
+  if (!can_quantize_to(DType::Q4_K)) GTEST_SKIP() << "Q4_K quantization is not available in this build";
+  QLENS_REQUIRE_SHARED(path, "models/stories260K.gguf");
+  auto in = gguf::File::open(path);
+  for (const char* mix : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q2_K"}) {
+    tools::QuantizeOptions opt;
+    opt.mix = mix;
+    auto plan = tools::plan_quantization(*in, opt);
+    for (const auto& t : plan.tensors) {
+      EXPECT_EQ(t.ne[0] % type_traits(t.to).block_size, 0) << mix << " " << t.name;
+      const DType base = tools::find_mix(mix)->base;
+      auto bpw = [](DType d) { return 8.0 * type_traits(d).block_bytes / type_traits(d).block_size; };
+      if (t.reason.rfind("fallback", 0) == 0) {
+        EXPECT_GE(bpw(t.to), bpw(base)) << mix << " " << t.name;
+      }
+    }
+    // ffn_down rows are 172 long: no block type fits them.
+    EXPECT_EQ(find(plan, "blk.0.ffn_down.weight").to, DType::F16) << mix;
+  }
+}
+
+TEST(QuantizeModel, DryRunTotalMatchesTheWrittenFile) {
+  const std::string in = synth_f32();
+  for (const char* mix : {"F16", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K", "IQ4_NL"}) {
+    if (!can_quantize_to(tools::find_mix(mix)->base)) continue;
+    tools::QuantizeOptions opt;
+    opt.mix = mix;
+    auto in_file = gguf::File::open(in);
+    auto plan = tools::plan_quantization(*in_file, opt);
+    const std::string out = test::temp_dir() + "/q.gguf";
+    std::ostringstream log;
+    auto written = tools::quantize_model(in, out, opt, log);
+    EXPECT_EQ(written.total_bytes, plan.total_bytes) << mix;
+    auto f = gguf::File::open(out);
+    size_t bytes = 0;
+    for (const auto& t : f->tensors()) bytes += t.nbytes;
+    EXPECT_EQ(bytes, plan.total_bytes) << mix;
+    EXPECT_EQ(f->get_int("general.file_type"), tools::find_mix(mix)->file_type) << mix;
+    EXPECT_TRUE(f->try_string("quantize.qlens_version").has_value());
+    // Every tensor has the planned type, and the model loads and runs.
+    for (size_t i = 0; i < plan.tensors.size(); ++i) EXPECT_EQ(f->tensors()[i].type, plan.tensors[i].to) << mix;
+    auto m = Model::load(out);
+    ContextOptions copt;
+    copt.n_ctx = 16;
+    Context ctx(*m, copt);
+    std::vector<Token> tokens = {1, 300, 301};
+    ctx.decode(tokens, false);
+    for (float v : ctx.last_logits()) ASSERT_TRUE(std::isfinite(v)) << mix;
+  }
+}
+
+TEST(QuantizeModel, RequantizingNeedsPermission) {
+  if (!can_quantize_to(DType::Q8_0) || !can_quantize_to(DType::Q4_0)) GTEST_SKIP() << "Q8_0/Q4_0 not available";
+  const std::string dir = test::temp_dir();
+  std::ostringstream log;
+  tools::QuantizeOptions opt;
+  opt.mix = "Q8_0";
+  tools::quantize_model(synth_f32(), dir + "/q8.gguf", opt, log);
+  opt.mix = "Q4_0";
+  EXPECT_THROW(tools::quantize_model(dir + "/q8.gguf", dir + "/q4.gguf", opt, log), Error);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/q4.gguf"));
+  opt.allow_requantize = true;
+  EXPECT_NO_THROW(tools::quantize_model(dir + "/q8.gguf", dir + "/q4.gguf", opt, log));
+}
+
+TEST(QuantizeModel, RecordsTheImatrix) {
+  const std::string dir = test::temp_dir();
+  tools::Imatrix m;
+  m.datasets = {"tiny.txt"};
+  m.chunk_count = 3;
+  auto& e = m.entries["blk.0.attn_q.weight"];
+  e.n_cols = 64;
+  e.sum2.assign(64, 1.0);
+  e.counts = {1};
+  tools::save_imatrix_gguf(m, dir + "/im.gguf");
+  tools::QuantizeOptions opt;
+  opt.mix = "F16";
+  opt.imatrix_path = dir + "/im.gguf";
+  std::ostringstream log;
+  tools::quantize_model(synth_f32(), dir + "/out.gguf", opt, log);
+  auto f = gguf::File::open(dir + "/out.gguf");
+  EXPECT_EQ(f->get_string("quantize.imatrix.file"), dir + "/im.gguf");
+  EXPECT_EQ(f->get_string("quantize.imatrix.dataset"), "tiny.txt");
+  EXPECT_EQ(f->get_int("quantize.imatrix.chunks_count"), 3);
+}
+
+TEST(Quantize, ClipOutliersPerBlock) {
+  std::vector<float> x(64, 0.0f);
+  for (int i = 0; i < 64; ++i) x[i] = (i % 2 ? 1.0f : -1.0f);
+  x[5] = 100.0f;   // an outlier in the first block
+  x[40] = -1.0f;   // the second block has none
+  auto before = x;
+  tools::clip_outliers(x.data(), 64, 32, 2.0);
+  EXPECT_LT(x[5], 100.0f);
+  EXPECT_GT(x[5], 1.0f);
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(x[i], before[i]);  // within 2 sigma: untouched
+}
+
+}  // namespace
+}  // namespace qlens
