@@ -19,7 +19,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 TEST(Cli, HelpOnEverySubcommand) {
   std::string out;
   EXPECT_EQ(qlens("--help", &out), 0);
-  for (const char* cmd : {"inspect", "generate", "perplexity", "synth", "bench"}) {
+  for (const char* cmd : {"inspect", "generate", "perplexity", "synth", "bench", "quantize", "quantize-stats"}) {
     EXPECT_TRUE(contains(out, cmd)) << cmd;
     std::string help;
     EXPECT_EQ(qlens(std::string(cmd) + " --help", &help), 0) << cmd;

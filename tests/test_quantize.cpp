@@ -15,6 +15,7 @@
 #include "test_util.h"
 #include "tools/imatrix_file.h"
 #include "tools/quantize.h"
+#include "tools/quantize_stats.h"
 #include "tools/synth.h"
 
 namespace qlens {
@@ -263,6 +264,37 @@ TEST(QuantizeModel, RecordsTheImatrix) {
   EXPECT_EQ(f->get_string("quantize.imatrix.file"), dir + "/im.gguf");
   EXPECT_EQ(f->get_string("quantize.imatrix.dataset"), "tiny.txt");
   EXPECT_EQ(f->get_int("quantize.imatrix.chunks_count"), 3);
+}
+
+TEST(QuantizeStats, MeasuresEveryTensorAndTotals) {
+  const std::string dir = test::temp_dir();
+  const std::string model = synth_f32();
+  tools::Imatrix m;
+  auto& e = m.entries["blk.0.attn_q.weight"];
+  e.n_cols = 64;
+  e.sum2.assign(64, 1.0);
+  e.sum2[3] = 1000.0;
+  e.counts = {1};
+  tools::save_imatrix_gguf(m, dir + "/im.gguf");
+  tools::QuantizeStatsOptions opt;
+  opt.types = {DType::F16, DType::BF16};
+  opt.imatrix_path = dir + "/im.gguf";
+  auto r = tools::quantize_stats(model, opt);
+  ASSERT_EQ(r.totals.size(), 2u);
+  int with_weights = 0;
+  for (const auto& s : r.tensors) {
+    EXPECT_GT(s.rms, 0) << s.tensor;
+    EXPECT_LE(s.rmse, s.rms * (s.type == DType::F16 ? 1e-3 : 1e-2)) << s.tensor;
+    EXPECT_GE(s.max_error, s.rmse) << s.tensor;
+    EXPECT_DOUBLE_EQ(s.bits_per_weight, 16.0);
+    with_weights += s.weighted_rmse >= 0;
+  }
+  EXPECT_EQ(with_weights, 2);  // attn_q of layer 0, for both types
+  EXPECT_LT(r.totals[0].rmse, r.totals[1].rmse);  // F16 keeps more bits than BF16
+  std::ostringstream js;
+  tools::write_quantize_stats_json(r, js);
+  EXPECT_NE(js.str().find("\"totals\""), std::string::npos);
+  EXPECT_NE(js.str().find("\"weighted_rmse\": null"), std::string::npos);
 }
 
 TEST(Quantize, ClipOutliersPerBlock) {

@@ -20,13 +20,14 @@ constexpr Command kCommands[] = {
     {"generate", qlens::cli::cmd_generate, "generate text from a prompt"},
     {"perplexity", qlens::cli::cmd_perplexity, "perplexity of a model over a text, as llama.cpp computes it"},
     {"quantize", qlens::cli::cmd_quantize, "quantize a model into llama.cpp's block formats"},
+    {"quantize-stats", qlens::cli::cmd_quantize_stats, "quantization error of every weight for each type"},
     {"bench", qlens::cli::cmd_bench, "prompt-processing and generation speed, as llama-bench measures them"},
     {"synth", qlens::cli::cmd_synth, "write a llama model with random weights of realistic shapes"},
 };
 
 void usage(FILE* out) {
   std::fprintf(out, "usage: qlens COMMAND [options]   (qlens COMMAND --help for its options)\n\ncommands:\n");
-  for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
+  for (const auto& c : kCommands) std::fprintf(out, "  %-15s %s\n", c.name, c.summary);
   std::fprintf(out, "\nqlens %s\n", QLENS_VERSION);
 }
 

@@ -1,0 +1,45 @@
+#include <iostream>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "core/text_file.h"
+#include "qlens/error.h"
+#include "tools/quantize_stats.h"
+
+namespace qlens::cli {
+
+int cmd_quantize_stats(int argc, char** argv) {
+  std::string model, json_path, imatrix, filter;
+  std::vector<std::string> type_names;
+  int threads = 0;
+  ArgParser p("quantize-stats", "qlens quantize-stats MODEL [--type T ...] [--imatrix F] [--json FILE]",
+              "Quantization error of every weight for each type, without writing a model: RMSE, RMSE\n"
+              "relative to the weights' RMS, max error, imatrix-weighted RMSE and bits per weight; totals per type.");
+  p.add_positional("MODEL", &model, true, "the unquantized model (F32, F16 or BF16 weights)");
+  p.add({"--type"}, &type_names, "T", "a type to measure (repeatable; default: every type qlens quantizes to)");
+  p.add({"--imatrix"}, &imatrix, "FILE", "importance matrix: quantize with it and report the weighted RMSE");
+  p.add({"--include"}, &filter, "REGEX", "only tensors whose name matches");
+  p.add({"--json"}, &json_path, "FILE", "also write the figures as JSON");
+  p.add({"-t", "--threads"}, &threads, "N", "threads (default: one per core)");
+  if (!p.parse(argc, argv)) return 0;
+  tools::QuantizeStatsOptions opt;
+  for (const auto& n : type_names) {
+    auto t = type_from_name(n);
+    if (!t) throw Error("qlens quantize-stats: --type: unknown type '" + n + "'");
+    opt.types.push_back(*t);
+  }
+  opt.imatrix_path = imatrix;
+  opt.tensor_filter = filter;
+  opt.n_threads = threads;
+  auto r = tools::quantize_stats(model, opt);
+  tools::print_quantize_stats(r, std::cout);
+  if (!json_path.empty()) {
+    std::ostringstream s;
+    tools::write_quantize_stats_json(r, s);
+    write_file_atomic(json_path, s.str());
+  }
+  return 0;
+}
+
+}  // namespace qlens::cli
