@@ -76,6 +76,27 @@ TEST(Cli, SynthInspectGeneratePerplexity) {
   EXPECT_TRUE(contains(js, "\"ppl\"")) << js;
 }
 
+TEST(Cli, QuantizeDryRunAndErrors) {
+  const std::string dir = test::temp_dir();
+  const std::string model = dir + "/tiny.gguf";
+  std::string out;
+  ASSERT_EQ(qlens("synth --preset tiny --type F32 -o " + model, &out), 0) << out;
+  ASSERT_EQ(qlens("quantize " + model + " F16 --dry-run --tensor-type 'ffn_up=BF16'", &out), 0) << out;
+  EXPECT_TRUE(contains(out, "blk.0.ffn_up.weight")) << out;
+  EXPECT_TRUE(contains(out, "rule ffn_up")) << out;
+  EXPECT_TRUE(contains(out, "bits per weight")) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/F16"));
+  EXPECT_NE(qlens("quantize " + model + " " + dir + "/o.gguf Q9_9", &out), 0);
+  EXPECT_TRUE(contains(out, "Q9_9")) << out;
+  EXPECT_NE(qlens("quantize " + model + " " + dir + "/o.gguf F16 --tensor-type nonsense", &out), 0);
+  EXPECT_TRUE(contains(out, "REGEX=TYPE")) << out;
+  EXPECT_NE(qlens("quantize " + model + " " + dir + "/o.gguf F16 --imatrix /nonexistent.dat", &out), 0);
+  EXPECT_TRUE(contains(out, "/nonexistent.dat")) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/o.gguf"));
+  ASSERT_EQ(qlens("quantize " + model + " " + dir + "/o.gguf BF16", &out), 0) << out;
+  ASSERT_EQ(qlens("generate -m " + dir + "/o.gguf -p 'the cat' -n 4 --temp 0 --no-stats", &out), 0) << out;
+}
+
 TEST(Cli, GreedyStoriesContinuation) {
   QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
   std::string out;
