@@ -15,6 +15,7 @@
 #include "test_util.h"
 #include "tools/imatrix_file.h"
 #include "tools/quantize.h"
+#include "tools/perplexity.h"
 #include "tools/quantize_stats.h"
 #include "tools/synth.h"
 
@@ -295,6 +296,39 @@ TEST(QuantizeStats, MeasuresEveryTensorAndTotals) {
   tools::write_quantize_stats_json(r, js);
   EXPECT_NE(js.str().find("\"totals\""), std::string::npos);
   EXPECT_NE(js.str().find("\"weighted_rmse\": null"), std::string::npos);
+}
+
+// stories260K in each legacy type: perplexity rises as bits fall, and Q8_0 is
+// within 0.5% of F32.
+TEST(QuantizeModel, StoriesPerplexityFollowsTheBits) {
+  QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
+  const std::vector<const char*> mixes = {"Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0"};
+  for (const char* mix : mixes)
+    if (!can_quantize_to(tools::find_mix(mix)->base)) GTEST_SKIP() << mix << " quantization is not available";
+  auto base = Model::load(model);
+  const auto tokens = base->vocab().tokenize(read_text_file(text_path), true);
+  tools::PerplexityOptions popt;
+  popt.n_ctx = 128;
+  popt.n_batch = 128;
+  popt.max_chunks = 400;
+  const double f32 = tools::perplexity(*base, tokens, popt).ppl;
+  const std::string dir = test::temp_dir();
+  std::vector<double> ppl;
+  for (const char* mix : mixes) {
+    tools::QuantizeOptions opt;
+    opt.mix = mix;
+    std::ostringstream log;
+    tools::quantize_model(model, dir + "/" + mix + ".gguf", opt, log);
+    auto m = Model::load(dir + "/" + mix + ".gguf");
+    ppl.push_back(tools::perplexity(*m, tokens, popt).ppl);
+    std::printf("%-5s PPL %.4f (F32 %.4f, %+.2f%%)\n", mix, ppl.back(), f32, 100 * (ppl.back() / f32 - 1));
+  }
+  EXPECT_LT(std::fabs(ppl[0] / f32 - 1), 0.005) << "Q8_0 " << ppl[0] << " vs F32 " << f32;
+  EXPECT_LT(ppl[0], ppl[4]);  // Q8_0 better than Q4_0
+  EXPECT_LT(ppl[1], ppl[3]);  // Q5_1 better than Q4_1
+  EXPECT_LT(ppl[2], ppl[4]);  // Q5_0 better than Q4_0
+  EXPECT_LT(ppl[3], ppl[4] * 1.01);  // Q4_1 no worse than Q4_0 (within noise)
 }
 
 TEST(Quantize, ClipOutliersPerBlock) {
