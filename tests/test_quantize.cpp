@@ -331,6 +331,56 @@ TEST(QuantizeModel, StoriesPerplexityFollowsTheBits) {
   EXPECT_LT(ppl[3], ppl[4] * 1.01);  // Q4_1 no worse than Q4_0 (within noise)
 }
 
+bool python_gguf_available() {
+  return test::run_command("python3 -c 'import gguf.quants, numpy'", nullptr) == 0;
+}
+
+// The 160m synthetic model in every type: it loads and runs, and gguf-py
+// (llama.cpp's Python reader, an independent implementation) reads the file
+// and dequantizes its tensors to the same values as qlens.
+TEST(QuantizeModel, EveryTypeRunsAndGgufPyAgrees) {
+  const char* slow = std::getenv("QLENS_SLOW_TESTS");
+  if (slow && std::string(slow) == "0") GTEST_SKIP() << "QLENS_SLOW_TESTS=0";
+  const bool check_py = python_gguf_available();
+  const std::string dir = test::temp_dir();
+  const std::string in = dir + "/160m-f16.gguf";
+  tools::SynthOptions so;
+  so.preset = "160m";
+  so.type = DType::F16;
+  tools::synth_model(so, in);
+  const std::vector<std::string> checked = {"blk.0.attn_q.weight", "blk.1.ffn_down.weight", "blk.2.attn_v.weight",
+                                            "output.weight", "token_embd.weight"};
+  for (const char* mix : {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M",
+                          "Q6_K", "IQ4_XS"}) {
+    tools::QuantizeOptions opt;
+    opt.mix = mix;
+    const std::string out = dir + "/q.gguf";
+    std::ostringstream log;
+    tools::quantize_model(in, out, opt, log);
+    auto m = Model::load(out);
+    ContextOptions copt;
+    copt.n_ctx = 8;
+    Context ctx(*m, copt);
+    const std::vector<Token> tokens = {1, 450, 4996, 17354};
+    ctx.decode(tokens, false);
+    for (float v : ctx.last_logits()) ASSERT_TRUE(std::isfinite(v)) << mix;
+    if (!check_py) continue;
+    std::string args;
+    for (const auto& name : checked) {
+      const Tensor* t = m->weights().at(name);
+      std::vector<float> values(t->nelements());
+      type_traits(t->type).to_float(t->data, values.data(), t->nelements());
+      const std::string raw = dir + "/" + name + ".f32";
+      write_file_atomic(raw, std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+      args += " " + name + "=" + raw;
+    }
+    std::string py;
+    EXPECT_EQ(test::run_command("python3 " QLENS_SOURCE_DIR "/tests/gguf_model_check.py " + out + args, &py), 0)
+        << mix << ":\n" << py;
+  }
+  if (!check_py) GTEST_SKIP() << "every type runs; the gguf-py check needs `pip install gguf numpy`";
+}
+
 TEST(Quantize, ClipOutliersPerBlock) {
   std::vector<float> x(64, 0.0f);
   for (int i = 0; i < 64; ++i) x[i] = (i % 2 ? 1.0f : -1.0f);
