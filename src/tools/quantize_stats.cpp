@@ -105,14 +105,18 @@ QuantizeStatsResult quantize_stats(const std::string& model_path, const Quantize
       throw Error("quantize-stats: qlens cannot quantize to " + std::string(type_name(t)));
   std::optional<Imatrix> imatrix;
   if (!opt.imatrix_path.empty()) imatrix = load_imatrix(opt.imatrix_path);
-  std::optional<std::regex> filter;
-  if (!opt.tensor_filter.empty()) filter.emplace(opt.tensor_filter);
+  std::regex filter;
+  try {
+    filter.assign(opt.tensor_filter.empty() ? std::string(".*") : opt.tensor_filter);
+  } catch (const std::regex_error& e) {
+    throw Error("quantize-stats: --include '" + opt.tensor_filter + "' is not a valid regular expression: " + e.what());
+  }
   const int n_threads = opt.n_threads > 0 ? opt.n_threads : std::max(1u, std::thread::hardware_concurrency());
 
   QuantizeStatsResult r;
   std::map<DType, std::pair<int64_t, Sums>> totals;
   for (const auto& t : f->tensors()) {
-    if (t.n_dims < 2 || (filter && !std::regex_search(t.name, *filter))) continue;
+    if (t.n_dims < 2 || !std::regex_search(t.name, filter)) continue;
     const TypeTraits& from = type_traits(t.type);
     if (!from.to_float) throw Error(model_path + ": tensor '" + t.name + "' has a type qlens cannot read");
     std::vector<float> x(t.nelements());
