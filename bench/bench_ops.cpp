@@ -8,8 +8,10 @@
 // elements per second (the rest).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,6 +19,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/matmul.h"
 #include "qlens/backend.h"
 #include "qlens/tensor.h"
 
@@ -30,6 +33,21 @@ cpu::Isa g_isa = cpu::best_isa();
 Backend& backend() {
   static std::unique_ptr<Backend> b = cpu::make_cpu_backend(g_threads, g_isa);
   return *b;
+}
+
+// 64 rows of k random values in [-1, 1) quantized to `type` (cached).
+const std::vector<char>& quantized_tile(DType type, int64_t k) {
+  static std::map<std::pair<int, int64_t>, std::vector<char>> cache;
+  std::vector<char>& q = cache[{static_cast<int>(type), k}];
+  if (q.empty()) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> f(64 * k);
+    for (float& v : f) v = u(rng);
+    q.resize(row_bytes(type, k) * 64);
+    type_traits(type).from_float(f.data(), q.data(), 64 * k);
+  }
+  return q;
 }
 
 // A graph with random leaves and planned intermediates.
@@ -53,6 +71,11 @@ struct Bench {
       for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(t->data)[i] = fp32_to_bf16(u(rng));
     } else if (type == DType::I32) {
       for (int64_t i = 0; i < n; ++i) static_cast<int32_t*>(t->data)[i] = static_cast<int32_t>(i);
+    } else if (type_traits(type).is_quantized) {
+      // Tiles of one quantized random row set (quantizing 192 MiB would take long).
+      const std::vector<char>& q = quantized_tile(type, t->ne[0]);
+      for (size_t off = 0; off < t->nbytes(); off += q.size())
+        std::memcpy(static_cast<char*>(t->data) + off, q.data(), std::min(q.size(), t->nbytes() - off));
     }
     return t;
   }
@@ -114,6 +137,36 @@ void MulMatSmallN(benchmark::internal::Benchmark* bm) {
     bm->Args({static_cast<int64_t>(DType::F16), 2048, 2048, n});
 }
 BENCHMARK(BM_MulMat)->Name("BM_MulMatSmallN")->Apply(MulMatSmallN)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+constexpr DType kLegacyTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL};
+
+// The legacy quantized weight types at the 1.1B shapes: N = 1 (GB/s of
+// weights) and N = 512 (GFLOP/s).
+void MulMatQuantArgs(benchmark::internal::Benchmark* bm) {
+  bm->ArgNames({"type", "K", "M", "N"});
+  for (DType t : kLegacyTypes)
+    for (int64_t n : {1, 512})
+      for (auto [k, m] : {std::pair<int64_t, int64_t>{2048, 2048}, {2048, 5632}, {5632, 2048}})
+        bm->Args({static_cast<int64_t>(t), k, m, n});
+}
+BENCHMARK(BM_MulMat)->Name("BM_MulMatQuant")->Apply(MulMatQuantArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The two paths for quantized weights, forced (args: type, N, path 0 = dot
+// with Q8 activations, 1 = GEMM with dequantized panels) at K = 2048, M = 2048:
+// the measurements behind the per-type GEMM thresholds (matmul_avx2.cpp).
+void BM_MulMatPath(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  const int64_t prev = cpu::matmul_set_min_n(type, state.range(4) == 0 ? (int64_t{1} << 40) : 1);
+  BM_MulMat(state);
+  cpu::matmul_set_min_n(type, prev);
+}
+void MulMatPathArgs(benchmark::internal::Benchmark* bm) {
+  bm->ArgNames({"type", "K", "M", "N", "path"});
+  for (DType t : kLegacyTypes)
+    for (int64_t n : {16, 64, 512})
+      for (int64_t path : {0, 1}) bm->Args({static_cast<int64_t>(t), 2048, 2048, n, path});
+}
+BENCHMARK(BM_MulMatPath)->Apply(MulMatPathArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Attention products of the 1.1B model (32 query heads, 4 KV heads of 64,
 // F16 cache): args n_kv, tokens, 0 = scores (K x Q), 1 = values (V x scores).

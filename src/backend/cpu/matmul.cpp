@@ -7,6 +7,7 @@
 
 #include "backend/cpu/elem.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/qdot.h"
 #include "backend/cpu/vec.h"
 
 namespace qlens::cpu {
@@ -46,6 +47,13 @@ GemmKernels make_scalar() {
   g.dot[static_cast<int>(DType::F32)] = dot_scalar<DType::F32>;
   g.dot[static_cast<int>(DType::F16)] = dot_scalar<DType::F16>;
   g.dot[static_cast<int>(DType::BF16)] = dot_scalar<DType::BF16>;
+  // The legacy quantized types: integer dots with Q8_0 / Q8_1 activations.
+  g.dot[static_cast<int>(DType::Q4_0)] = qdot_scalar<DType::Q4_0>;
+  g.dot[static_cast<int>(DType::Q4_1)] = qdot_scalar<DType::Q4_1>;
+  g.dot[static_cast<int>(DType::Q5_0)] = qdot_scalar<DType::Q5_0>;
+  g.dot[static_cast<int>(DType::Q5_1)] = qdot_scalar<DType::Q5_1>;
+  g.dot[static_cast<int>(DType::Q8_0)] = qdot_scalar<DType::Q8_0>;
+  g.dot[static_cast<int>(DType::IQ4_NL)] = qdot_scalar<DType::IQ4_NL>;
   return g;
 }
 
@@ -200,6 +208,7 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
 int64_t packed_rows(const Shape& s, const GemmKernels& gk) { return round_up(s.N, gk.mr); }
 
 std::atomic<size_t> g_max_shared{size_t{64} << 20};
+std::atomic<int64_t> g_min_n[kDTypeCount];  // 0: the kernels' choice
 
 bool gemm_shared(const Shape& s, int nth, const GemmKernels& gk) {
   return s.nbatch() < nth && static_cast<size_t>(s.nbatch() * packed_rows(s, gk) * s.K) * sizeof(float) <=
@@ -357,7 +366,10 @@ void gemm_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gem
 
 bool uses_gemm(const Tensor& node, const GemmKernels& gk) {
   const Tensor& a = *node.src[0];
-  return gk.micro && node.src[1]->ne[1] >= gk.min_n && node.nb[0] == sizeof(float) &&
+  const int64_t forced = g_min_n[static_cast<int>(a.type)].load(std::memory_order_relaxed);
+  const int64_t own = gk.min_n_type[static_cast<int>(a.type)];
+  const int64_t min_n = forced > 0 ? forced : own > 0 ? own : gk.min_n;
+  return gk.micro && node.src[1]->ne[1] >= min_n && node.nb[0] == sizeof(float) &&
          type_traits(a.type).to_float != nullptr;
 }
 
@@ -378,6 +390,8 @@ const GemmKernels& gemm_kernels(Isa isa) {
 bool matmul_uses_gemm(const Tensor& node, Isa isa) { return uses_gemm(node, gemm_kernels(isa)); }
 
 size_t matmul_set_max_shared(size_t bytes) { return g_max_shared.exchange(bytes); }
+
+int64_t matmul_set_min_n(DType type, int64_t n) { return g_min_n[static_cast<int>(type)].exchange(n); }
 
 size_t matmul_scratch(const Tensor& node, int nth, Isa isa) {
   const GemmKernels& gk = gemm_kernels(isa);

@@ -19,6 +19,10 @@
 // are converted with the type's to_float and the F32 dot is used) and,
 // optionally, a PackFn in GemmKernels::pack (otherwise the GEMM path converts
 // rows with VecOps::to_float, i.e. TypeTraits::to_float, and transposes).
+// The legacy quantized types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) have both:
+// integer dot kernels against activations quantized to their vec_dot_type
+// (Q8_0 / Q8_1, with TypeTraits::from_float) in qdot.h / simd_qdot.h, and packs
+// that dequantize blocks straight into the F32 panels.
 #pragma once
 
 #include <cstddef>
@@ -62,6 +66,9 @@ struct GemmKernels {
   int64_t mc;      // weight rows per packed block (a multiple of nr)
   int64_t nc;      // activation rows per inner block (a multiple of mr)
   int64_t min_n;   // the GEMM path is used from this many activation rows on
+  // Per weight type, overriding min_n where not 0 (the quantized types whose
+  // integer dot kernels beat dequantized panels up to a larger N).
+  int64_t min_n_type[kDTypeCount];
   VecDotFn dot[kDTypeCount];  // by weight type; nullptr: convert the row to F32
   PackFn pack[kDTypeCount];   // by weight type; nullptr: convert rows, then transpose
   PackActFn pack_act;         // nullptr: element by element
@@ -81,5 +88,9 @@ bool matmul_uses_gemm(const Tensor& node, Isa isa);
 // Sets the largest shared activation buffer (64 MiB by default) and returns
 // the previous value; tests lower it to reach the other packing scheme.
 size_t matmul_set_max_shared(size_t bytes);
+// Sets the number of activation rows from which weights of `type` take the
+// GEMM path (0: the kernels' own choice) and returns the previous value; for
+// benchmarks that compare the two paths.
+int64_t matmul_set_min_n(DType type, int64_t n);
 
 }  // namespace qlens::cpu

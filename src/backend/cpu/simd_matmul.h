@@ -9,6 +9,7 @@
 #include "backend/cpu/elem.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/simd.h"
+#include "backend/cpu/simd_qdot.h"
 #include "qlens/types.h"
 
 namespace qlens::cpu {
@@ -190,6 +191,7 @@ GemmKernels make_gemm_kernels() {
   g.pack[static_cast<int>(DType::F16)] = pack_panel<DType::F16, NR>;
   g.pack[static_cast<int>(DType::BF16)] = pack_panel<DType::BF16, NR>;
   g.pack_act = pack_act_panel<V::kMr>;
+  add_quant_kernels<NR>(g);
   return g;
 }
 

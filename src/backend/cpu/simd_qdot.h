@@ -1,0 +1,204 @@
+// Quantized dot kernels and weight-panel packing for the legacy formats with
+// 256-bit integer vectors (AVX2; the AVX-512 files, compiled with AVX2 too,
+// use the same code). The math and the block descriptions: qdot.h. Included
+// only by the per-instruction-set files (through simd_matmul.h); everything
+// has internal linkage.
+//
+// A weight block is decoded once into 32 int8 values in element order and
+// dotted with up to 4 activation blocks:
+//  - signed values (Q4_0, Q5_0, Q8_0, IQ4_NL): maddubs(|v|, sign(q, v)), then
+//    madd with ones: 8 int32 partial sums. (|v| <= 128 and |q| <= 127, so the
+//    int16 pair sums cannot saturate; q = -128 would be negated wrongly, and
+//    the Q8 activation quantizer never produces it.)
+//  - unsigned codes (Q4_1, Q5_1): maddubs(v, q) directly.
+// The 8 int32 sums are converted to float and accumulated, times d_w * d_x,
+// into one vector per activation row and block parity (two chains hide the
+// FMA latency); the offset term m_w * s_x goes into a scalar sum. Scales are
+// read through fp16_table() (exact).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/qdot.h"
+#include "backend/cpu/simd.h"
+#include "backend/cpu/vec.h"
+
+namespace qlens::cpu {
+namespace {
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+inline float half_at(const char* p) { return _cvtsh_ss(load_u16(p)); }
+
+// The 16 bytes of packed nibbles as 32 bytes: low nibbles (elements 0..15),
+// then high nibbles (16..31).
+// (The 16 bytes broadcast to both lanes, the upper lane shifted: one shift,
+// one blend and one mask.)
+inline __m256i unpack_nibbles(const char* qs) {
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  const __m256i both = _mm256_blend_epi32(b, _mm256_srli_epi16(b, 4), 0xf0);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+// 0x10 in byte j where bit j of the little-endian 32-bit qh is set, else 0.
+inline __m256i fifth_bits(const char* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, sizeof h);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(h)),
+                                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+// The 32 values v_j of a weight block as int8 (see qdot.h).
+template <DType T>
+__m256i decode_block(const char* blk) {
+  using F = QFormat<T>;
+  using B = typename F::Block;
+  const char* qs = blk + qs_offset<B>();
+  if constexpr (F::kBits == 8) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+  } else {
+    __m256i v = unpack_nibbles(qs);
+    if constexpr (F::kBits == 5) v = _mm256_or_si256(v, fifth_bits(blk + offsetof(B, qh)));
+    if constexpr (F::kTable) {
+      const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues));
+      v = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), v);
+    }
+    if constexpr (F::kBias != 0) v = _mm256_sub_epi8(v, _mm256_set1_epi8(static_cast<char>(F::kBias)));
+    return v;
+  }
+}
+
+// NC activation rows against one weight row.
+template <DType T, int NC>
+void qdot_rows(int64_t k, const char* w, const char* x, size_t xs, float* out) {
+  using F = QFormat<T>;
+  using B = typename F::Block;
+  using XB = typename F::XBlock;
+  constexpr bool kSigned = !F::kOffset;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t nb = k / quant::kLegacyBlock;
+  // Scales through the exact conversion table: one load each, cheaper than
+  // F16C's GPR -> vector -> convert for a single value.
+  const float* f16 = fp16_table();
+  auto half = [f16](const char* p) { return f16[load_u16(p)]; };
+  __m256 acc[NC][2];
+  float off[NC];
+#pragma GCC unroll 4
+  for (int c = 0; c < NC; ++c) {
+    acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+    off[c] = 0.0f;
+  }
+  // One block: u selects the accumulator.
+  auto block = [&](int64_t ib, int u) {
+    const char* wb = w + ib * sizeof(B);
+    const __m256i v = decode_block<T>(wb);
+    const __m256i av = kSigned ? _mm256_sign_epi8(v, v) : v;
+    const float dw = half(wb + offsetof(B, d));
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) {
+      const char* xb = x + c * xs + ib * sizeof(XB);
+      __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + qs_offset<XB>()));
+      if constexpr (kSigned) q = _mm256_sign_epi8(q, v);
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(av, q), ones);
+      const __m256 d = _mm256_set1_ps(dw * half(xb + offsetof(XB, d)));
+      acc[c][u] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[c][u]);
+      if constexpr (F::kOffset) off[c] += half(wb + offsetof(B, m)) * half(xb + offsetof(XB, s));
+    }
+  };
+  int64_t ib = 0;
+  for (; ib + 2 <= nb; ib += 2) {
+    block(ib, 0);
+    block(ib + 1, 1);
+  }
+  if (ib < nb) block(ib, 0);
+#pragma GCC unroll 4
+  for (int c = 0; c < NC; ++c) out[c] = Avx2::hsum(_mm256_add_ps(acc[c][0], acc[c][1])) + off[c];
+}
+
+template <DType T>
+void qdot_simd(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out) {
+  const char* wr = static_cast<const char*>(w);
+  const char* xr = static_cast<const char*>(x);
+  switch (nc) {
+    case 1: qdot_rows<T, 1>(k, wr, xr, x_stride, out); break;
+    case 2: qdot_rows<T, 2>(k, wr, xr, x_stride, out); break;
+    case 3: qdot_rows<T, 3>(k, wr, xr, x_stride, out); break;
+    default: qdot_rows<T, 4>(k, wr, xr, x_stride, out); break;
+  }
+}
+
+// A weight block dequantized to 32 floats, bit for bit as the type's to_float
+// (one rounding per element: v * d, then + m for the offset types; no FMA).
+template <DType T>
+void dequantize_block(const char* blk, float* y) {
+  using F = QFormat<T>;
+  using B = typename F::Block;
+  const __m256i v = decode_block<T>(blk);
+  const __m256 d = _mm256_set1_ps(half_at(blk + offsetof(B, d)));
+  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[q])), d);
+    if constexpr (F::kOffset) f = _mm256_add_ps(f, _mm256_set1_ps(half_at(blk + offsetof(B, m))));
+    _mm256_storeu_ps(y + 8 * q, f);
+  }
+}
+
+// PackFn for a legacy type: each block column of NR rows dequantized into a
+// small buffer, then transposed 8 x 8 into the panel. (k0 and kc are
+// multiples of 32: the GEMM K blocks are multiples of 256 and K of 32.)
+template <DType T, int NR>
+void pack_quant_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t k0, int64_t kc, float* panel) {
+  static_assert(NR % 8 == 0);
+  using B = typename QFormat<T>::Block;
+  alignas(32) float buf[NR][32];
+  const int64_t b0 = k0 / quant::kLegacyBlock;
+  for (int64_t b = 0; b < kc / quant::kLegacyBlock; ++b) {
+    for (int i = 0; i < NR; ++i) {
+      if (i < nrows) {
+        dequantize_block<T>(row0 + i * row_stride + (b0 + b) * sizeof(B), buf[i]);
+      } else {
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) _mm256_store_ps(buf[i] + 8 * q, _mm256_setzero_ps());
+      }
+    }
+    float* dst = panel + b * quant::kLegacyBlock * NR;
+#pragma GCC unroll 4
+    for (int g = 0; g < NR / 8; ++g)
+#pragma GCC unroll 4
+      for (int kk = 0; kk < 4; ++kk) {
+        __m256 r[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) r[t] = _mm256_load_ps(buf[g * 8 + t] + kk * 8);
+        Avx2::transpose8(r);
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + (kk * 8 + t) * NR + g * 8, r[t]);
+      }
+  }
+}
+
+// Registers the kernels of every legacy type (dot, and pack for panels of NR).
+template <int NR>
+void add_quant_kernels(GemmKernels& g) {
+  auto add = [&]<DType T>() {
+    g.dot[static_cast<int>(T)] = qdot_simd<T>;
+    g.pack[static_cast<int>(T)] = pack_quant_panel<T, NR>;
+  };
+  add.template operator()<DType::Q4_0>();
+  add.template operator()<DType::Q4_1>();
+  add.template operator()<DType::Q5_0>();
+  add.template operator()<DType::Q5_1>();
+  add.template operator()<DType::Q8_0>();
+  add.template operator()<DType::IQ4_NL>();
+}
+
+#endif
+
+}  // namespace
+}  // namespace qlens::cpu

@@ -1,0 +1,365 @@
+// Tests of the quantized matmul kernels of the CPU backend (qdot.h,
+// simd_qdot.h): legacy weight types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL
+// dotted with Q8_0 / Q8_1 activations, and their GEMM weight-panel packing.
+//
+//  - Dot kernels (scalar and every SIMD instruction set this machine has)
+//    against a double-precision value of the quantized product computed from
+//    the dequantized weight and activation rows (to_float of both types):
+//      ref = sum_j w_j x_j + sum_b m_b (s_b - dx_b sum_j q_bj)
+//    (the second sum is 0 for the types without offset; for Q4_1 / Q5_1 it is
+//    the difference between the stored s and the sum of the dequantized
+//    activations, which ggml's math uses). Bound, per output:
+//      |got - ref| <= (nb + 8) * 2^-23 * S,
+//      S = sum_j |w_j| |x_j| + sum_b |m_b| (sum_j |x_bj| + |s_b|),
+//    nb = K / 32: one rounding per block term (scale product, product, sum)
+//    in at most nb sequential additions, plus the final reductions. Blocks are
+//    random bytes with random, extreme (+-65504), subnormal and zero scales,
+//    and blocks of all-max / all-min codes; activations from the Q8
+//    quantizers and raw (codes in [-127, 127], which is what the quantizers
+//    produce). K = 32 .. 8192, nc = 1..4, several x strides and unaligned rows.
+//    Each row of an nc > 1 call equals the nc = 1 call bit for bit.
+//  - Packing: every SIMD PackFn equals the panel built from to_float rows,
+//    bit for bit.
+//  - mul_mat end to end on the CPU backend (1, 2, 3 threads; bitwise equal):
+//    on the dot path against the double-precision quantized product above
+//    (activations quantized with the Q8 reference quantizer), on the GEMM path
+//    against the reference backend with test_ops' bound 1e-5 * sum |w||x|.
+//    Odd N (1, 5, 13, 64), K = 32, 96, 4096, and GQA-style broadcast.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/isa.h"
+#include "backend/cpu/matmul.h"
+#include "qlens/backend.h"
+#include "qlens/tensor.h"
+#include "qlens/types.h"
+#include "quant/legacy.h"
+
+namespace qlens {
+namespace {
+
+using cpu::Isa;
+
+constexpr DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL};
+
+std::string name_of(DType t) { return std::string(type_name(t)); }
+
+bool has_offset(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }
+
+std::vector<Isa> isas() {
+  std::vector<Isa> v;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (cpu::isa_supported(isa)) v.push_back(isa);
+  return v;
+}
+
+uint16_t load16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+void store16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+// A finite fp16 scale: mostly ordinary, sometimes +-65504, subnormal or 0.
+uint16_t random_scale(std::mt19937& rng) {
+  const int kind = static_cast<int>(rng() % 20);
+  const uint16_t sign = (rng() & 1) ? 0x8000 : 0;
+  if (kind == 0) return sign | 0x7bff;                           // 65504
+  if (kind == 1) return sign | static_cast<uint16_t>(1 + rng() % 0x3ff);  // subnormal
+  if (kind == 2) return 0;
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  return fp32_to_fp16(n(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 15) - 10));
+}
+
+// K / 32 random weight blocks of type t (random codes, all-max or all-min codes).
+std::vector<uint8_t> random_weights(std::mt19937& rng, DType t, int64_t K) {
+  const size_t bb = type_traits(t).block_bytes;
+  std::vector<uint8_t> w(row_bytes(t, K));
+  for (int64_t b = 0; b < K / 32; ++b) {
+    uint8_t* p = w.data() + b * bb;
+    const int pattern = static_cast<int>(rng() % 8);
+    for (size_t i = 0; i < bb; ++i)
+      p[i] = pattern == 0 ? 0xff : pattern == 1 ? (t == DType::Q8_0 ? 0x80 : 0x00) : static_cast<uint8_t>(rng());
+    store16(p, random_scale(rng));
+    if (has_offset(t)) store16(p + 2, random_scale(rng));
+  }
+  return w;
+}
+
+// K / 32 activation blocks of type xt (Q8_0 or Q8_1): half from the reference
+// quantizer, half raw (codes in [-127, 127], some all +-127).
+std::vector<uint8_t> random_acts(std::mt19937& rng, DType xt, int64_t K) {
+  std::vector<uint8_t> x(row_bytes(xt, K));
+  const size_t bb = type_traits(xt).block_bytes;
+  const size_t qs = xt == DType::Q8_1 ? 4 : 2;
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int64_t b = 0; b < K / 32; ++b) {
+    uint8_t* p = x.data() + b * bb;
+    if (rng() % 2) {
+      float f[32];
+      const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 20) - 10);
+      for (float& v : f) v = n(rng) * scale;
+      type_traits(xt).from_float(f, p, 32);
+      continue;
+    }
+    const int pattern = static_cast<int>(rng() % 6);
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int q = pattern == 0 ? 127 : pattern == 1 ? -127 : static_cast<int>(rng() % 255) - 127;
+      p[qs + j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+      sum += q;
+    }
+    const uint16_t d = random_scale(rng);
+    store16(p, d);
+    if (xt == DType::Q8_1) {
+      const float s = std::clamp(fp16_to_fp32(d) * static_cast<float>(sum), -65504.0f, 65504.0f);
+      store16(p + 2, rng() % 4 ? fp32_to_fp16(s) : random_scale(rng));
+    }
+  }
+  return x;
+}
+
+std::vector<float> dequantize(DType t, const uint8_t* p, int64_t K) {
+  std::vector<float> f(K);
+  type_traits(t).to_float(p, f.data(), K);
+  return f;
+}
+
+struct RefDot {
+  double value, bound;
+};
+
+// The double-precision quantized product of a weight row and an activation row
+// and its error bound (see the top of the file).
+RefDot ref_dot(DType t, const uint8_t* w, const uint8_t* x, int64_t K) {
+  const DType xt = type_traits(t).vec_dot_type;
+  const std::vector<float> wf = dequantize(t, w, K), xf = dequantize(xt, x, K);
+  const size_t wb = type_traits(t).block_bytes, xb = type_traits(xt).block_bytes;
+  double v = 0, s = 0;
+  for (int64_t j = 0; j < K; ++j) {
+    v += static_cast<double>(wf[j]) * xf[j];
+    s += std::fabs(static_cast<double>(wf[j]) * xf[j]);
+  }
+  const int64_t nb = K / 32;
+  if (has_offset(t)) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const double m = fp16_to_fp32(load16(w + b * wb + 2));
+      const double sx = fp16_to_fp32(load16(x + b * xb + 2));
+      double sum_x = 0, abs_x = 0;
+      for (int j = 0; j < 32; ++j) {
+        sum_x += xf[b * 32 + j];
+        abs_x += std::fabs(xf[b * 32 + j]);
+      }
+      v += m * (sx - sum_x);
+      s += std::fabs(m) * (abs_x + std::fabs(sx));
+    }
+  }
+  return {v, static_cast<double>(nb + 8) * std::ldexp(1.0, -23) * s + 1e-30};
+}
+
+// ---- dot kernels ----------------------------------------------------------------------
+
+TEST(Qdot, DotKernelsMatchDoubleReference) {
+  std::mt19937 rng(7);
+  double worst = 0;
+  for (DType t : kTypes) {
+    const DType xt = type_traits(t).vec_dot_type;
+    for (int64_t K : {32, 64, 96, 160, 256, 1024, 4096, 8192}) {
+      const size_t xrow = row_bytes(xt, K);
+      for (size_t pad : {size_t{0}, size_t{1}, size_t{34}, size_t{101}}) {
+        const std::vector<uint8_t> wrow = random_weights(rng, t, K);
+        // The weight row at an odd address too.
+        std::vector<uint8_t> wbuf(wrow.size() + 1);
+        std::memcpy(wbuf.data() + (pad & 1), wrow.data(), wrow.size());
+        const uint8_t* w = wbuf.data() + (pad & 1);
+        const size_t stride = xrow + pad;
+        std::vector<uint8_t> xs(4 * stride);
+        for (int c = 0; c < 4; ++c) {
+          const std::vector<uint8_t> x = random_acts(rng, xt, K);
+          std::memcpy(xs.data() + c * stride, x.data(), xrow);
+        }
+        RefDot ref[4];
+        for (int c = 0; c < 4; ++c) ref[c] = ref_dot(t, w, xs.data() + c * stride, K);
+        for (Isa isa : isas()) {
+          const cpu::VecDotFn dot = cpu::gemm_kernels(isa).dot[static_cast<int>(t)];
+          ASSERT_NE(dot, nullptr) << name_of(t) << " " << cpu::isa_name(isa);
+          SCOPED_TRACE(name_of(t) + " " + cpu::isa_name(isa) + " K=" + std::to_string(K) +
+                       " pad=" + std::to_string(pad));
+          float single[4];
+          for (int c = 0; c < 4; ++c) dot(K, w, xs.data() + c * stride, stride, 1, &single[c]);
+          for (int c = 0; c < 4; ++c) {
+            const double err = std::fabs(single[c] - ref[c].value);
+            EXPECT_LE(err, ref[c].bound) << "row " << c << " got " << single[c] << " want " << ref[c].value;
+            worst = std::max(worst, err / ref[c].bound);
+          }
+          for (int nc = 2; nc <= 4; ++nc) {
+            float out[4];
+            dot(K, w, xs.data(), stride, nc, out);
+            for (int c = 0; c < nc; ++c)
+              EXPECT_EQ(std::memcmp(&out[c], &single[c], sizeof(float)), 0) << "nc=" << nc << " row " << c;
+          }
+        }
+      }
+    }
+  }
+  std::printf("worst error / bound: %.3g\n", worst);
+}
+
+// ---- packing ----------------------------------------------------------------------------
+
+TEST(Qdot, PackMatchesToFloatPanels) {
+  std::mt19937 rng(11);
+  const int64_t K = 512;
+  bool any = false;
+  for (Isa isa : isas()) {
+    const cpu::GemmKernels& gk = cpu::gemm_kernels(isa);
+    if (!gk.micro) continue;
+    const int nr = gk.nr;
+    for (DType t : kTypes) {
+      const cpu::PackFn pack = gk.pack[static_cast<int>(t)];
+      ASSERT_NE(pack, nullptr) << name_of(t) << " " << cpu::isa_name(isa);
+      any = true;
+      for (size_t pad : {size_t{0}, size_t{6}}) {
+        const size_t rb = row_bytes(t, K), stride = rb + pad;
+        std::vector<uint8_t> rows(nr * stride + 1);
+        std::vector<std::vector<float>> deq;
+        for (int i = 0; i < nr; ++i) {
+          const std::vector<uint8_t> r = random_weights(rng, t, K);
+          std::memcpy(rows.data() + 1 + i * stride, r.data(), rb);  // odd addresses
+          deq.push_back(dequantize(t, r.data(), K));
+        }
+        for (int64_t nrows : {int64_t{1}, int64_t{5}, int64_t{nr}})
+          for (auto [k0, kc] : {std::pair<int64_t, int64_t>{0, 256}, {256, 256}, {256, 96}, {480, 32}}) {
+            SCOPED_TRACE(name_of(t) + " " + cpu::isa_name(isa) + " nrows=" + std::to_string(nrows) +
+                         " k0=" + std::to_string(k0) + " kc=" + std::to_string(kc));
+            std::vector<float> got(kc * nr, -1.0f), want(kc * nr);
+            for (int64_t k = 0; k < kc; ++k)
+              for (int i = 0; i < nr; ++i) want[k * nr + i] = i < nrows ? deq[i][k0 + k] : 0.0f;
+            pack(reinterpret_cast<const char*>(rows.data() + 1), stride, nrows, k0, kc, got.data());
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+          }
+      }
+    }
+  }
+  if (!any) GTEST_SKIP() << "no SIMD instruction set with a GEMM path on this machine";
+}
+
+// ---- mul_mat end to end -----------------------------------------------------------------
+
+struct Case {
+  int64_t K, M, N;
+  int64_t A2 = 1, B2 = 1;  // GQA-style broadcast: B2 / A2 activation batches per weight matrix
+};
+
+struct MatMulGraph {
+  Graph g;
+  std::vector<std::vector<char>> storage;
+  std::vector<char> buf;
+  Tensor* a = nullptr;
+  Tensor* b = nullptr;
+  Tensor* r = nullptr;
+
+  void* alloc(size_t n) {
+    auto& s = storage.emplace_back(n + 64, 0);
+    return s.data() + (64 - reinterpret_cast<uintptr_t>(s.data()) % 64) % 64;
+  }
+  MatMulGraph(DType t, const Case& c, const std::vector<uint8_t>& w, const std::vector<float>& x) {
+    a = g.new_tensor(t, {c.K, c.M, c.A2, 1}, "w");
+    a->data = alloc(a->nbytes());
+    std::memcpy(a->data, w.data(), a->nbytes());
+    b = g.new_tensor(DType::F32, {c.K, c.N, c.B2, 1}, "x");
+    b->data = alloc(b->nbytes());
+    std::memcpy(b->data, x.data(), b->nbytes());
+    r = mul_mat(g, a, b);
+    r->flags |= kFlagOutput;
+    g.build(r);
+    const MemoryPlan plan = plan_memory(g);
+    buf.assign(plan.size + 64, 0);
+    apply_memory_plan(g, plan, buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64);
+  }
+  std::vector<float> compute(Backend& be) {
+    be.compute(g);
+    const auto* o = static_cast<const float*>(r->data);
+    return std::vector<float>(o, o + r->nelements());
+  }
+};
+
+TEST(Qdot, MulMatMatchesReferences) {
+  std::mt19937 rng(23);
+  std::unique_ptr<Backend> reference = make_reference_backend();
+  std::vector<std::vector<std::unique_ptr<Backend>>> cpus;  // [isa][threads - 1]
+  const std::vector<Isa> all = isas();
+  for (Isa isa : all) {
+    auto& v = cpus.emplace_back();
+    for (int nth = 1; nth <= 3; ++nth) v.push_back(cpu::make_cpu_backend(nth, isa));
+  }
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (DType t : kTypes) {
+    const DType xt = type_traits(t).vec_dot_type;
+    for (int64_t K : {32, 96, 4096})
+      for (int64_t N : {1, 5, 13, 64})
+        for (bool gqa : {false, true}) {
+          const Case c = gqa ? Case{K, 7, N, 2, 6} : Case{K, 19, N};
+          SCOPED_TRACE(name_of(t) + " K=" + std::to_string(K) + " N=" + std::to_string(N) + (gqa ? " gqa" : ""));
+          std::vector<float> wf(K * c.M * c.A2), x(K * N * c.B2);
+          for (float& v : wf) v = n(rng);
+          for (float& v : x) v = n(rng);
+          std::vector<uint8_t> w(row_bytes(t, K) * c.M * c.A2);
+          type_traits(t).quantize(wf.data(), w.data(), c.M * c.A2, K, nullptr);
+          // References: the reference backend (F32 activations) with sum |w||x|,
+          // and the quantized product with its bound.
+          MatMulGraph ref_run(t, c, w, x);
+          const std::vector<float> want_f = ref_run.compute(*reference);
+          const size_t wrb = row_bytes(t, K), xrb = row_bytes(xt, K);
+          std::vector<double> want_q(c.M * N * c.B2), bound_q(want_q.size()), bound_f(want_q.size());
+          std::vector<uint8_t> xq(xrb);
+          for (int64_t i2 = 0; i2 < c.B2; ++i2)
+            for (int64_t j = 0; j < N; ++j) {
+              const float* xr = x.data() + (i2 * N + j) * K;
+              type_traits(xt).from_float(xr, xq.data(), K);
+              for (int64_t i = 0; i < c.M; ++i) {
+                const int64_t wrow = (i2 / (c.B2 / c.A2)) * c.M + i;
+                const RefDot rd = ref_dot(t, w.data() + wrow * wrb, xq.data(), K);
+                const std::vector<float> wd = dequantize(t, w.data() + wrow * wrb, K);
+                double s = 0;
+                for (int64_t k = 0; k < K; ++k) s += std::fabs(static_cast<double>(wd[k]) * xr[k]);
+                const size_t o = (i2 * N + j) * c.M + i;
+                want_q[o] = rd.value;
+                bound_q[o] = rd.bound;
+                bound_f[o] = 1e-5 * s + 1e-30;
+              }
+            }
+          for (size_t ii = 0; ii < all.size(); ++ii) {
+            SCOPED_TRACE(cpu::isa_name(all[ii]));
+            MatMulGraph run(t, c, w, x);
+            const bool gemm = cpu::matmul_uses_gemm(*run.r, all[ii]);
+            const std::vector<float> one = run.compute(*cpus[ii][0]);
+            size_t bad = 0;
+            for (size_t o = 0; o < one.size(); ++o) {
+              const double want = gemm ? want_f[o] : want_q[o];
+              const double bound = gemm ? bound_f[o] : bound_q[o];
+              if (!(std::fabs(one[o] - want) <= bound) && bad++ < 3)
+                ADD_FAILURE() << (gemm ? "gemm" : "dot") << " element " << o << " got " << one[o] << " want "
+                              << want << " bound " << bound;
+            }
+            EXPECT_EQ(bad, 0u);
+            for (int nth = 2; nth <= 3; ++nth) {
+              const std::vector<float> many = run.compute(*cpus[ii][nth - 1]);
+              EXPECT_EQ(std::memcmp(many.data(), one.data(), one.size() * sizeof(float)), 0)
+                  << nth << " threads differ from 1";
+            }
+          }
+        }
+  }
+}
+
+}  // namespace
+}  // namespace qlens
