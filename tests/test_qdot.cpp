@@ -25,6 +25,11 @@
 //    (activations quantized with the Q8 reference quantizer), on the GEMM path
 //    against the reference backend with test_ops' bound 1e-5 * sum |w||x|.
 //    Odd N (1, 5, 13, 64), K = 32, 96, 4096, and GQA-style broadcast.
+//  - The K types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; QdotK.*) with Q8_K
+//    activations: the same three checks, the dot bound being (nb + 8) * 2^-23
+//    * S with nb = K / 256 and S = sum_e |x_e| (|w_e| + 2 |dmin m_j|) (see
+//    ref_dot_k); K = 256 .. 8192, mul_mat with N = 1, 5 (dot) and 13 (GEMM),
+//    K = 256, 4096.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,6 +46,7 @@
 #include "qlens/backend.h"
 #include "qlens/tensor.h"
 #include "qlens/types.h"
+#include "quant/kquants.h"
 #include "quant/legacy.h"
 
 namespace qlens {
@@ -210,7 +216,147 @@ TEST(Qdot, DotKernelsMatchDoubleReference) {
       }
     }
   }
-  std::printf("worst error / bound: %.3g\n", worst);
+  std::printf("worst error / bound: %.6g\n", worst);
+}
+
+// ---- K types: dot kernels ---------------------------------------------------------------
+
+constexpr DType kKTypes[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+constexpr int64_t kQK = quant::kq::kQK;
+
+// Byte offsets of a K block's fp16 d and dmin (-1: none), and the byte ranges
+// of its codes (zeroed to read the mins back through to_float).
+struct KLayout {
+  int d, dmin;
+  std::vector<std::pair<size_t, size_t>> codes;  // offset, length
+};
+KLayout k_layout(DType t) {
+  using namespace quant::kq;
+  switch (t) {
+    case DType::Q2_K: return {offsetof(BlockQ2K, d), offsetof(BlockQ2K, dmin), {{offsetof(BlockQ2K, qs), 64}}};
+    case DType::Q3_K: return {offsetof(BlockQ3K, d), -1, {}};
+    case DType::Q4_K: return {offsetof(BlockQ4K, d), offsetof(BlockQ4K, dmin), {{offsetof(BlockQ4K, qs), 128}}};
+    case DType::Q5_K:
+      return {offsetof(BlockQ5K, d), offsetof(BlockQ5K, dmin), {{offsetof(BlockQ5K, qs), 128}, {offsetof(BlockQ5K, qh), 32}}};
+    case DType::Q6_K: return {offsetof(BlockQ6K, d), -1, {}};
+    default: return {offsetof(BlockIQ4XS, d), -1, {}};
+  }
+}
+
+// K / 256 random super-blocks of type t: random bytes, all 0x00 or all 0xff
+// (all-min / all-max codes, scales and mins), with random and extreme fp16
+// scales.
+std::vector<uint8_t> random_k_weights(std::mt19937& rng, DType t, int64_t K) {
+  const size_t bb = type_traits(t).block_bytes;
+  const KLayout l = k_layout(t);
+  std::vector<uint8_t> w(row_bytes(t, K));
+  for (int64_t b = 0; b < K / kQK; ++b) {
+    uint8_t* p = w.data() + b * bb;
+    const int pattern = static_cast<int>(rng() % 8);
+    for (size_t i = 0; i < bb; ++i) p[i] = pattern == 0 ? 0xff : pattern == 1 ? 0x00 : static_cast<uint8_t>(rng());
+    store16(p + l.d, random_scale(rng));
+    if (l.dmin >= 0) store16(p + l.dmin, random_scale(rng));
+  }
+  return w;
+}
+
+// K / 256 Q8_K blocks: half from the quantizer, half raw (codes in
+// [-127, 127], some all +-127, consistent bsums, random float d).
+std::vector<uint8_t> random_q8k(std::mt19937& rng, int64_t K) {
+  using quant::kq::BlockQ8K;
+  std::vector<uint8_t> x(row_bytes(DType::Q8_K, K));
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int64_t b = 0; b < K / kQK; ++b) {
+    uint8_t* p = x.data() + b * sizeof(BlockQ8K);
+    if (rng() % 2) {
+      float f[kQK];
+      const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 20) - 10);
+      for (float& v : f) v = n(rng) * scale;
+      type_traits(DType::Q8_K).from_float(f, p, kQK);
+      continue;
+    }
+    BlockQ8K blk{};
+    const int pattern = static_cast<int>(rng() % 6);
+    for (int j = 0; j < kQK; ++j) {
+      blk.qs[j] = static_cast<int8_t>(pattern == 0 ? 127 : pattern == 1 ? -127 : static_cast<int>(rng() % 255) - 127);
+      blk.bsums[j / 16] = static_cast<int16_t>(blk.bsums[j / 16] + blk.qs[j]);
+    }
+    blk.d = fp16_to_fp32(random_scale(rng));
+    std::memcpy(p, &blk, sizeof blk);
+  }
+  return x;
+}
+
+// The double-precision product of the dequantized K weight row and Q8_K row,
+// and its bound:
+//   |got - ref| <= (nb + 8) * 2^-23 * S,  S = sum_e |x_e| (|w_e| + 2 |ml_e|),
+// nb = K / 256, ml_e = dmin * m_j of e's sub-block (0 for the types without
+// mins; read as -to_float of the block with its codes zeroed). |w_e| + |ml_e|
+// bounds d * s_j * |level_e|, so S bounds every integer term a kernel
+// converts and scales; each super-block term carries a few roundings (the
+// scale products, the int -> float conversions, its addition), the reference's
+// dequantization one or two per element, plus the final reductions.
+RefDot ref_dot_k(DType t, const uint8_t* w, const uint8_t* x, int64_t K) {
+  const std::vector<float> wf = dequantize(t, w, K), xf = dequantize(DType::Q8_K, x, K);
+  const KLayout l = k_layout(t);
+  std::vector<uint8_t> zeroed(w, w + row_bytes(t, K));
+  const size_t bb = type_traits(t).block_bytes;
+  for (int64_t b = 0; b < K / kQK; ++b)
+    for (auto [off, len] : l.codes) std::memset(zeroed.data() + b * bb + off, 0, len);
+  const std::vector<float> ml = dequantize(t, zeroed.data(), K);
+  double v = 0, s = 0;
+  for (int64_t e = 0; e < K; ++e) {
+    v += static_cast<double>(wf[e]) * xf[e];
+    const double m = l.codes.empty() ? 0.0 : std::fabs(static_cast<double>(ml[e]));
+    s += std::fabs(static_cast<double>(xf[e])) * (std::fabs(static_cast<double>(wf[e])) + 2 * m);
+  }
+  return {v, static_cast<double>(K / kQK + 8) * std::ldexp(1.0, -23) * s + 1e-30};
+}
+
+TEST(QdotK, DotKernelsMatchDoubleReference) {
+  std::mt19937 rng(17);
+  double worst = 0;
+  for (DType t : kKTypes) {
+    ASSERT_EQ(type_traits(t).vec_dot_type, DType::Q8_K) << name_of(t);
+    for (int64_t K : {256, 512, 768, 1280, 4096, 8192}) {
+      const size_t xrow = row_bytes(DType::Q8_K, K);
+      for (size_t pad : {size_t{0}, size_t{1}, size_t{34}, size_t{101}}) {
+        const std::vector<uint8_t> wrow = random_k_weights(rng, t, K);
+        std::vector<uint8_t> wbuf(wrow.size() + 1);  // the weight row at an odd address too
+        std::memcpy(wbuf.data() + (pad & 1), wrow.data(), wrow.size());
+        const uint8_t* w = wbuf.data() + (pad & 1);
+        const size_t stride = xrow + pad;
+        std::vector<uint8_t> xs(4 * stride + 1);
+        uint8_t* x0 = xs.data() + (pad & 1);
+        for (int c = 0; c < 4; ++c) {
+          const std::vector<uint8_t> x = random_q8k(rng, K);
+          std::memcpy(x0 + c * stride, x.data(), xrow);
+        }
+        RefDot ref[4];
+        for (int c = 0; c < 4; ++c) ref[c] = ref_dot_k(t, w, x0 + c * stride, K);
+        for (Isa isa : isas()) {
+          const cpu::VecDotFn dot = cpu::gemm_kernels(isa).dot[static_cast<int>(t)];
+          ASSERT_NE(dot, nullptr) << name_of(t) << " " << cpu::isa_name(isa);
+          SCOPED_TRACE(name_of(t) + " " + cpu::isa_name(isa) + " K=" + std::to_string(K) +
+                       " pad=" + std::to_string(pad));
+          float single[4];
+          for (int c = 0; c < 4; ++c) dot(K, w, x0 + c * stride, stride, 1, &single[c]);
+          for (int c = 0; c < 4; ++c) {
+            const double err = std::fabs(single[c] - ref[c].value);
+            EXPECT_LE(err, ref[c].bound) << "row " << c << " got " << single[c] << " want " << ref[c].value;
+            worst = std::max(worst, err / ref[c].bound);
+          }
+          for (int nc = 2; nc <= 4; ++nc) {
+            float out[4];
+            dot(K, w, x0, stride, nc, out);
+            for (int c = 0; c < nc; ++c)
+              EXPECT_EQ(std::memcmp(&out[c], &single[c], sizeof(float)), 0) << "nc=" << nc << " row " << c;
+          }
+        }
+      }
+    }
+  }
+  std::printf("worst error / bound: %.6g\n", worst);
 }
 
 // ---- packing ----------------------------------------------------------------------------
@@ -223,21 +369,27 @@ TEST(Qdot, PackMatchesToFloatPanels) {
     const cpu::GemmKernels& gk = cpu::gemm_kernels(isa);
     if (!gk.micro) continue;
     const int nr = gk.nr;
-    for (DType t : kTypes) {
+    std::vector<DType> types(std::begin(kTypes), std::end(kTypes));
+    types.insert(types.end(), std::begin(kKTypes), std::end(kKTypes));
+    for (DType t : types) {
       const cpu::PackFn pack = gk.pack[static_cast<int>(t)];
       ASSERT_NE(pack, nullptr) << name_of(t) << " " << cpu::isa_name(isa);
       any = true;
+      const bool ktype = type_traits(t).block_size == kQK;
+      using Range = std::pair<int64_t, int64_t>;  // k0, kc
+      const std::vector<Range> ranges = ktype ? std::vector<Range>{{0, 256}, {256, 256}, {0, 512}}
+                                              : std::vector<Range>{{0, 256}, {256, 256}, {256, 96}, {480, 32}};
       for (size_t pad : {size_t{0}, size_t{6}}) {
         const size_t rb = row_bytes(t, K), stride = rb + pad;
         std::vector<uint8_t> rows(nr * stride + 1);
         std::vector<std::vector<float>> deq;
         for (int i = 0; i < nr; ++i) {
-          const std::vector<uint8_t> r = random_weights(rng, t, K);
+          const std::vector<uint8_t> r = ktype ? random_k_weights(rng, t, K) : random_weights(rng, t, K);
           std::memcpy(rows.data() + 1 + i * stride, r.data(), rb);  // odd addresses
           deq.push_back(dequantize(t, r.data(), K));
         }
         for (int64_t nrows : {int64_t{1}, int64_t{5}, int64_t{nr}})
-          for (auto [k0, kc] : {std::pair<int64_t, int64_t>{0, 256}, {256, 256}, {256, 96}, {480, 32}}) {
+          for (auto [k0, kc] : ranges) {
             SCOPED_TRACE(name_of(t) + " " + cpu::isa_name(isa) + " nrows=" + std::to_string(nrows) +
                          " k0=" + std::to_string(k0) + " kc=" + std::to_string(kc));
             std::vector<float> got(kc * nr, -1.0f), want(kc * nr);
@@ -292,8 +444,13 @@ struct MatMulGraph {
   }
 };
 
-TEST(Qdot, MulMatMatchesReferences) {
-  std::mt19937 rng(23);
+using RefDotFn = RefDot (*)(DType, const uint8_t*, const uint8_t*, int64_t);
+
+// mul_mat of each type in `types` on every CPU instruction set (1, 2, 3
+// threads, bitwise equal) against the references (see the top of the file);
+// ref: the quantized product of one weight row and one activation row.
+void check_mul_mat(std::mt19937& rng, const std::vector<DType>& types, const std::vector<int64_t>& Ks,
+                   const std::vector<int64_t>& Ns, RefDotFn ref) {
   std::unique_ptr<Backend> reference = make_reference_backend();
   std::vector<std::vector<std::unique_ptr<Backend>>> cpus;  // [isa][threads - 1]
   const std::vector<Isa> all = isas();
@@ -302,10 +459,10 @@ TEST(Qdot, MulMatMatchesReferences) {
     for (int nth = 1; nth <= 3; ++nth) v.push_back(cpu::make_cpu_backend(nth, isa));
   }
   std::normal_distribution<float> n(0.0f, 1.0f);
-  for (DType t : kTypes) {
+  for (DType t : types) {
     const DType xt = type_traits(t).vec_dot_type;
-    for (int64_t K : {32, 96, 4096})
-      for (int64_t N : {1, 5, 13, 64})
+    for (int64_t K : Ks)
+      for (int64_t N : Ns)
         for (bool gqa : {false, true}) {
           const Case c = gqa ? Case{K, 7, N, 2, 6} : Case{K, 19, N};
           SCOPED_TRACE(name_of(t) + " K=" + std::to_string(K) + " N=" + std::to_string(N) + (gqa ? " gqa" : ""));
@@ -327,7 +484,7 @@ TEST(Qdot, MulMatMatchesReferences) {
               type_traits(xt).from_float(xr, xq.data(), K);
               for (int64_t i = 0; i < c.M; ++i) {
                 const int64_t wrow = (i2 / (c.B2 / c.A2)) * c.M + i;
-                const RefDot rd = ref_dot(t, w.data() + wrow * wrb, xq.data(), K);
+                const RefDot rd = ref(t, w.data() + wrow * wrb, xq.data(), K);
                 const std::vector<float> wd = dequantize(t, w.data() + wrow * wrb, K);
                 double s = 0;
                 for (int64_t k = 0; k < K; ++k) s += std::fabs(static_cast<double>(wd[k]) * xr[k]);
@@ -359,6 +516,20 @@ TEST(Qdot, MulMatMatchesReferences) {
           }
         }
   }
+}
+
+TEST(Qdot, MulMatMatchesReferences) {
+  std::mt19937 rng(23);
+  check_mul_mat(rng, std::vector<DType>(std::begin(kTypes), std::end(kTypes)), {32, 96, 4096}, {1, 5, 13, 64},
+                ref_dot);
+}
+
+// The K types: Q8_K activations on the dot path (N = 1, 5), the GEMM path
+// from N = 13 on AVX2.
+TEST(QdotK, MulMatMatchesReferences) {
+  std::mt19937 rng(29);
+  check_mul_mat(rng, std::vector<DType>(std::begin(kKTypes), std::end(kKTypes)), {256, 4096}, {1, 5, 13},
+                ref_dot_k);
 }
 
 }  // namespace

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/isa.h"
+#include "backend/cpu/matmul.h"
 #include "qlens/backend.h"
 #include "qlens/gguf.h"
 #include "qlens/tensor.h"
@@ -750,7 +752,20 @@ TEST(KQuantMulMat, EqualsDequantizedF32Weight) {
         const std::vector<float> wd = dequantize(t, wq);
         const std::vector<float> x = gaussian(K * N, static_cast<uint32_t>(3 * K + N));
         const std::vector<float> got = run_mul_mat(*cpu, t, wq.data(), K, M, x);
-        const std::vector<float> want = run_mul_mat(*ref, DType::F32, wd.data(), K, M, x);
+        // The dot path (N below the GEMM threshold) multiplies with activations
+        // quantized to vec_dot_type (Q8_K), as ggml does: its reference has
+        // the activations round-tripped through that type. The GEMM path
+        // multiplies dequantized weights with F32 activations.
+        const cpu::GemmKernels& gk = cpu::gemm_kernels(cpu::best_isa());
+        const DType xt = type_traits(t).vec_dot_type;
+        const bool gemm = gk.micro && N >= gk.min_n;
+        std::vector<float> xr = x;
+        if (!gemm && xt != DType::F32) {
+          std::vector<uint8_t> xq(row_bytes(xt, K * N));
+          type_traits(xt).from_float(x.data(), xq.data(), K * N);
+          type_traits(xt).to_float(xq.data(), xr.data(), K * N);
+        }
+        const std::vector<float> want = run_mul_mat(*ref, DType::F32, wd.data(), K, M, xr);
         double num = 0, den = 0;
         for (size_t i = 0; i < want.size(); ++i) {
           num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);

@@ -8,6 +8,7 @@
 #include "backend/cpu/elem.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/qdot.h"
+#include "backend/cpu/qdot_k.h"
 #include "backend/cpu/vec.h"
 
 namespace qlens::cpu {
@@ -54,6 +55,13 @@ GemmKernels make_scalar() {
   g.dot[static_cast<int>(DType::Q5_1)] = qdot_scalar<DType::Q5_1>;
   g.dot[static_cast<int>(DType::Q8_0)] = qdot_scalar<DType::Q8_0>;
   g.dot[static_cast<int>(DType::IQ4_NL)] = qdot_scalar<DType::IQ4_NL>;
+  // The K types: integer dots with Q8_K activations.
+  g.dot[static_cast<int>(DType::Q2_K)] = qdot_k_scalar<DType::Q2_K>;
+  g.dot[static_cast<int>(DType::Q3_K)] = qdot_k_scalar<DType::Q3_K>;
+  g.dot[static_cast<int>(DType::Q4_K)] = qdot_k_scalar<DType::Q4_K>;
+  g.dot[static_cast<int>(DType::Q5_K)] = qdot_k_scalar<DType::Q5_K>;
+  g.dot[static_cast<int>(DType::Q6_K)] = qdot_k_scalar<DType::Q6_K>;
+  g.dot[static_cast<int>(DType::IQ4_XS)] = qdot_k_scalar<DType::IQ4_XS>;
   return g;
 }
 

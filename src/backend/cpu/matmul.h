@@ -22,7 +22,8 @@
 // The legacy quantized types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) have both:
 // integer dot kernels against activations quantized to their vec_dot_type
 // (Q8_0 / Q8_1, with TypeTraits::from_float) in qdot.h / simd_qdot.h, and packs
-// that dequantize blocks straight into the F32 panels.
+// that dequantize blocks straight into the F32 panels. So have the K-quant
+// types (Q2_K..Q6_K, IQ4_XS; Q8_K activations): qdot_k.h / simd_qdot_k.h.
 #pragma once
 
 #include <cstddef>

@@ -10,6 +10,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/simd_qdot.h"
+#include "backend/cpu/simd_qdot_k.h"
 #include "qlens/types.h"
 
 namespace qlens::cpu {
@@ -192,6 +193,7 @@ GemmKernels make_gemm_kernels() {
   g.pack[static_cast<int>(DType::BF16)] = pack_panel<DType::BF16, NR>;
   g.pack_act = pack_act_panel<V::kMr>;
   add_quant_kernels<NR>(g);
+  add_kquant_kernels<NR>(g);
   return g;
 }
 
