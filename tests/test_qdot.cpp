@@ -296,10 +296,14 @@ std::vector<uint8_t> random_q8k(std::mt19937& rng, int64_t K) {
 // converts and scales; each super-block term carries a few roundings (the
 // scale products, the int -> float conversions, its addition), the reference's
 // dequantization one or two per element, plus the final reductions.
-RefDot ref_dot_k(DType t, const uint8_t* w, const uint8_t* x, int64_t K) {
-  const std::vector<float> wf = dequantize(t, w, K), xf = dequantize(DType::Q8_K, x, K);
+RefDot ref_dot_k(DType t, const uint8_t* w_any, const uint8_t* x_any, int64_t K) {
+  // to_float reads whole blocks, which need their natural alignment: dequantize
+  // aligned copies (only the kernels under test get the odd addresses).
+  const std::vector<uint8_t> w(w_any, w_any + row_bytes(t, K));
+  const std::vector<uint8_t> x(x_any, x_any + row_bytes(DType::Q8_K, K));
+  const std::vector<float> wf = dequantize(t, w.data(), K), xf = dequantize(DType::Q8_K, x.data(), K);
   const KLayout l = k_layout(t);
-  std::vector<uint8_t> zeroed(w, w + row_bytes(t, K));
+  std::vector<uint8_t> zeroed(w);
   const size_t bb = type_traits(t).block_bytes;
   for (int64_t b = 0; b < K / kQK; ++b)
     for (auto [off, len] : l.codes) std::memset(zeroed.data() + b * bb + off, 0, len);
