@@ -150,6 +150,24 @@ void dequantize_block(const char* blk, float* y) {
   }
 }
 
+// Transposes NR rows of kElems dequantized values, 8 x 8 at a time, into the
+// k-major panel at dst (kElems rows of NR floats). Shared by the legacy and
+// K-quant pack functions.
+template <int NR, int kElems>
+inline void transpose_into_panel(const float (&buf)[NR][kElems], float* dst) {
+#pragma GCC unroll 4
+  for (int g = 0; g < NR / 8; ++g)
+#pragma GCC unroll 4
+    for (int kk = 0; kk < kElems / 8; ++kk) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) r[t] = _mm256_load_ps(buf[g * 8 + t] + kk * 8);
+      Avx2::transpose8(r);
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + (kk * 8 + t) * NR + g * 8, r[t]);
+    }
+}
+
 // PackFn for a legacy type: each block column of NR rows dequantized into a
 // small buffer, then transposed 8 x 8 into the panel. (k0 and kc are
 // multiples of 32: the GEMM K blocks are multiples of 256 and K of 32.)
@@ -168,18 +186,7 @@ void pack_quant_panel(const char* row0, size_t row_stride, int64_t nrows, int64_
         for (int q = 0; q < 4; ++q) _mm256_store_ps(buf[i] + 8 * q, _mm256_setzero_ps());
       }
     }
-    float* dst = panel + b * quant::kLegacyBlock * NR;
-#pragma GCC unroll 4
-    for (int g = 0; g < NR / 8; ++g)
-#pragma GCC unroll 4
-      for (int kk = 0; kk < 4; ++kk) {
-        __m256 r[8];
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) r[t] = _mm256_load_ps(buf[g * 8 + t] + kk * 8);
-        Avx2::transpose8(r);
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + (kk * 8 + t) * NR + g * 8, r[t]);
-      }
+    transpose_into_panel<NR, 32>(buf, panel + b * quant::kLegacyBlock * NR);
   }
 }
 

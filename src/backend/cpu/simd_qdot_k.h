@@ -383,17 +383,7 @@ void pack_k_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t k0
         for (int q = 0; q < kQK / 8; ++q) _mm256_store_ps(buf[i] + 8 * q, _mm256_setzero_ps());
       }
     }
-    float* dst = panel + b * kQK * NR;
-#pragma GCC unroll 4
-    for (int g = 0; g < NR / 8; ++g)
-      for (int kk = 0; kk < kQK / 8; ++kk) {
-        __m256 r[8];
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) r[t] = _mm256_load_ps(buf[g * 8 + t] + kk * 8);
-        Avx2::transpose8(r);
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + (kk * 8 + t) * NR + g * 8, r[t]);
-      }
+    transpose_into_panel<NR, kQK>(buf, panel + b * kQK * NR);
   }
 }
 
