@@ -133,26 +133,28 @@ void JsonWriter::value(std::string_view s) {
   os_ << '"' << escape(s) << '"';
 }
 
-void JsonWriter::value(double d) {
-  before_value();
-  if (!std::isfinite(d)) {
-    os_ << "null";
+namespace {
+// Shortest text that reads back to the same value; JSON has no NaN or Inf.
+template <typename T>
+void write_number(std::ostream& os, T v) {
+  if (!std::isfinite(v)) {
+    os << "null";
     return;
   }
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, d);
-  os_.write(buf, r.ptr - buf);
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  os.write(buf, r.ptr - buf);
+}
+}  // namespace
+
+void JsonWriter::value(double d) {
+  before_value();
+  write_number(os_, d);
 }
 
 void JsonWriter::value(float f) {
   before_value();
-  if (!std::isfinite(f)) {
-    os_ << "null";
-    return;
-  }
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, f);
-  os_.write(buf, r.ptr - buf);
+  write_number(os_, f);
 }
 
 void JsonWriter::value(bool b) {

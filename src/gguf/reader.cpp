@@ -516,6 +516,14 @@ std::optional<double> File::try_float(std::string_view key) const {
   return float_of(*this, key, *v);
 }
 
+// A value of a type and no content: asks Value's type predicates about an
+// array's element type.
+static Value of_type(ValueType t) {
+  Value p;
+  p.type = t;
+  return p;
+}
+
 std::optional<std::vector<std::string>> File::try_string_array(std::string_view key) const {
   const Value* v = array_of(*this, key);
   if (!v) return std::nullopt;
@@ -530,11 +538,7 @@ std::optional<std::vector<std::string>> File::try_string_array(std::string_view 
 std::optional<std::vector<float>> File::try_float_array(std::string_view key) const {
   const Value* v = array_of(*this, key);
   if (!v) return std::nullopt;
-  const Value probe = [&] {
-    Value p;
-    p.type = v->elem_type;
-    return p;
-  }();
+  const Value probe = of_type(v->elem_type);
   if (!probe.is_integer() && !probe.is_float())
     key_error(*this, key, "has type " + type_text(*v) + ", expected an array of numbers");
   std::vector<float> out;
@@ -546,11 +550,7 @@ std::optional<std::vector<float>> File::try_float_array(std::string_view key) co
 std::optional<std::vector<int64_t>> File::try_int_array(std::string_view key) const {
   const Value* v = array_of(*this, key);
   if (!v) return std::nullopt;
-  const Value probe = [&] {
-    Value p;
-    p.type = v->elem_type;
-    return p;
-  }();
+  const Value probe = of_type(v->elem_type);
   if (!probe.is_integer() && probe.type != ValueType::Bool)
     key_error(*this, key, "has type " + type_text(*v) + ", expected an array of integers");
   std::vector<int64_t> out;
