@@ -1,23 +1,85 @@
-// Backends compute graphs. This issue has the CPU backend and the plain
-// reference backend that every kernel is tested against; the scheduler and
-// device back-ends of later issues extend this interface.
+// Backends compute graphs: the CPU backend, the plain reference backend that
+// every kernel is tested against, and device back-ends through the same
+// interface. Tensor data helpers read and write tensors wherever they live.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
+#include "qlens/tap.h"
 #include "qlens/tensor.h"
 
 namespace qlens {
 
+class Backend;
+
+// Memory owned by a backend. Tensors placed in it point into [base, base+size)
+// (for device memory the address is a handle that only the backend and the
+// buffer's read/write functions interpret) and record the buffer in
+// Tensor::buffer. Tensors without a buffer live in host memory.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual Backend& backend() const = 0;
+  virtual char* base() const = 0;
+  virtual size_t size() const = 0;
+  // Host memory: the CPU may read and write the tensors directly.
+  virtual bool is_host() const = 0;
+  // Synchronous copies between host memory and the buffer at `offset`.
+  virtual void write(size_t offset, const void* src, size_t n) = 0;
+  virtual void read(size_t offset, void* dst, size_t n) const = 0;
+};
+
+// Per-backend accumulation state of one tap (see qlens/tap.h).
+class TapState {
+ public:
+  virtual ~TapState() = default;
+};
+
+// A tap to run right after a node of a compute call: `node_index` indexes the
+// node span handed to compute_async.
+struct TapWork {
+  size_t node_index = 0;
+  TapKind kind = TapKind::Stats;
+  const Tensor* other = nullptr;
+  TapState* state = nullptr;
+};
+
+// The interface every backend implements. Above it, the scheduler decides
+// which backend runs which node and moves data between them; nothing above
+// the scheduler knows which backends exist.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  // Computes every node of the graph in order. All tensors must have data
-  // (leaves set by the caller, intermediates by apply_memory_plan).
-  virtual void compute(const Graph& graph) = 0;
   virtual int n_threads() const { return 1; }
+
+  // ---- memory
+  virtual std::unique_ptr<Buffer> alloc_buffer(size_t bytes) = 0;
+  // The backend computes on host memory (tensors without a buffer, or in host
+  // buffers): the CPU backends. Device backends need their inputs copied in.
+  virtual bool uses_host_memory() const = 0;
+
+  // ---- compute
+  // Whether the backend can compute this node (its op, types and shapes).
+  virtual bool supports_op(const Tensor& node) const = 0;
+  // Starts computing `nodes` in order (views among them need no work), then
+  // the taps, each right after its node. It may return before the work is
+  // done; synchronize() waits. All tensors must have data.
+  virtual void compute_async(std::span<Tensor* const> nodes, std::span<const TapWork> taps) = 0;
+  virtual void synchronize() {}
+  // Convenience: every node of the graph, then synchronize.
+  void compute(const Graph& graph);
+
+  // ---- taps (see qlens/tap.h): a backend that returns null here leaves the
+  // reduction to the scheduler's host fallback.
+  virtual std::unique_ptr<TapState> make_tap_state(TapKind kind, int64_t n_columns);
+  // Adds what the state accumulated to `into` (synchronizes first), then
+  // clears the state when `reset`.
+  virtual void read_tap(TapState& state, TapResult& into, bool reset);
 };
 
 // n_threads <= 0: one thread per available core.
@@ -31,9 +93,20 @@ struct MemoryPlan {
   size_t size = 0;  // bytes needed
   std::vector<std::pair<Tensor*, size_t>> offsets;
 };
-MemoryPlan plan_memory(const Graph& graph, size_t alignment = 64);
+// `include`, when given, selects the tensors to plan (those of one backend);
+// lifetimes still count every reader in the graph.
+MemoryPlan plan_memory(const Graph& graph, size_t alignment = 64,
+                       const std::function<bool(const Tensor*)>& include = {});
 // Sets the data pointers of planned tensors into `base` (size >= plan.size,
 // aligned) and of all views from their sources.
 void apply_memory_plan(const Graph& graph, const MemoryPlan& plan, void* base);
+
+// ---- Tensor data wherever it lives (host memory or a backend buffer).
+// Copies n bytes at byte offset `offset` of the tensor's data.
+void tensor_write(const Tensor& t, const void* src, size_t offset, size_t n);
+void tensor_read(const Tensor& t, void* dst, size_t offset, size_t n);
+// The tensor's values as F32 in logical order (dim 0 fastest), whatever its
+// type and strides: what an observe callback uses to look at a node.
+std::vector<float> tensor_to_f32(const Tensor& t);
 
 }  // namespace qlens

@@ -111,7 +111,10 @@ class Context {
 
   // Appends `tokens` to the sequence (positions n_past() onwards) and computes
   // logits: for every token when all_logits, else only for the last one.
-  void decode(std::span<const Token> tokens, bool all_logits);
+  // Returns false when the observe callback stopped the computation: the
+  // batch being computed is then not part of the sequence (n_past() is that
+  // of the batches finished before it) and its logits are not available.
+  bool decode(std::span<const Token> tokens, bool all_logits);
   // Logits of the i-th token of the last decode (i < number of rows computed).
   std::span<const float> logits(int64_t i) const;
   // Logits of the last token of the last decode.
@@ -119,6 +122,12 @@ class Context {
 
   void clear();  // empties the KV cache
   void set_observer(GraphObserver observer) { observer_ = std::move(observer); }
+  // The scheduler's observe callback and taps (qlens/sched.h), for every
+  // graph this context computes. Tap keys accumulate until read_taps.
+  void set_observe_callback(ObserveCallback callback) { sched_->set_observe_callback(std::move(callback)); }
+  void set_tap_selector(TapSelector selector) { sched_->set_tap_selector(std::move(selector)); }
+  std::map<std::string, TapResult> read_taps(bool reset = true) { return sched_->read_taps(reset); }
+  Scheduler& scheduler() const { return *sched_; }
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return n_ctx_; }
   const Model& model() const { return model_; }
@@ -129,7 +138,7 @@ class Context {
   Tensor* build_graph(Graph& g, int64_t n_tokens, bool all_logits) const;
 
  private:
-  void decode_batch(std::span<const Token> tokens, bool all_logits);
+  bool decode_batch(std::span<const Token> tokens, bool all_logits);
 
   const Model& model_;
   ContextOptions options_;

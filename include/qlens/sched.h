@@ -1,36 +1,92 @@
-// The scheduler runs graphs on a backend and owns the memory for their
-// intermediate results. Today it drives one backend; the multi-backend split
-// and the observe callback of later issues hook in here, so that the model
-// layer above never changes.
+// The scheduler runs graphs on one or more backends.
+//
+// allocate(graph) assigns every node to a backend (where its weights live,
+// whether the backend supports the op, the host backend as fallback), splits
+// the node order into runs per backend, plans each backend's memory and the
+// copies of inputs that cross from one backend to another. compute(graph)
+// runs the splits in order.
+//
+// The observe callback: before running each node the scheduler asks the
+// callback whether it wants the node (ask = true). Consecutive unwanted
+// nodes are computed in one backend call; a wanted node ends its call, its
+// backend is synchronized and the callback gets it (ask = false) readable
+// (tensor_to_f32 copies it to host memory). Returning false then stops the
+// whole computation: compute returns Stopped. Without a callback compute is
+// one call per split, with no extra synchronization.
+//
+// Taps (qlens/tap.h): a selector attaches reductions to nodes; the backend
+// running a node computes them itself, or, when it has no taps, the
+// scheduler reads the node back and reduces it on the host (the fallback).
 #pragma once
 
 #include <cstddef>
+#include <deque>
+#include <functional>
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "qlens/backend.h"
+#include "qlens/tap.h"
 
 namespace qlens {
 
+using ObserveCallback = std::function<bool(const Tensor& node, bool ask)>;
+using TapSelector = std::function<void(const Tensor& node, std::vector<TapRequest>& requests)>;
+
+enum class ComputeStatus { Done, Stopped };
+
 class Scheduler {
  public:
-  explicit Scheduler(Backend& backend) : backend_(backend) {}
+  explicit Scheduler(Backend& backend);
+  // Backends in order of preference; at least one must use host memory (the
+  // fallback for ops the others do not support, and for host weights).
+  explicit Scheduler(std::vector<Backend*> backends);
+  ~Scheduler();
 
-  // Plans memory for the graph's intermediates and inputs and binds it; the
-  // caller then writes the inputs. The buffer grows as needed and is reused.
+  // Assigns backends, plans memory for the graph's intermediates and inputs
+  // and binds it; the caller then writes the inputs (tensor_write). Buffers
+  // grow as needed and are reused across graphs.
   void allocate(const Graph& graph);
   // Computes an allocated graph.
-  void compute(const Graph& graph);
+  ComputeStatus compute(const Graph& graph);
 
-  Backend& backend() const { return backend_; }
-  size_t buffer_bytes() const { return capacity_; }
+  void set_observe_callback(ObserveCallback callback) { observe_ = std::move(callback); }
+  void set_tap_selector(TapSelector selector) { tap_selector_ = std::move(selector); }
+  // What the taps accumulated since the last reset, by key.
+  std::map<std::string, TapResult> read_taps(bool reset = true);
+
+  // A run of consecutive nodes on one backend, and the inputs copied to it.
+  struct Split {
+    Backend* backend = nullptr;
+    size_t first = 0, end = 0;  // node indices [first, end)
+    std::vector<std::pair<const Tensor*, Tensor*>> copies;  // (source owner, its copy on `backend`)
+  };
+  const std::vector<Split>& splits() const { return splits_; }
+  Backend* backend_of(const Tensor& node) const;
+  const std::vector<Backend*>& backends() const { return backends_; }
+  Backend& backend() const { return *backends_.front(); }
+  size_t buffer_bytes() const;
 
  private:
-  struct AlignedFree {
-    void operator()(void* p) const;
-  };
-  Backend& backend_;
-  std::unique_ptr<void, AlignedFree> buffer_;
-  size_t capacity_ = 0;
+  struct TapSlot;
+  Backend* assign(const Tensor& node, Backend* previous) const;
+  Backend* home_of(const Tensor& t) const;
+  bool can_read(const Backend& b, const Tensor& owner) const;
+  void plan_copies(const Graph& graph);
+  void run_copies(const Split& split);
+  TapSlot& tap_slot(const TapRequest& request, const Tensor& node);
+
+  std::vector<Backend*> backends_;
+  Backend* host_ = nullptr;  // the fallback
+  std::map<Backend*, std::unique_ptr<Buffer>> buffers_;
+  std::map<const Tensor*, Backend*> assignment_;
+  std::vector<Split> splits_;
+  std::deque<Tensor> copies_;  // copies of cross-backend inputs (and their views)
+  ObserveCallback observe_;
+  TapSelector tap_selector_;
+  std::map<std::string, std::unique_ptr<TapSlot>> taps_;
 };
 
 }  // namespace qlens

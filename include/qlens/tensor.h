@@ -36,6 +36,8 @@
 
 namespace qlens {
 
+class Buffer;
+
 constexpr int kMaxDims = 4;
 constexpr int kMaxSrc = 4;
 constexpr int kMaxParams = 8;
@@ -82,6 +84,7 @@ struct Tensor {
   Tensor* view_src = nullptr;                // for views: the tensor that owns the memory
   size_t view_offset = 0;                    // byte offset into view_src's data
   void* data = nullptr;
+  Buffer* buffer = nullptr;                  // backend memory holding data; null: host memory
   std::string name;
   uint32_t flags = 0;
 

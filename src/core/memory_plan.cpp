@@ -7,6 +7,7 @@
 // and the graph's final node are never freed, so callers can read them after
 // compute.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <unordered_map>
 
@@ -82,7 +83,7 @@ class FreeList {
 
 }  // namespace
 
-MemoryPlan plan_memory(const Graph& graph, size_t alignment) {
+MemoryPlan plan_memory(const Graph& graph, size_t alignment, const std::function<bool(const Tensor*)>& include) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) throw Error("plan_memory: alignment must be a power of two");
   const auto& nodes = graph.nodes();
   const int n = static_cast<int>(nodes.size());
@@ -102,6 +103,7 @@ MemoryPlan plan_memory(const Graph& graph, size_t alignment) {
   MemoryPlan plan;
   FreeList free_list(alignment);
   std::unordered_map<const Tensor*, size_t> offset_of;
+  auto planned = [&](const Tensor* t) { return needs_memory(t) && (!include || include(t)); };
   auto allocate = [&](Tensor* t) {
     size_t off = free_list.allocate(t->nbytes());
     offset_of[t] = off;
@@ -110,20 +112,20 @@ MemoryPlan plan_memory(const Graph& graph, size_t alignment) {
 
   // Inputs without data first: they are written before compute starts.
   for (Tensor* leaf : graph.leaves())
-    if (needs_memory(leaf)) allocate(leaf);
+    if (planned(leaf)) allocate(leaf);
 
   // Release lists: tensors whose last reader is node j.
   std::vector<std::vector<Tensor*>> release_after(n);
   for (int j = 0; j < n; ++j) {
     Tensor* node = nodes[j];
-    if (!needs_memory(node) || op_is_view(node->op)) continue;
+    if (!planned(node) || op_is_view(node->op)) continue;
     int last = last_use.count(node) ? last_use[node] : j;
     if (last != kForever) release_after[last].push_back(node);
   }
 
   for (int j = 0; j < n; ++j) {
     Tensor* node = nodes[j];
-    if (needs_memory(node) && !op_is_view(node->op)) allocate(node);
+    if (planned(node) && !op_is_view(node->op)) allocate(node);
     for (Tensor* t : release_after[j]) free_list.release(offset_of[t], t->nbytes());
   }
   plan.size = free_list.high_water();

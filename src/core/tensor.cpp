@@ -141,6 +141,7 @@ Tensor* Graph::external(const Tensor& like, void* data) {
   t->nb = like.nb;
   t->flags = like.flags;
   t->data = data;
+  t->buffer = data == like.data ? like.buffer : nullptr;
   return t;
 }
 

@@ -248,7 +248,7 @@ Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const 
   return cur;
 }
 
-void Context::decode(std::span<const Token> tokens, bool all_logits) {
+bool Context::decode(std::span<const Token> tokens, bool all_logits) {
   if (tokens.empty()) throw Error("decode: no tokens");
   const int64_t n_vocab = model_.hparams().n_vocab;
   for (Token t : tokens)
@@ -266,11 +266,16 @@ void Context::decode(std::span<const Token> tokens, bool all_logits) {
       logits_.clear();
       logits_rows_ = 0;
     }
-    decode_batch(tokens.subspan(start, n), all_logits);
+    if (!decode_batch(tokens.subspan(start, n), all_logits)) {
+      logits_.clear();
+      logits_rows_ = 0;
+      return false;
+    }
   }
+  return true;
 }
 
-void Context::decode_batch(std::span<const Token> tokens, bool all_logits) {
+bool Context::decode_batch(std::span<const Token> tokens, bool all_logits) {
   const int64_t N = static_cast<int64_t>(tokens.size());
   Graph g;
   Tensor* out = build_graph(g, N, all_logits);
@@ -278,26 +283,29 @@ void Context::decode_batch(std::span<const Token> tokens, bool all_logits) {
     for (Tensor* node : g.nodes()) node->flags |= kFlagOutput;
   sched_->allocate(g);
 
-  std::memcpy(g.find("inp_tokens")->data, tokens.data(), N * sizeof(Token));
-  auto* pos = static_cast<int32_t*>(g.find("inp_pos")->data);
+  const Tensor& inp_tokens = *g.find("inp_tokens");
+  tensor_write(inp_tokens, tokens.data(), 0, N * sizeof(Token));
+  std::vector<int32_t> pos(N);
   for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(n_past_ + i);
+  tensor_write(*g.find("inp_pos"), pos.data(), 0, N * sizeof(int32_t));
   // Causal mask: token i sees cache positions up to its own.
   const int64_t n_kv = n_past_ + N;
-  auto* mask = static_cast<float*>(g.find("KQ_mask")->data);
+  std::vector<float> mask(N * n_kv);
   for (int64_t i = 0; i < N; ++i)
     for (int64_t j = 0; j < n_kv; ++j)
       mask[i * n_kv + j] = j <= n_past_ + i ? 0.0f : -std::numeric_limits<float>::infinity();
+  tensor_write(*g.find("KQ_mask"), mask.data(), 0, mask.size() * sizeof(float));
 
-  sched_->compute(g);
+  if (sched_->compute(g) == ComputeStatus::Stopped) return false;
   if (observer_) observer_(g);
   n_past_ += N;
 
   const int64_t rows = out->ne[1], n_vocab = out->ne[0];
   const size_t old = logits_.size();
   logits_.resize(old + rows * n_vocab);
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(&logits_[old + r * n_vocab], out->at(0, r), n_vocab * sizeof(float));
+  tensor_read(*out, &logits_[old], 0, rows * n_vocab * sizeof(float));
   logits_rows_ += rows;
+  return true;
 }
 
 std::span<const float> Context::logits(int64_t i) const {

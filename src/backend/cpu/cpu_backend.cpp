@@ -11,7 +11,9 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/taps.h"
 #include "backend/cpu/thread_pool.h"
+#include "backend/host_buffer.h"
 #include "qlens/error.h"
 
 namespace qlens {
@@ -30,11 +32,10 @@ bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == 
               what);
 }
 
-// Checks what the kernels rely on, so that they never need to fail.
-void check_node(const Tensor& n) {
-  if (!n.data) fail(n, "has no data (apply a memory plan first)");
-  for (const Tensor* s : n.src)
-    if (s && !s->data) fail(n, "source '" + s->name + "' has no data");
+// Checks the types and shapes the kernels rely on, so that they never need
+// to fail. Throws Error naming the node and the reason.
+void check_op(const Tensor& n) {
+  if (op_is_view(n.op)) return;
   const Tensor* a = n.src[0];
   const Tensor* b = n.src[1];
   if (n.op != Op::Cpy && n.op != Op::Cont && (n.type != DType::F32 || n.nb[0] != sizeof(float)))
@@ -48,11 +49,6 @@ void check_node(const Tensor& n) {
       if (!tt.to_float) fail(n, "cannot read rows of type " + std::string(tt.name));
       if (tt.block_size > 1 && a->nb[0] != tt.block_bytes) fail(n, "rows of a quantized source must be contiguous");
       if (b->type != DType::I32) fail(n, "indices must be I32");
-      for (int64_t i = 0; i < b->ne[0]; ++i) {
-        const int32_t r = *reinterpret_cast<const int32_t*>(b->at(i));
-        if (r < 0 || r >= a->ne[1])
-          fail(n, "index " + std::to_string(r) + " out of range for " + std::to_string(a->ne[1]) + " rows");
-      }
       break;
     }
     case Op::MulMat: {
@@ -101,6 +97,34 @@ void check_node(const Tensor& n) {
   }
 }
 
+// Checks a node about to run: its op, and the data it reads.
+void check_node(const Tensor& n) {
+  if (!n.data) fail(n, "has no data (apply a memory plan first)");
+  for (const Tensor* s : n.src)
+    if (s && !s->data) fail(n, "source '" + s->name + "' has no data");
+  for (const Tensor* s : {&n, static_cast<const Tensor*>(n.src[0]), static_cast<const Tensor*>(n.src[1])})
+    if (s && s->buffer && !s->buffer->is_host()) fail(n, "'" + s->name + "' lies in device memory");
+  check_op(n);
+  if (n.op == Op::GetRows) {
+    const Tensor* a = n.src[0];
+    const Tensor* b = n.src[1];
+    for (int64_t i = 0; i < b->ne[0]; ++i) {
+      const int32_t r = *reinterpret_cast<const int32_t*>(b->at(i));
+      if (r < 0 || r >= a->ne[1])
+        fail(n, "index " + std::to_string(r) + " out of range for " + std::to_string(a->ne[1]) + " rows");
+    }
+  }
+}
+
+bool op_supported(const Tensor& n) {
+  try {
+    check_op(n);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 void run_node(const Tensor& n, const KernelCtx& c) {
   switch (n.op) {
     case Op::GetRows: op_get_rows(n, c); break;
@@ -125,17 +149,42 @@ class CpuBackend final : public Backend {
   std::string name() const override { return std::string("cpu-") + isa_name(isa_); }
   int n_threads() const override { return pool_.size(); }
 
-  void compute(const Graph& graph) override {
+  std::unique_ptr<Buffer> alloc_buffer(size_t bytes) override { return make_host_buffer(*this, bytes); }
+  bool uses_host_memory() const override { return true; }
+  bool supports_op(const Tensor& node) const override { return op_supported(node); }
+
+  std::unique_ptr<TapState> make_tap_state(TapKind kind, int64_t n_columns) override {
+    return std::make_unique<CpuTapState>(kind, n_columns, pool_.size());
+  }
+  void read_tap(TapState& state, TapResult& into, bool reset) override {
+    static_cast<CpuTapState&>(state).read(into, reset);
+  }
+
+  // Runs synchronously: the pool is the CPU, there is nothing to overlap with.
+  void compute_async(std::span<Tensor* const> nodes, std::span<const TapWork> taps) override {
     const int nth = pool_.size();
-    std::vector<const Tensor*> work;
+    // Work items in order: each computing node, each tap right after its node.
+    struct Item {
+      const Tensor* node;
+      const TapWork* tap;  // null: compute the node
+    };
+    std::vector<Item> work;
     size_t per_thread = 0, shared = 0;
-    for (const Tensor* n : graph.nodes()) {
-      if (op_is_view(n->op)) continue;
-      check_node(*n);
-      work.push_back(n);
-      per_thread = std::max(per_thread, align_up(scratch_bytes(*n, nth, isa_)));
-      shared = std::max(shared, align_up(shared_scratch_bytes(*n, nth, isa_)));
+    size_t next_tap = 0;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const Tensor* n = nodes[i];
+      if (!op_is_view(n->op)) {
+        check_node(*n);
+        work.push_back({n, nullptr});
+        per_thread = std::max(per_thread, align_up(scratch_bytes(*n, nth, isa_)));
+        shared = std::max(shared, align_up(shared_scratch_bytes(*n, nth, isa_)));
+      }
+      for (; next_tap < taps.size() && taps[next_tap].node_index == i; ++next_tap) {
+        check_tap(taps[next_tap], *n);
+        work.push_back({n, &taps[next_tap]});
+      }
     }
+    if (next_tap != taps.size()) throw Error("cpu backend: taps must be sorted by node and name nodes of the call");
     if (work.empty()) return;
     const size_t need = per_thread * nth + shared + kAlign;
     if (scratch_.size() < need) {
@@ -147,9 +196,9 @@ class CpuBackend final : public Backend {
     base += (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
     char* shared_base = base + per_thread * nth;
 
-    // Node i takes work items from counters_[i % 2]; thread 0 resets the other
-    // counter while node i runs (its last user, node i - 1, is finished), and
-    // the barrier before node i + 1 publishes the reset.
+    // Item i takes work from counters_[i % 2]; thread 0 resets the other
+    // counter while item i runs (its last user, item i - 1, is finished), and
+    // the barrier before item i + 1 publishes the reset.
     counters_[0].store(0, std::memory_order_relaxed);
     counters_[1].store(0, std::memory_order_relaxed);
     pool_.run([&](int ith) {
@@ -158,7 +207,10 @@ class CpuBackend final : public Backend {
         if (i > 0) pool_.barrier();
         if (ith == 0) counters_[(i + 1) % 2].store(0, std::memory_order_relaxed);
         c.counter = &counters_[i % 2];
-        run_node(*work[i], c);
+        if (work[i].tap)
+          run_tap(*work[i].tap, *work[i].node, ith, nth);
+        else
+          run_node(*work[i].node, c);
       }
     });
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/host_buffer.h"
 #include "qlens/backend.h"
 #include "qlens/error.h"
 
@@ -186,9 +187,13 @@ void copy(const Tensor& a, const Tensor& dst) {
 class ReferenceBackend final : public Backend {
  public:
   std::string name() const override { return "reference"; }
+  std::unique_ptr<Buffer> alloc_buffer(size_t bytes) override { return make_host_buffer(*this, bytes); }
+  bool uses_host_memory() const override { return true; }
+  bool supports_op(const Tensor& node) const override { return node.op != Op::None; }
 
-  void compute(const Graph& graph) override {
-    for (const Tensor* n : graph.nodes()) {
+  // Taps are left to the scheduler's host fallback: the reference of taps.
+  void compute_async(std::span<Tensor* const> nodes, std::span<const TapWork>) override {
+    for (const Tensor* n : nodes) {
       if (op_is_view(n->op)) continue;
       if (!n->data) throw Error("reference backend: '" + n->name + "' has no data");
       switch (n->op) {

@@ -1,0 +1,121 @@
+#include "backend/cpu/taps.h"
+
+#include <algorithm>
+
+#include "qlens/error.h"
+
+namespace qlens::cpu {
+
+CpuTapState::CpuTapState(TapKind k, int64_t n_columns, int n_threads) : kind(k) {
+  switch (kind) {
+    case TapKind::ColumnSumSq: column_sum_sq.assign(n_columns, 0.0); break;
+    case TapKind::Stats: stats.resize(n_threads); break;
+    case TapKind::ErrorStats: errors.resize(n_threads); break;
+  }
+}
+
+void CpuTapState::read(TapResult& into, bool reset) {
+  TapResult mine;
+  mine.kind = kind;
+  mine.column_sum_sq = column_sum_sq;
+  mine.rows = rows;
+  for (const NodeStats& s : stats) mine.stats.merge(s);
+  for (const ErrorStats& e : errors) mine.error.merge(e);
+  into.merge(mine);
+  if (reset) {
+    std::fill(column_sum_sq.begin(), column_sum_sq.end(), 0.0);
+    rows = 0;
+    std::fill(stats.begin(), stats.end(), NodeStats{});
+    std::fill(errors.begin(), errors.end(), ErrorStats{});
+  }
+}
+
+void check_tap(const TapWork& tap, const Tensor& node) {
+  auto fail = [&](const std::string& what) {
+    throw Error(std::string("cpu backend: ") + tap_kind_name(tap.kind) + " tap on '" + node.name + "': " + what);
+  };
+  const auto& st = static_cast<const CpuTapState&>(*tap.state);
+  if (st.kind != tap.kind) fail("state of another kind");
+  switch (tap.kind) {
+    case TapKind::ColumnSumSq:
+      if (node.op != Op::MulMat || !node.src[1] || node.src[1]->type != DType::F32)
+        fail("needs a MUL_MAT with F32 activations");
+      if (static_cast<int64_t>(st.column_sum_sq.size()) != node.src[1]->ne[0])
+        fail(std::to_string(node.src[1]->ne[0]) + " columns, the tap has " + std::to_string(st.column_sum_sq.size()));
+      break;
+    case TapKind::Stats:
+      if (node.type != DType::F32) fail("needs an F32 node");
+      break;
+    case TapKind::ErrorStats:
+      if (node.type != DType::F32 || !tap.other || tap.other->type != DType::F32 || !same_shape(node, *tap.other))
+        fail("needs two F32 tensors of the same shape");
+      if (!tap.other->data || (tap.other->buffer && !tap.other->buffer->is_host()))
+        fail("the second tensor is not in host memory");
+      break;
+  }
+}
+
+namespace {
+
+const float* row_ptr(const Tensor& t, int64_t r) {
+  const int64_t i1 = r % t.ne[1], i2 = (r / t.ne[1]) % t.ne[2], i3 = r / (t.ne[1] * t.ne[2]);
+  return reinterpret_cast<const float*>(t.at(0, i1, i2, i3));
+}
+
+bool adjacent_f32(const Tensor& t) { return t.type == DType::F32 && t.nb[0] == sizeof(float); }
+
+float value(const float* row, const Tensor& t, int64_t i0) {
+  return *reinterpret_cast<const float*>(reinterpret_cast<const char*>(row) + i0 * t.nb[0]);
+}
+
+void column_sum_sq(const Tensor& x, CpuTapState& st, int ith, int nth) {
+  const int64_t K = x.ne[0];
+  if (static_cast<int64_t>(st.column_sum_sq.size()) != K) return;  // checked by the caller
+  const int64_t per = (K + nth - 1) / nth;
+  const int64_t k0 = std::min<int64_t>(K, ith * per), k1 = std::min<int64_t>(K, k0 + per);
+  double* acc = st.column_sum_sq.data();
+  const int64_t rows = x.nrows();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = row_ptr(x, r);
+    if (adjacent_f32(x)) {
+      for (int64_t k = k0; k < k1; ++k) acc[k] += static_cast<double>(row[k]) * row[k];
+    } else {
+      for (int64_t k = k0; k < k1; ++k) {
+        const double v = value(row, x, k);
+        acc[k] += v * v;
+      }
+    }
+  }
+  if (ith == 0) st.rows += rows;
+}
+
+}  // namespace
+
+void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth) {
+  auto& st = static_cast<CpuTapState&>(*tap.state);
+  switch (tap.kind) {
+    case TapKind::ColumnSumSq:
+      column_sum_sq(*node.src[1], st, ith, nth);
+      break;
+    case TapKind::Stats: {
+      NodeStats& s = st.stats[ith];
+      for (int64_t r = ith; r < node.nrows(); r += nth) {
+        const float* row = row_ptr(node, r);
+        for (int64_t k = 0; k < node.ne[0]; ++k) s.add(value(row, node, k));
+      }
+      break;
+    }
+    case TapKind::ErrorStats: {
+      ErrorStats& e = st.errors[ith];
+      const Tensor& other = *tap.other;
+      for (int64_t r = ith; r < node.nrows(); r += nth) {
+        const float* a = row_ptr(node, r);
+        const float* b = row_ptr(other, r);
+        for (int64_t k = 0; k < node.ne[0]; ++k) e.add(value(a, node, k), value(b, other, k));
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace qlens::cpu

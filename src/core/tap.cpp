@@ -1,0 +1,168 @@
+// The host reference of the tap reductions (see qlens/tap.h).
+#include "qlens/tap.h"
+
+#include <cmath>
+
+#include "qlens/error.h"
+
+namespace qlens {
+
+const char* tap_kind_name(TapKind kind) {
+  switch (kind) {
+    case TapKind::ColumnSumSq: return "column_sum_sq";
+    case TapKind::Stats: return "stats";
+    case TapKind::ErrorStats: return "error_stats";
+  }
+  return "?";
+}
+
+void NodeStats::add(float x) {
+  if (std::isnan(x)) {
+    ++nan;
+  } else if (std::isinf(x)) {
+    ++inf;
+  } else {
+    ++count;
+    min = std::min<double>(min, x);
+    max = std::max<double>(max, x);
+    sum += x;
+    sum_sq += static_cast<double>(x) * x;
+  }
+}
+
+void NodeStats::merge(const NodeStats& o) {
+  count += o.count;
+  min = std::min(min, o.min);
+  max = std::max(max, o.max);
+  sum += o.sum;
+  sum_sq += o.sum_sq;
+  nan += o.nan;
+  inf += o.inf;
+}
+
+void ErrorStats::add(float a, float b) {
+  if (!std::isfinite(a) || !std::isfinite(b)) {
+    ++non_finite;
+    return;
+  }
+  const double da = a, db = b, d = da - db;
+  ++count;
+  sum_sq_diff += d * d;
+  sum_sq_a += da * da;
+  sum_sq_b += db * db;
+  sum_ab += da * db;
+  max_abs_diff = std::max(max_abs_diff, std::fabs(d));
+}
+
+void ErrorStats::merge(const ErrorStats& o) {
+  count += o.count;
+  sum_sq_diff += o.sum_sq_diff;
+  sum_sq_a += o.sum_sq_a;
+  sum_sq_b += o.sum_sq_b;
+  sum_ab += o.sum_ab;
+  max_abs_diff = std::max(max_abs_diff, o.max_abs_diff);
+  non_finite += o.non_finite;
+}
+
+void TapResult::merge(const TapResult& o) {
+  if (o.kind != kind) throw Error("tap results of different kinds cannot be merged");
+  switch (kind) {
+    case TapKind::ColumnSumSq:
+      if (o.column_sum_sq.empty() && o.rows == 0) break;  // nothing accumulated
+      if (column_sum_sq.empty()) column_sum_sq.assign(o.column_sum_sq.size(), 0.0);
+      if (o.column_sum_sq.size() != column_sum_sq.size())
+        throw Error("tap results over " + std::to_string(column_sum_sq.size()) + " and " +
+                    std::to_string(o.column_sum_sq.size()) + " columns cannot be merged");
+      for (size_t k = 0; k < column_sum_sq.size(); ++k) column_sum_sq[k] += o.column_sum_sq[k];
+      rows += o.rows;
+      break;
+    case TapKind::Stats: stats.merge(o.stats); break;
+    case TapKind::ErrorStats: error.merge(o.error); break;
+  }
+}
+
+namespace {
+
+float value_at(const Tensor& t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+  return *reinterpret_cast<const float*>(t.at(i0, i1, i2, i3));
+}
+
+template <class F>
+void for_each_index(const Tensor& t, F&& f) {
+  for (int64_t i3 = 0; i3 < t.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < t.ne[2]; ++i2)
+      for (int64_t i1 = 0; i1 < t.ne[1]; ++i1)
+        for (int64_t i0 = 0; i0 < t.ne[0]; ++i0) f(i0, i1, i2, i3);
+}
+
+void require_f32(const Tensor& t, const char* what) {
+  if (t.type != DType::F32)
+    throw Error(std::string("tap: ") + what + " '" + t.name + "' must be F32, is " + std::string(type_name(t.type)));
+}
+
+}  // namespace
+
+void tap_accumulate_host(TapKind kind, const Tensor& node, const Tensor* other, TapResult& acc) {
+  acc.kind = kind;
+  switch (kind) {
+    case TapKind::ColumnSumSq: {
+      const Tensor* x = node.src[1];
+      if (node.op != Op::MulMat || !x) throw Error("tap: column sums need a MUL_MAT node, '" + node.name + "' is not");
+      require_f32(*x, "activations");
+      if (acc.column_sum_sq.empty()) acc.column_sum_sq.assign(x->ne[0], 0.0);
+      if (static_cast<int64_t>(acc.column_sum_sq.size()) != x->ne[0])
+        throw Error("tap: '" + node.name + "' has " + std::to_string(x->ne[0]) + " columns, the tap " +
+                    std::to_string(acc.column_sum_sq.size()));
+      for_each_index(*x, [&](int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+        const double v = value_at(*x, i0, i1, i2, i3);
+        acc.column_sum_sq[i0] += v * v;
+      });
+      acc.rows += x->nrows();
+      break;
+    }
+    case TapKind::Stats:
+      require_f32(node, "node");
+      for_each_index(node, [&](int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+        acc.stats.add(value_at(node, i0, i1, i2, i3));
+      });
+      break;
+    case TapKind::ErrorStats:
+      require_f32(node, "node");
+      if (!other || !same_shape(node, *other))
+        throw Error("tap: error statistics of '" + node.name + "' need a second tensor of the same shape");
+      require_f32(*other, "second tensor");
+      for_each_index(node, [&](int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+        acc.error.add(value_at(node, i0, i1, i2, i3), value_at(*other, i0, i1, i2, i3));
+      });
+      break;
+  }
+}
+
+void tap_accumulate_values(TapKind kind, const std::vector<float>& values, int64_t row_length,
+                           const std::vector<float>* other, TapResult& acc) {
+  acc.kind = kind;
+  switch (kind) {
+    case TapKind::ColumnSumSq: {
+      if (row_length <= 0 || values.size() % row_length != 0) throw Error("tap: values do not form rows");
+      if (acc.column_sum_sq.empty()) acc.column_sum_sq.assign(row_length, 0.0);
+      if (static_cast<int64_t>(acc.column_sum_sq.size()) != row_length) throw Error("tap: column count changed");
+      const int64_t rows = static_cast<int64_t>(values.size()) / row_length;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < row_length; ++k) {
+          const double v = values[r * row_length + k];
+          acc.column_sum_sq[k] += v * v;
+        }
+      acc.rows += rows;
+      break;
+    }
+    case TapKind::Stats:
+      for (float v : values) acc.stats.add(v);
+      break;
+    case TapKind::ErrorStats:
+      if (!other || other->size() != values.size()) throw Error("tap: error statistics need two equal-sized tensors");
+      for (size_t i = 0; i < values.size(); ++i) acc.error.add(values[i], (*other)[i]);
+      break;
+  }
+}
+
+}  // namespace qlens
