@@ -12,5 +12,6 @@ int cmd_perplexity(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
 int cmd_quantize_stats(int argc, char** argv);
+int cmd_imatrix(int argc, char** argv);
 
 }  // namespace qlens::cli

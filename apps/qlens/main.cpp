@@ -19,6 +19,7 @@ constexpr Command kCommands[] = {
     {"inspect", qlens::cli::cmd_inspect, "show a GGUF file's metadata and tensors"},
     {"generate", qlens::cli::cmd_generate, "generate text from a prompt"},
     {"perplexity", qlens::cli::cmd_perplexity, "perplexity of a model over a text, as llama.cpp computes it"},
+    {"imatrix", qlens::cli::cmd_imatrix, "collect an importance matrix (or combine, or show its statistics)"},
     {"quantize", qlens::cli::cmd_quantize, "quantize a model into llama.cpp's block formats"},
     {"quantize-stats", qlens::cli::cmd_quantize_stats, "quantization error of every weight for each type"},
     {"bench", qlens::cli::cmd_bench, "prompt-processing and generation speed, as llama-bench measures them"},

@@ -1,5 +1,6 @@
 #include "tools/imatrix_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -56,6 +57,7 @@ class DatReader {
 Imatrix load_dat(const std::string& path, std::string bytes) {
   Imatrix m;
   m.path = path;
+  m.counts_in_chunks = true;
   DatReader r(path, std::move(bytes));
   const int32_t n_entries = r.i32("the entry count");
   if (n_entries <= 0) throw Error(path + ": entry count " + std::to_string(n_entries) + " is not positive");
@@ -96,6 +98,10 @@ Imatrix load_gguf(const std::string& path) {
   if (auto ds = f->try_string_array("imatrix.datasets")) m.datasets = *ds;
   m.chunk_count = f->try_int("imatrix.chunk_count").value_or(0);
   m.chunk_size = f->try_int("imatrix.chunk_size").value_or(0);
+  m.run.next_chunk = f->try_int("qlens.imatrix.next_chunk").value_or(-1);
+  m.run.nll_sum = f->try_float("qlens.imatrix.nll_sum").value_or(0);
+  m.run.nll_sq_sum = f->try_float("qlens.imatrix.nll_sq_sum").value_or(0);
+  m.run.n_scored = f->try_int("qlens.imatrix.n_scored").value_or(0);
   auto f32_values = [&](const gguf::TensorInfo& t) {
     if (t.type != DType::F32) throw Error(path + ": tensor '" + t.name + "' must be F32");
     std::vector<double> v(t.nelements());
@@ -141,6 +147,17 @@ std::vector<float> Imatrix::importance(const std::string& tensor, int64_t n_cols
   return w;
 }
 
+void convert_counts_to_rows(Imatrix& m, int64_t chunk_size) {
+  if (!m.counts_in_chunks) return;
+  if (chunk_size <= 0) throw Error(m.path + ": a .dat matrix needs a chunk size to be combined with row counts");
+  for (auto& [name, e] : m.entries) {
+    for (double& v : e.sum2) v *= static_cast<double>(chunk_size);
+    for (double& c : e.counts) c *= static_cast<double>(chunk_size);
+  }
+  m.chunk_size = chunk_size;
+  m.counts_in_chunks = false;
+}
+
 Imatrix load_imatrix(const std::string& path) {
   std::string bytes = read_text_file(path);
   if (bytes.size() >= 4 && bytes.compare(0, 4, "GGUF") == 0) return load_gguf(path);
@@ -153,6 +170,12 @@ void save_imatrix_gguf(const Imatrix& m, const std::string& path) {
   w.set("imatrix.datasets", gguf::Value::make_string_array(m.datasets));
   w.set("imatrix.chunk_count", gguf::Value::make_u32(static_cast<uint32_t>(m.chunk_count)));
   w.set("imatrix.chunk_size", gguf::Value::make_u32(static_cast<uint32_t>(m.chunk_size)));
+  if (m.run.next_chunk >= 0) {
+    w.set("qlens.imatrix.next_chunk", gguf::Value::make_i64(m.run.next_chunk));
+    w.set("qlens.imatrix.nll_sum", gguf::Value::make_f64(m.run.nll_sum));
+    w.set("qlens.imatrix.nll_sq_sum", gguf::Value::make_f64(m.run.nll_sq_sum));
+    w.set("qlens.imatrix.n_scored", gguf::Value::make_i64(m.run.n_scored));
+  }
   std::vector<std::vector<float>> keep;  // data must live until write()
   for (const auto& [name, e] : m.entries) {
     auto& sum2 = keep.emplace_back(e.sum2.begin(), e.sum2.end());
@@ -174,12 +197,16 @@ void save_imatrix_dat(const Imatrix& m, const std::string& path) {
                                   std::to_string(e.n_mat) + " (use the GGUF format)");
     put_i32(static_cast<int32_t>(name.size()));
     out.write(name.data(), static_cast<std::streamsize>(name.size()));
-    const double calls = e.counts[0] > 0 ? e.counts[0] : 1;
-    put_i32(static_cast<int32_t>(std::lround(calls)));
+    // ncall: the chunks this tensor saw (llama.cpp's convention), at least 1.
+    const double rows = e.counts[0];
+    const int64_t ncall =
+        std::max<int64_t>(1, m.chunk_size > 0 ? static_cast<int64_t>(std::ceil(rows / m.chunk_size))
+                                              : std::llround(rows));
+    put_i32(static_cast<int32_t>(ncall));
     put_i32(static_cast<int32_t>(e.n_cols));
     for (int64_t j = 0; j < e.n_cols; ++j) {
-      // mean(x^2) * ncall, as llama.cpp writes it
-      const float v = static_cast<float>(e.sum2[j] / calls * std::lround(calls));
+      const double mean = rows > 0 ? e.sum2[j] / rows : 0.0;
+      const float v = static_cast<float>(mean * static_cast<double>(ncall));  // mean(x^2) * ncall
       out.write(reinterpret_cast<const char*>(&v), sizeof v);
     }
   }

@@ -5,7 +5,8 @@
 //    `imatrix.chunk_count`, `imatrix.chunk_size`;
 //  - legacy .dat: int32 entry count; per entry int32 name length, name,
 //    int32 ncall, int32 nval, float[nval] = mean(x^2) * ncall; then optionally
-//    int32 last chunk and a dataset name (int32 length + bytes).
+//    int32 last chunk and a dataset name (int32 length + bytes). ncall is the
+//    number of chunks the tensor saw: ceil(rows / chunk_size) when writing.
 #pragma once
 
 #include <cstdint>
@@ -22,17 +23,35 @@ struct ImatrixEntry {
   std::vector<double> counts;      // [n_mat]: activation rows accumulated
 };
 
+// Where a collecting run stands, so that a checkpoint can be resumed (qlens's
+// own GGUF keys `qlens.imatrix.*`; other readers ignore them).
+struct ImatrixRunState {
+  int64_t next_chunk = -1;  // index in the text of the next chunk to process; -1: unknown
+  double nll_sum = 0;       // perplexity so far: sums over scored predictions
+  double nll_sq_sum = 0;
+  int64_t n_scored = 0;
+};
+
 struct Imatrix {
   std::string path;
   std::map<std::string, ImatrixEntry> entries;  // by weight tensor name
   std::vector<std::string> datasets;
   int64_t chunk_count = 0;
   int64_t chunk_size = 0;
+  // Counts in chunks rather than rows: a legacy .dat (its ncall); the sums
+  // are then mean(x^2) * ncall. convert_counts_to_rows gives them row units.
+  bool counts_in_chunks = false;
+  ImatrixRunState run;
 
   // Per-column importance (mean of x^2) of a weight, matrix `mat`, or empty when
   // the tensor is absent. Throws Error when present with another row length.
   std::vector<float> importance(const std::string& tensor, int64_t n_cols, int64_t mat = 0) const;
 };
+
+// Gives a matrix read from a .dat the units of one collected in rows, given
+// the chunk size it was made with (llama.cpp's loader does the same):
+// counts = ncall * chunk_size, sums = mean(x^2) * counts. No-op otherwise.
+void convert_counts_to_rows(Imatrix& m, int64_t chunk_size);
 
 // Reads either format (by magic). Errors name the file and the entry at fault.
 Imatrix load_imatrix(const std::string& path);

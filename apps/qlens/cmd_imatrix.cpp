@@ -1,0 +1,195 @@
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "core/text_file.h"
+#include "qlens/error.h"
+#include "qlens/model.h"
+#include "tools/imatrix.h"
+#include "tools/imatrix_file.h"
+#include "tools/imatrix_stats.h"
+#include "tools/progress.h"
+
+namespace qlens::cli {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void save(const tools::Imatrix& m, const std::string& path, const std::string& format) {
+  if (format == "dat")
+    tools::save_imatrix_dat(m, path);
+  else
+    tools::save_imatrix_gguf(m, path);
+}
+
+// Fails before hours of work when the output cannot be written.
+void check_writable(const std::string& path) {
+  const std::string probe = path + ".tmp";
+  {
+    std::ofstream f(probe, std::ios::binary);
+    if (!f) throw Error("qlens imatrix: cannot write the output -o " + path + " (its folder is missing or read-only)");
+  }
+  std::remove(probe.c_str());
+}
+
+}  // namespace
+
+int cmd_imatrix(int argc, char** argv) {
+  std::string model_path, text_path, out_path = "imatrix.gguf", format, resume_path, json_path, collect = "taps";
+  std::string device = "cpu";
+  std::vector<std::string> in_files;
+  tools::ImatrixOptions opt;
+  int64_t output_frequency = 10, save_frequency = 0;
+  int n_gpu_layers = 0;
+  bool no_ppl = false, parse_special = false, show_statistics = false;
+  ArgParser p("imatrix",
+              "qlens imatrix -m MODEL -f TEXT [-o OUT] [options]\n"
+              "       qlens imatrix --in-file A --in-file B [-o OUT]        (combine)\n"
+              "       qlens imatrix --in-file F --show-statistics [--json FILE]",
+              "Collects an importance matrix as llama.cpp's imatrix does: for every weight matrix of the\n"
+              "model's blocks, the sum of squared activations per input column and the number of rows,\n"
+              "over chunks of CTX tokens of the text. Reductions run on the backend (taps), so collecting\n"
+              "costs little more than a perplexity run; the perplexity is printed as it goes.");
+  p.add({"-m", "--model"}, &model_path, "FILE", "model GGUF file");
+  p.add({"-f", "--file"}, &text_path, "FILE", "calibration text");
+  p.add({"-o", "--output-file"}, &out_path, "FILE", "output (default imatrix.gguf)");
+  p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512)");
+  p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 512, at most CTX)");
+  p.add({"--chunks"}, &opt.max_chunks, "N", "process at most N chunks (default: all)");
+  p.add({"--chunk", "--from-chunk"}, &opt.first_chunk, "N", "start at chunk N of the text (default 0)");
+  p.add({"--output-frequency"}, &output_frequency, "N", "save OUT every N chunks (default 10)");
+  p.add({"--save-frequency"}, &save_frequency, "N", "also save checkpoints OUT.at_<chunks> every N chunks (default 0: none)");
+  p.add({"--in-file"}, &in_files, "FILE",
+        "start from this imatrix (repeatable: Σx² and counts add up); without -m and -f, only combine");
+  p.add({"--resume"}, &resume_path, "FILE", "continue a stopped run from its checkpoint OUT.at_N (GGUF)");
+  p.add_switch({"--process-output"}, &opt.process_output, "also collect output.weight");
+  p.add_switch({"--no-ppl"}, &no_ppl, "do not compute perplexity");
+  p.add({"--output-format"}, &format, "gguf|dat", "file format (default gguf; dat when OUT ends in .dat)");
+  p.add_switch({"--parse-special"}, &parse_special, "tokenize special-token text as special tokens");
+  p.add_switch({"--show-statistics"}, &show_statistics, "print statistics of the --in-file matrix and exit");
+  p.add({"--json"}, &json_path, "FILE", "with --show-statistics: also write them as JSON");
+  p.add({"--collect"}, &collect, "taps|callback",
+        "how activations are observed: reductions on the backend (default) or host callback");
+  p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
+  p.add({"-ngl", "--n-gpu-layers"}, &n_gpu_layers, "N", "layers to offload to the device (no GPU backend yet)");
+  p.add({"--device"}, &device, "DEV", "backend to run on (default cpu)");
+  p.add_note(
+      "Memory: the model's weights plus one context of CTX tokens (KV cache and one batch of\n"
+      "activations). A run killed at any point loses at most the chunks since its last checkpoint:\n"
+      "use --save-frequency N and --resume OUT.at_N.");
+  if (!p.parse(argc, argv)) return 0;
+
+  if (format.empty()) format = ends_with(out_path, ".dat") ? "dat" : "gguf";
+  if (format != "gguf" && format != "dat")
+    throw Error("qlens imatrix: --output-format must be gguf or dat, got '" + format + "'");
+  if (collect != "taps" && collect != "callback")
+    throw Error("qlens imatrix: --collect must be taps or callback, got '" + collect + "'");
+  opt.collect = collect == "taps" ? tools::ImatrixCollect::Taps : tools::ImatrixCollect::Callback;
+  opt.compute_ppl = !no_ppl;
+  if (device != "cpu")
+    throw Error("qlens imatrix: --device " + device + ": no such backend in this build (available: cpu)");
+  if (n_gpu_layers > 0) std::fprintf(stderr, "note: -ngl %d: no GPU backend in this build, running on the CPU\n", n_gpu_layers);
+  if (output_frequency < 0 || save_frequency < 0)
+    throw Error("qlens imatrix: --output-frequency and --save-frequency must not be negative");
+
+  // Statistics and combining need no model.
+  if (show_statistics) {
+    if (in_files.empty()) throw Error("qlens imatrix: --show-statistics needs --in-file FILE");
+    if (!model_path.empty() || !text_path.empty())
+      throw Error("qlens imatrix: --show-statistics reads --in-file only; drop -m and -f");
+    const tools::Imatrix m = tools::combine_imatrix_files(in_files);
+    const tools::ImatrixStatistics stats = tools::compute_imatrix_statistics(m);
+    tools::print_imatrix_statistics(std::cout, stats);
+    if (!json_path.empty()) {
+      std::ostringstream s;
+      tools::write_imatrix_statistics_json(s, stats);
+      s << "\n";
+      write_file_atomic(json_path, s.str());
+    }
+    return 0;
+  }
+  if (model_path.empty() && text_path.empty()) {
+    if (in_files.empty()) throw Error("qlens imatrix: -m MODEL and -f TEXT are required (or --in-file to combine)");
+    check_writable(out_path);
+    tools::Imatrix m = tools::combine_imatrix_files(in_files);
+    save(m, out_path, format);
+    std::fprintf(stderr, "combined %zu files: %zu tensors, %lld chunks -> %s\n", in_files.size(), m.entries.size(),
+                 static_cast<long long>(m.chunk_count), out_path.c_str());
+    return 0;
+  }
+  if (model_path.empty()) throw Error("qlens imatrix: -m MODEL is required");
+  if (text_path.empty()) throw Error("qlens imatrix: -f TEXT is required");
+  if (!resume_path.empty() && !in_files.empty())
+    throw Error("qlens imatrix: --resume continues a checkpoint, which already holds its --in-file data; "
+                "drop --in-file");
+  check_writable(out_path);
+
+  auto model = Model::load(model_path);
+  const std::string text = read_text_file(text_path);
+  const auto tokens = model->vocab().tokenize(text, /*add_special=*/true, parse_special);
+
+  tools::Imatrix m;
+  m.path = out_path;
+  if (!resume_path.empty()) {
+    m = tools::load_imatrix(resume_path);
+    if (m.run.next_chunk < 0)
+      throw Error("qlens imatrix: --resume " + resume_path +
+                  " is not a qlens checkpoint (no qlens.imatrix.next_chunk key; checkpoints are GGUF files)");
+    if (m.chunk_size != opt.n_ctx)
+      throw Error("qlens imatrix: --resume " + resume_path + " was made with -c " + std::to_string(m.chunk_size) +
+                  ", this run has -c " + std::to_string(opt.n_ctx));
+  } else if (!in_files.empty()) {
+    m = tools::combine_imatrix_files(in_files);
+    tools::convert_counts_to_rows(m, opt.n_ctx);
+    m.run = {};
+  }
+  opt.dataset = text_path;
+  const auto range = tools::imatrix_chunk_range(static_cast<int64_t>(tokens.size()), opt, m);
+  tools::check_imatrix_matches_model(m, *model);
+  std::fprintf(stderr, "%s: tokenized %s: %zu tokens; chunks %lld..%lld of %lld tokens%s\n", model_path.c_str(),
+               text_path.c_str(), tokens.size(), static_cast<long long>(range.first),
+               static_cast<long long>(range.end - 1), static_cast<long long>(opt.n_ctx),
+               resume_path.empty() ? "" : " (resumed)");
+
+  tools::Progress progress("imatrix", range.end - range.first, "chunks");
+  const bool bar = tools::Progress::enabled_by_default();
+  tools::collect_imatrix(*model, tokens, opt, m, [&](const tools::ImatrixChunkReport& r, const tools::Imatrix& cur) {
+    if (bar) {
+      char status[96];
+      if (opt.compute_ppl)
+        std::snprintf(status, sizeof status, "PPL %.4f, %.0f tok/s", r.ppl, r.tokens_per_second);
+      else
+        std::snprintf(status, sizeof status, "%.0f tok/s", r.tokens_per_second);
+      progress.update(r.done, status);
+    } else if (opt.compute_ppl) {
+      std::printf("[%lld]%.4f,", static_cast<long long>(r.chunk + 1), r.ppl);
+      std::fflush(stdout);
+    }
+    if (output_frequency > 0 && r.done % output_frequency == 0) save(cur, out_path, format);
+    if (save_frequency > 0 && r.done % save_frequency == 0)
+      tools::save_imatrix_gguf(cur, out_path + ".at_" + std::to_string(cur.chunk_count));
+    return true;
+  });
+  progress.finish();
+  if (!bar && opt.compute_ppl) std::printf("\n");
+  save(m, out_path, format);
+  if (opt.compute_ppl && m.run.n_scored > 0) {
+    const double nll = m.run.nll_sum / m.run.n_scored;
+    const double var = m.run.nll_sq_sum / m.run.n_scored - nll * nll;
+    const double ppl = std::exp(nll);
+    const double err = var > 0 && m.run.n_scored > 1 ? std::sqrt(var / (m.run.n_scored - 1)) * ppl : 0;
+    std::printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, err);
+  }
+  std::fprintf(stderr, "saved %s: %zu tensors, %lld chunks\n", out_path.c_str(), m.entries.size(),
+               static_cast<long long>(m.chunk_count));
+  return 0;
+}
+
+}  // namespace qlens::cli

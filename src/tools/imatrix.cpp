@@ -1,0 +1,143 @@
+#include "tools/imatrix.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "qlens/error.h"
+#include "tools/perplexity.h"
+
+namespace qlens::tools {
+
+bool imatrix_collects(const std::string& name, bool process_output) {
+  return name.rfind("blk.", 0) == 0 || (process_output && name == "output.weight");
+}
+
+ImatrixChunkRange imatrix_chunk_range(int64_t n_tokens, const ImatrixOptions& opt, const Imatrix& m) {
+  if (opt.n_ctx < 4) throw Error("imatrix: context size -c must be at least 4, got " + std::to_string(opt.n_ctx));
+  if (opt.first_chunk < 0) throw Error("imatrix: --chunk must not be negative");
+  const int64_t available = n_tokens / opt.n_ctx;
+  if (available == 0)
+    throw Error("imatrix: the text has " + std::to_string(n_tokens) + " tokens, fewer than one chunk of -c " +
+                std::to_string(opt.n_ctx) + "; use a longer text or a smaller -c");
+  if (opt.first_chunk >= available)
+    throw Error("imatrix: --chunk " + std::to_string(opt.first_chunk) + " is past the end of the text (" +
+                std::to_string(available) + " chunks of " + std::to_string(opt.n_ctx) + ")");
+  ImatrixChunkRange r;
+  r.end = opt.max_chunks >= 0 ? std::min(available, opt.first_chunk + opt.max_chunks) : available;
+  r.first = m.run.next_chunk >= 0 ? m.run.next_chunk : opt.first_chunk;
+  r.first = std::min(r.first, r.end);
+  return r;
+}
+
+void check_imatrix_matches_model(const Imatrix& m, const Model& model) {
+  for (const auto& [name, e] : m.entries) {
+    auto it = model.weights().find(name);
+    if (it == model.weights().end())
+      throw Error(m.path + ": entry '" + name + "' is not a weight of " + model.path() +
+                  " (an importance matrix of another model?)");
+    if (it->second->ne[0] != e.n_cols)
+      throw Error(m.path + ": entry '" + name + "' has " + std::to_string(e.n_cols) + " columns, the weight in " +
+                  model.path() + " has rows of " + std::to_string(it->second->ne[0]) +
+                  " (an importance matrix of another model?)");
+  }
+}
+
+void add_column_sums(Imatrix& m, const std::map<std::string, TapResult>& chunk) {
+  for (const auto& [name, r] : chunk) {
+    if (r.rows == 0) continue;
+    const int64_t n_cols = static_cast<int64_t>(r.column_sum_sq.size());
+    auto [it, fresh] = m.entries.try_emplace(name);
+    ImatrixEntry& e = it->second;
+    if (fresh) {
+      e.n_cols = n_cols;
+      e.n_mat = 1;
+      e.sum2.assign(n_cols, 0.0);
+      e.counts.assign(1, 0.0);
+    }
+    if (e.n_cols != n_cols || e.n_mat != 1)
+      throw Error(m.path + ": entry '" + name + "' has " + std::to_string(e.n_cols) + " columns, the model's " +
+                  std::to_string(n_cols));
+    for (int64_t k = 0; k < n_cols; ++k)
+      e.sum2[k] = static_cast<float>(e.sum2[k] + r.column_sum_sq[k]);
+    e.counts[0] = static_cast<float>(e.counts[0] + static_cast<double>(r.rows));
+  }
+}
+
+void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt, Imatrix& m,
+                     const std::function<bool(const ImatrixChunkReport&, const Imatrix&)>& on_chunk) {
+  const ImatrixChunkRange range = imatrix_chunk_range(static_cast<int64_t>(tokens.size()), opt, m);
+  check_imatrix_matches_model(m, model);
+  if (m.chunk_size != 0 && m.chunk_size != opt.n_ctx)
+    throw Error(m.path + ": made with chunks of " + std::to_string(m.chunk_size) + " tokens, this run uses -c " +
+                std::to_string(opt.n_ctx));
+  m.chunk_size = opt.n_ctx;
+  if (!opt.dataset.empty() && std::find(m.datasets.begin(), m.datasets.end(), opt.dataset) == m.datasets.end())
+    m.datasets.push_back(opt.dataset);
+
+  const int64_t n_ctx = opt.n_ctx;
+  ContextOptions copt;
+  copt.n_ctx = n_ctx;
+  copt.n_batch = std::min(opt.n_batch > 0 ? opt.n_batch : n_ctx, n_ctx);
+  copt.n_threads = opt.n_threads;
+  Context ctx(model, copt);
+
+  auto wanted = [&](const Tensor& t) {
+    return t.op == Op::MulMat && t.src[0] && (t.src[0]->flags & kFlagWeight) &&
+           imatrix_collects(t.src[0]->name, opt.process_output);
+  };
+  std::map<std::string, TapResult> host_sums;  // the callback path's chunk sums
+  if (opt.collect == ImatrixCollect::Taps) {
+    ctx.set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
+      if (wanted(t)) r.push_back({TapKind::ColumnSumSq, t.src[0]->name});
+    });
+  } else {
+    ctx.set_observe_callback([&](const Tensor& t, bool ask) {
+      if (ask) return wanted(t);
+      TapResult& r = host_sums[t.src[0]->name];
+      r.kind = TapKind::ColumnSumSq;
+      tap_accumulate_values(TapKind::ColumnSumSq, tensor_to_f32(*t.src[1]), t.src[1]->ne[0], nullptr, r);
+      return true;
+    });
+  }
+
+  const Vocab& vocab = model.vocab();
+  const bool add_bos = vocab.add_bos() && vocab.bos() >= 0;
+  const int64_t n_vocab = model.hparams().n_vocab;
+  const int64_t first_scored = n_ctx / 2;
+  std::vector<Token> chunk(n_ctx);
+  const auto t0 = std::chrono::steady_clock::now();
+  ImatrixChunkReport report;
+  report.total = range.end - range.first;
+  for (int64_t c = range.first; c < range.end; ++c) {
+    std::copy_n(tokens.begin() + c * n_ctx, n_ctx, chunk.begin());
+    if (add_bos) chunk[0] = vocab.bos();
+    ctx.clear();
+    // Every row is needed through every layer, so all logits are computed.
+    if (!ctx.decode(chunk, /*all_logits=*/true)) throw Error("imatrix: the computation was stopped");
+    if (opt.compute_ppl)
+      for (int64_t j = first_scored; j < n_ctx - 1; ++j) {
+        const double v = token_nll(ctx.logits(j).data(), n_vocab, tokens[c * n_ctx + j + 1]);
+        m.run.nll_sum += v;
+        m.run.nll_sq_sum += v * v;
+        ++m.run.n_scored;
+      }
+    if (opt.collect == ImatrixCollect::Taps) {
+      add_column_sums(m, ctx.read_taps(/*reset=*/true));
+    } else {
+      add_column_sums(m, host_sums);
+      host_sums.clear();
+    }
+    ++m.chunk_count;
+    m.run.next_chunk = c + 1;
+
+    ++report.done;
+    report.chunk = c;
+    report.ppl = m.run.n_scored > 0 ? std::exp(m.run.nll_sum / m.run.n_scored) : 0.0;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    report.tokens_per_second = seconds > 0 ? report.done * n_ctx / seconds : 0;
+    if (on_chunk && !on_chunk(report, m)) break;
+  }
+}
+
+}  // namespace qlens::tools

@@ -1,0 +1,518 @@
+#include "tools/imatrix_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "core/json_writer.h"
+#include "qlens/error.h"
+
+namespace qlens::tools {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string describe_file(const std::string& path) {
+  return path.empty() ? std::string("an in-memory imatrix") : "'" + path + "'";
+}
+
+std::string describe_shape(const ImatrixEntry& e) {
+  return std::to_string(e.n_cols) + " columns x " + std::to_string(e.n_mat) + (e.n_mat == 1 ? " matrix" : " matrices");
+}
+
+// Loaded files are consistent already; entries built in memory may not be, and
+// every loop below indexes by the declared shape.
+void check_entry_shape(const std::string& name, const ImatrixEntry& e, const std::string& path) {
+  const bool shape_ok = e.n_cols > 0 && e.n_mat > 0 && e.counts.size() == static_cast<size_t>(e.n_mat) &&
+                        e.sum2.size() == static_cast<size_t>(e.n_cols * e.n_mat);
+  if (!shape_ok)
+    throw Error(describe_file(path) + ": imatrix entry '" + name + "' declares " + describe_shape(e) + " but holds " +
+                std::to_string(e.sum2.size()) + " sums and " + std::to_string(e.counts.size()) + " counts");
+}
+
+void check_same_shape(const std::string& name, const ImatrixEntry& a, const std::string& a_path,
+                      const ImatrixEntry& b, const std::string& b_path) {
+  if (a.n_cols != b.n_cols || a.n_mat != b.n_mat)
+    throw Error("cannot combine importance matrices: tensor '" + name + "' has " + describe_shape(a) + " in " +
+                describe_file(a_path) + " but " + describe_shape(b) + " in " + describe_file(b_path) +
+                " (were they collected on different models?)");
+}
+
+void add_entry(ImatrixEntry& into, const ImatrixEntry& other) {
+  for (size_t i = 0; i < into.sum2.size(); ++i) into.sum2[i] += other.sum2[i];
+  for (size_t i = 0; i < into.counts.size(); ++i) into.counts[i] += other.counts[i];
+}
+
+void unite_datasets(std::vector<std::string>& into, const std::vector<std::string>& other) {
+  for (const std::string& d : other)
+    if (std::find(into.begin(), into.end(), d) == into.end()) into.push_back(d);
+}
+
+// A chunk size of 0 means "not recorded" (legacy .dat files do not store it).
+int64_t combined_chunk_size(const Imatrix& into, const Imatrix& other) {
+  if (into.chunk_size == 0) return other.chunk_size;
+  if (other.chunk_size == 0 || other.chunk_size == into.chunk_size) return into.chunk_size;
+  throw Error("cannot combine importance matrices collected with different chunk sizes: " +
+              std::to_string(into.chunk_size) + " in " + describe_file(into.path) + ", " +
+              std::to_string(other.chunk_size) + " in " + describe_file(other.path));
+}
+
+// ---- statistics ----
+
+struct BlockName {
+  int layer;
+  std::string kind;
+};
+
+// "blk.12.attn_q.weight" -> {12, "attn_q.weight"}; anything else -> nullopt.
+std::optional<BlockName> parse_block_name(const std::string& name) {
+  const std::string prefix = "blk.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  size_t pos = prefix.size();
+  int layer = 0;
+  size_t digits = 0;
+  constexpr size_t kMaxLayerDigits = 6;  // keeps `layer` far from overflow
+  while (pos < name.size() && name[pos] >= '0' && name[pos] <= '9' && digits < kMaxLayerDigits) {
+    layer = layer * 10 + (name[pos] - '0');
+    ++pos;
+    ++digits;
+  }
+  if (digits == 0 || pos + 1 >= name.size() || name[pos] != '.') return std::nullopt;
+  return BlockName{layer, name.substr(pos + 1)};
+}
+
+// Per-column mean square, experts pooled (see the header).
+std::vector<double> pooled_mean_squares(const ImatrixEntry& e, double total_rows) {
+  std::vector<double> v(static_cast<size_t>(e.n_cols), 0.0);
+  for (int64_t mat = 0; mat < e.n_mat; ++mat)
+    for (int64_t j = 0; j < e.n_cols; ++j) v[j] += e.sum2[mat * e.n_cols + j];
+  for (double& x : v) x /= total_rows;
+  return v;
+}
+
+void describe_distribution(const std::vector<double>& v, ImatrixTensorStats& s) {
+  const double n = static_cast<double>(v.size());
+  s.sum = 0;
+  for (double x : v) s.sum += x;
+  s.min = *std::min_element(v.begin(), v.end());
+  s.max = *std::max_element(v.begin(), v.end());
+  s.mean = s.sum / n;
+  double squared_deviations = 0;  // two passes: exact 0 for equal columns
+  for (double x : v) squared_deviations += (x - s.mean) * (x - s.mean);
+  s.std = std::sqrt(squared_deviations / n);
+
+  const double active_threshold = kImatrixActiveRelativeThreshold * s.mean;
+  const auto active = std::count_if(v.begin(), v.end(), [&](double x) { return x > active_threshold; });
+  s.active_fraction = static_cast<double>(active) / n;
+
+  // With std 0 no column stands apart (and the division would be 0/0).
+  const auto far = s.std > 0 ? std::count_if(v.begin(), v.end(), [&](double x) { return std::fabs(x - s.mean) > s.std; })
+                             : 0;
+  s.zscore_above_1_fraction = static_cast<double>(far) / n;
+}
+
+void describe_concentration(const std::vector<double>& v, ImatrixTensorStats& s) {
+  if (!(s.sum > 0)) {  // all columns zero: no distribution to speak of
+    s.entropy = kNaN;
+    s.normalized_entropy = kNaN;
+    return;
+  }
+  double entropy = 0;
+  for (double x : v) {
+    const double p = x / s.sum;
+    if (p > 0) entropy -= p * std::log2(p);
+  }
+  s.entropy = entropy;
+  s.normalized_entropy = v.size() > 1 ? entropy / std::log2(static_cast<double>(v.size())) : kNaN;
+}
+
+double cosine_similarity(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return kNaN;
+  double dot = 0, norm_a = 0, norm_b = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    dot += a[i] * b[i];
+    norm_a += a[i] * a[i];
+    norm_b += b[i] * b[i];
+  }
+  if (!(norm_a > 0) || !(norm_b > 0)) return kNaN;
+  return dot / std::sqrt(norm_a * norm_b);
+}
+
+// Block tensors first, numerically by layer; then the rest; by name within.
+bool tensor_order(const ImatrixTensorStats& a, const ImatrixTensorStats& b) {
+  const bool a_outside = a.layer < 0, b_outside = b.layer < 0;
+  if (a_outside != b_outside) return b_outside;
+  if (a.layer != b.layer) return a.layer < b.layer;
+  return a.name < b.name;
+}
+
+// Mean of the values that are not NaN; NaN when there are none.
+class MeanOfDefined {
+ public:
+  void add(double x) {
+    if (std::isnan(x)) return;
+    sum_ += x;
+    ++n_;
+  }
+  double mean() const { return n_ > 0 ? sum_ / n_ : kNaN; }
+
+ private:
+  double sum_ = 0;
+  int n_ = 0;
+};
+
+std::vector<ImatrixLayerStats> summarize_layers(const std::vector<ImatrixTensorStats>& tensors) {
+  struct Accumulator {
+    int n_tensors = 0;
+    MeanOfDefined normalized_entropy, zscore, cosine;
+    double sum = 0;
+  };
+  std::map<int, Accumulator> by_layer;
+  for (const ImatrixTensorStats& t : tensors) {
+    if (t.layer < 0) continue;
+    Accumulator& acc = by_layer[t.layer];
+    ++acc.n_tensors;
+    acc.normalized_entropy.add(t.normalized_entropy);
+    acc.zscore.add(t.zscore_above_1_fraction);
+    acc.cosine.add(t.cosine_prev_layer);
+    acc.sum += t.sum;
+  }
+  std::vector<ImatrixLayerStats> layers;
+  for (const auto& [layer, acc] : by_layer) {
+    ImatrixLayerStats l;
+    l.layer = layer;
+    l.n_tensors = acc.n_tensors;
+    l.mean_normalized_entropy = acc.normalized_entropy.mean();
+    l.mean_zscore_above_1_fraction = acc.zscore.mean();
+    l.mean_cosine_prev_layer = acc.cosine.mean();
+    l.sum = acc.sum;
+    layers.push_back(l);
+  }
+  return layers;
+}
+
+// ---- text output ----
+
+// Columns sized to their widest cell; names left-aligned, numbers right-aligned.
+class TextTable {
+ public:
+  struct Column {
+    std::string header;
+    bool left_aligned = false;
+  };
+  explicit TextTable(std::vector<Column> columns) : columns_(std::move(columns)) {}
+  void add_row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+
+  void print(std::ostream& out) const {
+    std::vector<size_t> widths(columns_.size());
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      widths[c] = columns_[c].header.size();
+      for (const auto& row : rows_) widths[c] = std::max(widths[c], row[c].size());
+    }
+    std::vector<std::string> header;
+    for (const Column& c : columns_) header.push_back(c.header);
+    print_row(out, header, widths);
+    for (const auto& row : rows_) print_row(out, row, widths);
+  }
+
+ private:
+  void print_row(std::ostream& out, const std::vector<std::string>& cells, const std::vector<size_t>& widths) const {
+    std::string line;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      if (c > 0) line += "  ";
+      const std::string padding(widths[c] - cells[c].size(), ' ');
+      line += columns_[c].left_aligned ? cells[c] + padding : padding + cells[c];
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << '\n';
+  }
+
+  std::vector<Column> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// Values are printed with fixed decimals or 4 significant digits; NaN as "-".
+std::string format_number(double x, const char* format) {
+  if (std::isnan(x)) return "-";
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, format, x);
+  return buffer;
+}
+std::string significant(double x) { return format_number(x, "%.4g"); }
+std::string fixed3(double x) { return format_number(x, "%.3f"); }
+std::string fixed2(double x) { return format_number(x, "%.2f"); }
+std::string percent(double fraction) { return format_number(100 * fraction, "%.1f%%"); }
+
+bool has_experts(const ImatrixStatistics& s) {
+  return std::any_of(s.tensors.begin(), s.tensors.end(), [](const ImatrixTensorStats& t) { return t.n_mat > 1; });
+}
+
+void print_header(std::ostream& out, const ImatrixStatistics& s) {
+  out << "imatrix statistics: " << (s.path.empty() ? std::string("(in memory)") : s.path) << '\n';
+  out << "datasets: ";
+  if (s.datasets.empty()) out << "(not recorded)";
+  for (size_t i = 0; i < s.datasets.size(); ++i) out << (i > 0 ? ", " : "") << s.datasets[i];
+  out << "\nchunks: " << s.chunk_count << ", chunk size: ";
+  if (s.chunk_size > 0)
+    out << s.chunk_size;
+  else
+    out << "(not recorded)";
+  out << "\ntensors: " << s.tensors.size() << ", layers: " << s.layers.size() << "\n\n";
+}
+
+void print_tensor_table(std::ostream& out, const ImatrixStatistics& s) {
+  const bool experts = has_experts(s);
+  std::vector<TextTable::Column> columns = {{"layer"}, {"tensor", true}, {"cols"}};
+  if (experts) columns.push_back({"experts used"});
+  for (const char* h : {"sum(act^2)", "min", "max", "mean", "std", "active", "entropy", "norm.H", "|z|>1", "cos prev"})
+    columns.push_back({h});
+  TextTable table(std::move(columns));
+  for (const ImatrixTensorStats& t : s.tensors) {
+    std::vector<std::string> row = {t.layer >= 0 ? std::to_string(t.layer) : "-", t.kind, std::to_string(t.n_cols)};
+    if (experts) row.push_back(std::to_string(t.n_mat - t.unused_experts) + "/" + std::to_string(t.n_mat));
+    for (std::string cell : {significant(t.sum), significant(t.min), significant(t.max), significant(t.mean),
+                             significant(t.std), percent(t.active_fraction), fixed2(t.entropy),
+                             fixed3(t.normalized_entropy), percent(t.zscore_above_1_fraction),
+                             fixed3(t.cosine_prev_layer)})
+      row.push_back(std::move(cell));
+    table.add_row(std::move(row));
+  }
+  table.print(out);
+}
+
+void print_layer_table(std::ostream& out, const ImatrixStatistics& s) {
+  TextTable table({{"layer"}, {"tensors"}, {"mean norm.H"}, {"mean |z|>1"}, {"mean cos prev"}, {"sum(act^2)"}});
+  for (const ImatrixLayerStats& l : s.layers)
+    table.add_row({std::to_string(l.layer), std::to_string(l.n_tensors), fixed3(l.mean_normalized_entropy),
+                   percent(l.mean_zscore_above_1_fraction), fixed3(l.mean_cosine_prev_layer), significant(l.sum)});
+  table.print(out);
+}
+
+void print_skipped(std::ostream& out, const ImatrixStatistics& s) {
+  if (s.skipped.empty()) return;
+  out << "\nskipped (no activation rows were counted for them, so they have no importance to describe):\n";
+  for (const std::string& name : s.skipped) out << "  " << name << '\n';
+}
+
+constexpr const char* kExpertsLegend = R"(  experts used for mixture-of-experts weights: experts that saw at least one row.
+               Their rows are pooled: v_j is the mean square over all of them.
+)";
+
+constexpr const char* kLegend = R"(How to read these tables
+  Each figure describes v_j, the mean square of the activations entering input
+  column j of the weight (sum of x^2 over the calibration rows / rows). The
+  imatrix tells the quantizer to keep the columns with a large v_j most exact.
+
+  layer        N of blk.N; "-" for tensors outside the blocks (output, ...)
+  cols         input columns (the weight's row length)
+  sum(act^2)   sum of v_j over the columns: the overall energy of the input.
+               Compare it between layers, not between tensors of different widths.
+  min max mean std
+               of v_j over the columns (std: population standard deviation).
+               max far above mean: a few columns carry outlier activations.
+  active       share of columns with v_j above 1e-5 x mean. Below 100%: some
+               inputs are (almost) never used; their weights matter little.
+  entropy      -sum p_j log2 p_j with p_j = v_j / sum(act^2), in bits; at most log2(cols).
+  norm.H       entropy / log2(cols), from 0 to 1.
+               Near 1: importance is spread evenly over the columns; an imatrix
+               changes little for this tensor.
+               Low: a few input columns dominate. These tensors benefit most
+               from an imatrix (and lose most when quantized without one).
+  |z|>1        share of columns whose v_j is more than one std from the mean.
+               0%: all columns alike. Roughly 30-40% is ordinary for a smooth
+               spread; a few % together with a high max/mean: a handful of
+               outlier columns stand far apart from an otherwise flat rest.
+  cos prev     cosine similarity of v with the same tensor of the previous layer.
+               Near 1: this layer sees inputs like the previous one. Lower: the
+               make-up of the input changes at this layer. "-": no previous layer.
+)";
+
+constexpr const char* kLayerLegend = R"(  Layer table: tensors counted per layer, the means of their norm.H, |z|>1 and
+               cos prev, and the layer's total sum(act^2).
+)";
+
+// ---- JSON output ----
+
+void write_tensor_json(JsonWriter& w, const ImatrixTensorStats& t) {
+  w.begin_object();
+  w.key("name"); w.value(t.name);
+  w.key("layer");
+  if (t.layer >= 0)
+    w.value(t.layer);
+  else
+    w.null();
+  w.key("kind"); w.value(t.kind);
+  w.key("n_cols"); w.value(t.n_cols);
+  w.key("n_mat"); w.value(t.n_mat);
+  w.key("unused_experts"); w.value(t.unused_experts);
+  w.key("rows"); w.value(t.rows);
+  w.key("sum_act2"); w.value(t.sum);
+  w.key("min"); w.value(t.min);
+  w.key("max"); w.value(t.max);
+  w.key("mean"); w.value(t.mean);
+  w.key("std"); w.value(t.std);
+  w.key("active_fraction"); w.value(t.active_fraction);
+  w.key("entropy"); w.value(t.entropy);
+  w.key("normalized_entropy"); w.value(t.normalized_entropy);
+  w.key("zscore_above_1_fraction"); w.value(t.zscore_above_1_fraction);
+  w.key("cosine_prev_layer"); w.value(t.cosine_prev_layer);
+  w.end_object();
+}
+
+void write_layer_json(JsonWriter& w, const ImatrixLayerStats& l) {
+  w.begin_object();
+  w.key("layer"); w.value(l.layer);
+  w.key("n_tensors"); w.value(l.n_tensors);
+  w.key("mean_normalized_entropy"); w.value(l.mean_normalized_entropy);
+  w.key("mean_zscore_above_1_fraction"); w.value(l.mean_zscore_above_1_fraction);
+  w.key("mean_cosine_prev_layer"); w.value(l.mean_cosine_prev_layer);
+  w.key("sum_act2"); w.value(l.sum);
+  w.end_object();
+}
+
+}  // namespace
+
+void combine_imatrix(Imatrix& into_in, const Imatrix& other_in) {
+  // A .dat counts chunks, a GGUF rows: bring both to rows when they differ
+  // (on copies, so that a failed combine leaves `into` intact).
+  Imatrix into_rows, other_rows;
+  Imatrix* into_ptr = &into_in;
+  const Imatrix* other_ptr = &other_in;
+  if (into_in.counts_in_chunks != other_in.counts_in_chunks) {
+    const int64_t rows_chunk = into_in.counts_in_chunks ? other_in.chunk_size : into_in.chunk_size;
+    if (rows_chunk <= 0)
+      throw Error("cannot combine " + describe_file(into_in.path) + " and " + describe_file(other_in.path) +
+                  ": one counts chunks (.dat), the other rows, and neither records the chunk size");
+    if (into_in.counts_in_chunks) {
+      into_rows = into_in;
+      convert_counts_to_rows(into_rows, rows_chunk);
+      into_ptr = &into_rows;
+    } else {
+      other_rows = other_in;
+      convert_counts_to_rows(other_rows, rows_chunk);
+      other_ptr = &other_rows;
+    }
+  }
+  Imatrix& into = *into_ptr;
+  const Imatrix& other = *other_ptr;
+  for (const auto& [name, e] : into.entries) check_entry_shape(name, e, into.path);
+  for (const auto& [name, e] : other.entries) check_entry_shape(name, e, other.path);
+  // Every check before any change, so a failed combine leaves `into` intact.
+  for (const auto& [name, e] : other.entries)
+    if (auto it = into.entries.find(name); it != into.entries.end())
+      check_same_shape(name, it->second, into.path, e, other.path);
+  const int64_t chunk_size = combined_chunk_size(into, other);
+
+  for (const auto& [name, e] : other.entries) {
+    auto [it, inserted] = into.entries.try_emplace(name, e);
+    if (!inserted) add_entry(it->second, e);
+  }
+  unite_datasets(into.datasets, other.datasets);
+  into.chunk_count += other.chunk_count;
+  into.chunk_size = chunk_size;
+  if (into_ptr != &into_in) into_in = std::move(into);
+}
+
+Imatrix combine_imatrix_files(const std::vector<std::string>& paths) {
+  if (paths.empty()) throw Error("combine_imatrix_files: no imatrix files given");
+  Imatrix combined = load_imatrix(paths.front());
+  for (size_t i = 1; i < paths.size(); ++i) {
+    combine_imatrix(combined, load_imatrix(paths[i]));
+    combined.path += " + " + paths[i];
+  }
+  return combined;
+}
+
+ImatrixStatistics compute_imatrix_statistics(const Imatrix& m) {
+  ImatrixStatistics s;
+  s.path = m.path;
+  s.datasets = m.datasets;
+  s.chunk_count = m.chunk_count;
+  s.chunk_size = m.chunk_size;
+
+  std::map<std::pair<int, std::string>, std::vector<double>> block_importance;  // for the previous-layer cosine
+  for (const auto& [name, e] : m.entries) {
+    check_entry_shape(name, e, m.path);
+    ImatrixTensorStats t;
+    t.name = name;
+    t.n_cols = e.n_cols;
+    t.n_mat = e.n_mat;
+    for (double c : e.counts) {
+      t.rows += c;
+      if (!(c > 0)) ++t.unused_experts;
+    }
+    if (!(t.rows > 0)) {
+      s.skipped.push_back(name);
+      continue;
+    }
+    if (auto block = parse_block_name(name)) {
+      t.layer = block->layer;
+      t.kind = block->kind;
+    } else {
+      t.kind = name;
+    }
+    std::vector<double> v = pooled_mean_squares(e, t.rows);
+    describe_distribution(v, t);
+    describe_concentration(v, t);
+    if (t.layer >= 0) block_importance[{t.layer, t.kind}] = std::move(v);
+    s.tensors.push_back(std::move(t));
+  }
+
+  for (ImatrixTensorStats& t : s.tensors) {
+    if (t.layer <= 0) continue;
+    auto previous = block_importance.find({t.layer - 1, t.kind});
+    if (previous != block_importance.end())
+      t.cosine_prev_layer = cosine_similarity(block_importance.at({t.layer, t.kind}), previous->second);
+  }
+  std::sort(s.tensors.begin(), s.tensors.end(), tensor_order);
+  s.layers = summarize_layers(s.tensors);
+  return s;
+}
+
+void print_imatrix_statistics(std::ostream& out, const ImatrixStatistics& s) {
+  print_header(out, s);
+  out << "Per tensor" << (has_experts(s) ? " (experts pooled)" : "") << ":\n";
+  print_tensor_table(out, s);
+  if (!s.layers.empty()) {
+    out << "\nPer layer:\n";
+    print_layer_table(out, s);
+  }
+  print_skipped(out, s);
+  out << '\n' << kLegend;
+  if (has_experts(s)) out << kExpertsLegend;
+  if (!s.layers.empty()) out << kLayerLegend;
+}
+
+void write_imatrix_statistics_json(std::ostream& out, const ImatrixStatistics& s) {
+  JsonWriter w(out, /*pretty=*/true);
+  w.begin_object();
+  w.key("file"); w.value(s.path);
+  w.key("datasets");
+  w.begin_array();
+  for (const std::string& d : s.datasets) w.value(d);
+  w.end_array();
+  w.key("chunk_count"); w.value(s.chunk_count);
+  w.key("chunk_size"); w.value(s.chunk_size);
+  w.key("active_threshold_relative_to_mean"); w.value(kImatrixActiveRelativeThreshold);
+  w.key("experts"); w.value("pooled");
+  w.key("tensors");
+  w.begin_array();
+  for (const ImatrixTensorStats& t : s.tensors) write_tensor_json(w, t);
+  w.end_array();
+  w.key("layers");
+  w.begin_array();
+  for (const ImatrixLayerStats& l : s.layers) write_layer_json(w, l);
+  w.end_array();
+  w.key("skipped_tensors");
+  w.begin_array();
+  for (const std::string& name : s.skipped) w.value(name);
+  w.end_array();
+  w.end_object();
+  out << '\n';
+}
+
+}  // namespace qlens::tools
