@@ -160,6 +160,8 @@ int cmd_imatrix(int argc, char** argv) {
 
   tools::Progress progress("imatrix", range.end - range.first, "chunks");
   const bool bar = tools::Progress::enabled_by_default();
+  double tokens_per_second = 0;
+  int64_t processed = 0;
   tools::collect_imatrix(*model, tokens, opt, m, [&](const tools::ImatrixChunkReport& r, const tools::Imatrix& cur) {
     if (bar) {
       char status[96];
@@ -172,6 +174,8 @@ int cmd_imatrix(int argc, char** argv) {
       std::printf("[%lld]%.4f,", static_cast<long long>(r.chunk + 1), r.ppl);
       std::fflush(stdout);
     }
+    tokens_per_second = r.tokens_per_second;
+    processed = r.done;
     if (output_frequency > 0 && r.done % output_frequency == 0) save(cur, out_path, format);
     if (save_frequency > 0 && r.done % save_frequency == 0)
       tools::save_imatrix_gguf(cur, out_path + ".at_" + std::to_string(cur.chunk_count));
@@ -187,6 +191,8 @@ int cmd_imatrix(int argc, char** argv) {
     const double err = var > 0 && m.run.n_scored > 1 ? std::sqrt(var / (m.run.n_scored - 1)) * ppl : 0;
     std::printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, err);
   }
+  std::fprintf(stderr, "%lld chunks in this run, %.0f tokens/s\n", static_cast<long long>(processed),
+               tokens_per_second);
   std::fprintf(stderr, "saved %s: %zu tensors, %lld chunks\n", out_path.c_str(), m.entries.size(),
                static_cast<long long>(m.chunk_count));
   return 0;

@@ -196,21 +196,30 @@ class CpuBackend final : public Backend {
     base += (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
     char* shared_base = base + per_thread * nth;
 
-    // Item i takes work from counters_[i % 2]; thread 0 resets the other
-    // counter while item i runs (its last user, item i - 1, is finished), and
-    // the barrier before item i + 1 publishes the reset.
+    // Node k takes work from counters_[k % 2]; thread 0 resets the other
+    // counter while node k runs (its last user, node k - 1, is finished), and
+    // the barrier before node k + 1 publishes the reset. Taps split their work
+    // statically and use no counter.
     counters_[0].store(0, std::memory_order_relaxed);
     counters_[1].store(0, std::memory_order_relaxed);
     pool_.run([&](int ith) {
       KernelCtx c{ith, nth, base + ith * per_thread, shared_base, nullptr, &pool_, vec_, isa_};
+      size_t node_no = 0;
       for (size_t i = 0; i < work.size(); ++i) {
-        if (i > 0) pool_.barrier();
-        if (ith == 0) counters_[(i + 1) % 2].store(0, std::memory_order_relaxed);
-        c.counter = &counters_[i % 2];
-        if (work[i].tap)
-          run_tap(*work[i].tap, *work[i].node, ith, nth);
-        else
-          run_node(*work[i].node, c);
+        const TapWork* tap = work[i].tap;
+        // A column-sum tap reads the mul_mat's activations, complete before
+        // the mul_mat started and alive until it ends: threads go on to it
+        // without waiting for the others (no barrier, almost no cost).
+        const bool needs_barrier = i > 0 && !(tap && tap->kind == TapKind::ColumnSumSq);
+        if (needs_barrier) pool_.barrier();
+        if (tap) {
+          run_tap(*tap, *work[i].node, ith, nth);
+          continue;
+        }
+        if (ith == 0) counters_[(node_no + 1) % 2].store(0, std::memory_order_relaxed);
+        c.counter = &counters_[node_no % 2];
+        run_node(*work[i].node, c);
+        ++node_no;
       }
     });
   }
