@@ -4,7 +4,10 @@
 # tests that need them skip when they are absent).
 set -euo pipefail
 
-packages=(cmake g++ make libgtest-dev libbenchmark-dev python3 python3-pip)
+# Vulkan: headers and loader, the shader compiler, and Mesa's lavapipe (a CPU
+# implementation of Vulkan) so the Vulkan backend's tests run without a GPU.
+packages=(cmake g++ make libgtest-dev libbenchmark-dev python3 python3-pip
+          libvulkan-dev glslc mesa-vulkan-drivers)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

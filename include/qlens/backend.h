@@ -84,6 +84,19 @@ class Backend {
 
 // n_threads <= 0: one thread per available core.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+
+// Devices a model can run on: "cpu" and, in builds with Vulkan, "vulkan:N"
+// for each Vulkan device found (lavapipe included).
+struct DeviceInfo {
+  std::string id;    // "cpu", "vulkan:0"
+  std::string name;  // "AMD EPYC 7B13", "NVIDIA H200", "llvmpipe (LLVM 15.0.6, 256 bits)"
+  std::string kind;  // "cpu", "discrete gpu", "integrated gpu", "cpu (software vulkan)", ...
+  uint64_t memory_bytes = 0;
+};
+std::vector<DeviceInfo> list_devices();
+// The backend for a device id; throws Error naming the id and the devices
+// there are when it does not exist.
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads = 0);
 // Single-threaded, scalar, obviously-correct kernels: the test oracle.
 std::unique_ptr<Backend> make_reference_backend();
 
