@@ -91,11 +91,13 @@ class ShadowDevice final : public Backend {
       for (const Tensor* s : n->src)
         if (s && !mine(s)) throw Error("shadow device: '" + n->name + "' reads '" + s->name + "' from host memory");
       ++nodes_run;
+      ran.insert(n->name);
     }
     reference_->compute_async(nodes, {});
   }
 
   int nodes_run = 0;
+  std::set<std::string> ran;
 
  private:
   std::unique_ptr<Backend> reference_ = make_reference_backend();
@@ -539,6 +541,51 @@ TEST(Taps, ColumnSumsEqualTheCallbackPathOnAModel) {
     ASSERT_TRUE(taps.count(name)) << name;
     EXPECT_EQ(taps[name].rows, r.rows) << name;
     EXPECT_EQ(taps[name].column_sum_sq, r.column_sum_sq) << name;
+  }
+}
+
+}  // namespace
+}  // namespace qlens
+
+namespace qlens {
+namespace {
+
+// A model offloaded to the simulated device, wholly and in part: the same
+// logits as on the CPU (the device runs the reference kernels, so up to
+// float rounding), and the splits are where the layers are.
+TEST(Offload, ModelOnASimulatedDeviceMatchesTheCpu) {
+  auto m = Model::load(tiny_model_path());
+  const auto tokens = some_tokens(*m, 21);
+  ContextOptions opt;
+  opt.n_ctx = 64;
+  opt.n_batch = 8;
+  opt.n_threads = 2;
+  Context cpu(*m, opt);
+  ASSERT_TRUE(cpu.decode(tokens, true));
+  const int64_t n_layer = m->hparams().n_layer;
+  for (int ngl : {-1, 1, 0}) {
+    ShadowDevice dev;
+    ContextOptions o = opt;
+    o.device_backend = &dev;
+    o.n_gpu_layers = ngl;
+    Context ctx(*m, o);
+    EXPECT_EQ(ctx.n_offloaded_layers(), ngl < 0 ? n_layer : ngl);
+    ASSERT_TRUE(ctx.decode(tokens, true));
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      auto a = cpu.logits(static_cast<int64_t>(i)), b = ctx.logits(static_cast<int64_t>(i));
+      for (size_t j = 0; j < a.size(); ++j) {
+        err += (a[j] - b[j]) * double(a[j] - b[j]);
+        ref += a[j] * double(a[j]);
+      }
+    }
+    EXPECT_LE(err / ref, 1e-8) << "ngl " << ngl;  // reference vs SIMD kernels: float rounding
+    // Projections run where their layer's weights are.
+    const std::string last = std::to_string(n_layer - 1);
+    EXPECT_EQ(dev.ran.count("Qcur-" + last), ngl != 0 ? 1u : 0u) << ngl;
+    EXPECT_EQ(dev.ran.count("ffn_out-0"), ngl < 0 || ngl >= n_layer ? 1u : 0u) << ngl;
+    EXPECT_EQ(dev.ran.count("result_output"), ngl < 0 ? 1u : 0u) << ngl;
+    EXPECT_EQ(dev.ran.count("kq_soft_max-0"), 0u);  // not supported there: on the CPU
   }
 }
 

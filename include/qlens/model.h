@@ -98,6 +98,15 @@ struct ContextOptions {
   // Keep every intermediate result readable after compute (no buffer reuse),
   // for debugging and tests; costs memory.
   bool keep_intermediates = false;
+  // Where to run: "cpu" or a device id ("vulkan:0", see list_devices()).
+  std::string device = "cpu";
+  // With a device: how many layers run there, counted from the last one
+  // (llama.cpp's -ngl); more than the layer count also offloads the output
+  // layer. < 0: everything. The token embedding stays in host memory.
+  int n_gpu_layers = -1;
+  // A device backend the caller owns (tests, tools sharing one device);
+  // overrides `device` when set.
+  Backend* device_backend = nullptr;
 };
 
 // Called after each batch's graph is computed. With keep_intermediates every
@@ -131,7 +140,12 @@ class Context {
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return n_ctx_; }
   const Model& model() const { return model_; }
-  Backend& backend() const { return *backend_; }
+  Backend& backend() const { return *backend_; }          // the host (CPU) backend
+  Backend* device() const { return device_; }              // null without one
+  int64_t n_offloaded_layers() const { return n_offloaded_; }
+  // The tensor a graph uses for a model weight: its copy in device memory
+  // when offloaded, else the weight itself.
+  Tensor* weight(Tensor* model_weight) const;
 
   // Builds the graph for a batch of `n_tokens` at the current position, with
   // inputs named inp_tokens, inp_pos and KQ_mask (exposed for tests and tools).
@@ -144,9 +158,18 @@ class Context {
   ContextOptions options_;
   int64_t n_ctx_ = 0;
   int64_t n_past_ = 0;
+  void offload(const ContextOptions& options);
+
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> owned_device_;
+  Backend* device_ = nullptr;
+  int64_t n_offloaded_ = 0;
+  std::unique_ptr<Buffer> device_weights_buffer_;
+  std::unique_ptr<Buffer> device_cache_buffer_;
+  std::deque<Tensor> device_weights_;
+  std::map<const Tensor*, Tensor*> device_weight_of_;
   std::unique_ptr<Scheduler> sched_;
-  std::vector<std::vector<uint8_t>> cache_data_;  // per layer: K then V
+  std::vector<std::vector<uint8_t>> cache_data_;  // per layer: K then V (host layers)
   std::deque<Tensor> cache_;                      // per layer: K, V
   std::vector<float> logits_;
   int64_t logits_rows_ = 0;

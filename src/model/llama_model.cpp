@@ -146,19 +146,90 @@ Context::Context(const Model& model, const ContextOptions& options) : model_(mod
   if (options.cache_type != DType::F32 && options.cache_type != DType::F16 && options.cache_type != DType::BF16)
     throw Error("KV cache type must be F32, F16 or BF16");
   backend_ = make_cpu_backend(options.n_threads);
-  sched_ = std::make_unique<Scheduler>(*backend_);
-  const size_t esize = type_traits(options.cache_type).block_bytes;
+  if (options.device_backend) {
+    device_ = options.device_backend;
+  } else if (!options.device.empty() && options.device != "cpu") {
+    owned_device_ = make_backend(options.device, options.n_threads);
+    device_ = owned_device_.get();
+  }
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     for (const char* kind : {"cache_k_l", "cache_v_l"}) {
-      auto& bytes = cache_data_.emplace_back(static_cast<size_t>(hp.n_embd_kv() * n_ctx_) * esize);
       Tensor& t = cache_.emplace_back();
       t.type = options.cache_type;
       t.ne = {hp.n_embd_kv() * n_ctx_, 1, 1, 1};
       t.nb = contiguous_strides(t.type, t.ne);
       t.name = kind + std::to_string(il);
-      t.data = bytes.data();
     }
   }
+  if (device_) offload(options);
+  for (Tensor& t : cache_)
+    if (!t.data) t.data = cache_data_.emplace_back(t.nbytes()).data();
+  sched_ = device_ ? std::make_unique<Scheduler>(std::vector<Backend*>{device_, backend_.get()})
+                   : std::make_unique<Scheduler>(*backend_);
+}
+
+// Copies the weights of the offloaded layers into one device buffer and puts
+// their KV cache there. A weight whose op the device cannot run stays in host
+// memory (its node then runs on the CPU).
+void Context::offload(const ContextOptions& options) {
+  const LlamaHParams& hp = model_.hparams();
+  const int64_t n_layer = hp.n_layer;
+  const int64_t ngl = options.n_gpu_layers < 0 ? n_layer + 1 : options.n_gpu_layers;
+  n_offloaded_ = std::min<int64_t>(ngl, n_layer);
+  const int64_t first = n_layer - n_offloaded_;
+  const bool output_too = ngl > n_layer;
+
+  // Whether the device can run the op that reads this weight.
+  auto device_runs = [&](const Tensor* w) {
+    Graph probe;
+    Tensor* x = probe.new_tensor(DType::F32, {w->ne[0], 1});
+    Tensor* node = w->ne[1] > 1 ? mul_mat(probe, const_cast<Tensor*>(w), x) : mul(probe, x, const_cast<Tensor*>(w));
+    return device_->supports_op(*node);
+  };
+  std::vector<const Tensor*> to_upload;
+  for (int64_t il = first; il < n_layer; ++il) {
+    const LlamaLayer& L = model_.layers()[il];
+    for (const Tensor* w : {L.attn_norm, L.wq, L.wk, L.wv, L.wo, L.ffn_norm, L.ffn_gate, L.ffn_up, L.ffn_down})
+      if (device_runs(w)) to_upload.push_back(w);
+  }
+  if (output_too)
+    for (const Tensor* w : {model_.output_norm(), model_.output()})
+      if (device_runs(w)) to_upload.push_back(w);
+
+  constexpr size_t kAlign = 256;
+  auto aligned = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  size_t weight_bytes = 0;
+  for (const Tensor* w : to_upload) weight_bytes += aligned(w->nbytes());
+  if (weight_bytes > 0) {
+    device_weights_buffer_ = device_->alloc_buffer(weight_bytes);
+    size_t offset = 0;
+    for (const Tensor* w : to_upload) {
+      Tensor& d = device_weights_.emplace_back(*w);
+      d.buffer = device_weights_buffer_.get();
+      d.data = device_weights_buffer_->base() + offset;
+      tensor_write(d, w->data, 0, w->nbytes());
+      device_weight_of_[w] = &d;
+      offset += aligned(w->nbytes());
+    }
+  }
+  size_t cache_bytes = 0;
+  for (int64_t il = first; il < n_layer; ++il) cache_bytes += 2 * aligned(cache_[2 * il].nbytes());
+  if (cache_bytes > 0) {
+    device_cache_buffer_ = device_->alloc_buffer(cache_bytes);
+    size_t offset = 0;
+    for (int64_t il = first; il < n_layer; ++il)
+      for (int kv = 0; kv < 2; ++kv) {
+        Tensor& t = cache_[2 * il + kv];
+        t.buffer = device_cache_buffer_.get();
+        t.data = device_cache_buffer_->base() + offset;
+        offset += aligned(t.nbytes());
+      }
+  }
+}
+
+Tensor* Context::weight(Tensor* model_weight) const {
+  auto it = device_weight_of_.find(model_weight);
+  return it == device_weight_of_.end() ? model_weight : it->second;
 }
 
 Context::~Context() = default;
@@ -181,7 +252,10 @@ Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const 
   const float kq_scale = 1.0f / std::sqrt(static_cast<float>(D));
 
   for (int il = 0; il < hp.n_layer; ++il) {
-    const LlamaLayer& L = model_.layers()[il];
+    const LlamaLayer& layer = model_.layers()[il];
+    const LlamaLayer L{weight(layer.attn_norm), weight(layer.wq),       weight(layer.wk),
+                       weight(layer.wv),        weight(layer.wo),       weight(layer.ffn_norm),
+                       weight(layer.ffn_gate),  weight(layer.ffn_up),   weight(layer.ffn_down)};
     Tensor* cache_k = const_cast<Tensor*>(&cache_[2 * il]);
     Tensor* cache_v = const_cast<Tensor*>(&cache_[2 * il + 1]);
 
@@ -241,8 +315,8 @@ Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const 
   }
 
   Tensor* cur = named(rms_norm(g, inpL, hp.rms_eps), "norm");
-  cur = named(mul(g, cur, model_.output_norm()), "result_norm");
-  cur = named(mul_mat(g, model_.output(), cur), "result_output");
+  cur = named(mul(g, cur, weight(model_.output_norm())), "result_norm");
+  cur = named(mul_mat(g, weight(model_.output()), cur), "result_output");
   cur->flags |= kFlagOutput;
   g.build(cur);
   return cur;
