@@ -19,7 +19,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 TEST(Cli, HelpOnEverySubcommand) {
   std::string out;
   EXPECT_EQ(qlens("--help", &out), 0);
-  for (const char* cmd : {"inspect", "generate", "perplexity", "synth", "bench", "quantize", "quantize-stats"}) {
+  for (const char* cmd : {"inspect", "generate", "perplexity", "synth", "bench", "quantize", "quantize-stats", "imatrix", "devices"}) {
     EXPECT_TRUE(contains(out, cmd)) << cmd;
     std::string help;
     EXPECT_EQ(qlens(std::string(cmd) + " --help", &help), 0) << cmd;
@@ -116,6 +116,20 @@ TEST(Cli, Synth11bLoadsAndGenerates) {
   EXPECT_GT(std::filesystem::file_size(model), 2'000'000'000u);
   ASSERT_EQ(qlens("generate -m " + model + " -p 'Hello' -n 2 --temp 0 -c 64", &out), 0) << out;
   std::filesystem::remove(model);
+}
+
+}  // namespace
+}  // namespace qlens
+
+namespace qlens {
+namespace {
+
+TEST(Cli, DevicesListsTheCpuAndBadDevicesAreErrors) {
+  std::string out;
+  ASSERT_EQ(test::run_command(std::string(QLENS_BINARY) + " devices", &out), 0) << out;
+  EXPECT_NE(out.find("cpu"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(std::string(QLENS_BINARY) + " perplexity -m x.gguf -f y.txt --device tpu:3", &out), 0);
+  EXPECT_NE(out.find("tpu:3"), std::string::npos) << out;
 }
 
 }  // namespace

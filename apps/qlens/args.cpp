@@ -1,5 +1,9 @@
 #include "args.h"
 
+#include <cstdio>
+
+#include "qlens/backend.h"
+
 #include <charconv>
 #include <cmath>
 #include <iostream>
@@ -156,6 +160,36 @@ std::string ArgParser::help() const {
   s << "  -h, --help" << std::string(18, ' ') << "show this help\n";
   for (const auto& n : notes_) s << "\n" << n << "\n";
   return s.str();
+}
+
+void add_device_options(ArgParser& p, DeviceFlags* flags) {
+  p.add({"--device", "-dev"}, &flags->device, "ID", "device to run on: cpu, vulkan:0, ... (see qlens devices)");
+  p.add({"-ngl", "--n-gpu-layers"}, &flags->n_gpu_layers, "N",
+        "layers to run on the device, from the last (default: all; more than the layers: the output too)");
+}
+
+void resolve_device(const ArgParser& p, DeviceFlags& flags) {
+  const bool ngl_set = p.was_set("-ngl");
+  if (!flags.device.empty()) {
+    // Checked before any model is loaded: a typo costs nothing.
+    std::string known;
+    for (const DeviceInfo& d : list_devices()) {
+      if (d.id == flags.device) {
+        if (!ngl_set) flags.n_gpu_layers = -1;
+        return;
+      }
+      known += (known.empty() ? "" : ", ") + d.id;
+    }
+    throw Error("--device " + flags.device + ": no such device (devices here: " + known + "; see qlens devices)");
+  }
+  flags.device = "cpu";
+  if (!ngl_set || flags.n_gpu_layers == 0) return;
+  for (const DeviceInfo& d : list_devices())
+    if (d.id != "cpu") {
+      flags.device = d.id;
+      return;
+    }
+  std::fprintf(stderr, "note: -ngl %d: no GPU device found, running on the CPU\n", flags.n_gpu_layers);
 }
 
 int default_threads() {

@@ -58,4 +58,16 @@ class ArgParser {
 // Thread count as -t gives it: <= 0 means one per core.
 int default_threads();
 
+// Where a command runs, as llama.cpp users say it: --device ID and
+// -ngl/--n-gpu-layers N. add_device_options registers both;
+// resolve_device (after parse) settles the pair: an explicit device with no
+// -ngl offloads everything; -ngl N > 0 with no --device picks the first GPU
+// device (or says there is none and stays on the CPU).
+struct DeviceFlags {
+  std::string device;
+  int n_gpu_layers = -1;
+};
+void add_device_options(ArgParser& p, DeviceFlags* flags);
+void resolve_device(const ArgParser& p, DeviceFlags& flags);
+
 }  // namespace qlens::cli

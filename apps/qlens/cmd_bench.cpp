@@ -20,7 +20,12 @@ int cmd_bench(int argc, char** argv) {
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 512)");
   p.add({"-r", "--repetitions"}, &opt.repetitions, "N", "repetitions (default 3)");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
+  DeviceFlags dev;
+  add_device_options(p, &dev);
   if (!p.parse(argc, argv)) return 0;
+  resolve_device(p, dev);
+  opt.device = dev.device;
+  opt.n_gpu_layers = dev.n_gpu_layers;
   if (model_path.empty()) throw Error("qlens bench: -m MODEL is required");
   auto model = Model::load(model_path);
   auto r = tools::bench(*model, opt);

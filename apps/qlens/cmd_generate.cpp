@@ -26,11 +26,16 @@ int cmd_generate(int argc, char** argv) {
   p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "context size (default: the model's, at most 4096)");
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "prompt tokens per evaluation (default 512)");
   p.add({"-t", "--threads"}, &threads, "N", "threads (default: one per core)");
+  DeviceFlags dev;
+  add_device_options(p, &dev);
   p.add_switch({"--no-stats"}, &quiet, "do not print timings to stderr");
   if (!p.parse(argc, argv)) return 0;
   if (model_path.empty()) throw Error("qlens generate: -m MODEL is required");
   if (opt.sampler.top_p <= 0 || opt.sampler.top_p > 1) throw Error("qlens generate: --top-p must be in (0, 1]");
   opt.n_threads = threads;
+  resolve_device(p, dev);
+  opt.device = dev.device;
+  opt.n_gpu_layers = dev.n_gpu_layers;
   opt.sampler.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
 
   auto model = Model::load(model_path);

@@ -43,11 +43,9 @@ void check_writable(const std::string& path) {
 
 int cmd_imatrix(int argc, char** argv) {
   std::string model_path, text_path, out_path = "imatrix.gguf", format, resume_path, json_path, collect = "taps";
-  std::string device = "cpu";
   std::vector<std::string> in_files;
   tools::ImatrixOptions opt;
   int64_t output_frequency = 10, save_frequency = 0;
-  int n_gpu_layers = 0;
   bool no_ppl = false, parse_special = false, show_statistics = false;
   ArgParser p("imatrix",
               "qlens imatrix -m MODEL -f TEXT [-o OUT] [options]\n"
@@ -78,8 +76,8 @@ int cmd_imatrix(int argc, char** argv) {
   p.add({"--collect"}, &collect, "taps|callback",
         "how activations are observed: reductions on the backend (default) or host callback");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
-  p.add({"-ngl", "--n-gpu-layers"}, &n_gpu_layers, "N", "layers to offload to the device (no GPU backend yet)");
-  p.add({"--device"}, &device, "DEV", "backend to run on (default cpu)");
+  DeviceFlags dev;
+  add_device_options(p, &dev);
   p.add_note(
       "Memory: the model's weights plus one context of CTX tokens (KV cache and one batch of\n"
       "activations). A run killed at any point loses at most the chunks since its last checkpoint:\n"
@@ -93,9 +91,9 @@ int cmd_imatrix(int argc, char** argv) {
     throw Error("qlens imatrix: --collect must be taps or callback, got '" + collect + "'");
   opt.collect = collect == "taps" ? tools::ImatrixCollect::Taps : tools::ImatrixCollect::Callback;
   opt.compute_ppl = !no_ppl;
-  if (device != "cpu")
-    throw Error("qlens imatrix: --device " + device + ": no such backend in this build (available: cpu)");
-  if (n_gpu_layers > 0) std::fprintf(stderr, "note: -ngl %d: no GPU backend in this build, running on the CPU\n", n_gpu_layers);
+  resolve_device(p, dev);
+  opt.device = dev.device;
+  opt.n_gpu_layers = dev.n_gpu_layers;
   if (output_frequency < 0 || save_frequency < 0)
     throw Error("qlens imatrix: --output-frequency and --save-frequency must not be negative");
 

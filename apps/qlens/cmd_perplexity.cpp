@@ -29,7 +29,12 @@ int cmd_perplexity(int argc, char** argv) {
   p.add({"--chunks"}, &opt.max_chunks, "N", "evaluate at most N chunks (default: all)");
   p.add({"--json"}, &json_path, "FILE", "also write the result as JSON");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
+  DeviceFlags dev;
+  add_device_options(p, &dev);
   if (!p.parse(argc, argv)) return 0;
+  resolve_device(p, dev);
+  opt.device = dev.device;
+  opt.n_gpu_layers = dev.n_gpu_layers;
   if (model_path.empty()) throw Error("qlens perplexity: -m MODEL is required");
   if (text_path.empty()) throw Error("qlens perplexity: -f TEXT is required");
   if (opt.n_batch < opt.n_ctx && opt.n_batch > 0 && opt.n_ctx % opt.n_batch != 0)

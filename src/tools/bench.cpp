@@ -32,6 +32,8 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
   copt.n_ctx = std::max<int64_t>(opt.n_prompt, 1) + opt.n_gen + 1;
   copt.n_batch = opt.n_batch;
   copt.n_threads = opt.n_threads;
+  copt.device = opt.device;
+  copt.n_gpu_layers = opt.n_gpu_layers;
   Context ctx(model, copt);
   std::mt19937 rng(1234);
   std::uniform_int_distribution<Token> any_token(0, static_cast<Token>(model.hparams().n_vocab - 1));

@@ -15,6 +15,8 @@ struct BenchOptions {
   int64_t n_batch = 512;
   int repetitions = 3;
   int n_threads = 0;
+  std::string device = "cpu";  // see ContextOptions
+  int n_gpu_layers = -1;
 };
 
 struct BenchFigure {

@@ -62,6 +62,8 @@ GenerateResult generate(const Model& model, const std::string& prompt, const Gen
   copt.n_ctx = opt.n_ctx;
   copt.n_batch = opt.n_batch;
   copt.n_threads = opt.n_threads;
+  copt.device = opt.device;
+  copt.n_gpu_layers = opt.n_gpu_layers;
   Context ctx(model, copt);
   if (static_cast<int64_t>(r.prompt_tokens.size()) >= ctx.n_ctx())
     throw Error("generate: the prompt has " + std::to_string(r.prompt_tokens.size()) +

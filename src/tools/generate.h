@@ -35,6 +35,8 @@ struct GenerateOptions {
   int64_t n_batch = 512;
   int n_threads = 0;
   SamplerOptions sampler;
+  std::string device = "cpu";  // see ContextOptions
+  int n_gpu_layers = -1;
 };
 
 struct GenerateResult {

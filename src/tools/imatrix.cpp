@@ -80,6 +80,8 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
   copt.n_ctx = n_ctx;
   copt.n_batch = std::min(opt.n_batch > 0 ? opt.n_batch : n_ctx, n_ctx);
   copt.n_threads = opt.n_threads;
+  copt.device = opt.device;
+  copt.n_gpu_layers = opt.n_gpu_layers;
   Context ctx(model, copt);
 
   auto wanted = [&](const Tensor& t) {

@@ -30,6 +30,8 @@ struct ImatrixOptions {
   int64_t max_chunks = -1;   // < 0: every whole chunk after first_chunk
   int n_threads = 0;
   bool process_output = false;
+  std::string device = "cpu";  // see ContextOptions
+  int n_gpu_layers = -1;
   bool compute_ppl = true;
   ImatrixCollect collect = ImatrixCollect::Taps;
   std::string dataset;  // recorded in imatrix.datasets (the text file's name)

@@ -19,6 +19,8 @@ struct PerplexityOptions {
   int64_t n_batch = 2048;  // capped at n_ctx
   int64_t max_chunks = -1;  // < 0: all whole chunks
   int n_threads = 0;
+  std::string device = "cpu";  // see ContextOptions
+  int n_gpu_layers = -1;
 };
 
 struct PerplexityResult {
