@@ -503,6 +503,8 @@ TEST(Taps, CpuKernelsEqualTheHostReference) {
     EXPECT_NEAR(e.sum_sq_diff, err.error.sum_sq_diff, 1e-12 * err.error.sum_sq_diff);
     EXPECT_NEAR(e.sum_ab, err.error.sum_ab, 1e-12 * err.error.sum_sq_a);
     EXPECT_EQ(e.max_abs_diff, err.error.max_abs_diff);
+    EXPECT_EQ(e.row_nmse.counts, err.error.row_nmse.counts);  // same rows, same buckets
+    EXPECT_EQ(e.row_nmse.total(), 3 * 2 * 2u);                 // rows x 2 computes
   }
 }
 
@@ -587,6 +589,36 @@ TEST(Offload, ModelOnASimulatedDeviceMatchesTheCpu) {
     EXPECT_EQ(dev.ran.count("result_output"), ngl < 0 ? 1u : 0u) << ngl;
     EXPECT_EQ(dev.ran.count("kq_soft_max-0"), 0u);  // not supported there: on the CPU
   }
+}
+
+}  // namespace
+}  // namespace qlens
+
+namespace qlens {
+namespace {
+
+TEST(LogHistogram, BucketsAndQuantilesWithinTheirRelativeAccuracy) {
+  LogHistogram h;
+  EXPECT_EQ(h.quantile(0.5), 0.0);  // empty
+  h.add(0.0);
+  h.add(-1.0);
+  EXPECT_EQ(h.counts[0], 2u);
+  LogHistogram g;
+  std::vector<double> values;
+  for (int i = 1; i <= 1000; ++i) values.push_back(1e-6 * i * i);
+  for (double v : values) g.add(v);
+  EXPECT_EQ(g.total(), 1000u);
+  for (double q : {0.01, 0.1, 0.5, 0.9, 0.99, 1.0}) {
+    const double exact = values[static_cast<size_t>(std::ceil(q * 1000)) - 1];
+    const double got = g.quantile(q);
+    EXPECT_LE(std::fabs(std::log2(got / exact)), 1.0 / 16 + 1e-12) << q << ": " << got << " vs " << exact;
+  }
+  LogHistogram a, b;
+  for (size_t i = 0; i < values.size(); ++i) (i % 2 ? a : b).add(values[i]);
+  a.merge(b);
+  EXPECT_EQ(a.counts, g.counts);
+  EXPECT_EQ(LogHistogram::bucket(std::nan("")), LogHistogram::kBuckets - 1);
+  EXPECT_EQ(LogHistogram::bucket(1e300), LogHistogram::kBuckets - 1);
 }
 
 }  // namespace

@@ -9,7 +9,8 @@
 //   Stats        on any node: count, min, max, sum, sum of squares, NaN and
 //                Inf counts of its values (NaN/Inf excluded from the others).
 //   ErrorStats   on a node `a` with a second tensor `b` of the same shape:
-//                sums of (a-b)^2, a^2, b^2, a*b and max |a-b|.
+//                sums of (a-b)^2, a^2, b^2, a*b, max |a-b|, and a histogram
+//                of the per-row (per-token) normalized error.
 //
 // The plain host implementations below are the reference: the host-callback
 // fallback uses them, and backend kernels are tested against them.
@@ -41,6 +42,29 @@ struct NodeStats {
   double mean() const { return count ? sum / count : 0.0; }
 };
 
+// A sketch of the distribution of positive values (errors): counts over
+// logarithmic buckets, 8 per octave, so quantiles come out within 2^(1/16)
+// (4.4%) relative; histograms merge by adding counts, and any backend can fill
+// one with atomic adds. Bucket 0 holds zero and values below 2^kMinExp (and
+// negatives), the last bucket values from 2^kMaxExp up (and NaN).
+struct LogHistogram {
+  static constexpr int kStepsPerOctave = 8;
+  static constexpr int kMinExp = -40;
+  static constexpr int kMaxExp = 24;
+  static constexpr int kBuckets = (kMaxExp - kMinExp) * kStepsPerOctave + 2;
+
+  std::vector<uint64_t> counts = std::vector<uint64_t>(kBuckets, 0);
+
+  static int bucket(double v);
+  // The value a bucket stands for: the geometric middle of its range.
+  static double bucket_value(int b);
+  void add(double v) { ++counts[bucket(v)]; }
+  void merge(const LogHistogram& o);
+  uint64_t total() const;
+  // q in [0, 1]; 0 when empty.
+  double quantile(double q) const;
+};
+
 struct ErrorStats {
   int64_t count = 0;
   double sum_sq_diff = 0;  // sum (a-b)^2
@@ -49,9 +73,17 @@ struct ErrorStats {
   double sum_ab = 0;       // sum a*b
   double max_abs_diff = 0;
   int64_t non_finite = 0;  // pairs where a or b is NaN/Inf (excluded above)
+  // Per row (a token, for activations): sum (a-b)^2 / sum a^2 of the row,
+  // the distribution of the error over tokens. A row with sum a^2 = 0 counts
+  // its sum (a-b)^2.
+  LogHistogram row_nmse;
 
   void add(float a, float b);
+  // Adds one row's error to row_nmse from the row's sums.
+  void add_row(double row_sum_sq_diff, double row_sum_sq_a);
   void merge(const ErrorStats& o);
+  // Everything but row_nmse (adding one row's sums costs no histogram pass).
+  void merge_sums(const ErrorStats& o);
 };
 
 // What one tap has accumulated.

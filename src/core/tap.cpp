@@ -1,6 +1,7 @@
 // The host reference of the tap reductions (see qlens/tap.h).
 #include "qlens/tap.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "qlens/error.h"
@@ -40,6 +41,47 @@ void NodeStats::merge(const NodeStats& o) {
   inf += o.inf;
 }
 
+int LogHistogram::bucket(double v) {
+  if (std::isnan(v)) return kBuckets - 1;
+  if (!(v >= std::ldexp(1.0, kMinExp))) return 0;
+  if (v >= std::ldexp(1.0, kMaxExp)) return kBuckets - 1;
+  const int b = 1 + static_cast<int>(std::floor((std::log2(v) - kMinExp) * kStepsPerOctave));
+  return std::clamp(b, 1, kBuckets - 2);
+}
+
+double LogHistogram::bucket_value(int b) {
+  if (b <= 0) return 0.0;
+  if (b >= kBuckets - 1) return std::ldexp(1.0, kMaxExp);
+  return std::exp2(kMinExp + (b - 0.5) / kStepsPerOctave);
+}
+
+void LogHistogram::merge(const LogHistogram& o) {
+  for (int i = 0; i < kBuckets; ++i) counts[i] += o.counts[i];
+}
+
+uint64_t LogHistogram::total() const {
+  uint64_t n = 0;
+  for (uint64_t c : counts) n += c;
+  return n;
+}
+
+double LogHistogram::quantile(double q) const {
+  const uint64_t n = total();
+  if (n == 0) return 0.0;
+  // The smallest bucket whose cumulative count reaches rank ceil(q * n).
+  const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(std::clamp(q, 0.0, 1.0) * n)));
+  uint64_t seen = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    seen += counts[b];
+    if (seen >= rank) return bucket_value(b);
+  }
+  return bucket_value(kBuckets - 1);
+}
+
+void ErrorStats::add_row(double row_sum_sq_diff, double row_sum_sq_a) {
+  row_nmse.add(row_sum_sq_a > 0 ? row_sum_sq_diff / row_sum_sq_a : row_sum_sq_diff);
+}
+
 void ErrorStats::add(float a, float b) {
   if (!std::isfinite(a) || !std::isfinite(b)) {
     ++non_finite;
@@ -55,6 +97,11 @@ void ErrorStats::add(float a, float b) {
 }
 
 void ErrorStats::merge(const ErrorStats& o) {
+  merge_sums(o);
+  row_nmse.merge(o.row_nmse);
+}
+
+void ErrorStats::merge_sums(const ErrorStats& o) {
   count += o.count;
   sum_sq_diff += o.sum_sq_diff;
   sum_sq_a += o.sum_sq_a;
@@ -131,9 +178,15 @@ void tap_accumulate_host(TapKind kind, const Tensor& node, const Tensor* other, 
       if (!other || !same_shape(node, *other))
         throw Error("tap: error statistics of '" + node.name + "' need a second tensor of the same shape");
       require_f32(*other, "second tensor");
-      for_each_index(node, [&](int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
-        acc.error.add(value_at(node, i0, i1, i2, i3), value_at(*other, i0, i1, i2, i3));
-      });
+      for (int64_t i3 = 0; i3 < node.ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < node.ne[2]; ++i2)
+          for (int64_t i1 = 0; i1 < node.ne[1]; ++i1) {
+            ErrorStats row;
+            for (int64_t i0 = 0; i0 < node.ne[0]; ++i0)
+              row.add(value_at(node, i0, i1, i2, i3), value_at(*other, i0, i1, i2, i3));
+            acc.error.add_row(row.sum_sq_diff, row.sum_sq_a);
+            acc.error.merge_sums(row);
+          }
       break;
   }
 }
@@ -158,10 +211,17 @@ void tap_accumulate_values(TapKind kind, const std::vector<float>& values, int64
     case TapKind::Stats:
       for (float v : values) acc.stats.add(v);
       break;
-    case TapKind::ErrorStats:
+    case TapKind::ErrorStats: {
       if (!other || other->size() != values.size()) throw Error("tap: error statistics need two equal-sized tensors");
-      for (size_t i = 0; i < values.size(); ++i) acc.error.add(values[i], (*other)[i]);
+      if (row_length <= 0 || values.size() % row_length != 0) throw Error("tap: values do not form rows");
+      for (size_t r = 0; r < values.size() / row_length; ++r) {
+        ErrorStats row;
+        for (int64_t k = 0; k < row_length; ++k) row.add(values[r * row_length + k], (*other)[r * row_length + k]);
+        acc.error.add_row(row.sum_sq_diff, row.sum_sq_a);
+        acc.error.merge_sums(row);
+      }
       break;
+    }
   }
 }
 

@@ -111,7 +111,10 @@ void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth) {
       for (int64_t r = ith; r < node.nrows(); r += nth) {
         const float* a = row_ptr(node, r);
         const float* b = row_ptr(other, r);
-        for (int64_t k = 0; k < node.ne[0]; ++k) e.add(value(a, node, k), value(b, other, k));
+        ErrorStats row;
+        for (int64_t k = 0; k < node.ne[0]; ++k) row.add(value(a, node, k), value(b, other, k));
+        e.add_row(row.sum_sq_diff, row.sum_sq_a);
+        e.merge_sums(row);
       }
       break;
     }
