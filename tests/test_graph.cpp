@@ -192,6 +192,21 @@ TEST(MemoryPlan, ChainReusesMemory) {
   expect_no_live_overlap(g, plan);
 }
 
+TEST(MemoryPlan, KeptTensorsLiveUntilTheirReader) {
+  Graph g;
+  Tensor* t = g.new_tensor(DType::F32, {1024}, "x");
+  t->data = reinterpret_cast<void*>(0x1000);
+  std::vector<Tensor*> chain;
+  for (int i = 0; i < 8; ++i) chain.push_back(t = named(scale(g, t, 1.0f), "s", i));
+  g.keep_until(chain[1], chain[6]);  // s-1 is read (by a tap) when s-6 is computed
+  g.build(t);
+  MemoryPlan plan = plan_memory(g);
+  std::unordered_map<const Tensor*, size_t> off;
+  for (auto [x, o] : plan.offsets) off[x] = o;
+  for (int i = 2; i <= 6; ++i) EXPECT_NE(off[chain[i]], off[chain[1]]) << i;
+  EXPECT_LE(plan.size, 3 * 4096u);
+}
+
 TEST(MemoryPlan, OutputsAndInputsAreNeverReused) {
   Graph g;
   Tensor* in = g.new_tensor(DType::F32, {256}, "in");

@@ -113,6 +113,36 @@ struct ContextOptions {
 // node is readable; otherwise only inputs and the logits.
 using GraphObserver = std::function<void(const Graph&)>;
 
+class Context;
+
+// Builds the graph of one batch for a context step by step (embedding, each
+// layer, output), adding each step's nodes to the graph's order as it goes,
+// so that the graphs of two models can be interleaved layer by layer in one
+// Graph (qlens compare). The inputs may be shared between builders.
+class LlamaGraphBuilder {
+ public:
+  struct Inputs {
+    Tensor* tokens = nullptr;     // I32 [N]      "inp_tokens"
+    Tensor* positions = nullptr;  // I32 [N]      "inp_pos"
+    Tensor* mask = nullptr;       // F32 [n_kv, N] "KQ_mask"
+  };
+  static Inputs make_inputs(Graph& g, int64_t n_tokens, int64_t n_kv);
+
+  // The batch goes at ctx.n_past(); in.mask must cover n_past + N positions.
+  LlamaGraphBuilder(const Context& ctx, Graph& g, const Inputs& in, bool all_logits);
+  Tensor* embed();         // "inp_embd"
+  Tensor* layer(int il);   // returns "l_out-il"
+  Tensor* output();        // "result_output" (kFlagOutput)
+
+ private:
+  const Context& ctx_;
+  Graph& g_;
+  Inputs in_;
+  bool all_logits_;
+  int64_t n_tokens_;
+  Tensor* inpL_ = nullptr;
+};
+
 class Context {
  public:
   Context(const Model& model, const ContextOptions& options);
@@ -152,6 +182,8 @@ class Context {
   Tensor* build_graph(Graph& g, int64_t n_tokens, bool all_logits) const;
 
  private:
+  friend class LlamaGraphBuilder;
+  friend class ContextPair;
   bool decode_batch(std::span<const Token> tokens, bool all_logits);
 
   const Model& model_;

@@ -139,12 +139,18 @@ class Graph {
   const std::vector<Tensor*>& leaves() const { return leaves_; }
   Tensor* find(const std::string& name) const;  // first node or leaf of that name
 
+  // Keeps `t` readable until `reader` has been computed: memory planning
+  // counts it as a source of `reader` (a tap on `reader` reads `t`).
+  void keep_until(Tensor* t, Tensor* reader) { kept_.emplace_back(t, reader); }
+  const std::vector<std::pair<Tensor*, Tensor*>>& kept() const { return kept_; }
+
  private:
   void visit(Tensor* t);
   std::deque<Tensor> arena_;
   std::vector<Tensor*> nodes_;
   std::vector<Tensor*> leaves_;
   std::vector<const Tensor*> visited_;  // sorted, for membership tests
+  std::vector<std::pair<Tensor*, Tensor*>> kept_;
 };
 
 // ---- Build functions: shape checks throw qlens::Error naming the tensors. ----

@@ -96,6 +96,13 @@ MemoryPlan plan_memory(const Graph& graph, size_t alignment, const std::function
       if (s) last_use[owner_of(s)] = j;
     last_use[owner_of(node)] = std::max(last_use[owner_of(node)], j);
   }
+  {
+    std::unordered_map<const Tensor*, int> index;
+    for (int j = 0; j < n; ++j) index[nodes[j]] = j;
+    for (const auto& [t, reader] : graph.kept())
+      if (auto it = index.find(reader); it != index.end())
+        last_use[owner_of(t)] = std::max(last_use[owner_of(t)], it->second);
+  }
   for (Tensor* node : nodes)
     if (node->flags & kFlagOutput) last_use[owner_of(node)] = kForever;
   if (n > 0) last_use[owner_of(nodes.back())] = kForever;

@@ -236,90 +236,121 @@ Context::~Context() = default;
 
 void Context::clear() { n_past_ = 0; }
 
-Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const {
-  const LlamaHParams& hp = model_.hparams();
-  const int64_t N = n_tokens, n_kv = n_past_ + N, D = hp.head_dim;
-  const DType ct = options_.cache_type;
+// ---------------------------------------------------------------------------
+// The graph of a batch, step by step
+
+LlamaGraphBuilder::Inputs LlamaGraphBuilder::make_inputs(Graph& g, int64_t n_tokens, int64_t n_kv) {
+  Inputs in;
+  in.tokens = g.new_tensor(DType::I32, {n_tokens}, "inp_tokens");
+  in.positions = g.new_tensor(DType::I32, {n_tokens}, "inp_pos");
+  in.mask = g.new_tensor(DType::F32, {n_kv, n_tokens}, "KQ_mask");
+  for (Tensor* t : {in.tokens, in.positions, in.mask}) t->flags |= kFlagInput;
+  return in;
+}
+
+LlamaGraphBuilder::LlamaGraphBuilder(const Context& ctx, Graph& g, const Inputs& in, bool all_logits)
+    : ctx_(ctx), g_(g), in_(in), all_logits_(all_logits), n_tokens_(in.tokens->ne[0]) {
+  if (in.mask->ne[0] != ctx.n_past() + n_tokens_)
+    throw Error("graph inputs: the mask covers " + std::to_string(in.mask->ne[0]) + " positions, the context " +
+                std::to_string(ctx.n_past() + n_tokens_));
+}
+
+Tensor* LlamaGraphBuilder::embed() {
+  inpL_ = named(get_rows(g_, ctx_.model().token_embd(), in_.tokens), "inp_embd");
+  g_.build(inpL_);
+  return inpL_;
+}
+
+Tensor* LlamaGraphBuilder::layer(int il) {
+  const LlamaHParams& hp = ctx_.model().hparams();
+  const int64_t N = n_tokens_, n_past = ctx_.n_past(), n_kv = n_past + N, D = hp.head_dim;
+  const int64_t n_ctx = ctx_.n_ctx();
+  Graph& g = g_;
+  const DType ct = ctx_.options_.cache_type;
   const size_t esize = type_traits(ct).block_bytes;
   const size_t k_row = static_cast<size_t>(hp.n_embd_kv()) * esize;  // one token's keys
-
-  Tensor* inp_tokens = g.new_tensor(DType::I32, {N}, "inp_tokens");
-  Tensor* inp_pos = g.new_tensor(DType::I32, {N}, "inp_pos");
-  Tensor* mask = g.new_tensor(DType::F32, {n_kv, N}, "KQ_mask");
-  for (Tensor* t : {inp_tokens, inp_pos, mask}) t->flags |= kFlagInput;
-
-  Tensor* inpL = named(get_rows(g, model_.token_embd(), inp_tokens), "inp_embd");
   const float kq_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  Tensor* inp_pos = in_.positions;
+  Tensor* inpL = inpL_;
 
-  for (int il = 0; il < hp.n_layer; ++il) {
-    const LlamaLayer& layer = model_.layers()[il];
-    const LlamaLayer L{weight(layer.attn_norm), weight(layer.wq),       weight(layer.wk),
-                       weight(layer.wv),        weight(layer.wo),       weight(layer.ffn_norm),
-                       weight(layer.ffn_gate),  weight(layer.ffn_up),   weight(layer.ffn_down)};
-    Tensor* cache_k = const_cast<Tensor*>(&cache_[2 * il]);
-    Tensor* cache_v = const_cast<Tensor*>(&cache_[2 * il + 1]);
+  const LlamaLayer& layer = ctx_.model().layers()[il];
+  auto w = [&](Tensor* t) { return ctx_.weight(t); };
+  const LlamaLayer L{w(layer.attn_norm), w(layer.wq),       w(layer.wk),     w(layer.wv),      w(layer.wo),
+                     w(layer.ffn_norm),  w(layer.ffn_gate), w(layer.ffn_up), w(layer.ffn_down)};
+  Tensor* cache_k = const_cast<Tensor*>(&ctx_.cache_[2 * il]);
+  Tensor* cache_v = const_cast<Tensor*>(&ctx_.cache_[2 * il + 1]);
 
-    Tensor* cur = named(rms_norm(g, inpL, hp.rms_eps), "norm", il);
-    cur = named(mul(g, cur, L.attn_norm), "attn_norm", il);
+  Tensor* cur = named(rms_norm(g, inpL, hp.rms_eps), "norm", il);
+  cur = named(mul(g, cur, L.attn_norm), "attn_norm", il);
 
-    Tensor* q = named(mul_mat(g, L.wq, cur), "Qcur", il);
-    Tensor* k = named(mul_mat(g, L.wk, cur), "Kcur", il);
-    Tensor* v = named(mul_mat(g, L.wv, cur), "Vcur", il);
-    q = reshape(g, q, {D, hp.n_head, N});
-    k = reshape(g, k, {D, hp.n_head_kv, N});
-    q = named(rope(g, q, inp_pos, static_cast<int>(hp.n_rot), hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale),
-              "Qcur", il);
-    k = named(rope(g, k, inp_pos, static_cast<int>(hp.n_rot), hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale),
-              "Kcur", il);
+  Tensor* q = named(mul_mat(g, L.wq, cur), "Qcur", il);
+  Tensor* k = named(mul_mat(g, L.wk, cur), "Kcur", il);
+  Tensor* v = named(mul_mat(g, L.wv, cur), "Vcur", il);
+  q = reshape(g, q, {D, hp.n_head, N});
+  k = reshape(g, k, {D, hp.n_head_kv, N});
+  q = named(rope(g, q, inp_pos, static_cast<int>(hp.n_rot), hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale),
+            "Qcur", il);
+  k = named(rope(g, k, inp_pos, static_cast<int>(hp.n_rot), hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale),
+            "Kcur", il);
 
-    // Store this batch's keys (token-major rows) and values (transposed: a row
-    // per value dimension, tokens along it) in the cache.
-    Tensor* k_dst = named(view(g, cache_k, {N * hp.n_embd_kv()}, {}, n_past_ * k_row), "k_cache_view", il);
-    Tensor* k_stored = cpy(g, k, k_dst);
-    Tensor* v_dst = named(view(g, cache_v, {N, hp.n_embd_kv()}, {static_cast<size_t>(n_ctx_) * esize},
-                               n_past_ * esize),
-                          "v_cache_view", il);
-    Tensor* v_stored = cpy(g, transpose(g, v), v_dst);
+  // Store this batch's keys (token-major rows) and values (transposed: a row
+  // per value dimension, tokens along it) in the cache.
+  Tensor* k_dst = named(view(g, cache_k, {N * hp.n_embd_kv()}, {}, n_past * k_row), "k_cache_view", il);
+  Tensor* k_stored = cpy(g, k, k_dst);
+  Tensor* v_dst = named(view(g, cache_v, {N, hp.n_embd_kv()}, {static_cast<size_t>(n_ctx) * esize},
+                             n_past * esize),
+                        "v_cache_view", il);
+  Tensor* v_stored = cpy(g, transpose(g, v), v_dst);
 
-    // The views that read the cache depend on the copies that wrote it, so
-    // every order of the graph stores this batch before attending to it.
-    Tensor* kc = named(view(g, cache_k, {D, n_kv, hp.n_head_kv}, {k_row, D * esize}, 0), "k", il);
-    Tensor* vc = named(view(g, cache_v, {n_kv, D, hp.n_head_kv},
-                            {static_cast<size_t>(n_ctx_) * esize, static_cast<size_t>(n_ctx_ * D) * esize}, 0),
-                       "v", il);
-    kc->src[1] = k_stored;
-    vc->src[1] = v_stored;
-    Tensor* qp = named(permute(g, q, 0, 2, 1, 3), "q", il);
-    Tensor* kq = named(mul_mat(g, kc, qp), "kq", il);
-    kq = named(soft_max(g, kq, mask, kq_scale), "kq_soft_max", il);
-    Tensor* kqv = named(mul_mat(g, vc, kq), "kqv", il);
-    Tensor* merged = named(permute(g, kqv, 0, 2, 1, 3), "kqv_merged", il);
-    cur = named(cont(g, merged), "kqv_merged_cont", il);
-    cur = reshape(g, cur, {D * hp.n_head, N});
-    cur = named(mul_mat(g, L.wo, cur), "kqv_out", il);
-    if (il == hp.n_layer - 1 && !all_logits && N > 1) {
-      // Only the last token's logits are wanted: the last feed-forward sees only its row.
-      cur = view(g, cur, {hp.n_embd}, {}, static_cast<size_t>(N - 1) * cur->nb[1]);
-      inpL = view(g, inpL, {hp.n_embd}, {}, static_cast<size_t>(N - 1) * inpL->nb[1]);
-    }
-
-    Tensor* ffn_inp = named(add(g, cur, inpL), "ffn_inp", il);
-    cur = named(rms_norm(g, ffn_inp, hp.rms_eps), "norm", il);
-    cur = named(mul(g, cur, L.ffn_norm), "ffn_norm", il);
-    Tensor* gate = named(mul_mat(g, L.ffn_gate, cur), "ffn_gate", il);
-    gate = named(silu(g, gate), "ffn_silu", il);
-    Tensor* up = named(mul_mat(g, L.ffn_up, cur), "ffn_up", il);
-    Tensor* par = named(mul(g, gate, up), "ffn_gate_par", il);
-    cur = named(mul_mat(g, L.ffn_down, par), "ffn_out", il);
-    inpL = named(add(g, cur, ffn_inp), "l_out", il);
+  // The views that read the cache depend on the copies that wrote it, so
+  // every order of the graph stores this batch before attending to it.
+  Tensor* kc = named(view(g, cache_k, {D, n_kv, hp.n_head_kv}, {k_row, D * esize}, 0), "k", il);
+  Tensor* vc = named(view(g, cache_v, {n_kv, D, hp.n_head_kv},
+                          {static_cast<size_t>(n_ctx) * esize, static_cast<size_t>(n_ctx * D) * esize}, 0),
+                     "v", il);
+  kc->src[1] = k_stored;
+  vc->src[1] = v_stored;
+  Tensor* qp = named(permute(g, q, 0, 2, 1, 3), "q", il);
+  Tensor* kq = named(mul_mat(g, kc, qp), "kq", il);
+  kq = named(soft_max(g, kq, in_.mask, kq_scale), "kq_soft_max", il);
+  Tensor* kqv = named(mul_mat(g, vc, kq), "kqv", il);
+  Tensor* merged = named(permute(g, kqv, 0, 2, 1, 3), "kqv_merged", il);
+  cur = named(cont(g, merged), "kqv_merged_cont", il);
+  cur = reshape(g, cur, {D * hp.n_head, N});
+  cur = named(mul_mat(g, L.wo, cur), "kqv_out", il);
+  if (il == hp.n_layer - 1 && !all_logits_ && N > 1) {
+    // Only the last token's logits are wanted: the last feed-forward sees only its row.
+    cur = view(g, cur, {hp.n_embd}, {}, static_cast<size_t>(N - 1) * cur->nb[1]);
+    inpL = view(g, inpL, {hp.n_embd}, {}, static_cast<size_t>(N - 1) * inpL->nb[1]);
   }
 
-  Tensor* cur = named(rms_norm(g, inpL, hp.rms_eps), "norm");
-  cur = named(mul(g, cur, weight(model_.output_norm())), "result_norm");
-  cur = named(mul_mat(g, weight(model_.output()), cur), "result_output");
+  Tensor* ffn_inp = named(add(g, cur, inpL), "ffn_inp", il);
+  cur = named(rms_norm(g, ffn_inp, hp.rms_eps), "norm", il);
+  cur = named(mul(g, cur, L.ffn_norm), "ffn_norm", il);
+  Tensor* gate = named(mul_mat(g, L.ffn_gate, cur), "ffn_gate", il);
+  gate = named(silu(g, gate), "ffn_silu", il);
+  Tensor* up = named(mul_mat(g, L.ffn_up, cur), "ffn_up", il);
+  Tensor* par = named(mul(g, gate, up), "ffn_gate_par", il);
+  cur = named(mul_mat(g, L.ffn_down, par), "ffn_out", il);
+  inpL_ = named(add(g, cur, ffn_inp), "l_out", il);
+  g.build(inpL_);
+  return inpL_;
+}
+
+Tensor* LlamaGraphBuilder::output() {
+  Tensor* cur = named(rms_norm(g_, inpL_, ctx_.model().hparams().rms_eps), "norm");
+  cur = named(mul(g_, cur, ctx_.weight(ctx_.model().output_norm())), "result_norm");
+  cur = named(mul_mat(g_, ctx_.weight(ctx_.model().output()), cur), "result_output");
   cur->flags |= kFlagOutput;
-  g.build(cur);
+  g_.build(cur);
   return cur;
+}
+
+Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const {
+  LlamaGraphBuilder b(*this, g, LlamaGraphBuilder::make_inputs(g, n_tokens, n_past_ + n_tokens), all_logits);
+  b.embed();
+  for (int il = 0; il < model_.hparams().n_layer; ++il) b.layer(il);
+  return b.output();
 }
 
 bool Context::decode(std::span<const Token> tokens, bool all_logits) {

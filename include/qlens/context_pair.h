@@ -1,0 +1,71 @@
+// Two models decoding the same tokens in one graph, for comparing them node
+// by node (qlens compare).
+//
+// Each batch's graph holds both models, interleaved layer by layer (the
+// reference's layer, then the test model's), with shared inputs. Every
+// computed node of the test model is paired with the reference node of the
+// same name (the k-th occurrence: llama.cpp names some nodes twice, e.g.
+// `Qcur-0` before and after rope; the second is labelled `Qcur-0#2`), and the
+// reference node is kept in memory until its partner is computed, so a tap on
+// the test node can compare the two on the backend. Memory: both models, and
+// about one layer of the reference's activations beyond a single model's.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "qlens/model.h"
+#include "qlens/sched.h"
+
+namespace qlens {
+
+// "" when the two models can be compared node by node; else the first
+// difference (architecture, a hyper-parameter, the vocabulary, a weight's
+// presence or shape), named.
+std::string first_model_difference(const Model& ref, const Model& test);
+
+class ContextPair {
+ public:
+  enum class Side { Shared, Ref, Test };
+
+  // Both contexts must be empty-handed alike (same n_ctx, same position);
+  // throws Error naming the first difference between the models.
+  ContextPair(Context& ref, Context& test);
+  ~ContextPair();
+
+  // Decodes `tokens` with both models (all logits). Returns false when the
+  // observe callback stopped the computation.
+  bool decode(std::span<const Token> tokens);
+  void clear();  // empties both KV caches
+  std::span<const float> ref_logits(int64_t i) const;
+  std::span<const float> test_logits(int64_t i) const;
+  int64_t n_rows() const { return rows_; }
+
+  // For tap selectors and observe callbacks, about the graph being computed:
+  Side side_of(const Tensor& node) const;
+  // The reference partner of a test node (null when there is none).
+  const Tensor* reference_of(const Tensor& test_node) const;
+  // The node's name, with "#k" for the k-th (k >= 2) node of that name in its model.
+  const std::string& label(const Tensor& node) const;
+
+  Scheduler& scheduler() { return *sched_; }
+  Context& ref() { return ref_; }
+  Context& test() { return test_; }
+
+ private:
+  bool decode_batch(std::span<const Token> tokens);
+
+  Context& ref_;
+  Context& test_;
+  std::unique_ptr<Scheduler> sched_;
+  std::unordered_map<const Tensor*, Side> side_;
+  std::unordered_map<const Tensor*, const Tensor*> partner_;
+  std::unordered_map<const Tensor*, std::string> label_;
+  std::vector<float> ref_logits_, test_logits_;
+  int64_t rows_ = 0;
+};
+
+}  // namespace qlens
