@@ -73,14 +73,15 @@ struct ErrorStats {
   double sum_ab = 0;       // sum a*b
   double max_abs_diff = 0;
   int64_t non_finite = 0;  // pairs where a or b is NaN/Inf (excluded above)
-  // Per row (a token, for activations): sum (a-b)^2 / sum a^2 of the row,
-  // the distribution of the error over tokens. A row with sum a^2 = 0 counts
-  // its sum (a-b)^2.
+  // Per row (a token, for activations): sum (a-b)^2 / sum b^2 of the row,
+  // the distribution of the error over tokens, relative to b (the second
+  // tensor: the reference when a tap on a test node compares it with its
+  // reference partner). A row with sum b^2 = 0 counts its sum (a-b)^2.
   LogHistogram row_nmse;
 
   void add(float a, float b);
   // Adds one row's error to row_nmse from the row's sums.
-  void add_row(double row_sum_sq_diff, double row_sum_sq_a);
+  void add_row(double row_sum_sq_diff, double row_sum_sq_b);
   void merge(const ErrorStats& o);
   // Everything but row_nmse (adding one row's sums costs no histogram pass).
   void merge_sums(const ErrorStats& o);

@@ -78,8 +78,8 @@ double LogHistogram::quantile(double q) const {
   return bucket_value(kBuckets - 1);
 }
 
-void ErrorStats::add_row(double row_sum_sq_diff, double row_sum_sq_a) {
-  row_nmse.add(row_sum_sq_a > 0 ? row_sum_sq_diff / row_sum_sq_a : row_sum_sq_diff);
+void ErrorStats::add_row(double row_sum_sq_diff, double row_sum_sq_b) {
+  row_nmse.add(row_sum_sq_b > 0 ? row_sum_sq_diff / row_sum_sq_b : row_sum_sq_diff);
 }
 
 void ErrorStats::add(float a, float b) {
@@ -184,7 +184,7 @@ void tap_accumulate_host(TapKind kind, const Tensor& node, const Tensor* other, 
             ErrorStats row;
             for (int64_t i0 = 0; i0 < node.ne[0]; ++i0)
               row.add(value_at(node, i0, i1, i2, i3), value_at(*other, i0, i1, i2, i3));
-            acc.error.add_row(row.sum_sq_diff, row.sum_sq_a);
+            acc.error.add_row(row.sum_sq_diff, row.sum_sq_b);
             acc.error.merge_sums(row);
           }
       break;
@@ -217,7 +217,7 @@ void tap_accumulate_values(TapKind kind, const std::vector<float>& values, int64
       for (size_t r = 0; r < values.size() / row_length; ++r) {
         ErrorStats row;
         for (int64_t k = 0; k < row_length; ++k) row.add(values[r * row_length + k], (*other)[r * row_length + k]);
-        acc.error.add_row(row.sum_sq_diff, row.sum_sq_a);
+        acc.error.add_row(row.sum_sq_diff, row.sum_sq_b);
         acc.error.merge_sums(row);
       }
       break;

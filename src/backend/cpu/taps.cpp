@@ -113,7 +113,7 @@ void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth) {
         const float* b = row_ptr(other, r);
         ErrorStats row;
         for (int64_t k = 0; k < node.ne[0]; ++k) row.add(value(a, node, k), value(b, other, k));
-        e.add_row(row.sum_sq_diff, row.sum_sq_a);
+        e.add_row(row.sum_sq_diff, row.sum_sq_b);
         e.merge_sums(row);
       }
       break;
