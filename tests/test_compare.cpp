@@ -154,3 +154,142 @@ TEST(ContextPair, MismatchedModelsNameTheFirstDifference) {
 
 }  // namespace
 }  // namespace qlens
+
+// ---------------------------------------------------------------------------
+// qlens compare on stories260K, as a user runs it.
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "core/text_file.h"
+
+namespace qlens {
+namespace {
+
+int qlens_cli(const std::string& args, std::string* out) {
+  return test::run_command(std::string(QLENS_BINARY) + " " + args, out);
+}
+
+// name -> column -> value, from the CSV compare writes.
+std::map<std::string, std::map<std::string, double>> read_csv(const std::string& path) {
+  std::istringstream in(read_text_file(path));
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> header;
+  for (std::stringstream h(line); std::getline(h, line, ',');) header.push_back(line);
+  std::map<std::string, std::map<std::string, double>> rows;
+  while (std::getline(in, line)) {
+    std::stringstream fields(line);
+    std::string name, field;
+    std::getline(fields, name, ',');
+    for (size_t c = 1; std::getline(fields, field, ',') && c < header.size(); ++c)
+      rows[name][header[c]] = field.empty() ? NAN : std::strtod(field.c_str(), nullptr);  // strtod reads inf, nan
+  }
+  return rows;
+}
+
+double mean_kld(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"(Mean\s+KLD:\s+([0-9.eE+-]+))"))) return -1;
+  return std::stod(m[1]);
+}
+
+class CompareStories : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = test::shared_path("models/stories260K.gguf");
+    text_ = test::shared_path("data/tinystories/tinystories_val.txt");
+    if (model_.empty() || text_.empty()) GTEST_SKIP() << "needs ../shared/models/stories260K.gguf and tinystories_val.txt";
+    dir_ = test::temp_dir();
+  }
+  std::string quantized(const std::string& type) {
+    const std::string path = dir_ + "/" + type + ".gguf";
+    std::string out;
+    if (!std::ifstream(path)) EXPECT_EQ(qlens_cli("quantize " + model_ + " " + path + " " + type, &out), 0) << out;
+    return path;
+  }
+  std::string compare(const std::string& test_model, const std::string& extra, int* rc = nullptr) {
+    std::string out;
+    const int status = qlens_cli("compare --ref " + model_ + " -m " + test_model + " -f " + text_ +
+                                     " -c 128 -b 128 -t 2 " + extra,
+                                 &out);
+    if (rc)
+      *rc = status;
+    else
+      EXPECT_EQ(status, 0) << out;
+    return out;
+  }
+  std::string model_, text_, dir_;
+};
+
+TEST_F(CompareStories, AModelWithItselfIsExactlyEqual) {
+  const std::string out = compare(model_, "--chunks 4 --csv " + dir_ + "/self.csv --json " + dir_ + "/self.json");
+  EXPECT_EQ(mean_kld(out), 0.0) << out;
+  EXPECT_NE(out.find("Same top p: 100.000"), std::string::npos) << out;
+  const auto rows = read_csv(dir_ + "/self.csv");
+  ASSERT_GT(rows.size(), 80u);
+  for (const auto& [name, row] : rows) {
+    EXPECT_EQ(row.at("nmse"), 0.0) << name;
+    EXPECT_EQ(row.at("max_abs"), 0.0) << name;
+    EXPECT_EQ(row.at("cosine"), 1.0) << name;
+  }
+}
+
+TEST_F(CompareStories, MeanKldOrdersAsTheBitsDo) {
+  // Bits per weight on this model (its rows of 64 and 172 fit no K type, so
+  // Q2_K falls back to IQ4_NL, and ffn_down to F16 in the 4- and 5-bit types):
+  // Q8_0 9.97 > Q5_0 7.87 > Q4_1 7.52 > Q4_0 7.18 = "Q2_K" 7.18.
+  std::map<std::string, double> kld;
+  for (const char* type : {"Q8_0", "Q5_0", "Q4_1", "Q4_0", "Q2_K"})
+    kld[type] = mean_kld(compare(quantized(type), "--chunks 30 --top 0"));
+  EXPECT_LT(kld["Q8_0"], 0.1 * kld["Q5_0"]);
+  EXPECT_LT(kld["Q5_0"], kld["Q4_1"]);
+  EXPECT_LT(kld["Q4_1"], kld["Q4_0"]);
+  EXPECT_LT(kld["Q5_0"], kld["Q2_K"]);
+  for (const auto& [type, v] : kld) std::printf("%s: mean KLD %.6f\n", type.c_str(), v);
+}
+
+TEST_F(CompareStories, TapsEqualHostReductionsAndTheTablesAreWritten) {
+  const std::string q = quantized("Q4_0");
+  const std::string out = compare(q, "--chunks 3 --csv " + dir_ + "/taps.csv --json " + dir_ + "/taps.json");
+  compare(q, "--chunks 3 --host-reductions --csv " + dir_ + "/host.csv");
+  const auto taps = read_csv(dir_ + "/taps.csv"), host = read_csv(dir_ + "/host.csv");
+  ASSERT_EQ(taps.size(), host.size());
+  for (const auto& [name, row] : host)
+    for (const char* col : {"nmse", "rmse", "cosine", "max_abs", "ref_mean", "ref_std", "test_min", "test_max"}) {
+      const double want = row.at(col), got = taps.at(name).at(col);
+      EXPECT_NEAR(got, want, 1e-5 * std::fabs(want) + 1e-12) << name << " " << col;
+    }
+  // The l_out error table in the text, and in the JSON (loaded back).
+  EXPECT_NE(out.find("l_out"), std::string::npos) << out;
+  EXPECT_NE(out.find("Where the error grows"), std::string::npos) << out;
+  std::string py;
+  if (test::run_command("python3 -c 'import json'", &py) != 0) GTEST_SKIP() << "python3 is absent: JSON not loaded back";
+  const std::string script = dir_ + "/check.py";
+  write_file_atomic(script,
+                    "import json, sys\n"
+                    "d = json.load(open(sys.argv[1]))\n"
+                    "assert d['schema_version'] == 1\n"
+                    "lo = [n for n in d['nodes'] if n['kind'] == 'l_out']\n"
+                    "assert len(lo) == 5, len(lo)\n"
+                    "assert all(n['nmse'] > 0 for n in lo)\n"
+                    "assert len(d['growth']['layers']) == 5\n"
+                    "assert d['logits']['kld']['mean'] > 0\n"
+                    "print('ok')\n");
+  EXPECT_EQ(test::run_command("python3 " + script + " " + dir_ + "/taps.json", &py), 0) << py;
+}
+
+TEST_F(CompareStories, MismatchedModelsAreAClearError) {
+  std::string out;
+  tools::SynthOptions o;
+  const std::string tiny = dir_ + "/tiny.gguf";
+  tools::synth_model(o, tiny);
+  int rc = 0;
+  out = compare(tiny, "--chunks 1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("cannot compare"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace qlens

@@ -14,5 +14,6 @@ int cmd_quantize(int argc, char** argv);
 int cmd_quantize_stats(int argc, char** argv);
 int cmd_imatrix(int argc, char** argv);
 int cmd_devices(int argc, char** argv);
+int cmd_compare(int argc, char** argv);
 
 }  // namespace qlens::cli

@@ -23,6 +23,7 @@ constexpr Command kCommands[] = {
     {"quantize", qlens::cli::cmd_quantize, "quantize a model into llama.cpp's block formats"},
     {"quantize-stats", qlens::cli::cmd_quantize_stats, "quantization error of every weight for each type"},
     {"bench", qlens::cli::cmd_bench, "prompt-processing and generation speed, as llama-bench measures them"},
+    {"compare", qlens::cli::cmd_compare, "compare a reference and a test model node by node, with KL divergence"},
     {"devices", qlens::cli::cmd_devices, "list the devices models can run on (cpu, vulkan:N)"},
     {"synth", qlens::cli::cmd_synth, "write a llama model with random weights of realistic shapes"},
 };

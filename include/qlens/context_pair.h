@@ -48,6 +48,8 @@ class ContextPair {
   Side side_of(const Tensor& node) const;
   // The reference partner of a test node (null when there is none).
   const Tensor* reference_of(const Tensor& test_node) const;
+  // Whether a reference node is some test node's partner.
+  bool is_partner(const Tensor& ref_node) const { return partnered_.count(&ref_node) > 0; }
   // The node's name, with "#k" for the k-th (k >= 2) node of that name in its model.
   const std::string& label(const Tensor& node) const;
 
@@ -63,6 +65,7 @@ class ContextPair {
   std::unique_ptr<Scheduler> sched_;
   std::unordered_map<const Tensor*, Side> side_;
   std::unordered_map<const Tensor*, const Tensor*> partner_;
+  std::unordered_map<const Tensor*, bool> partnered_;
   std::unordered_map<const Tensor*, std::string> label_;
   std::vector<float> ref_logits_, test_logits_;
   int64_t rows_ = 0;

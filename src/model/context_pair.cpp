@@ -89,6 +89,7 @@ bool ContextPair::decode_batch(std::span<const Token> tokens) {
 
   side_.clear();
   partner_.clear();
+  partnered_.clear();
   label_.clear();
   std::map<std::string, int> seen_ref, seen_test;
   std::map<std::string, std::vector<Tensor*>> ref_by_label;
@@ -109,6 +110,7 @@ bool ContextPair::decode_batch(std::span<const Token> tokens) {
         Tensor* r = it->second.front();
         if (!op_is_view(r->op) && same_shape(*r, *n) && r->type == n->type) {
           partner_[n] = r;
+          partnered_[r] = true;
           g.keep_until(r, n);  // a tap on n reads r
         }
       }

@@ -1,0 +1,112 @@
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "core/text_file.h"
+#include "qlens/error.h"
+#include "qlens/model.h"
+#include "tools/compare.h"
+#include "tools/progress.h"
+
+namespace qlens::cli {
+
+int cmd_compare(int argc, char** argv) {
+  std::string ref_path, test_path, text_path, json_path, csv_path, metric = "nmse";
+  int64_t top = 10;
+  tools::CompareOptions opt;
+  DeviceFlags dev;
+  std::string device_ref;
+  ArgParser p("compare",
+              "qlens compare --ref REF.gguf -m TEST.gguf -f TEXT [-c CTX] [-b BATCH] [--chunks N] [--nodes REGEX]\n"
+              "                     [--top N] [--json FILE] [--csv FILE] [--device-ref D] [--device D]",
+              "Runs a reference model and a test model (a quantization of it, or the same file on another\n"
+              "device) on the same chunks of text and shows where their intermediate results deviate: per\n"
+              "named node (Qcur-3, ffn_out-3, l_out-3, ...) each model's statistics and the error between\n"
+              "them (NMSE, SQNR, RMSE, max |a-b|, cosine, per-token error median and p99), a table by layer,\n"
+              "where the error grows, the worst nodes; and on the logits llama.cpp's KL-divergence figures,\n"
+              "from one run of both models (no base-logits file). Reductions run on the backends.");
+  p.add({"--ref"}, &ref_path, "FILE", "the reference model (required)");
+  p.add({"-m", "--model"}, &test_path, "FILE", "the model to compare with it (required)");
+  p.add({"-f", "--file"}, &text_path, "FILE", "text (required)");
+  p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512)");
+  p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 512, at most CTX)");
+  p.add({"--chunks"}, &opt.max_chunks, "N", "at most N chunks (default: all)");
+  p.add({"--nodes"}, &opt.nodes_regex, "REGEX", "only nodes whose name matches (e.g. 'l_out|ffn_out')");
+  p.add({"--top"}, &top, "N", "list the N worst nodes (default 10)");
+  p.add({"--metric"}, &metric, "nmse|sqnr", "the layer table's cells (default nmse)");
+  p.add({"--json"}, &json_path, "FILE", "write everything as JSON (schema: docs/COMPARE.md)");
+  p.add({"--csv"}, &csv_path, "FILE", "write one row per node as CSV");
+  p.add({"--device-ref"}, &device_ref, "ID", "device for the reference (default cpu)");
+  add_device_options(p, &dev);
+  p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
+  p.add_switch({"--host-reductions"}, &opt.host_reductions,
+               "reduce on the host from copies of every node (slow; the oracle for the taps)");
+  p.add_note(
+      "Memory: both models' weights (the sum of the two files), a KV cache of CTX tokens for each,\n"
+      "and the activations of one batch for each model plus about one layer more for the reference\n"
+      "(each reference node is kept until its partner is computed). Both models must have the same\n"
+      "architecture, layers, shapes and vocabulary; the first difference is named otherwise.");
+  if (!p.parse(argc, argv)) return 0;
+  if (ref_path.empty()) throw Error("qlens compare: --ref REF.gguf is required");
+  if (test_path.empty()) throw Error("qlens compare: -m TEST.gguf is required");
+  if (text_path.empty()) throw Error("qlens compare: -f TEXT is required");
+  if (metric != "nmse" && metric != "sqnr") throw Error("qlens compare: --metric must be nmse or sqnr, got '" + metric + "'");
+  resolve_device(p, dev);
+  opt.device = dev.device;
+  opt.n_gpu_layers = dev.n_gpu_layers;
+  if (!device_ref.empty()) {
+    DeviceFlags ref_dev{device_ref, dev.n_gpu_layers};
+    resolve_device(p, ref_dev);
+    opt.device_ref = ref_dev.device;
+  }
+
+  auto ref = Model::load(ref_path);
+  auto test = Model::load(test_path);
+  const std::string text = read_text_file(text_path);
+  const auto tokens = ref->vocab().tokenize(text, /*add_special=*/true);
+  const int64_t available = static_cast<int64_t>(tokens.size()) / std::max<int64_t>(opt.n_ctx, 1);
+  const int64_t planned = opt.max_chunks >= 0 ? std::min(opt.max_chunks, available) : available;
+  std::fprintf(stderr, "%s: %zu tokens; %lld chunks of %lld; reference on %s, test on %s\n", text_path.c_str(),
+               tokens.size(), static_cast<long long>(planned), static_cast<long long>(opt.n_ctx),
+               opt.device_ref.c_str(), opt.device.c_str());
+
+  tools::Progress progress("compare", planned, "chunks");
+  auto r = tools::compare_models(*ref, *test, tokens, opt, [&](int64_t done, int64_t, double kld) {
+    char status[64];
+    std::snprintf(status, sizeof status, "mean KLD %.6f", kld);
+    progress.update(done, status);
+  });
+  progress.finish();
+  r.meta.text_path = text_path;
+
+  std::ostream& out = std::cout;
+  out << "\n== Logits (" << r.logits.n_tokens << " tokens scored) ==\n";
+  tools::print_logit_summary(out, r.logits);
+  out << "\n== " << (metric == "nmse" ? "NMSE" : "SQNR (dB)") << " by layer and node ==\n";
+  tools::print_layer_table(out, r.nodes, metric == "nmse" ? tools::Metric::NMSE : tools::Metric::SQNR);
+  out << "\n== Where the error grows ==\n";
+  tools::print_error_growth(out, r.growth);
+  if (top > 0) {
+    out << "\n== The " << top << " worst nodes ==\n";
+    tools::print_top_worst(out, tools::top_worst(r.nodes, static_cast<size_t>(top)));
+  }
+  out.flush();
+  std::fprintf(stderr, "%lld chunks, %.2f s, %.0f tokens/s through both models\n",
+               static_cast<long long>(r.meta.n_chunks), r.seconds, r.tokens_per_second);
+  if (!json_path.empty()) {
+    std::ostringstream s;
+    tools::write_compare_json(s, r.meta, r.nodes, r.logits, r.growth);
+    s << "\n";
+    write_file_atomic(json_path, s.str());
+  }
+  if (!csv_path.empty()) {
+    std::ostringstream s;
+    tools::write_compare_csv(s, r.nodes);
+    write_file_atomic(csv_path, s.str());
+  }
+  return 0;
+}
+
+}  // namespace qlens::cli

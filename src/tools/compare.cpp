@@ -1,0 +1,152 @@
+#include "tools/compare.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <regex>
+
+#include "qlens/context_pair.h"
+#include "qlens/error.h"
+
+namespace qlens::tools {
+
+namespace {
+
+const char* kRefPrefix = "ref:";
+const char* kTestPrefix = "test:";
+
+// The error tap runs on the test node (a) against its reference partner (b);
+// reports take the reference as a.
+ErrorStats reference_first(ErrorStats e) {
+  std::swap(e.sum_sq_a, e.sum_sq_b);
+  return e;
+}
+
+}  // namespace
+
+CompareResult compare_models(const Model& ref, const Model& test, const std::vector<Token>& tokens,
+                             const CompareOptions& opt, const std::function<void(int64_t, int64_t, double)>& on_chunk) {
+  if (opt.n_ctx < 4) throw Error("compare: context size -c must be at least 4, got " + std::to_string(opt.n_ctx));
+  const int64_t n_ctx = opt.n_ctx;
+  const int64_t available = static_cast<int64_t>(tokens.size()) / n_ctx;
+  if (available == 0)
+    throw Error("compare: the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of -c " +
+                std::to_string(n_ctx) + "; use a longer text or a smaller -c");
+  const int64_t n_chunks = opt.max_chunks >= 0 ? std::min(opt.max_chunks, available) : available;
+  std::regex filter;
+  if (!opt.nodes_regex.empty()) {
+    try {
+      filter = std::regex(opt.nodes_regex);
+    } catch (const std::regex_error& e) {
+      throw Error("compare: --nodes '" + opt.nodes_regex + "' is not a valid regular expression: " + e.what());
+    }
+  }
+
+  ContextOptions copt;
+  copt.n_ctx = n_ctx;
+  copt.n_batch = std::min(opt.n_batch > 0 ? opt.n_batch : n_ctx, n_ctx);
+  copt.n_threads = opt.n_threads;
+  copt.n_gpu_layers = opt.n_gpu_layers;
+  ContextOptions ref_opt = copt, test_opt = copt;
+  ref_opt.device = opt.device_ref;
+  test_opt.device = opt.device;
+  Context ref_ctx(ref, ref_opt);
+  Context test_ctx(test, test_opt);
+  ContextPair pair(ref_ctx, test_ctx);
+
+  // Which nodes, in graph order (labels as the pair gives them): computed
+  // F32 nodes with a partner, whose label the filter accepts.
+  std::vector<std::string> order;
+  std::map<std::string, bool> label_wanted;
+  auto accepts = [&](const std::string& label) {
+    auto [it, fresh] = label_wanted.try_emplace(label, false);
+    if (fresh) it->second = opt.nodes_regex.empty() || std::regex_search(label, filter);
+    return it->second;
+  };
+  enum class Role { None, Ref, Test };
+  auto role_of = [&](const Tensor& t) {
+    if (op_is_view(t.op) || t.type != DType::F32) return Role::None;
+    const ContextPair::Side side = pair.side_of(t);
+    if (side == ContextPair::Side::Test && pair.reference_of(t) && accepts(pair.label(t))) return Role::Test;
+    if (side == ContextPair::Side::Ref && pair.is_partner(t) && accepts(pair.label(t))) return Role::Ref;
+    return Role::None;
+  };
+  auto note_order = [&](const std::string& label) {
+    if (std::find(order.begin(), order.end(), label) == order.end()) order.push_back(label);
+  };
+
+  std::map<std::string, TapResult> host;  // the host-reduction path
+  if (!opt.host_reductions) {
+    pair.scheduler().set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
+      const Role role = role_of(t);
+      if (role == Role::None) return;
+      const std::string& label = pair.label(t);
+      if (role == Role::Ref) {
+        r.push_back({TapKind::Stats, kRefPrefix + label});
+        return;
+      }
+      note_order(label);
+      r.push_back({TapKind::ErrorStats, label, pair.reference_of(t)});
+      r.push_back({TapKind::Stats, kTestPrefix + label});
+    });
+  } else {
+    pair.scheduler().set_observe_callback([&](const Tensor& t, bool ask) {
+      const Role role = role_of(t);
+      if (ask) return role != Role::None;
+      const std::string& label = pair.label(t);
+      const std::vector<float> a = tensor_to_f32(t);
+      auto add = [&](const std::string& key, TapKind kind, const std::vector<float>* b) {
+        TapResult& acc = host[key];
+        acc.kind = kind;
+        tap_accumulate_values(kind, a, t.ne[0], b, acc);
+      };
+      if (role == Role::Ref) {
+        add(kRefPrefix + label, TapKind::Stats, nullptr);
+      } else {
+        note_order(label);
+        const std::vector<float> b = tensor_to_f32(*pair.reference_of(t));
+        add(label, TapKind::ErrorStats, &b);
+        add(kTestPrefix + label, TapKind::Stats, nullptr);
+      }
+      return true;
+    });
+  }
+
+  const Vocab& vocab = ref.vocab();
+  const bool add_bos = vocab.add_bos() && vocab.bos() >= 0;
+  const int64_t first_scored = n_ctx / 2;
+  LogitComparison logits;
+  std::vector<Token> chunk(n_ctx);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    std::copy_n(tokens.begin() + c * n_ctx, n_ctx, chunk.begin());
+    if (add_bos) chunk[0] = vocab.bos();
+    pair.clear();
+    if (!pair.decode(chunk)) throw Error("compare: the computation was stopped");
+    for (int64_t j = first_scored; j < n_ctx - 1; ++j)
+      logits.add_token(pair.ref_logits(j), pair.test_logits(j), tokens[c * n_ctx + j + 1]);
+    if (on_chunk) on_chunk(c + 1, n_chunks, logits.summary().kld_mean.value);
+  }
+
+  CompareResult r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.tokens_per_second = r.seconds > 0 ? 2.0 * n_chunks * n_ctx / r.seconds : 0;
+  auto taps = opt.host_reductions ? host : pair.scheduler().read_taps();
+  for (const std::string& label : order) {
+    auto e = taps.find(label), ts = taps.find(kTestPrefix + label), rs = taps.find(kRefPrefix + label);
+    if (e == taps.end() || ts == taps.end() || rs == taps.end()) continue;
+    r.nodes.push_back(
+        make_node_comparison(label, rs->second.stats, ts->second.stats, reference_first(e->second.error)));
+  }
+  r.logits = logits.summary();
+  r.growth = analyze_error_growth(r.nodes);
+  r.meta.ref_path = ref.path();
+  r.meta.test_path = test.path();
+  r.meta.n_ctx = n_ctx;
+  r.meta.n_batch = copt.n_batch;
+  r.meta.n_chunks = n_chunks;
+  r.meta.n_tokens = n_chunks * n_ctx;
+  return r;
+}
+
+}  // namespace qlens::tools

@@ -1,0 +1,47 @@
+// qlens compare: a reference and a test model (or one model on two devices)
+// on the same token chunks, side by side. Per named node: each model's
+// statistics and the error between them, reduced on the backend by taps
+// (ContextPair keeps each reference node alive until its partner is
+// computed), streamed over all tokens; per token: KL divergence and the rest
+// of llama.cpp's --kl-divergence figures, from one run of both models.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "qlens/model.h"
+#include "tools/compare_logits.h"
+#include "tools/compare_report.h"
+
+namespace qlens::tools {
+
+struct CompareOptions {
+  int64_t n_ctx = 512;
+  int64_t n_batch = 512;    // capped at n_ctx
+  int64_t max_chunks = -1;  // < 0: every whole chunk
+  int n_threads = 0;
+  std::string nodes_regex;  // only nodes whose label matches (ECMAScript, searched); empty: all
+  std::string device_ref = "cpu", device = "cpu";
+  int n_gpu_layers = -1;    // for each model on its device
+  // How the per-node reductions are made: on the backends (taps), or by
+  // copying every node to the host (the oracle; slow).
+  bool host_reductions = false;
+};
+
+struct CompareResult {
+  CompareMeta meta;
+  std::vector<NodeComparison> nodes;  // graph order
+  LogitSummary logits;
+  ErrorGrowth growth;
+  double seconds = 0;
+  double tokens_per_second = 0;  // tokens through both models
+};
+
+// Calls on_chunk(done, total, running mean KLD) after each chunk.
+CompareResult compare_models(const Model& ref, const Model& test, const std::vector<Token>& tokens,
+                             const CompareOptions& opt,
+                             const std::function<void(int64_t, int64_t, double)>& on_chunk = {});
+
+}  // namespace qlens::tools

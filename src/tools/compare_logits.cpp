@@ -1,0 +1,233 @@
+#include "tools/compare_logits.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "qlens/error.h"
+
+namespace qlens::tools {
+namespace {
+
+// log_softmax in double: max-subtracted so large logits do not overflow.
+std::vector<double> log_softmax(std::span<const float> logits) {
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (float x : logits) max_logit = std::max(max_logit, static_cast<double>(x));
+  double sum_exp = 0;
+  for (float x : logits) sum_exp += std::exp(static_cast<double>(x) - max_logit);
+  const double log_normalizer = max_logit + std::log(sum_exp);
+  std::vector<double> out(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_normalizer;
+  return out;
+}
+
+size_t argmax(std::span<const float> logits) {
+  return static_cast<size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// Terms where p_ref is 0 contribute nothing (0 * log 0 = 0); skipping them
+// also keeps a -inf logit in both models from turning the sum into NaN.
+double kl_divergence(const std::vector<double>& log_p_ref, const std::vector<double>& log_p_test) {
+  double kld = 0;
+  for (size_t i = 0; i < log_p_ref.size(); ++i) {
+    const double p_ref = std::exp(log_p_ref[i]);
+    if (p_ref > 0) kld += p_ref * (log_p_ref[i] - log_p_test[i]);
+  }
+  return kld;
+}
+
+// Mean and standard error of the mean from a sum and a sum of squares.
+ValueWithError mean_and_error(double sum, double sum_sq, int64_t n) {
+  if (n < 1) return {};
+  const double mean = sum / n;
+  const double variance = sum_sq / n - mean * mean;
+  const double error = variance > 0 && n > 1 ? std::sqrt(variance / (n - 1)) : 0.0;
+  return {mean, error};
+}
+
+// Covariance of the means of two per-token quantities (llama.cpp's estimate).
+double covariance_of_means(double sum_x, double sum_y, double sum_xy, int64_t n) {
+  if (n < 2) return 0.0;
+  return (sum_xy / n - (sum_x / n) * (sum_y / n)) / (n - 1);
+}
+
+// NaN sorts after every number, so a token whose KLD is NaN (a model produced
+// NaN logits) shows up at the top percentiles instead of breaking the sort.
+bool less_nan_last(float a, float b) { return a < b || (!std::isnan(a) && std::isnan(b)); }
+
+std::string with_error(const ValueWithError& v, const char* format_one) {
+  char buf[128];
+  const std::string format = std::string(format_one) + " ± " + format_one;
+  std::snprintf(buf, sizeof buf, format.c_str(), v.value, v.error);
+  return buf;
+}
+
+std::string scaled(const ValueWithError& v, double scale) { return with_error({v.value * scale, v.error * scale}, "%10.6f"); }
+
+void print_line(std::ostream& out, const char* label, const std::string& figure) { out << label << ": " << figure << "\n"; }
+
+std::string plain(double v, const char* format = "%10.6f") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+void print_perplexity_block(std::ostream& out, const LogitSummary& s) {
+  out << "====== Perplexity statistics ======\n";
+  print_line(out, "Mean PPL(Q)                   ", scaled(s.ppl_test, 1));
+  print_line(out, "Mean PPL(base)                ", scaled(s.ppl_ref, 1));
+  print_line(out, "Cor(ln(PPL(Q)), ln(PPL(base)))", plain(100.0 * s.ln_ppl_correlation, "%6.2f%%"));
+  print_line(out, "Mean ln(PPL(Q)/PPL(base))     ", scaled(s.ln_ppl_ratio, 1));
+  print_line(out, "Mean PPL(Q)/PPL(base)         ", scaled(s.ppl_ratio, 1));
+  print_line(out, "Mean PPL(Q)-PPL(base)         ", scaled(s.ppl_diff, 1));
+}
+
+void print_kld_block(std::ostream& out, const LogitSummary& s) {
+  out << "====== KL divergence statistics ======\n";
+  print_line(out, "Mean    KLD", scaled(s.kld_mean, 1));
+  print_line(out, "Maximum KLD", plain(s.kld_max));
+  print_line(out, "99.9%   KLD", plain(s.kld_p99_9));
+  print_line(out, "99.0%   KLD", plain(s.kld_p99));
+  print_line(out, "95.0%   KLD", plain(s.kld_p95));
+  print_line(out, "90.0%   KLD", plain(s.kld_p90));
+  print_line(out, "Median  KLD", plain(s.kld_median));
+  print_line(out, "10.0%   KLD", plain(s.kld_p10));
+  print_line(out, " 5.0%   KLD", plain(s.kld_p5));
+  print_line(out, " 1.0%   KLD", plain(s.kld_p1));
+  print_line(out, " 0.1%   KLD", plain(s.kld_p0_1));
+  print_line(out, "Minimum KLD", plain(s.kld_min));
+}
+
+void print_probability_block(std::ostream& out, const LogitSummary& s) {
+  out << "====== Token probability statistics ======\n";
+  const auto percent = [](const ValueWithError& v) { return with_error({100 * v.value, 100 * v.error}, "%6.3f") + " %"; };
+  print_line(out, "Mean    Δp", percent(s.delta_p_mean));
+  print_line(out, "Maximum Δp", plain(100 * s.delta_p_max, "%6.3f %%"));
+  print_line(out, "Minimum Δp", plain(100 * s.delta_p_min, "%6.3f %%"));
+  print_line(out, "RMS Δp    ", percent(s.delta_p_rms));
+  print_line(out, "Same top p", percent(s.same_top));
+}
+
+}  // namespace
+
+void LogitComparison::add_token(std::span<const float> ref_logits, std::span<const float> test_logits,
+                                int32_t next_token) {
+  if (ref_logits.size() != test_logits.size())
+    throw Error("compare: the models' vocabularies differ (" + std::to_string(ref_logits.size()) + " vs " +
+                std::to_string(test_logits.size()) + " logits)");
+  if (ref_logits.empty()) throw Error("compare: no logits to compare");
+  if (next_token < 0 || static_cast<size_t>(next_token) >= ref_logits.size())
+    throw Error("compare: next token " + std::to_string(next_token) + " is outside the vocabulary of " +
+                std::to_string(ref_logits.size()));
+
+  const std::vector<double> log_p_ref = log_softmax(ref_logits);
+  const std::vector<double> log_p_test = log_softmax(test_logits);
+  const double kld = kl_divergence(log_p_ref, log_p_test);
+  kld_values_.push_back(static_cast<float>(kld));
+  kld_.add(kld);
+
+  const double nll_ref = -log_p_ref[next_token];
+  const double nll_test = -log_p_test[next_token];
+  nll_ref_.add(nll_ref);
+  nll_test_.add(nll_test);
+  nll_diff_.add(nll_test - nll_ref);
+  sum_nll_ref_times_test_ += nll_ref * nll_test;
+
+  const double delta_p = std::exp(-nll_test) - std::exp(-nll_ref);
+  delta_p_.add(delta_p);
+  delta_p_sq_.add(delta_p * delta_p);
+  delta_p_min_ = std::min(delta_p_min_, delta_p);
+  delta_p_max_ = std::max(delta_p_max_, delta_p);
+
+  if (argmax(ref_logits) == argmax(test_logits)) ++n_same_top_;
+}
+
+void LogitComparison::merge(const LogitComparison& other) {
+  kld_values_.insert(kld_values_.end(), other.kld_values_.begin(), other.kld_values_.end());
+  kld_.merge(other.kld_);
+  nll_ref_.merge(other.nll_ref_);
+  nll_test_.merge(other.nll_test_);
+  nll_diff_.merge(other.nll_diff_);
+  sum_nll_ref_times_test_ += other.sum_nll_ref_times_test_;
+  delta_p_.merge(other.delta_p_);
+  delta_p_sq_.merge(other.delta_p_sq_);
+  delta_p_min_ = std::min(delta_p_min_, other.delta_p_min_);
+  delta_p_max_ = std::max(delta_p_max_, other.delta_p_max_);
+  n_same_top_ += other.n_same_top_;
+}
+
+double percentile_of_sorted(const std::vector<float>& sorted, double fraction) {
+  if (sorted.empty()) return std::numeric_limits<double>::quiet_NaN();
+  if (fraction <= 0) return sorted.front();
+  if (fraction >= 1) return sorted.back();
+  const double position = fraction * static_cast<double>(sorted.size() - 1);
+  const size_t below = static_cast<size_t>(position);
+  const size_t above = std::min(below + 1, sorted.size() - 1);
+  const double weight_above = position - static_cast<double>(below);
+  return (1 - weight_above) * sorted[below] + weight_above * sorted[above];
+}
+
+LogitSummary LogitComparison::summary() const {
+  LogitSummary s;
+  const int64_t n = n_tokens();
+  s.n_tokens = n;
+  if (n == 0) return s;
+
+  s.kld_mean = mean_and_error(kld_.sum, kld_.sum_sq, n);
+  std::vector<float> sorted = kld_values_;
+  std::sort(sorted.begin(), sorted.end(), less_nan_last);
+  s.kld_min = sorted.front();
+  s.kld_max = sorted.back();
+  s.kld_p99_9 = percentile_of_sorted(sorted, 0.999);
+  s.kld_p99 = percentile_of_sorted(sorted, 0.99);
+  s.kld_p95 = percentile_of_sorted(sorted, 0.95);
+  s.kld_p90 = percentile_of_sorted(sorted, 0.90);
+  s.kld_median = percentile_of_sorted(sorted, 0.5);
+  s.kld_p10 = percentile_of_sorted(sorted, 0.10);
+  s.kld_p5 = percentile_of_sorted(sorted, 0.05);
+  s.kld_p1 = percentile_of_sorted(sorted, 0.01);
+  s.kld_p0_1 = percentile_of_sorted(sorted, 0.001);
+
+  const double same_top = static_cast<double>(n_same_top_) / n;
+  s.same_top = {same_top, n > 1 ? std::sqrt(same_top * (1 - same_top) / (n - 1)) : 0.0};
+
+  s.delta_p_mean = mean_and_error(delta_p_.sum, delta_p_.sum_sq, n);
+  const ValueWithError mean_square = mean_and_error(delta_p_sq_.sum, delta_p_sq_.sum_sq, n);
+  const double rms = std::sqrt(mean_square.value);
+  s.delta_p_rms = {rms, rms > 0 ? 0.5 / rms * mean_square.error : 0.0};
+  s.delta_p_min = delta_p_min_;
+  s.delta_p_max = delta_p_max_;
+
+  const ValueWithError ln_ppl_ref = mean_and_error(nll_ref_.sum, nll_ref_.sum_sq, n);
+  const ValueWithError ln_ppl_test = mean_and_error(nll_test_.sum, nll_test_.sum_sq, n);
+  s.ppl_ref = {std::exp(ln_ppl_ref.value), std::exp(ln_ppl_ref.value) * ln_ppl_ref.error};
+  s.ppl_test = {std::exp(ln_ppl_test.value), std::exp(ln_ppl_test.value) * ln_ppl_test.error};
+  s.ln_ppl_ratio = mean_and_error(nll_diff_.sum, nll_diff_.sum_sq, n);
+  const double ratio = std::exp(s.ln_ppl_ratio.value);
+  s.ppl_ratio = {ratio, ratio * s.ln_ppl_ratio.error};
+
+  const double ln_covariance = covariance_of_means(nll_ref_.sum, nll_test_.sum, sum_nll_ref_times_test_, n);
+  const double ppl_covariance = s.ppl_ref.value * s.ppl_test.value * ln_covariance;
+  const double diff_variance = s.ppl_ref.error * s.ppl_ref.error + s.ppl_test.error * s.ppl_test.error -
+                               2 * ppl_covariance;
+  s.ppl_diff = {s.ppl_test.value - s.ppl_ref.value, std::sqrt(std::max(0.0, diff_variance))};
+  const double error_product = ln_ppl_ref.error * ln_ppl_test.error;
+  s.ln_ppl_correlation = error_product > 0 ? ln_covariance / error_product : std::numeric_limits<double>::quiet_NaN();
+  return s;
+}
+
+void print_logit_summary(std::ostream& out, const LogitSummary& s) {
+  if (s.n_tokens == 0) {
+    out << "no tokens compared: no logit statistics\n";
+    return;
+  }
+  out << "Logits compared over " << s.n_tokens << " tokens (Q: the test model, base: the reference)\n\n";
+  print_perplexity_block(out, s);
+  out << "\n";
+  print_kld_block(out, s);
+  out << "\n";
+  print_probability_block(out, s);
+}
+
+}  // namespace qlens::tools
