@@ -206,7 +206,9 @@ class CompareStories : public ::testing::Test {
   std::string quantized(const std::string& type) {
     const std::string path = dir_ + "/" + type + ".gguf";
     std::string out;
-    if (!std::ifstream(path)) EXPECT_EQ(qlens_cli("quantize " + model_ + " " + path + " " + type, &out), 0) << out;
+    if (!std::ifstream(path)) {
+      EXPECT_EQ(qlens_cli("quantize " + model_ + " " + path + " " + type, &out), 0) << out;
+    }
     return path;
   }
   std::string compare(const std::string& test_model, const std::string& extra, int* rc = nullptr) {

@@ -173,9 +173,14 @@ class Context {
   Backend& backend() const { return *backend_; }          // the host (CPU) backend
   Backend* device() const { return device_; }              // null without one
   int64_t n_offloaded_layers() const { return n_offloaded_; }
-  // The tensor a graph uses for a model weight: its copy in device memory
-  // when offloaded, else the weight itself.
+  // The tensor a graph uses for a model weight: a replacement when one is
+  // set, its copy in device memory when offloaded, else the weight itself.
   Tensor* weight(Tensor* model_weight) const;
+  // Makes graphs use `replacement` (same shape, any type, data in host
+  // memory; owned by the caller) instead of a weight, until cleared: how
+  // sensitivity probes one quantized or noisy tensor without reloading.
+  void replace_weight(const Tensor* model_weight, Tensor* replacement);
+  void restore_weight(const Tensor* model_weight) { replaced_.erase(model_weight); }
 
   // Builds the graph for a batch of `n_tokens` at the current position, with
   // inputs named inp_tokens, inp_pos and KQ_mask (exposed for tests and tools).
@@ -200,6 +205,7 @@ class Context {
   std::unique_ptr<Buffer> device_cache_buffer_;
   std::deque<Tensor> device_weights_;
   std::map<const Tensor*, Tensor*> device_weight_of_;
+  std::map<const Tensor*, Tensor*> replaced_;
   std::unique_ptr<Scheduler> sched_;
   std::vector<std::vector<uint8_t>> cache_data_;  // per layer: K then V (host layers)
   std::deque<Tensor> cache_;                      // per layer: K, V

@@ -227,7 +227,15 @@ void Context::offload(const ContextOptions& options) {
   }
 }
 
+void Context::replace_weight(const Tensor* model_weight, Tensor* replacement) {
+  if (!replacement || !same_shape(*model_weight, *replacement))
+    throw Error("replace_weight: the replacement of '" + model_weight->name + "' must have its shape " +
+                shape_string(*model_weight));
+  replaced_[model_weight] = replacement;
+}
+
 Tensor* Context::weight(Tensor* model_weight) const {
+  if (auto r = replaced_.find(model_weight); r != replaced_.end()) return r->second;
   auto it = device_weight_of_.find(model_weight);
   return it == device_weight_of_.end() ? model_weight : it->second;
 }
@@ -256,7 +264,7 @@ LlamaGraphBuilder::LlamaGraphBuilder(const Context& ctx, Graph& g, const Inputs&
 }
 
 Tensor* LlamaGraphBuilder::embed() {
-  inpL_ = named(get_rows(g_, ctx_.model().token_embd(), in_.tokens), "inp_embd");
+  inpL_ = named(get_rows(g_, ctx_.weight(ctx_.model().token_embd()), in_.tokens), "inp_embd");
   g_.build(inpL_);
   return inpL_;
 }
