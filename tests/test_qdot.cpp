@@ -17,7 +17,9 @@
 //    and blocks of all-max / all-min codes; activations from the Q8
 //    quantizers and raw (codes in [-127, 127], which is what the quantizers
 //    produce). K = 32 .. 8192, nc = 1..4, several x strides and unaligned rows.
-//    Each row of an nc > 1 call equals the nc = 1 call bit for bit.
+//    Each row of an nc > 1 call equals the nc = 1 call bit for bit, and so
+//    does each row of the row kernels (dot_rows: up to 4 weight rows, one
+//    activation row; the dot path at N = 1).
 //  - Packing: every SIMD PackFn equals the panel built from to_float rows,
 //    bit for bit.
 //  - mul_mat end to end on the CPU backend (1, 2, 3 threads; bitwise equal):
@@ -217,6 +219,49 @@ TEST(Qdot, DotKernelsMatchDoubleReference) {
     }
   }
   std::printf("worst error / bound: %.6g\n", worst);
+}
+
+// The row kernels (several weight rows, one activation row: the dot path at
+// N = 1) equal the dot kernel with nc = 1 on each row bit for bit, which the
+// test above checks against the reference. Rows at odd strides and addresses,
+// every nr, odd K / 32.
+TEST(Qdot, RowKernelsEqualDotKernels) {
+  std::mt19937 rng(13);
+  for (DType t : kTypes) {
+    const DType xt = type_traits(t).vec_dot_type;
+    for (int64_t K : {32, 96, 160, 2048, 4128}) {
+      const size_t wrow = row_bytes(t, K);
+      for (size_t pad : {size_t{0}, size_t{1}, size_t{7}}) {
+        const size_t stride = wrow + pad;
+        std::vector<uint8_t> ws(4 * stride + 1);
+        uint8_t* w = ws.data() + (pad & 1);
+        for (int r = 0; r < 4; ++r) {
+          const std::vector<uint8_t> row = random_weights(rng, t, K);
+          std::memcpy(w + r * stride, row.data(), wrow);
+        }
+        const std::vector<uint8_t> x0 = random_acts(rng, xt, K);
+        std::vector<uint8_t> xbuf(x0.size() + 1);
+        uint8_t* x = xbuf.data() + (pad & 1);
+        std::memcpy(x, x0.data(), x0.size());
+        for (Isa isa : isas()) {
+          const cpu::GemmKernels& gk = cpu::gemm_kernels(isa);
+          const cpu::VecDotRowsFn rows = gk.dot_rows[static_cast<int>(t)];
+          if (!rows) continue;
+          SCOPED_TRACE(name_of(t) + " " + cpu::isa_name(isa) + " K=" + std::to_string(K) +
+                       " pad=" + std::to_string(pad));
+          float single[4];
+          for (int r = 0; r < 4; ++r) gk.dot[static_cast<int>(t)](K, w + r * stride, x, 0, 1, &single[r]);
+          for (int nr = 1; nr <= 4; ++nr) {
+            float out[4];
+            rows(K, w, stride, x, nr, out);
+            for (int r = 0; r < nr; ++r)
+              EXPECT_EQ(std::memcmp(&out[r], &single[r], sizeof(float)), 0)
+                  << "nr=" << nr << " row " << r << " got " << out[r] << " want " << single[r];
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---- K types: dot kernels ---------------------------------------------------------------

@@ -69,7 +69,10 @@ GemmKernels merged(const GemmKernels* simd, const GemmKernels& fallback) {
   if (!simd) return fallback;
   GemmKernels g = *simd;
   for (uint32_t t = 0; t < kDTypeCount; ++t) {
-    if (!g.dot[t]) g.dot[t] = fallback.dot[t];
+    if (!g.dot[t]) {  // the fallback's row kernel goes with its dot kernel
+      g.dot[t] = fallback.dot[t];
+      g.dot_rows[t] = fallback.dot_rows[t];
+    }
     if (!g.pack[t] && fallback.nr == g.nr) g.pack[t] = fallback.pack[t];
   }
   if (!g.pack_act && fallback.mr == g.mr) g.pack_act = fallback.pack_act;
@@ -127,6 +130,7 @@ void for_each_item(const KernelCtx& c, const Shape& s, const Items& items, F&& f
 
 struct DotPlan {
   VecDotFn dot;
+  VecDotRowsFn dot_rows;  // nullptr: row by row
   bool convert_rows;  // weight rows go through to_float into F32 first
   DType x_type;       // type the activation rows must be in
   bool convert_x;     // activations are converted into scratch
@@ -142,6 +146,8 @@ DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
   const VecDotFn own = gk.dot[static_cast<int>(a.type)];
   p.convert_rows = !own || !rows_contiguous(a);
   p.dot = p.convert_rows ? gk.dot[static_cast<int>(DType::F32)] : own;
+  // Several weight rows per call for a single activation row (generation).
+  p.dot_rows = p.convert_rows || b.ne[1] != 1 ? nullptr : gk.dot_rows[static_cast<int>(a.type)];
   p.x_type = p.convert_rows ? DType::F32 : type_traits(a.type).vec_dot_type;
   p.convert_x = p.x_type != DType::F32 || b.nb[0] != sizeof(float);
   p.x_row_bytes = p.convert_x ? row_bytes(p.x_type, K) : b.nb[1];
@@ -178,8 +184,15 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
     if (p.convert_x) {
       if (x_batch != i12 + i13 * s.B2) {
         x_batch = i12 + i13 * s.B2;
+        // Every thread converts the rows it needs itself: for generation (one
+        // row) that is well under a microsecond with the SIMD quantizers,
+        // less than handing the row over between threads would cost.
         for (int64_t j = 0; j < s.N; ++j) {
           char* dst = xbuf + j * p.x_row_bytes;
+          if (p.x_type != DType::F32 && b.nb[0] == sizeof(float)) {  // F32 rows: quantized in place
+            x_from_float(reinterpret_cast<const float*>(b.at(0, j, i12, i13)), dst, s.K);
+            continue;
+          }
           float* f = p.x_type == DType::F32 ? reinterpret_cast<float*>(dst) : row;
           row_to_f32(b, b.at(0, j, i12, i13), 0, s.K, f, vo);
           if (p.x_type != DType::F32) x_from_float(f, dst, s.K);
@@ -188,6 +201,14 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
       x = xbuf;
     }
     float out[4];
+    if (p.dot_rows) {  // N == 1: up to 4 weight rows at a time
+      for (int64_t i = m0; i < m1; i += 4) {
+        const int nr = static_cast<int>(std::min<int64_t>(4, m1 - i));
+        p.dot_rows(s.K, a.at(0, i, i02, i03), a.nb[1], x, nr, out);
+        for (int r = 0; r < nr; ++r) *reinterpret_cast<float*>(d.at(i + r, 0, i12, i13)) = out[r];
+      }
+      return;
+    }
     for (int64_t j0 = 0; j0 < s.N; j0 += p.row_block) {
       const int64_t j1 = std::min(s.N, j0 + p.row_block);
       for (int64_t i = m0; i < m1; ++i) {

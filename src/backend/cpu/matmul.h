@@ -42,6 +42,13 @@ struct VecOps;
 // the weight type's vec_dot_type (F32 for the float types). Accumulates in F32.
 using VecDotFn = void (*)(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out);
 
+// out[r] = dot(w_r[0..k), x[0..k)) for r < nr (1 <= nr <= 4), where w_r starts
+// w_stride bytes after w_{r-1}, x is one activation row of the weight type's
+// vec_dot_type. Equal bit for bit to the type's VecDotFn with nc = 1 on each
+// row; the dot path uses it for a single activation row (generation), where
+// the rows share the activation's loads and per-block terms.
+using VecDotRowsFn = void (*)(int64_t k, const void* w, size_t w_stride, const void* x, int nr, float* out);
+
 // The micro-kernel: for r < mr, i < nr,
 //   c[r*ldc + i] = (accumulate ? c[r*ldc + i] : 0) + sum_k wp[k*nr + i] * bp[k*mr + r]
 // wp: a packed weight panel (kc x nr), bp: a packed activation panel (kc x mr).
@@ -71,6 +78,7 @@ struct GemmKernels {
   // integer dot kernels beat dequantized panels up to a larger N).
   int64_t min_n_type[kDTypeCount];
   VecDotFn dot[kDTypeCount];  // by weight type; nullptr: convert the row to F32
+  VecDotRowsFn dot_rows[kDTypeCount];  // by weight type; nullptr: dot row by row
   PackFn pack[kDTypeCount];   // by weight type; nullptr: convert rows, then transpose
   PackActFn pack_act;         // nullptr: element by element
 };

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cpu/simd.h"
+#include "backend/cpu/simd_act_quant.h"
 #include "backend/cpu/vec.h"
 #include "qlens/types.h"
 
@@ -170,6 +171,9 @@ VecOps make_vec_ops() {
   v.sum_sq = v_sum_sq<V>;
   v.max = v_max<V>;
   v.exp_sum = v_exp_sum<V>;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  add_act_quantizers(v);  // 256-bit integer code, for both AVX2 and AVX-512
+#endif
   return v;
 }
 
