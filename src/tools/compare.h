@@ -25,6 +25,7 @@ struct CompareOptions {
   std::string nodes_regex;  // only nodes whose label matches (ECMAScript, searched); empty: all
   std::string device_ref = "cpu", device = "cpu";
   int n_gpu_layers = -1;    // for each model on its device
+  DType cache_type = DType::F16;  // KV cache: F16 (default), F32, BF16
   // How the per-node reductions are made: on the backends (taps), or by
   // copying every node to the host (the oracle; slow).
   bool host_reductions = false;

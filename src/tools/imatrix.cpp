@@ -82,6 +82,7 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
   copt.n_threads = opt.n_threads;
   copt.device = opt.device;
   copt.n_gpu_layers = opt.n_gpu_layers;
+  copt.cache_type = opt.cache_type;
   Context ctx(model, copt);
 
   auto wanted = [&](const Tensor& t) {

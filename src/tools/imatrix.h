@@ -32,6 +32,7 @@ struct ImatrixOptions {
   bool process_output = false;
   std::string device = "cpu";  // see ContextOptions
   int n_gpu_layers = -1;
+  DType cache_type = DType::F16;  // KV cache: F16 (default), F32, BF16
   bool compute_ppl = true;
   ImatrixCollect collect = ImatrixCollect::Taps;
   std::string dataset;  // recorded in imatrix.datasets (the text file's name)

@@ -32,6 +32,7 @@ PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens
   copt.n_threads = opt.n_threads;
   copt.device = opt.device;
   copt.n_gpu_layers = opt.n_gpu_layers;
+  copt.cache_type = opt.cache_type;
   Context ctx(model, copt);
 
   const Vocab& vocab = model.vocab();

@@ -21,6 +21,7 @@ struct PerplexityOptions {
   int n_threads = 0;
   std::string device = "cpu";  // see ContextOptions
   int n_gpu_layers = -1;
+  DType cache_type = DType::F16;  // KV cache: F16 (default), F32, BF16
 };
 
 struct PerplexityResult {

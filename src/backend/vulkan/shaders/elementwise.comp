@@ -1,0 +1,39 @@
+// Add, Mul (b broadcast over a), Scale and Silu: one thread per element of
+// the result; every tensor may have any strides. Variants: OP_ADD, OP_MUL,
+// OP_SCALE, OP_SILU.
+#version 450
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+
+layout(binding = 0) readonly buffer A { float a[]; };
+layout(binding = 1) readonly buffer B { float b[]; };
+layout(binding = 2) writeonly buffer D { float d[]; };
+
+// Strides and offsets in floats.
+layout(push_constant) uniform Params {
+  uvec4 ne;  // of a and the result
+  uvec4 a_nb;
+  uvec4 b_ne;
+  uvec4 b_nb;
+  uvec4 d_nb;
+  uint a_off, b_off, d_off;
+  float param;  // Scale: the factor
+} p;
+
+void main() {
+  const uint e = group_index() * 256u + gl_LocalInvocationID.x;
+  if (e >= p.ne.x * p.ne.y * p.ne.z * p.ne.w) return;
+  const uvec4 i = unravel(e, p.ne);
+  const float x = a[p.a_off + offset4(i, p.a_nb)];
+#if defined(OP_ADD)
+  const float y = x + b[p.b_off + offset4(i % p.b_ne, p.b_nb)];
+#elif defined(OP_MUL)
+  const float y = x * b[p.b_off + offset4(i % p.b_ne, p.b_nb)];
+#elif defined(OP_SCALE)
+  const float y = x * p.param;
+#elif defined(OP_SILU)
+  const float y = x / (1.0 + exp(-x));
+#endif
+  d[p.d_off + offset4(i, p.d_nb)] = y;
+}

@@ -1,0 +1,244 @@
+#include "backend/vulkan/vk_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "backend/vulkan/vk_ops.h"
+#include "backend/vulkan/vk_recorder.h"
+#include "backend/vulkan/vk_taps.h"
+#include "backend/vulkan/vulkan_backend.h"
+#include "qlens/error.h"
+
+namespace qlens::vulkan {
+
+namespace {
+
+// Host copies go through a staging buffer of at most this size, in pieces.
+constexpr size_t kStagingBytes = size_t{64} << 20;
+
+// Made-up addresses for the buffers' base(): each buffer gets its own range,
+// far from 0, so that a tensor's address names its buffer and offset.
+char* reserve_fake_range(size_t bytes) {
+  static std::atomic<uintptr_t> next{uintptr_t{1} << 32};
+  constexpr uintptr_t kGap = uintptr_t{1} << 16;
+  const uintptr_t span = (bytes + 2 * kGap - 1) / kGap * kGap;
+  return reinterpret_cast<char*>(next.fetch_add(span));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// VulkanBuffer
+
+VulkanBuffer::VulkanBuffer(VulkanBackend& backend, size_t bytes)
+    : backend_(backend), size_(bytes), base_(reserve_fake_range(bytes)) {
+  buffer_ = backend.device().create_buffer(bytes, false, "a buffer of " + std::to_string(bytes) + " bytes");
+}
+
+VulkanBuffer::~VulkanBuffer() {
+  backend_.synchronize_quietly();
+  backend_.device().destroy_buffer(buffer_);
+}
+
+Backend& VulkanBuffer::backend() const { return backend_; }
+
+void VulkanBuffer::write(size_t offset, const void* src, size_t n) {
+  if (offset + n > size_)
+    throw Error("vulkan: write of " + std::to_string(n) + " bytes at " + std::to_string(offset) +
+                " runs past a buffer of " + std::to_string(size_));
+  backend_.upload(buffer_, offset, src, n);
+}
+
+void VulkanBuffer::read(size_t offset, void* dst, size_t n) const {
+  if (offset + n > size_)
+    throw Error("vulkan: read of " + std::to_string(n) + " bytes at " + std::to_string(offset) +
+                " runs past a buffer of " + std::to_string(size_));
+  backend_.download(buffer_, offset, dst, n);
+}
+
+// ---------------------------------------------------------------------------
+// VulkanBackend
+
+VulkanBackend::VulkanBackend(int index) : device_(std::make_unique<Device>(index)) {
+  pipelines_ = std::make_unique<PipelineCache>(*device_);
+  descriptors_ = std::make_unique<DescriptorAllocator>(*device_);
+  VkDevice dev = device_->handle();
+  auto pool_info = vk_struct<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
+  pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pool_info.queueFamilyIndex = device_->queue_family();
+  check(vkCreateCommandPool(dev, &pool_info, nullptr, &pool_), "creating a command pool");
+  auto alloc = vk_struct<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
+  alloc.commandPool = pool_;
+  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  alloc.commandBufferCount = 1;
+  auto fence_info = vk_struct<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
+  try {
+    check(vkAllocateCommandBuffers(dev, &alloc, &cmd_), "allocating a command buffer");
+    check(vkCreateFence(dev, &fence_info, nullptr, &fence_), "creating a fence");
+  } catch (...) {
+    vkDestroyCommandPool(dev, pool_, nullptr);
+    throw;
+  }
+}
+
+VulkanBackend::~VulkanBackend() {
+  synchronize_quietly();
+  vkDeviceWaitIdle(device_->handle());
+  device_->destroy_buffer(staging_);
+  vkDestroyFence(device_->handle(), fence_, nullptr);
+  vkDestroyCommandPool(device_->handle(), pool_, nullptr);
+  descriptors_.reset();
+  pipelines_.reset();
+}
+
+std::unique_ptr<Buffer> VulkanBackend::alloc_buffer(size_t bytes) {
+  return std::make_unique<VulkanBuffer>(*this, bytes);
+}
+
+void VulkanBackend::synchronize() {
+  if (!in_flight_) return;
+  in_flight_ = false;
+  check(vkWaitForFences(device_->handle(), 1, &fence_, VK_TRUE, UINT64_MAX), name() + ": waiting for a computation");
+}
+
+void VulkanBackend::synchronize_quietly() noexcept {
+  try {
+    synchronize();
+  } catch (...) {
+    // Destructors cannot report a lost device; the next call will.
+  }
+}
+
+void VulkanBackend::upload(const DeviceBuffer& dst, size_t offset, const void* src, size_t n) {
+  synchronize();  // a computation in flight may still read or write these bytes
+  const auto* from = static_cast<const char*>(src);
+  for (size_t done = 0; done < n;) {
+    const size_t piece = std::min(n - done, kStagingBytes);
+    if (staging_.size < piece) {
+      device_->destroy_buffer(staging_);
+      staging_ = device_->create_buffer(std::max<size_t>(piece, 1 << 20), true, "the staging buffer");
+    }
+    std::memcpy(staging_.mapped, from + done, piece);
+    device_->run_now([&](VkCommandBuffer cmd) {
+      VkBufferCopy region{0, offset + done, piece};
+      vkCmdCopyBuffer(cmd, staging_.buffer, dst.buffer, 1, &region);
+    });
+    done += piece;
+  }
+}
+
+void VulkanBackend::download(const DeviceBuffer& src, size_t offset, void* dst, size_t n) {
+  synchronize();
+  auto* to = static_cast<char*>(dst);
+  for (size_t done = 0; done < n;) {
+    const size_t piece = std::min(n - done, kStagingBytes);
+    if (staging_.size < piece) {
+      device_->destroy_buffer(staging_);
+      staging_ = device_->create_buffer(std::max<size_t>(piece, 1 << 20), true, "the staging buffer");
+    }
+    device_->run_now([&](VkCommandBuffer cmd) {
+      VkBufferCopy region{offset + done, 0, piece};
+      vkCmdCopyBuffer(cmd, src.buffer, staging_.buffer, 1, &region);
+    });
+    std::memcpy(to + done, staging_.mapped, piece);
+    done += piece;
+  }
+}
+
+bool VulkanBackend::supports_op(const Tensor& node) const {
+  if (op_is_view(node.op)) return true;
+  switch (node.op) {
+    case Op::Add:
+    case Op::Mul:
+    case Op::Scale:
+    case Op::Silu:
+    case Op::Cpy:
+    case Op::Cont: return supports_elementwise(node);
+    case Op::RmsNorm:
+    case Op::SoftMax:
+    case Op::Rope: return supports_row_op(node);
+    case Op::MulMat:
+    case Op::GetRows: return supports_matmul(node);
+    default: return false;
+  }
+}
+
+namespace {
+
+void record_node(Recorder& r, const Tensor& node) {
+  switch (node.op) {
+    case Op::Add:
+    case Op::Mul:
+    case Op::Scale:
+    case Op::Silu: record_elementwise(r, node); break;
+    case Op::Cpy:
+    case Op::Cont: record_copy(r, node); break;
+    case Op::RmsNorm: record_rms_norm(r, node); break;
+    case Op::SoftMax: record_soft_max(r, node); break;
+    case Op::Rope: record_rope(r, node); break;
+    case Op::MulMat: record_mul_mat(r, node); break;
+    case Op::GetRows: record_get_rows(r, node); break;
+    default:
+      throw Error(std::string("vulkan: no kernel for ") + op_name(node.op) + " (node '" + node.name + "')");
+  }
+}
+
+}  // namespace
+
+void VulkanBackend::compute_async(std::span<Tensor* const> nodes, std::span<const TapWork> taps) {
+  synchronize();  // one command buffer in flight: its descriptor sets can be recycled now
+  descriptors_->reset();
+  check(vkResetCommandBuffer(cmd_, 0), "resetting the command buffer");
+  auto begin = vk_struct<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  check(vkBeginCommandBuffer(cmd_, &begin), "beginning the command buffer");
+  Recorder rec(*device_, *pipelines_, *descriptors_, cmd_);
+  try {
+    full_barrier(cmd_);  // after the uploads and earlier computations
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const Tensor& node = *nodes[i];
+      if (!op_is_view(node.op)) {
+        if (!node.data) throw Error("vulkan: node '" + node.name + "' has no data");
+        if (!supports_op(node))
+          throw Error(name() + ": cannot compute node '" + node.name + "' (" + op_name(node.op) + " " +
+                      shape_string(node) + ", " + std::string(type_name(node.type)) + ")");
+        record_node(rec, node);
+      }
+      for (const TapWork& tap : taps)
+        if (tap.node_index == i) record_tap(rec, tap, node);
+    }
+  } catch (...) {
+    vkEndCommandBuffer(cmd_);  // reset at the next call
+    throw;
+  }
+  check(vkEndCommandBuffer(cmd_), "ending the command buffer");
+  if (rec.empty()) return;
+  auto submit = vk_struct<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
+  submit.commandBufferCount = 1;
+  submit.pCommandBuffers = &cmd_;
+  check(vkResetFences(device_->handle(), 1, &fence_), "resetting a fence");
+  check(vkQueueSubmit(device_->queue(), 1, &submit, fence_), name() + ": submitting a computation");
+  in_flight_ = true;
+}
+
+std::unique_ptr<TapState> VulkanBackend::make_tap_state(TapKind kind, int64_t n_columns) {
+  return vulkan::make_tap_state(*this, kind, n_columns);
+}
+
+void VulkanBackend::read_tap(TapState& state, TapResult& into, bool reset) {
+  vulkan::read_tap(*this, state, into, reset);
+}
+
+std::unique_ptr<Backend> make_backend(int index) {
+  try {
+    return std::make_unique<VulkanBackend>(index);
+  } catch (const Error& e) {
+    std::string known;
+    for (const DeviceInfo& d : devices()) known += (known.empty() ? "" : ", ") + d.id + " (" + d.name + ")";
+    throw Error(std::string("cannot open Vulkan device ") + std::to_string(index) + ": " + e.what() +
+                "; Vulkan devices here: " + (known.empty() ? "none" : known));
+  }
+}
+
+}  // namespace qlens::vulkan

@@ -1,0 +1,100 @@
+// The Vulkan runtime under the backend: instance, physical device choice, one
+// compute queue, buffers and their memory, and one-off submissions.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "qlens/backend.h"
+
+namespace qlens::vulkan {
+
+// A zeroed Vulkan structure with its sType set (brace-initializing only the
+// sType would leave -Wextra warning about every other field).
+template <class T>
+T vk_struct(VkStructureType type) {
+  T t{};
+  t.sType = type;
+  return t;
+}
+
+// Throws qlens::Error "vulkan: <what>: <result>" unless result is VK_SUCCESS.
+void check(VkResult result, const std::string& what);
+const char* result_name(VkResult result);
+
+// A VkInstance for the life of the object (one per backend, one per listing).
+class Instance {
+ public:
+  Instance();  // throws Error when there is no loader or no Vulkan 1.2
+  ~Instance();
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+  VkInstance handle() const { return instance_; }
+  // Physical devices the backend can use, in the loader's order: the
+  // indices of "vulkan:N".
+  std::vector<VkPhysicalDevice> usable_devices() const;
+
+ private:
+  VkInstance instance_ = VK_NULL_HANDLE;
+};
+
+DeviceInfo describe(VkPhysicalDevice device, int index);
+
+// A buffer and the memory bound to it; `mapped` is set for host-visible ones.
+struct DeviceBuffer {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  VkDeviceSize size = 0;
+  void* mapped = nullptr;
+};
+
+// The logical device and its compute queue.
+class Device {
+ public:
+  explicit Device(int index);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  VkDevice handle() const { return device_; }
+  VkQueue queue() const { return queue_; }
+  uint32_t queue_family() const { return queue_family_; }
+  const std::string& name() const { return name_; }  // "vulkan:0 (llvmpipe ...)"
+  bool has_float64() const { return has_float64_; }
+  VkDeviceSize storage_offset_alignment() const { return storage_offset_alignment_; }
+  VkDeviceSize max_storage_range() const { return max_storage_range_; }
+
+  // Device-local (or, when `host_visible`, mapped host-coherent) memory;
+  // throws Error naming `what` when the device is out of memory.
+  DeviceBuffer create_buffer(VkDeviceSize size, bool host_visible, const std::string& what);
+  void destroy_buffer(DeviceBuffer& buffer);
+
+  // Records commands into a fresh command buffer, submits it and waits.
+  void run_now(const std::function<void(VkCommandBuffer)>& record);
+
+ private:
+  Instance instance_;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  std::string name_;
+  bool has_float64_ = false;
+  VkDeviceSize storage_offset_alignment_ = 256;
+  VkDeviceSize max_storage_range_ = 1u << 27;
+  VkDeviceSize max_allocation_ = ~VkDeviceSize{0};
+  VkPhysicalDeviceMemoryProperties memory_{};
+  VkCommandPool transfer_pool_ = VK_NULL_HANDLE;
+  VkCommandBuffer transfer_cmd_ = VK_NULL_HANDLE;
+  VkFence transfer_fence_ = VK_NULL_HANDLE;
+};
+
+// A barrier making every earlier shader or transfer write visible to every
+// later shader or transfer access: the backend's one kind of dependency.
+void full_barrier(VkCommandBuffer cmd);
+
+}  // namespace qlens::vulkan

@@ -1,0 +1,128 @@
+// Add, Mul, Scale, Silu (shaders/elementwise.comp) and Cpy, Cont
+// (shaders/copy.comp): one thread per element, any strides.
+#include <limits>
+
+#include "backend/vulkan/vk_ops.h"
+#include "qlens/error.h"
+
+namespace qlens::vulkan {
+
+namespace {
+
+constexpr uint64_t kElementwiseGroup = 256;  // local_size_x of both shaders
+
+struct ElementwisePush {
+  uint32_t ne[4];
+  uint32_t a_nb[4];
+  uint32_t b_ne[4];
+  uint32_t b_nb[4];
+  uint32_t d_nb[4];
+  uint32_t a_off, b_off, d_off;
+  float param;
+};
+
+struct CopyPush {
+  uint32_t a_ne[4];
+  uint32_t a_nb[4];
+  uint32_t d_ne[4];
+  uint32_t d_nb[4];
+  uint32_t a_off, d_off, n;
+};
+
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+const char* float_type_suffix(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    default: throw Error("vulkan: copy of type " + std::string(type_name(t)));
+  }
+}
+
+void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
+  for (int i = 0; i < 4; ++i) dst[i] = src[i];
+}
+
+}  // namespace
+
+size_t element_bytes(DType type) {
+  switch (type) {
+    case DType::F32:
+    case DType::I32: return 4;
+    case DType::F16:
+    case DType::BF16: return 2;
+    default: return 0;
+  }
+}
+
+bool indexable(const Tensor& t, size_t bytes) {
+  if (bytes == 0 || t.nelements() > std::numeric_limits<uint32_t>::max()) return false;
+  for (int i = 0; i < kMaxDims; ++i)
+    if (t.nb[i] % bytes != 0) return false;
+  return true;
+}
+
+bool supports_elementwise(const Tensor& node) {
+  const Tensor* a = node.src[0];
+  if (!a) return false;
+  switch (node.op) {
+    case Op::Add:
+    case Op::Mul:
+      return node.src[1] && a->type == DType::F32 && node.src[1]->type == DType::F32 && node.type == DType::F32 &&
+             indexable(*a, 4) && indexable(*node.src[1], 4) && indexable(node, 4);
+    case Op::Scale:
+    case Op::Silu: return a->type == DType::F32 && node.type == DType::F32 && indexable(*a, 4) && indexable(node, 4);
+    case Op::Cpy: {
+      const Tensor* b = node.src[1];
+      return b && is_float_type(a->type) && is_float_type(b->type) && indexable(*a, element_bytes(a->type)) &&
+             indexable(*b, element_bytes(b->type));
+    }
+    case Op::Cont:
+      return is_float_type(a->type) && node.type == a->type && indexable(*a, element_bytes(a->type)) &&
+             indexable(node, element_bytes(node.type));
+    default: return false;
+  }
+}
+
+void record_elementwise(Recorder& r, const Tensor& node) {
+  const Tensor& a = *node.src[0];
+  // Unary ops bind a in b's place: the shader does not read it.
+  const Tensor& b = node.src[1] ? *node.src[1] : a;
+  const Bound ba = r.bind(a, "source"), bb = r.bind(b, "source"), bd = r.bind(node, "result");
+  ElementwisePush p{};
+  copy4(p.ne, shape_u32(node));
+  copy4(p.a_nb, element_strides(a, 4));
+  copy4(p.b_ne, shape_u32(b));
+  copy4(p.b_nb, element_strides(b, 4));
+  copy4(p.d_nb, element_strides(node, 4));
+  p.a_off = ba.offset_in(4, "'" + a.name + "'");
+  p.b_off = bb.offset_in(4, "'" + b.name + "'");
+  p.d_off = bd.offset_in(4, "'" + node.name + "'");
+  p.param = node.op == Op::Scale ? node.param_f(0) : 0.0f;
+  const char* shader = node.op == Op::Add ? "add" : node.op == Op::Mul ? "mul" : node.op == Op::Scale ? "scale" : "silu";
+  r.dispatch(shader, {ba, bb, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
+}
+
+void record_copy(Recorder& r, const Tensor& node) {
+  const Tensor& a = *node.src[0];
+  // Cpy writes into its destination src[1] (the node is a view of it);
+  // Cont into the node.
+  const Tensor& d = node.op == Op::Cpy ? *node.src[1] : node;
+  if (a.nelements() != d.nelements())
+    throw Error("vulkan: " + std::string(op_name(node.op)) + " '" + node.name + "': element counts differ");
+  const size_t ea = element_bytes(a.type), ed = element_bytes(d.type);
+  const Bound ba = r.bind(a, "source"), bd = r.bind(d, "destination");
+  CopyPush p{};
+  copy4(p.a_ne, shape_u32(a));
+  copy4(p.a_nb, element_strides(a, ea));
+  copy4(p.d_ne, shape_u32(d));
+  copy4(p.d_nb, element_strides(d, ed));
+  p.a_off = ba.offset_in(ea, "'" + a.name + "'");
+  p.d_off = bd.offset_in(ed, "'" + d.name + "'");
+  p.n = static_cast<uint32_t>(a.nelements());
+  const std::string shader = std::string("copy_") + float_type_suffix(a.type) + "_" + float_type_suffix(d.type);
+  r.dispatch(shader, {ba, bd}, p, ceil_div(static_cast<uint64_t>(p.n), kElementwiseGroup));
+}
+
+}  // namespace qlens::vulkan

@@ -1,0 +1,41 @@
+// The ops, one family per file: what each can compute (supports_*) and the
+// recording of a node (record_*). Sources and results are in the device's
+// memory; every op indexes by ne/nb so views of any strides work.
+#pragma once
+
+#include "backend/vulkan/vk_recorder.h"
+#include "qlens/tensor.h"
+
+namespace qlens::vulkan {
+
+// The activation rows up to which mul_mat takes the matrix-vector path
+// (= MAX_COLS in shaders/mul_mat_vec.comp).
+constexpr int64_t kMulMatVecMaxCols = 8;
+
+// Whether mul_mat and get_rows read this weight type (weight_types.glsl),
+// and its shader-name suffix ("q8_0").
+bool is_weight_type(DType type);
+std::string weight_type_suffix(DType type);
+
+// vk_elementwise.cpp: Add, Mul, Scale, Silu, Cpy, Cont.
+bool supports_elementwise(const Tensor& node);
+void record_elementwise(Recorder& r, const Tensor& node);
+void record_copy(Recorder& r, const Tensor& node);
+
+// vk_rows.cpp: RmsNorm, SoftMax, Rope.
+bool supports_row_op(const Tensor& node);
+void record_rms_norm(Recorder& r, const Tensor& node);
+void record_soft_max(Recorder& r, const Tensor& node);
+void record_rope(Recorder& r, const Tensor& node);
+
+// vk_matmul.cpp: MulMat and GetRows.
+bool supports_matmul(const Tensor& node);
+void record_mul_mat(Recorder& r, const Tensor& node);
+void record_get_rows(Recorder& r, const Tensor& node);
+
+// Whether every stride of t is a whole number of elements and the tensor
+// has fewer than 2^32 elements (the shaders index with 32-bit integers).
+bool indexable(const Tensor& t, size_t element_bytes);
+size_t element_bytes(DType type);  // 4 for F32 and I32, 2 for F16 and BF16
+
+}  // namespace qlens::vulkan

@@ -1,0 +1,118 @@
+// Ops along rows: RmsNorm and SoftMax (a workgroup per row, reductions in
+// shared memory) and Rope (a thread per element).
+#include <cmath>
+
+#include "backend/vulkan/vk_ops.h"
+#include "qlens/error.h"
+
+namespace qlens::vulkan {
+
+namespace {
+
+constexpr uint64_t kRopeGroup = 256;  // local_size_x of shaders/rope.comp
+
+struct RmsNormPush {
+  uint32_t ne[4];
+  uint32_t a_nb[4];
+  uint32_t d_nb[4];
+  uint32_t a_off, d_off;
+  float eps;
+};
+
+struct SoftMaxPush {
+  uint32_t ne[4];
+  uint32_t a_nb[4];
+  uint32_t d_nb[4];
+  uint32_t m_ne[4];
+  uint32_t m_nb[4];
+  uint32_t a_off, d_off, m_off, has_mask;
+  float scale;
+};
+
+struct RopePush {
+  uint32_t ne[4];
+  uint32_t a_nb[4];
+  uint32_t d_nb[4];
+  uint32_t a_off, d_off, pos_off, pos_nb0;
+  uint32_t n_dims, neox;
+  float freq_scale, theta_scale_hi, theta_scale_lo;
+};
+
+void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
+  for (int i = 0; i < 4; ++i) dst[i] = src[i];
+}
+
+std::string quoted(const Tensor& t) { return "'" + t.name + "'"; }
+
+}  // namespace
+
+bool supports_row_op(const Tensor& node) {
+  const Tensor* a = node.src[0];
+  if (!a || a->type != DType::F32 || node.type != DType::F32 || !indexable(*a, 4) || !indexable(node, 4)) return false;
+  switch (node.op) {
+    case Op::RmsNorm: return true;
+    case Op::SoftMax: return !node.src[1] || (node.src[1]->type == DType::F32 && indexable(*node.src[1], 4));
+    case Op::Rope:
+      return node.src[1] && node.src[1]->type == DType::I32 && indexable(*node.src[1], 4) &&
+             (node.params[1] == static_cast<int32_t>(RopeMode::Normal) ||
+              node.params[1] == static_cast<int32_t>(RopeMode::NeoX));
+    default: return false;
+  }
+}
+
+void record_rms_norm(Recorder& r, const Tensor& node) {
+  const Tensor& a = *node.src[0];
+  const Bound ba = r.bind(a, "source"), bd = r.bind(node, "result");
+  RmsNormPush p{};
+  copy4(p.ne, shape_u32(node));
+  copy4(p.a_nb, element_strides(a, 4));
+  copy4(p.d_nb, element_strides(node, 4));
+  p.a_off = ba.offset_in(4, quoted(a));
+  p.d_off = bd.offset_in(4, quoted(node));
+  p.eps = node.param_f(0);
+  r.dispatch("rms_norm", {ba, bd}, p, static_cast<uint64_t>(node.nrows()));
+}
+
+void record_soft_max(Recorder& r, const Tensor& node) {
+  const Tensor& a = *node.src[0];
+  const Tensor* mask = node.src[1];
+  const Bound ba = r.bind(a, "source"), bd = r.bind(node, "result");
+  const Bound bm = mask ? r.bind(*mask, "mask") : ba;  // without a mask the shader does not read it
+  SoftMaxPush p{};
+  copy4(p.ne, shape_u32(node));
+  copy4(p.a_nb, element_strides(a, 4));
+  copy4(p.d_nb, element_strides(node, 4));
+  copy4(p.m_ne, mask ? shape_u32(*mask) : std::array<uint32_t, 4>{1, 1, 1, 1});
+  copy4(p.m_nb, mask ? element_strides(*mask, 4) : std::array<uint32_t, 4>{0, 0, 0, 0});
+  p.a_off = ba.offset_in(4, quoted(a));
+  p.d_off = bd.offset_in(4, quoted(node));
+  p.m_off = mask ? bm.offset_in(4, quoted(*mask)) : 0;
+  p.has_mask = mask ? 1 : 0;
+  p.scale = node.param_f(0);
+  r.dispatch("soft_max", {ba, bm, bd}, p, static_cast<uint64_t>(node.nrows()));
+}
+
+void record_rope(Recorder& r, const Tensor& node) {
+  const Tensor& a = *node.src[0];
+  const Tensor& pos = *node.src[1];
+  const Bound ba = r.bind(a, "source"), bp = r.bind(pos, "positions"), bd = r.bind(node, "result");
+  RopePush p{};
+  copy4(p.ne, shape_u32(node));
+  copy4(p.a_nb, element_strides(a, 4));
+  copy4(p.d_nb, element_strides(node, 4));
+  p.a_off = ba.offset_in(4, quoted(a));
+  p.d_off = bd.offset_in(4, quoted(node));
+  p.pos_off = bp.offset_in(4, quoted(pos));
+  p.pos_nb0 = element_strides(pos, 4)[0];
+  p.n_dims = static_cast<uint32_t>(node.params[0]);
+  p.neox = node.params[1] == static_cast<int32_t>(RopeMode::NeoX) ? 1 : 0;
+  p.freq_scale = node.param_f(3);
+  // theta_scale = base^(-2/n_dims) in double, handed over as hi + lo floats.
+  const double theta_scale = std::pow(static_cast<double>(node.param_f(2)), -2.0 / static_cast<double>(p.n_dims));
+  p.theta_scale_hi = static_cast<float>(theta_scale);
+  p.theta_scale_lo = static_cast<float>(theta_scale - static_cast<double>(p.theta_scale_hi));
+  r.dispatch(r.has_float64() ? "rope_f64" : "rope_f32", {ba, bp, bd}, p,
+             ceil_div(static_cast<uint64_t>(node.nelements()), kRopeGroup));
+}
+
+}  // namespace qlens::vulkan

@@ -1,0 +1,217 @@
+// Taps on the device (see vk_taps.h and shaders/tap_*.comp).
+#include "backend/vulkan/vk_taps.h"
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/vulkan/vk_backend.h"
+#include "backend/vulkan/vk_ops.h"
+#include "qlens/error.h"
+
+namespace qlens::vulkan {
+
+namespace {
+
+constexpr uint32_t kTapSlots = 64;    // TAP_SLOTS of shaders/tap_common.glsl: workgroups of Stats/ErrorStats
+constexpr uint64_t kColumnGroup = 64;  // local_size_x of shaders/tap_column_sum_sq.comp
+constexpr uint32_t kStatsAcc = 4, kStatsCounts = 4;  // per slot: min, max, sum, sum_sq; count, nan, inf, (pad)
+constexpr uint32_t kErrorAcc = 5, kErrorCounts = 2;  // per slot: diff^2, a^2, b^2, ab, max|diff|; count, non-finite
+
+struct ColumnPush {
+  uint32_t ne[4];
+  uint32_t nb[4];
+  uint32_t x_off;
+};
+struct StatsPush {
+  uint32_t ne[4];
+  uint32_t nb[4];
+  uint32_t x_off, n;
+};
+struct ErrorPush {
+  uint32_t ne[4];
+  uint32_t a_nb[4];
+  uint32_t b_nb[4];
+  uint32_t a_off, b_off, n;
+};
+
+void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
+  for (int i = 0; i < 4; ++i) dst[i] = src[i];
+}
+
+class VulkanTapState final : public TapState {
+ public:
+  VulkanTapState(VulkanBackend& backend, TapKind k, int64_t n_columns)
+      : backend_(backend), kind(k), columns(n_columns), f64(backend.device().has_float64()) {
+    const size_t acc_values = kind == TapKind::ColumnSumSq ? static_cast<size_t>(n_columns)
+                              : kind == TapKind::Stats     ? kTapSlots * kStatsAcc
+                                                           : kTapSlots * kErrorAcc;
+    const size_t count_values = kind == TapKind::Stats ? kTapSlots * kStatsCounts
+                                : kind == TapKind::ErrorStats ? kTapSlots * kErrorCounts
+                                                              : 1;
+    acc = backend.device().create_buffer(acc_values * acc_bytes(), false, std::string(tap_kind_name(kind)) + " tap");
+    counts = backend.device().create_buffer(count_values * 4, false, std::string(tap_kind_name(kind)) + " tap");
+    clear();
+  }
+  ~VulkanTapState() override {
+    backend_.synchronize_quietly();
+    backend_.device().destroy_buffer(acc);
+    backend_.device().destroy_buffer(counts);
+  }
+
+  size_t acc_bytes() const { return f64 ? 8 : 4; }
+  size_t acc_values() const { return acc.size / acc_bytes(); }
+
+  // The accumulators as doubles, whatever the device accumulates in.
+  std::vector<double> read_acc() {
+    std::vector<char> raw(acc_values() * acc_bytes());
+    backend_.download(acc, 0, raw.data(), raw.size());
+    std::vector<double> out(acc_values());
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (f64) {
+        std::memcpy(&out[i], raw.data() + 8 * i, 8);
+      } else {
+        float f;
+        std::memcpy(&f, raw.data() + 4 * i, 4);
+        out[i] = f;
+      }
+    }
+    return out;
+  }
+  std::vector<uint32_t> read_counts() {
+    std::vector<uint32_t> out(counts.size / 4);
+    backend_.download(counts, 0, out.data(), out.size() * 4);
+    return out;
+  }
+
+  // Zeros, with min = +Inf and max = -Inf for Stats.
+  void clear() {
+    std::vector<double> init(acc_values(), 0.0);
+    if (kind == TapKind::Stats)
+      for (uint32_t s = 0; s < kTapSlots; ++s) {
+        init[s * kStatsAcc] = std::numeric_limits<double>::infinity();
+        init[s * kStatsAcc + 1] = -std::numeric_limits<double>::infinity();
+      }
+    std::vector<char> raw(init.size() * acc_bytes());
+    for (size_t i = 0; i < init.size(); ++i) {
+      if (f64) {
+        std::memcpy(raw.data() + 8 * i, &init[i], 8);
+      } else {
+        const float f = static_cast<float>(init[i]);
+        std::memcpy(raw.data() + 4 * i, &f, 4);
+      }
+    }
+    backend_.upload(acc, 0, raw.data(), raw.size());
+    const std::vector<uint32_t> zeros(counts.size / 4, 0);
+    backend_.upload(counts, 0, zeros.data(), counts.size);
+    rows = 0;
+  }
+
+  VulkanBackend& backend_;
+  TapKind kind;
+  int64_t columns;
+  bool f64;
+  DeviceBuffer acc, counts;
+  int64_t rows = 0;  // ColumnSumSq: known when recording
+};
+
+}  // namespace
+
+std::unique_ptr<TapState> make_tap_state(VulkanBackend& backend, TapKind kind, int64_t n_columns) {
+  return std::make_unique<VulkanTapState>(backend, kind, n_columns);
+}
+
+void read_tap(VulkanBackend& backend, TapState& state, TapResult& into, bool reset) {
+  auto* st = dynamic_cast<VulkanTapState*>(&state);
+  if (!st) throw Error(backend.name() + ": read_tap on a state of another backend");
+  backend.synchronize();
+  TapResult mine;
+  mine.kind = st->kind;
+  const std::vector<double> acc = st->read_acc();
+  if (st->kind == TapKind::ColumnSumSq) {
+    mine.column_sum_sq = acc;
+    mine.rows = st->rows;
+  } else {
+    const std::vector<uint32_t> counts = st->read_counts();
+    for (uint32_t s = 0; s < kTapSlots; ++s) {
+      if (st->kind == TapKind::Stats) {
+        NodeStats n;
+        n.min = acc[s * kStatsAcc];
+        n.max = acc[s * kStatsAcc + 1];
+        n.sum = acc[s * kStatsAcc + 2];
+        n.sum_sq = acc[s * kStatsAcc + 3];
+        n.count = counts[s * kStatsCounts];
+        n.nan = counts[s * kStatsCounts + 1];
+        n.inf = counts[s * kStatsCounts + 2];
+        mine.stats.merge(n);
+      } else {
+        ErrorStats e;
+        e.sum_sq_diff = acc[s * kErrorAcc];
+        e.sum_sq_a = acc[s * kErrorAcc + 1];
+        e.sum_sq_b = acc[s * kErrorAcc + 2];
+        e.sum_ab = acc[s * kErrorAcc + 3];
+        e.max_abs_diff = acc[s * kErrorAcc + 4];
+        e.count = counts[s * kErrorCounts];
+        e.non_finite = counts[s * kErrorCounts + 1];
+        mine.error.merge(e);
+      }
+    }
+  }
+  into.merge(mine);
+  if (reset) st->clear();
+}
+
+void record_tap(Recorder& r, const TapWork& tap, const Tensor& node) {
+  auto fail = [&](const std::string& what) {
+    throw Error(r.device_name() + ": " + tap_kind_name(tap.kind) + " tap on '" + node.name + "': " + what);
+  };
+  auto* st = dynamic_cast<VulkanTapState*>(tap.state);
+  if (!st) fail("the state is not this backend's");
+  if (st->kind != tap.kind) fail("state of another kind");
+  const std::string acc_type = st->f64 ? "_f64" : "_f32";
+  switch (tap.kind) {
+    case TapKind::ColumnSumSq: {
+      const Tensor* x = node.src[1];
+      if (node.op != Op::MulMat || !x || x->type != DType::F32) fail("needs a MUL_MAT with F32 activations");
+      if (x->ne[0] != st->columns)
+        fail(std::to_string(x->ne[0]) + " columns, the tap has " + std::to_string(st->columns));
+      const Bound bx = r.bind(*x, "activations"), bacc = r.bind(st->acc);
+      ColumnPush p{};
+      copy4(p.ne, shape_u32(*x));
+      copy4(p.nb, element_strides(*x, 4));
+      p.x_off = bx.offset_in(4, "'" + x->name + "'");
+      r.dispatch("tap_column_sum_sq" + acc_type, {bx, bacc}, p, ceil_div(static_cast<uint64_t>(x->ne[0]), kColumnGroup));
+      st->rows += x->nrows();
+      break;
+    }
+    case TapKind::Stats: {
+      if (node.type != DType::F32 || !indexable(node, 4)) fail("needs an F32 node");
+      const Bound bx = r.bind(node, "node");
+      StatsPush p{};
+      copy4(p.ne, shape_u32(node));
+      copy4(p.nb, element_strides(node, 4));
+      p.x_off = bx.offset_in(4, "'" + node.name + "'");
+      p.n = static_cast<uint32_t>(node.nelements());
+      r.dispatch("tap_stats" + acc_type, {bx, r.bind(st->acc), r.bind(st->counts)}, p, kTapSlots);
+      break;
+    }
+    case TapKind::ErrorStats: {
+      const Tensor* other = tap.other;
+      if (node.type != DType::F32 || !other || other->type != DType::F32 || !same_shape(node, *other) ||
+          !indexable(node, 4) || !indexable(*other, 4))
+        fail("needs two F32 tensors of the same shape");
+      const Bound ba = r.bind(node, "node"), bb = r.bind(*other, "second tensor");
+      ErrorPush p{};
+      copy4(p.ne, shape_u32(node));
+      copy4(p.a_nb, element_strides(node, 4));
+      copy4(p.b_nb, element_strides(*other, 4));
+      p.a_off = ba.offset_in(4, "'" + node.name + "'");
+      p.b_off = bb.offset_in(4, "'" + other->name + "'");
+      p.n = static_cast<uint32_t>(node.nelements());
+      r.dispatch("tap_error_stats" + acc_type, {ba, bb, r.bind(st->acc), r.bind(st->counts)}, p, kTapSlots);
+      break;
+    }
+  }
+}
+
+}  // namespace qlens::vulkan

@@ -1,0 +1,78 @@
+# The Vulkan backend: shaders compiled to SPIR-V by glslc at build time and
+# embedded into the library as byte arrays (a generated .cpp in the build
+# tree). Included by the root CMakeLists when QLENS_VULKAN is ON.
+
+set(QLENS_VK_DIR ${CMAKE_SOURCE_DIR}/src/backend/vulkan)
+set(QLENS_VK_SHADER_DIR ${QLENS_VK_DIR}/shaders)
+set(QLENS_VK_OUT ${CMAKE_BINARY_DIR}/vulkan_shaders)
+file(MAKE_DIRECTORY ${QLENS_VK_OUT})
+
+# Variants: "name|source|defines" (defines separated by spaces).
+set(QLENS_VK_VARIANTS
+  "add|elementwise.comp|-DOP_ADD"
+  "mul|elementwise.comp|-DOP_MUL"
+  "scale|elementwise.comp|-DOP_SCALE"
+  "silu|elementwise.comp|-DOP_SILU"
+  "rms_norm|rms_norm.comp|"
+  "soft_max|soft_max.comp|"
+  "rope_f32|rope.comp|"
+  "rope_f64|rope.comp|-DROPE_F64"
+)
+foreach(src F32 F16 BF16)
+  foreach(dst F32 F16 BF16)
+    string(TOLOWER "copy_${src}_${dst}" name)
+    list(APPEND QLENS_VK_VARIANTS "${name}|copy.comp|-DSRC_${src} -DDST_${dst}")
+  endforeach()
+endforeach()
+# The weight types of mul_mat and get_rows: one line per type here and one
+# section in shaders/weight_types.glsl.
+foreach(type F32 F16 BF16 Q8_0 Q4_0)
+  string(TOLOWER ${type} t)
+  list(APPEND QLENS_VK_VARIANTS
+    "get_rows_${t}|get_rows.comp|-DTYPE_${type}"
+    "mul_mat_vec_${t}|mul_mat_vec.comp|-DTYPE_${type}"
+    "mul_mat_${t}|mul_mat.comp|-DTYPE_${type}")
+endforeach()
+foreach(tap column_sum_sq stats error_stats)
+  list(APPEND QLENS_VK_VARIANTS
+    "tap_${tap}_f32|tap_${tap}.comp|"
+    "tap_${tap}_f64|tap_${tap}.comp|-DACC_F64")
+endforeach()
+
+file(GLOB QLENS_VK_SHADER_SOURCES CONFIGURE_DEPENDS ${QLENS_VK_SHADER_DIR}/*.comp ${QLENS_VK_SHADER_DIR}/*.glsl)
+set(QLENS_VK_SPV)
+set(QLENS_VK_NAMES)
+foreach(variant ${QLENS_VK_VARIANTS})
+  string(REPLACE "|" ";" parts "${variant}")
+  list(GET parts 0 name)
+  list(GET parts 1 source)
+  list(LENGTH parts n)
+  set(defines)
+  if(n GREATER 2)
+    list(GET parts 2 define_string)
+    separate_arguments(defines UNIX_COMMAND "${define_string}")
+  endif()
+  set(spv ${QLENS_VK_OUT}/${name}.spv)
+  add_custom_command(
+    OUTPUT ${spv}
+    COMMAND ${QLENS_GLSLC} --target-env=vulkan1.2 -O -Werror ${defines} -I ${QLENS_VK_SHADER_DIR}
+            -o ${spv} ${QLENS_VK_SHADER_DIR}/${source}
+    DEPENDS ${QLENS_VK_SHADER_SOURCES}
+    COMMENT "glslc ${name}"
+    VERBATIM)
+  list(APPEND QLENS_VK_SPV ${spv})
+  list(APPEND QLENS_VK_NAMES ${name})
+endforeach()
+
+set(QLENS_VK_EMBEDDED ${QLENS_VK_OUT}/vk_shaders_embedded.cpp)
+add_custom_command(
+  OUTPUT ${QLENS_VK_EMBEDDED}
+  COMMAND ${CMAKE_COMMAND} -DSPV_DIR=${QLENS_VK_OUT} "-DNAMES=${QLENS_VK_NAMES}" -DOUTPUT=${QLENS_VK_EMBEDDED}
+          -P ${QLENS_VK_DIR}/embed_spirv.cmake
+  DEPENDS ${QLENS_VK_SPV} ${QLENS_VK_DIR}/embed_spirv.cmake
+  COMMENT "Embedding the SPIR-V shaders"
+  VERBATIM)
+
+target_sources(qlens_lib PRIVATE ${QLENS_VK_EMBEDDED})
+target_compile_definitions(qlens_lib PUBLIC QLENS_VULKAN)
+target_link_libraries(qlens_lib PUBLIC Vulkan::Vulkan)

@@ -1,0 +1,155 @@
+// stories260K on the Vulkan backend (lavapipe in CI): logits, greedy text,
+// partial offload, imatrix, perplexity and compare against the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/text_file.h"
+#include "qlens/backend.h"
+#include "qlens/context_pair.h"
+#include "qlens/model.h"
+#include "test_util.h"
+#include "tools/compare.h"
+#include "tools/imatrix.h"
+#include "tools/perplexity.h"
+
+namespace qlens {
+namespace {
+
+constexpr const char* kStories = "models/stories260K.gguf";
+constexpr const char* kText = "data/tinystories/tinystories_val.txt";
+
+bool have_vulkan() {
+  for (const DeviceInfo& d : list_devices())
+    if (d.id.rfind("vulkan:", 0) == 0) return true;
+  return false;
+}
+
+#define QLENS_REQUIRE_VULKAN()                                                                        \
+  if (!have_vulkan())                                                                                 \
+  GTEST_SKIP() << "no Vulkan device (build without Vulkan, or no driver: install mesa-vulkan-drivers)"
+
+ContextOptions opts(const std::string& device, int ngl = -1) {
+  ContextOptions o;
+  o.n_ctx = 256;
+  o.n_batch = 128;
+  o.n_threads = 2;
+  o.device = device;
+  o.n_gpu_layers = ngl;
+  return o;
+}
+
+double nmse(std::span<const float> ref, std::span<const float> x) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    e += (double(ref[i]) - x[i]) * (double(ref[i]) - x[i]);
+    r += double(ref[i]) * ref[i];
+  }
+  return e / r;
+}
+
+std::vector<Token> greedy(Context& ctx, std::vector<Token> prompt, int n) {
+  std::vector<Token> out;
+  EXPECT_TRUE(ctx.decode(prompt, false));
+  for (int i = 0; i < n; ++i) {
+    auto l = ctx.last_logits();
+    const Token t = static_cast<Token>(std::max_element(l.begin(), l.end()) - l.begin());
+    out.push_back(t);
+    const Token one[1] = {t};
+    EXPECT_TRUE(ctx.decode(one, false));
+  }
+  return out;
+}
+
+TEST(VulkanModel, LogitsAndGreedyTextMatchTheCpuFullyAndPartlyOffloaded) {
+  QLENS_REQUIRE_VULKAN();
+  QLENS_REQUIRE_SHARED(path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  auto m = Model::load(path);
+  auto tokens = m->vocab().tokenize(read_text_file(text_path), true);
+  tokens.resize(128);
+  Context cpu(*m, opts("cpu"));
+  ASSERT_TRUE(cpu.decode(tokens, true));
+  for (int ngl : {-1, 2}) {
+    Context vk(*m, opts("vulkan:0", ngl));
+    EXPECT_EQ(vk.n_offloaded_layers(), ngl < 0 ? m->hparams().n_layer : 2);
+    ASSERT_TRUE(vk.decode(tokens, true));
+    double worst = 0;
+    for (int64_t i = 0; i < 128; ++i) worst = std::max(worst, nmse(cpu.logits(i), vk.logits(i)));
+    EXPECT_LE(worst, 1e-6) << "ngl " << ngl;
+    std::printf("ngl %d: worst per-token logits NMSE %.3g\n", ngl, worst);
+  }
+  const std::vector<Token> prompt = m->vocab().tokenize("Once upon a time", true);
+  Context c1(*m, opts("cpu")), c2(*m, opts("vulkan:0"));
+  EXPECT_EQ(greedy(c1, prompt, 40), greedy(c2, prompt, 40));
+}
+
+TEST(VulkanModel, PerplexityAndImatrixEqualTheCpu) {
+  QLENS_REQUIRE_VULKAN();
+  QLENS_REQUIRE_SHARED(path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  auto m = Model::load(path);
+  const auto tokens = m->vocab().tokenize(read_text_file(text_path), true);
+  tools::PerplexityOptions po;
+  po.n_ctx = 128;
+  po.n_batch = 128;
+  po.max_chunks = 3;
+  po.n_threads = 2;
+  const double ppl_cpu = tools::perplexity(*m, tokens, po).ppl;
+  po.device = "vulkan:0";
+  const double ppl_vk = tools::perplexity(*m, tokens, po).ppl;
+  EXPECT_LE(std::fabs(ppl_vk / ppl_cpu - 1), 1e-4) << ppl_cpu << " vs " << ppl_vk;
+
+  // An F32 KV cache: with F16, a last-bit difference in a key can round to
+  // another half and the backends differ by 1e-3 in that element.
+  tools::ImatrixOptions io;
+  io.cache_type = DType::F32;
+  io.n_ctx = 128;
+  io.n_batch = 128;
+  io.max_chunks = 2;
+  io.n_threads = 2;
+  tools::Imatrix on_cpu, on_vk;
+  tools::collect_imatrix(*m, tokens, io, on_cpu);
+  io.device = "vulkan:0";
+  tools::collect_imatrix(*m, tokens, io, on_vk);
+  ASSERT_EQ(on_cpu.entries.size(), on_vk.entries.size());
+  for (const auto& [name, e] : on_cpu.entries) {
+    const auto& v = on_vk.entries.at(name);
+    EXPECT_EQ(v.counts, e.counts) << name;
+    for (int64_t k = 0; k < e.n_cols; ++k)
+      ASSERT_LE(std::fabs(v.sum2[k] - e.sum2[k]), 1e-5 * std::fabs(e.sum2[k])) << name << " column " << k;
+  }
+}
+
+TEST(VulkanModel, CompareCpuWithVulkanShowsOnlyRounding) {
+  QLENS_REQUIRE_VULKAN();
+  QLENS_REQUIRE_SHARED(path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  auto m = Model::load(path);
+  const auto tokens = m->vocab().tokenize(read_text_file(text_path), true);
+  tools::CompareOptions co;
+  co.cache_type = DType::F32;  // see above
+  co.n_ctx = 128;
+  co.n_batch = 128;
+  co.max_chunks = 2;
+  co.n_threads = 2;
+  co.device_ref = "cpu";
+  co.device = "vulkan:0";
+  const auto r = tools::compare_models(*m, *m, tokens, co);
+  ASSERT_GT(r.nodes.size(), 80u);
+  double worst = 0;
+  std::string where;
+  for (const auto& n : r.nodes)
+    if (n.nmse() > worst) {
+      worst = n.nmse();
+      where = n.name;
+    }
+  std::printf("CPU vs Vulkan: worst node NMSE %.3g (%s), mean KLD %.3g\n", worst, where.c_str(),
+              r.logits.kld_mean.value);
+  EXPECT_LE(worst, 1e-9) << where;
+  EXPECT_LE(r.logits.kld_mean.value, 1e-8);
+  EXPECT_GE(r.logits.same_top.value, 0.99);
+}
+
+}  // namespace
+}  // namespace qlens
