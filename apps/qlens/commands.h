@@ -15,5 +15,7 @@ int cmd_quantize_stats(int argc, char** argv);
 int cmd_imatrix(int argc, char** argv);
 int cmd_devices(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
+int cmd_sensitivity(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
 
 }  // namespace qlens::cli

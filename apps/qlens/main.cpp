@@ -24,6 +24,8 @@ constexpr Command kCommands[] = {
     {"quantize-stats", qlens::cli::cmd_quantize_stats, "quantization error of every weight for each type"},
     {"bench", qlens::cli::cmd_bench, "prompt-processing and generation speed, as llama-bench measures them"},
     {"compare", qlens::cli::cmd_compare, "compare a reference and a test model node by node, with KL divergence"},
+    {"sensitivity", qlens::cli::cmd_sensitivity, "how much each tensor matters: KL divergence when only it is quantized"},
+    {"plan", qlens::cli::cmd_plan, "choose a type per tensor under a size budget from a sensitivity table"},
     {"devices", qlens::cli::cmd_devices, "list the devices models can run on (cpu, vulkan:N)"},
     {"synth", qlens::cli::cmd_synth, "write a llama model with random weights of realistic shapes"},
 };

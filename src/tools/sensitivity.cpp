@@ -1,0 +1,562 @@
+#include "tools/sensitivity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include "core/json_reader.h"
+#include "core/json_writer.h"
+#include "qlens/error.h"
+#include "tools/imatrix_file.h"
+
+namespace qlens::tools {
+
+std::vector<DType> default_sensitivity_types() {
+  return {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
+          DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::F16};
+}
+
+std::string tensor_role(const std::string& name) {
+  std::string s = name;
+  if (s.rfind("blk.", 0) == 0) {
+    const size_t dot = s.find('.', 4);
+    if (dot != std::string::npos) s = s.substr(dot + 1);
+  }
+  const std::string suffix = ".weight";
+  if (s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
+    s.resize(s.size() - suffix.size());
+  return s;
+}
+
+namespace {
+
+int layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  return std::atoi(name.c_str() + 4);
+}
+
+// The reference's output distribution, compactly: per scored token the top-K
+// log-probabilities, the log of the remaining mass, and the next token's nll.
+struct Reference {
+  int64_t k = 0;
+  std::vector<int32_t> index;   // [tokens][k]
+  std::vector<float> logp;      // [tokens][k]
+  std::vector<double> log_rest;  // [tokens]
+  std::vector<double> nll;       // [tokens]
+};
+
+void log_softmax(std::span<const float> logits, std::vector<double>& out) {
+  out.resize(logits.size());
+  const double mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (size_t i = 0; i < logits.size(); ++i) sum += std::exp(logits[i] - mx);
+  const double lse = mx + std::log(sum);
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
+}
+
+// log(1 - exp(log_mass)) for a mass below 1, kept finite.
+double log_complement(double mass) { return std::log(std::max(1.0 - mass, 1e-30)); }
+
+struct Evaluation {
+  double kld_mean = 0, kld_error = 0, nll_mean = 0;
+};
+
+class Runner {
+ public:
+  Runner(const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt)
+      : model_(model), tokens_(tokens), opt_(opt) {
+    const int64_t n_ctx = opt.n_ctx;
+    const int64_t available = static_cast<int64_t>(tokens.size()) / n_ctx;
+    if (available == 0)
+      throw Error("sensitivity: the text has " + std::to_string(tokens.size()) +
+                  " tokens, fewer than one chunk of -c " + std::to_string(n_ctx));
+    n_chunks_ = std::min(opt.max_chunks > 0 ? opt.max_chunks : available, available);
+    ContextOptions copt;
+    copt.n_ctx = n_ctx;
+    copt.n_batch = std::min(opt.n_batch > 0 ? opt.n_batch : n_ctx, n_ctx);
+    copt.n_threads = opt.n_threads;
+    ctx_ = std::make_unique<Context>(model, copt);
+  }
+
+  Context& context() { return *ctx_; }
+  int64_t n_chunks() const { return n_chunks_; }
+
+  // Runs every chunk; for each scored token calls score(logits, position in text).
+  template <class F>
+  void run(F&& score) {
+    const int64_t n_ctx = opt_.n_ctx;
+    const Vocab& vocab = model_.vocab();
+    const bool add_bos = vocab.add_bos() && vocab.bos() >= 0;
+    std::vector<Token> chunk(n_ctx);
+    for (int64_t c = 0; c < n_chunks_; ++c) {
+      std::copy_n(tokens_.begin() + c * n_ctx, n_ctx, chunk.begin());
+      if (add_bos) chunk[0] = vocab.bos();
+      ctx_->clear();
+      if (!ctx_->decode(chunk, true)) throw Error("sensitivity: the computation was stopped");
+      for (int64_t j = n_ctx / 2; j < n_ctx - 1; ++j) score(ctx_->logits(j), c * n_ctx + j + 1);
+    }
+  }
+
+  void make_reference() {
+    const int64_t n_vocab = model_.hparams().n_vocab;
+    ref_.k = std::min<int64_t>(std::max<int64_t>(opt_.top_k, 1), n_vocab);
+    std::vector<double> lp;
+    std::vector<int32_t> order(n_vocab);
+    run([&](std::span<const float> logits, int64_t next) {
+      log_softmax(logits, lp);
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + ref_.k, order.end(),
+                        [&](int32_t a, int32_t b) { return lp[a] > lp[b]; });
+      double mass = 0;
+      for (int64_t i = 0; i < ref_.k; ++i) {
+        ref_.index.push_back(order[i]);
+        ref_.logp.push_back(static_cast<float>(lp[order[i]]));
+        mass += std::exp(lp[order[i]]);
+      }
+      ref_.log_rest.push_back(log_complement(mass));
+      ref_.nll.push_back(-lp[tokens_[next]]);
+    });
+  }
+
+  double reference_ppl() const {
+    return std::exp(std::accumulate(ref_.nll.begin(), ref_.nll.end(), 0.0) / std::max<size_t>(1, ref_.nll.size()));
+  }
+  int64_t n_scored() const { return static_cast<int64_t>(ref_.nll.size()); }
+
+  // KLD(reference ‖ current) over the reference's top-K and the rest.
+  Evaluation evaluate() {
+    std::vector<double> lq;
+    size_t t = 0;
+    double sum = 0, sum_sq = 0, nll = 0;
+    run([&](std::span<const float> logits, int64_t next) {
+      log_softmax(logits, lq);
+      const int32_t* idx = &ref_.index[t * ref_.k];
+      const float* lp = &ref_.logp[t * ref_.k];
+      double kld = 0, q_mass = 0;
+      for (int64_t i = 0; i < ref_.k; ++i) {
+        const double p = std::exp(static_cast<double>(lp[i]));
+        kld += p * (lp[i] - lq[idx[i]]);
+        q_mass += std::exp(lq[idx[i]]);
+      }
+      if (ref_.k < static_cast<int64_t>(lq.size())) {
+        const double p_rest = std::exp(ref_.log_rest[t]);
+        kld += p_rest * (ref_.log_rest[t] - log_complement(q_mass));
+      }
+      kld = std::max(kld, 0.0);  // rounding around an exact match
+      sum += kld;
+      sum_sq += kld * kld;
+      nll += -lq[tokens_[next]];
+      ++t;
+    });
+    Evaluation e;
+    const double n = static_cast<double>(t);
+    e.kld_mean = sum / n;
+    e.kld_error = t > 1 ? std::sqrt(std::max(0.0, sum_sq / n - e.kld_mean * e.kld_mean) / (n - 1)) : 0;
+    e.nll_mean = nll / n;
+    return e;
+  }
+
+ private:
+  const Model& model_;
+  const std::vector<Token>& tokens_;
+  const SensitivityOptions& opt_;
+  int64_t n_chunks_ = 0;
+  std::unique_ptr<Context> ctx_;
+  Reference ref_;
+};
+
+// A host tensor of the weight's shape holding `bytes` of type `type`.
+struct Replacement {
+  std::vector<uint8_t> bytes;
+  Tensor tensor;
+  Replacement(const Tensor& like, DType type, std::vector<uint8_t> data) : bytes(std::move(data)) {
+    tensor.type = type;
+    tensor.ne = like.ne;
+    tensor.nb = contiguous_strides(type, like.ne);
+    tensor.name = like.name;
+    tensor.flags = kFlagWeight;
+    tensor.data = bytes.data();
+  }
+};
+
+bool fits(DType type, const Tensor& w) {
+  const TypeTraits& tt = type_traits(type);
+  return tt.to_float && (tt.quantize || tt.from_float) && w.ne[0] % tt.block_size == 0;
+}
+
+std::vector<uint8_t> quantize_to(DType type, const std::vector<float>& x, const Tensor& w,
+                                 const std::vector<float>& importance) {
+  const TypeTraits& tt = type_traits(type);
+  const int64_t rows = w.nelements() / w.ne[0];
+  std::vector<uint8_t> out(row_bytes(type, w.ne[0]) * rows);
+  if (tt.quantize)
+    tt.quantize(x.data(), out.data(), rows, w.ne[0], importance.empty() ? nullptr : importance.data());
+  else
+    tt.from_float(x.data(), out.data(), w.nelements());
+  return out;
+}
+
+// Σ_j imp_j Σ_i d_ij^2 / (rows · Σ_j imp_j): the imatrix-weighted mean square,
+// what the output of x·W changes by on average (imp = 1 without an imatrix).
+double weighted_error(const std::vector<float>& x, const std::vector<float>& y, int64_t n_cols,
+                      const std::vector<float>& importance) {
+  double num = 0, imp_sum = 0;
+  for (int64_t j = 0; j < n_cols; ++j) imp_sum += importance.empty() ? 1.0 : importance[j];
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double d = static_cast<double>(x[i]) - y[i];
+    num += (importance.empty() ? 1.0 : importance[i % n_cols]) * d * d;
+  }
+  const double rows = static_cast<double>(x.size() / n_cols);
+  return imp_sum > 0 ? num / (rows * imp_sum) : 0.0;
+}
+
+}  // namespace
+
+SensitivityResult measure_sensitivity(
+    const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt,
+    const SensitivityResult* resume,
+    const std::function<void(const SensitivityResult&, int64_t, int64_t)>& on_tensor) {
+  std::unique_ptr<Imatrix> imatrix;
+  if (!opt.imatrix_path.empty()) imatrix = std::make_unique<Imatrix>(load_imatrix(opt.imatrix_path));
+  std::regex filter;
+  if (!opt.tensors_regex.empty()) {
+    try {
+      filter = std::regex(opt.tensors_regex);
+    } catch (const std::regex_error& e) {
+      throw Error("sensitivity: --tensors '" + opt.tensors_regex + "' is not a valid regular expression: " + e.what());
+    }
+  }
+  const std::vector<DType> types = opt.types.empty() ? default_sensitivity_types() : opt.types;
+
+  SensitivityResult r;
+  r.model_path = model.path();
+  r.imatrix_path = opt.imatrix_path;
+  r.mode = opt.mode;
+  std::vector<Tensor*> probed;
+  for (const auto& [name, w] : model.weights()) {
+    r.n_weights_total += w->nelements();
+    const bool two_d = w->ne[1] > 1 && w->ne[2] == 1 && w->ne[3] == 1;
+    if (two_d && (opt.tensors_regex.empty() || std::regex_search(name, filter)))
+      probed.push_back(w);
+    else
+      r.fixed_bytes += w->nbytes();
+  }
+  std::stable_sort(probed.begin(), probed.end(), [](const Tensor* a, const Tensor* b) {
+    const int la = layer_of(a->name), lb = layer_of(b->name);
+    if (la != lb) return (la < 0 ? 1 << 30 : la) < (lb < 0 ? 1 << 30 : lb);
+    return a->name < b->name;
+  });
+
+  Runner runner(model, tokens, opt);
+  runner.make_reference();
+  r.n_tokens_scored = runner.n_scored();
+  r.reference_ppl = runner.reference_ppl();
+  std::mt19937_64 rng(opt.seed);
+
+  std::map<std::string, const SensitivityTensor*> done_before;
+  if (resume)
+    for (const SensitivityTensor& t : resume->tensors) done_before[t.name] = &t;
+
+  int64_t n_done = 0;
+  for (Tensor* w : probed) {
+    if (auto it = done_before.find(w->name); it != done_before.end()) {
+      r.tensors.push_back(*it->second);
+      if (on_tensor) on_tensor(r, ++n_done, static_cast<int64_t>(probed.size()));
+      continue;
+    }
+    SensitivityTensor st;
+    st.name = w->name;
+    st.role = tensor_role(w->name);
+    st.layer = layer_of(w->name);
+    st.n_elements = w->nelements();
+    st.shape = {w->ne[0], w->ne[1]};
+    st.source_type = w->type;
+    std::vector<float> x(w->nelements());
+    type_traits(w->type).to_float(w->data, x.data(), w->nelements());
+    const std::vector<float> importance = imatrix ? imatrix->importance(w->name, w->ne[0]) : std::vector<float>{};
+
+    // The source type itself: free of error.
+    SensitivityCandidate source;
+    source.type = w->type;
+    source.bytes = w->nbytes();
+    source.bpw = 8.0 * source.bytes / w->nelements();
+    source.measured = true;
+    st.candidates.push_back(source);
+
+    for (DType type : types) {
+      if (type == w->type || !fits(type, *w)) continue;
+      SensitivityCandidate c;
+      c.type = type;
+      auto q = quantize_to(type, x, *w, importance);
+      c.bytes = q.size();
+      c.bpw = 8.0 * c.bytes / w->nelements();
+      std::vector<float> back(x.size());
+      type_traits(type).to_float(q.data(), back.data(), w->nelements());
+      c.weighted_error = weighted_error(x, back, w->ne[0], importance);
+      if (opt.mode == SensitivityMode::Quant) {
+        Replacement rep(*w, type, std::move(q));
+        runner.context().replace_weight(w, &rep.tensor);
+        const Evaluation e = runner.evaluate();
+        runner.context().restore_weight(w);
+        c.delta_kld = e.kld_mean;
+        c.delta_kld_error = e.kld_error;
+        c.delta_ppl = std::exp(e.nll_mean) - r.reference_ppl;
+        c.measured = true;
+      }
+      st.candidates.push_back(c);
+    }
+
+    if (opt.mode == SensitivityMode::Noise) {
+      // Noise shaped per column like an imatrix-aware quantizer's error
+      // (smaller where the importance is larger), scaled to an RMS of
+      // level x the tensor's RMS.
+      double sum_sq = 0;
+      for (float v : x) sum_sq += static_cast<double>(v) * v;
+      const double rms = std::sqrt(sum_sq / x.size());
+      std::vector<double> col_scale(w->ne[0], 1.0);
+      if (!importance.empty()) {
+        double mean_imp = 0;
+        for (float v : importance) mean_imp += v;
+        mean_imp /= importance.size();
+        for (int64_t j = 0; j < w->ne[0]; ++j)
+          col_scale[j] = std::clamp(std::sqrt(mean_imp / std::max<double>(importance[j], 1e-30)), 0.1, 10.0);
+      }
+      double scale_sq = 0;
+      for (double s : col_scale) scale_sq += s * s;
+      const double norm = std::sqrt(w->ne[0] / scale_sq);
+      std::normal_distribution<float> gauss(0.0f, 1.0f);
+      for (double level : opt.noise_levels) {
+        std::vector<float> noisy(x.size());
+        for (size_t i = 0; i < x.size(); ++i)
+          noisy[i] = x[i] + static_cast<float>(level * rms * norm * col_scale[i % w->ne[0]] * gauss(rng));
+        const double energy = weighted_error(x, noisy, w->ne[0], importance);
+        std::vector<uint8_t> bytes(noisy.size() * sizeof(float));
+        std::memcpy(bytes.data(), noisy.data(), bytes.size());
+        Replacement rep(*w, DType::F32, std::move(bytes));
+        runner.context().replace_weight(w, &rep.tensor);
+        const Evaluation e = runner.evaluate();
+        runner.context().restore_weight(w);
+        st.noise_points.emplace_back(energy, e.kld_mean);
+      }
+      // Fit ΔKLD = c·E^γ through the points (γ = 1 with one usable point).
+      std::vector<std::pair<double, double>> usable;
+      for (auto [e, k] : st.noise_points)
+        if (e > 0 && k > 0) usable.emplace_back(e, k);
+      if (usable.size() >= 2) {
+        const auto [e1, k1] = usable.front();
+        const auto [e2, k2] = usable.back();
+        st.noise_exponent = e2 != e1 ? std::clamp(std::log(k2 / k1) / std::log(e2 / e1), 0.5, 2.0) : 1.0;
+        st.noise_coefficient = k2 / std::pow(e2, st.noise_exponent);
+      } else if (usable.size() == 1) {
+        st.noise_coefficient = usable[0].second / usable[0].first;
+      }
+      for (SensitivityCandidate& c : st.candidates)
+        if (!c.measured) c.delta_kld = st.noise_coefficient * std::pow(c.weighted_error, st.noise_exponent);
+    }
+    r.tensors.push_back(std::move(st));
+    if (on_tensor) on_tensor(r, ++n_done, static_cast<int64_t>(probed.size()));
+  }
+  r.complete = true;
+  return r;
+}
+
+// ---- output
+
+std::string sensitivity_json(const SensitivityResult& r) {
+  std::ostringstream s;
+  JsonWriter w(s, true);
+  w.begin_object();
+  w.key("schema_version"); w.value(1);
+  w.key("tool"); w.value("qlens sensitivity");
+  w.key("model"); w.value(r.model_path);
+  w.key("text"); w.value(r.text_path);
+  w.key("mode"); w.value(r.mode == SensitivityMode::Quant ? "quant" : "noise");
+  w.key("imatrix");
+  if (r.imatrix_path.empty()) w.null(); else w.value(r.imatrix_path);
+  w.key("complete"); w.value(r.complete);
+  w.key("reference");
+  w.begin_object();
+  w.key("n_tokens"); w.value(r.n_tokens_scored);
+  w.key("ppl"); w.value(r.reference_ppl);
+  w.end_object();
+  w.key("fixed_bytes"); w.value(r.fixed_bytes);
+  w.key("n_weights_total"); w.value(r.n_weights_total);
+  w.key("tensors");
+  w.begin_array();
+  for (const SensitivityTensor& t : r.tensors) {
+    w.begin_object();
+    w.key("name"); w.value(t.name);
+    w.key("role"); w.value(t.role);
+    w.key("layer"); w.value(t.layer);
+    w.key("n_elements"); w.value(t.n_elements);
+    w.key("shape");
+    w.begin_array();
+    for (int64_t d : t.shape) w.value(d);
+    w.end_array();
+    w.key("source_type"); w.value(std::string(type_name(t.source_type)));
+    if (r.mode == SensitivityMode::Noise) {
+      w.key("noise_fit");
+      w.begin_object();
+      w.key("coefficient"); w.value(t.noise_coefficient);
+      w.key("exponent"); w.value(t.noise_exponent);
+      w.key("points");
+      w.begin_array();
+      for (auto [e, k] : t.noise_points) {
+        w.begin_object();
+        w.key("weighted_error"); w.value(e);
+        w.key("delta_kld"); w.value(k);
+        w.end_object();
+      }
+      w.end_array();
+      w.end_object();
+    }
+    w.key("candidates");
+    w.begin_array();
+    for (const SensitivityCandidate& c : t.candidates) {
+      w.begin_object();
+      w.key("type"); w.value(std::string(type_name(c.type)));
+      w.key("bytes"); w.value(c.bytes);
+      w.key("bpw"); w.value(c.bpw);
+      w.key("weighted_error"); w.value(c.weighted_error);
+      w.key("delta_kld"); w.value(c.delta_kld);
+      w.key("delta_kld_error");
+      if (c.measured) w.value(c.delta_kld_error); else w.null();
+      w.key("delta_ppl");
+      if (c.measured) w.value(c.delta_ppl); else w.null();
+      w.key("measured"); w.value(c.measured);
+      w.end_object();
+    }
+    w.end_array();
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  s << "\n";
+  return s.str();
+}
+
+void print_sensitivity(std::ostream& out, const SensitivityResult& r, size_t top) {
+  // Types across tensors, in the order first seen (columns).
+  std::vector<DType> columns;
+  for (const SensitivityTensor& t : r.tensors)
+    for (const SensitivityCandidate& c : t.candidates)
+      if (c.type != t.source_type && std::find(columns.begin(), columns.end(), c.type) == columns.end())
+        columns.push_back(c.type);
+  out << "Sensitivity (" << (r.mode == SensitivityMode::Quant ? "measured" : "predicted from noise")
+      << " mean KLD added when only this tensor is quantized; " << r.n_tokens_scored
+      << " tokens; reference PPL " << std::fixed << std::setprecision(4) << r.reference_ppl << ")\n";
+  auto cell = [](double v) {
+    std::ostringstream s;
+    s << std::scientific << std::setprecision(2) << v;
+    return s.str();
+  };
+  // Rank tensors by their ΔKLD at the lowest-bit common type they have.
+  std::vector<const SensitivityTensor*> ranked;
+  for (const SensitivityTensor& t : r.tensors) ranked.push_back(&t);
+  auto worst = [](const SensitivityTensor* t) {
+    double m = 0;
+    for (const SensitivityCandidate& c : t->candidates) m = std::max(m, c.delta_kld);
+    return m;
+  };
+  std::stable_sort(ranked.begin(), ranked.end(), [&](auto* a, auto* b) { return worst(a) > worst(b); });
+  out << std::left << std::setw(28) << "tensor" << std::setw(14) << "role" << std::right << std::setw(6) << "layer";
+  for (DType t : columns) out << std::setw(11) << type_name(t);
+  out << "\n";
+  size_t shown = 0;
+  for (const SensitivityTensor* t : ranked) {
+    if (top && shown++ >= top) break;
+    out << std::left << std::setw(28) << t->name << std::setw(14) << t->role << std::right << std::setw(6)
+        << t->layer;
+    for (DType type : columns) {
+      auto it = std::find_if(t->candidates.begin(), t->candidates.end(), [&](auto& c) { return c.type == type; });
+      out << std::setw(11) << (it == t->candidates.end() ? std::string("-") : cell(it->delta_kld));
+    }
+    out << "\n";
+  }
+  // Per role and per layer: the sum of ΔKLD at each type (what quantizing the
+  // whole group to that type would add, to first order).
+  auto summary = [&](const char* title, auto key_of) {
+    std::map<std::string, std::map<DType, double>> sums;
+    for (const SensitivityTensor& t : r.tensors)
+      for (const SensitivityCandidate& c : t.candidates) sums[key_of(t)][c.type] += c.delta_kld;
+    out << "\n" << title << " (sum of ΔKLD over its tensors)\n" << std::left << std::setw(16) << "" << std::right;
+    for (DType t : columns) out << std::setw(11) << type_name(t);
+    out << "\n";
+    for (const auto& [k, by_type] : sums) {
+      out << std::left << std::setw(16) << k << std::right;
+      for (DType t : columns) {
+        auto it = by_type.find(t);
+        out << std::setw(11) << (it == by_type.end() ? std::string("-") : cell(it->second));
+      }
+      out << "\n";
+    }
+  };
+  summary("Per role", [](const SensitivityTensor& t) { return t.role; });
+  summary("Per layer", [](const SensitivityTensor& t) { return t.layer < 0 ? std::string("(none)") : std::to_string(t.layer); });
+  out << "\nRead: a larger ΔKLD means the output moves more when this tensor loses bits; the plan\n"
+         "gives such tensors more bits. '-': the type does not fit the tensor's rows.\n";
+}
+
+}  // namespace qlens::tools
+
+namespace qlens::tools {
+
+SensitivityResult sensitivity_from_json(const std::string& json_text, const std::string& path) {
+  const JsonValue doc = parse_json(json_text, path);
+  if (doc.at("schema_version").as_int() != 1)
+    throw Error(path + ": sensitivity schema_version " + std::to_string(doc.at("schema_version").as_int()) +
+                " is not 1");
+  SensitivityResult r;
+  r.model_path = doc.at("model").as_string();
+  if (const JsonValue* t = doc.find("text")) r.text_path = t->as_string();
+  r.mode = doc.at("mode").as_string() == "noise" ? SensitivityMode::Noise : SensitivityMode::Quant;
+  if (!doc.at("imatrix").is_null()) r.imatrix_path = doc.at("imatrix").as_string();
+  r.complete = doc.at("complete").as_bool();
+  r.n_tokens_scored = doc.at("reference").at("n_tokens").as_int();
+  r.reference_ppl = doc.at("reference").at("ppl").as_number();
+  r.fixed_bytes = static_cast<uint64_t>(doc.at("fixed_bytes").as_int());
+  r.n_weights_total = doc.at("n_weights_total").as_int();
+  auto type_of = [&](const JsonValue& v) {
+    auto t = type_from_name(v.as_string());
+    if (!t) throw Error(path + ": unknown type '" + v.as_string() + "'");
+    return *t;
+  };
+  for (const JsonValue& jt : doc.at("tensors").as_array()) {
+    SensitivityTensor t;
+    t.name = jt.at("name").as_string();
+    t.role = jt.at("role").as_string();
+    t.layer = static_cast<int>(jt.at("layer").as_int());
+    t.n_elements = jt.at("n_elements").as_int();
+    for (const JsonValue& d : jt.at("shape").as_array()) t.shape.push_back(d.as_int());
+    t.source_type = type_of(jt.at("source_type"));
+    if (const JsonValue* fit = jt.find("noise_fit")) {
+      t.noise_coefficient = fit->at("coefficient").as_number();
+      t.noise_exponent = fit->at("exponent").as_number();
+      for (const JsonValue& pt : fit->at("points").as_array())
+        t.noise_points.emplace_back(pt.at("weighted_error").as_number(), pt.at("delta_kld").as_number());
+    }
+    for (const JsonValue& jc : jt.at("candidates").as_array()) {
+      SensitivityCandidate c;
+      c.type = type_of(jc.at("type"));
+      c.bytes = static_cast<uint64_t>(jc.at("bytes").as_int());
+      c.bpw = jc.at("bpw").as_number();
+      c.weighted_error = jc.at("weighted_error").as_number();
+      c.delta_kld = jc.at("delta_kld").as_number();
+      c.measured = jc.at("measured").as_bool();
+      if (!jc.at("delta_kld_error").is_null()) c.delta_kld_error = jc.at("delta_kld_error").as_number();
+      if (!jc.at("delta_ppl").is_null()) c.delta_ppl = jc.at("delta_ppl").as_number();
+      t.candidates.push_back(c);
+    }
+    r.tensors.push_back(std::move(t));
+  }
+  return r;
+}
+
+}  // namespace qlens::tools

@@ -1,0 +1,98 @@
+// Which tensors need more bits: qlens sensitivity.
+//
+// The reference (the unquantized model) is run once over the calibration
+// chunks and its output distribution kept compactly: per scored token the
+// top-K log-probabilities and the mass of the rest. Then one tensor at a time
+// is replaced in the running context (no reload) and the mean KL divergence
+// of the output from the reference is measured:
+//  - mode quant: the tensor quantized to each candidate type (with the
+//    imatrix when given), one pass per tensor and type;
+//  - mode noise: zero-mean Gaussian noise added to the tensor, its per-column
+//    scale following the imatrix (as an imatrix-aware quantizer shapes its
+//    error), at one or two magnitudes; the response ΔKLD = c·E^γ in the
+//    injected imatrix-weighted error energy E is fitted, and each type's ΔKLD
+//    predicted from that type's measured weighted error on the tensor. One or
+//    two passes per tensor instead of one per tensor and type.
+// KLD against the top-K reference is exact when K covers the vocabulary and
+// a lower bound otherwise (the rest of the mass is merged into one outcome).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "qlens/model.h"
+#include "qlens/types.h"
+
+namespace qlens::tools {
+
+enum class SensitivityMode { Quant, Noise };
+
+struct SensitivityOptions {
+  int64_t n_ctx = 512;
+  int64_t n_batch = 512;
+  int64_t max_chunks = 8;
+  int n_threads = 0;
+  std::string imatrix_path;
+  std::vector<DType> types;  // empty: the default candidates
+  SensitivityMode mode = SensitivityMode::Quant;
+  std::vector<double> noise_levels = {0.05};  // noise RMS relative to the tensor's RMS; one or two levels
+  int64_t top_k = 256;       // reference log-probabilities kept per token
+  std::string tensors_regex;  // only these weights (default: every 2-D weight)
+  uint64_t seed = 1;
+};
+
+struct SensitivityCandidate {
+  DType type = DType::F32;
+  uint64_t bytes = 0;
+  double bpw = 0;
+  double weighted_error = 0;  // Σ_j imp_j Σ_i (w - q(w))^2 / Σ_j imp_j rows: the type's error on this tensor
+  double delta_kld = 0;       // measured (quant) or predicted (noise)
+  double delta_kld_error = 0; // standard error of the measured mean
+  double delta_ppl = 0;       // measured (quant mode only)
+  bool measured = false;
+};
+
+struct SensitivityTensor {
+  std::string name, role;
+  int layer = -1;
+  int64_t n_elements = 0;
+  std::vector<int64_t> shape;
+  DType source_type = DType::F32;
+  std::vector<SensitivityCandidate> candidates;
+  // Noise mode: the fitted response ΔKLD = coefficient · E^exponent.
+  double noise_coefficient = 0, noise_exponent = 1;
+  std::vector<std::pair<double, double>> noise_points;  // (E, ΔKLD) measured
+};
+
+struct SensitivityResult {
+  std::string model_path, text_path, imatrix_path;
+  SensitivityMode mode = SensitivityMode::Quant;
+  int64_t n_tokens_scored = 0;
+  double reference_ppl = 0;
+  uint64_t fixed_bytes = 0;       // tensors not probed (kept as they are, e.g. F32 norms)
+  int64_t n_weights_total = 0;    // elements of every tensor of the model
+  std::vector<SensitivityTensor> tensors;
+  bool complete = false;
+};
+
+// The default candidate types (those that fit a tensor's rows are used).
+std::vector<DType> default_sensitivity_types();
+// "attn_q" of "blk.3.attn_q.weight"; "output" of "output.weight".
+std::string tensor_role(const std::string& name);
+
+// Runs the probe. `resume`, when it holds tensors from an interrupted run of
+// the same model and settings, is continued. on_tensor is called after each
+// tensor with the result so far (to checkpoint) and the progress.
+SensitivityResult measure_sensitivity(
+    const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt,
+    const SensitivityResult* resume = nullptr,
+    const std::function<void(const SensitivityResult&, int64_t done, int64_t total)>& on_tensor = {});
+
+// JSON (the schema qlens plan reads; docs/SENSITIVITY.md) and a text report.
+std::string sensitivity_json(const SensitivityResult& r);
+SensitivityResult sensitivity_from_json(const std::string& json_text, const std::string& path);
+void print_sensitivity(std::ostream& out, const SensitivityResult& r, size_t top);
+
+}  // namespace qlens::tools

@@ -1,0 +1,134 @@
+// qlens sensitivity: quantization probes one tensor at a time, noise
+// predictions against them, the JSON round trip, and resuming.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <numeric>
+
+#include "core/text_file.h"
+#include "qlens/error.h"
+#include "qlens/model.h"
+#include "test_util.h"
+#include "tools/sensitivity.h"
+
+namespace qlens {
+namespace {
+
+constexpr const char* kStories = "models/stories260K.gguf";
+constexpr const char* kText = "data/tinystories/tinystories_val.txt";
+
+tools::SensitivityOptions small_options() {
+  tools::SensitivityOptions o;
+  o.n_ctx = 128;
+  o.n_batch = 128;
+  o.max_chunks = 2;
+  o.n_threads = 2;
+  o.types = {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::F16};
+  return o;
+}
+
+const tools::SensitivityCandidate* find(const tools::SensitivityTensor& t, DType type) {
+  for (const auto& c : t.candidates)
+    if (c.type == type) return &c;
+  return nullptr;
+}
+
+TEST(Sensitivity, QuantProbesOrderAsTheBitsAndRoundTripThroughJson) {
+  QLENS_REQUIRE_SHARED(model_path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  auto model = Model::load(model_path);
+  const auto tokens = model->vocab().tokenize(read_text_file(text_path), true);
+  tools::SensitivityOptions opt = small_options();
+  opt.tensors_regex = "blk\\.1\\.|^output\\.";
+  const auto r = tools::measure_sensitivity(*model, tokens, opt);
+  ASSERT_TRUE(r.complete);
+  ASSERT_EQ(r.tensors.size(), 8u);  // 7 weights of layer 1 and output.weight
+  EXPECT_GT(r.reference_ppl, 1.0);
+  EXPECT_EQ(r.n_tokens_scored, 2 * 63);
+  for (const auto& t : r.tensors) {
+    const auto* src = find(t, t.source_type);
+    ASSERT_NE(src, nullptr) << t.name;
+    EXPECT_EQ(src->delta_kld, 0.0) << t.name;
+    if (t.role == "ffn_down") {  // rows of 172 fit no block type: only F16 besides F32
+      EXPECT_EQ(find(t, DType::Q4_0), nullptr);
+      EXPECT_NE(find(t, DType::F16), nullptr);
+      continue;
+    }
+    const double q4 = find(t, DType::Q4_0)->delta_kld, q5 = find(t, DType::Q5_0)->delta_kld,
+                 q8 = find(t, DType::Q8_0)->delta_kld, f16 = find(t, DType::F16)->delta_kld;
+    EXPECT_GT(q4, q5) << t.name;
+    EXPECT_GT(q5, q8) << t.name;
+    EXPECT_GT(q8, f16) << t.name;
+    EXPECT_GT(find(t, DType::Q4_0)->weighted_error, find(t, DType::Q8_0)->weighted_error) << t.name;
+    EXPECT_LT(find(t, DType::Q4_0)->bytes, find(t, DType::Q8_0)->bytes) << t.name;
+  }
+  const std::string json = tools::sensitivity_json(r);
+  const auto back = tools::sensitivity_from_json(json, "mem.json");
+  EXPECT_EQ(tools::sensitivity_json(back), json);
+  EXPECT_THROW(tools::sensitivity_from_json("{\"schema_version\": 2}", "bad.json"), Error);
+}
+
+TEST(Sensitivity, NoisePredictionsFollowTheMeasuredProbes) {
+  QLENS_REQUIRE_SHARED(model_path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  auto model = Model::load(model_path);
+  const auto tokens = model->vocab().tokenize(read_text_file(text_path), true);
+  tools::SensitivityOptions opt = small_options();
+  opt.tensors_regex = "blk\\.[02]\\.";
+  const auto quant = tools::measure_sensitivity(*model, tokens, opt);
+  opt.mode = tools::SensitivityMode::Noise;
+  const auto noise = tools::measure_sensitivity(*model, tokens, opt);
+  ASSERT_EQ(quant.tensors.size(), noise.tensors.size());
+  // log-log correlation of predicted against measured ΔKLD over (tensor, type).
+  std::vector<double> x, y;
+  for (size_t i = 0; i < quant.tensors.size(); ++i)
+    for (const auto& c : quant.tensors[i].candidates) {
+      const auto* p = find(noise.tensors[i], c.type);
+      ASSERT_NE(p, nullptr);
+      if (c.delta_kld > 0 && p->delta_kld > 0) {
+        x.push_back(std::log(c.delta_kld));
+        y.push_back(std::log(p->delta_kld));
+      }
+    }
+  ASSERT_GT(x.size(), 20u);
+  const double mx = std::accumulate(x.begin(), x.end(), 0.0) / x.size();
+  const double my = std::accumulate(y.begin(), y.end(), 0.0) / y.size();
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  const double corr = sxy / std::sqrt(sxx * syy);
+  std::printf("noise vs quant: log-log correlation %.3f over %zu pairs\n", corr, x.size());
+  EXPECT_GT(corr, 0.9);
+  for (const auto& t : noise.tensors) EXPECT_EQ(t.noise_points.size(), 1u) << t.name;
+}
+
+TEST(Sensitivity, ResumedRunEqualsAFreshOne) {
+  QLENS_REQUIRE_SHARED(model_path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  const std::string dir = test::temp_dir();
+  const std::string common = "sensitivity -m " + model_path + " -f " + text_path +
+                             " -c 128 -b 128 --chunks 1 -t 2 --types Q4_0,Q8_0 --top 0";
+  std::string out;
+  ASSERT_EQ(test::run_command(std::string(QLENS_BINARY) + " " + common + " --json " + dir + "/fresh.json", &out), 0)
+      << out;
+  // An interrupted run: only layer 0 measured so far.
+  ASSERT_EQ(test::run_command(std::string(QLENS_BINARY) + " " + common + " --tensors 'blk\\.0\\.' --json " + dir +
+                                  "/resumed.json",
+                              &out),
+            0)
+      << out;
+  ASSERT_EQ(test::run_command(std::string(QLENS_BINARY) + " " + common + " --json " + dir + "/resumed.json --resume",
+                              &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("resuming: 7 tensors"), std::string::npos) << out;
+  EXPECT_EQ(read_text_file(dir + "/resumed.json"), read_text_file(dir + "/fresh.json"));
+}
+
+}  // namespace
+}  // namespace qlens
