@@ -53,12 +53,17 @@ struct LogHistogram {
   static constexpr int kMaxExp = 24;
   static constexpr int kBuckets = (kMaxExp - kMinExp) * kStepsPerOctave + 2;
 
-  std::vector<uint64_t> counts = std::vector<uint64_t>(kBuckets, 0);
+  // kBuckets counts, or empty while nothing was added (so that the many
+  // short-lived ErrorStats of per-row sums cost no allocation).
+  std::vector<uint64_t> counts;
 
   static int bucket(double v);
   // The value a bucket stands for: the geometric middle of its range.
   static double bucket_value(int b);
-  void add(double v) { ++counts[bucket(v)]; }
+  void add(double v) {
+    if (counts.empty()) counts.assign(kBuckets, 0);
+    ++counts[bucket(v)];
+  }
   void merge(const LogHistogram& o);
   uint64_t total() const;
   // q in [0, 1]; 0 when empty.

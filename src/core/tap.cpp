@@ -56,6 +56,11 @@ double LogHistogram::bucket_value(int b) {
 }
 
 void LogHistogram::merge(const LogHistogram& o) {
+  if (o.counts.empty()) return;
+  if (counts.empty()) {
+    counts = o.counts;
+    return;
+  }
   for (int i = 0; i < kBuckets; ++i) counts[i] += o.counts[i];
 }
 
@@ -71,7 +76,7 @@ double LogHistogram::quantile(double q) const {
   // The smallest bucket whose cumulative count reaches rank ceil(q * n).
   const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(std::clamp(q, 0.0, 1.0) * n)));
   uint64_t seen = 0;
-  for (int b = 0; b < kBuckets; ++b) {
+  for (int b = 0; b < static_cast<int>(counts.size()); ++b) {
     seen += counts[b];
     if (seen >= rank) return bucket_value(b);
   }

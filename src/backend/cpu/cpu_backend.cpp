@@ -210,7 +210,9 @@ class CpuBackend final : public Backend {
         // A column-sum tap reads the mul_mat's activations, complete before
         // the mul_mat started and alive until it ends: threads go on to it
         // without waiting for the others (no barrier, almost no cost).
-        const bool needs_barrier = i > 0 && !(tap && tap->kind == TapKind::ColumnSumSq);
+        // Further taps of the same node go on as well: they only read.
+        const bool follows_own_tap = tap && work[i - (i > 0)].tap && work[i - (i > 0)].node == work[i].node;
+        const bool needs_barrier = i > 0 && !(tap && (tap->kind == TapKind::ColumnSumSq || follows_own_tap));
         if (needs_barrier) pool_.barrier();
         if (tap) {
           run_tap(*tap, *work[i].node, ith, nth);
