@@ -6,7 +6,8 @@
 //
 // Bounds (got = Vulkan, ref = reference, which sums in double):
 //  - NMSE = sum (got - ref)^2 / sum ref^2 <= 1e-7 for every op and every
-//    weight type of mul_mat / get_rows (F32, F16, BF16, Q8_0, Q4_0). The
+//    weight type of mul_mat / get_rows (kWeightTypes: F32, F16, BF16, the
+//    legacy quants, IQ4_NL, the K-quants Q2_K..Q6_K and IQ4_XS). The
 //    backend dequantizes weights exactly and keeps activations in F32 (no
 //    activation quantization), so a quantized or half weight costs no more
 //    than an F32 one: the only differences are float rounding of the sums
@@ -23,6 +24,7 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <vector>
@@ -149,7 +151,10 @@ double compare(const std::string& what, const Build& build, bool bitwise = false
   return worst;
 }
 
-const DType kWeightTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                              DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
+                              DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+std::map<DType, double> g_worst;  // per weight type, over mul_mat and get_rows: printed by MulMatAllTypesAndShapes
 
 // " Q8_0" (built by appending: GCC 12 warns falsely on "literal" + string).
 std::string type_label(DType t) {
@@ -314,41 +319,48 @@ TEST(Vulkan, CpyIntoDeviceCacheAndCont) {
 TEST(Vulkan, GetRows) {
   REQUIRE_VULKAN();
   for (DType t : kWeightTypes)
-    for (int64_t K : {1, 7, 33, 257, 32, 288}) {
+    for (int64_t K : {1, 7, 33, 257, 32, 288, 256, 512}) {
       if (K % type_traits(t).block_size != 0) continue;
-      compare(label("get_rows", {K, 11, 1, 1}, type_label(t)), [&](Graph& g, Leaves& l) {
+      double& worst = g_worst[t];
+      worst = std::max(worst, compare(label("get_rows", {K, 11, 1, 1}, type_label(t)), [&](Graph& g, Leaves& l) {
         Tensor* a = l.random(g, t, {K, 11, 1, 1});
         return std::vector<Tensor*>{get_rows(g, a, l.indices(g, {3, 0, 10, 3, 7}))};
-      }, true);
+      }, true));
     }
 }
 
 TEST(Vulkan, MulMatAllTypesAndShapes) {
   REQUIRE_VULKAN();
   for (DType t : kWeightTypes) {
-    const bool blocked = type_traits(t).block_size > 1;
-    for (int64_t K : blocked ? std::vector<int64_t>{32, 96, 288} : std::vector<int64_t>{1, 7, 33, 257})
-      for (int64_t M : {1, 3, 70})
+    const int64_t bs = type_traits(t).block_size;
+    double& worst = g_worst[t];
+    // N <= 8: the matrix-vector path; N > 8: the tiled one (odd M and N at the tile edges).
+    for (int64_t K : bs == 1 ? std::vector<int64_t>{1, 7, 33, 257}
+                   : bs == 32 ? std::vector<int64_t>{32, 96, 288} : std::vector<int64_t>{256, 512})
+      for (int64_t M : {1, 3, 71})
         for (int64_t N : {1, 2, 8, 9, 33, 130}) {
-          if (M == 70 && K > 100 && N > 33) continue;  // keep the reference quick
-          compare(label("mul_mat", {K, M, N, 1}, type_label(t)), [&](Graph& g, Leaves& l) {
+          if (M == 71 && K > 100 && N > 33) continue;  // keep the reference quick
+          worst = std::max(worst, compare(label("mul_mat", {K, M, N, 1}, type_label(t)), [&](Graph& g, Leaves& l) {
             Tensor* a = l.random(g, t, {K, M, 1, 1});  // drawn before b: both graphs get the same data
             return std::vector<Tensor*>{mul_mat(g, a, l.random(g, DType::F32, {K, N, 1, 1}))};
-          });
+          }));
         }
     // Long rows: the float sums' rounding grows with K.
-    compare(label("mul_mat", {4096, 67, 12, 1}, type_label(t)), [&](Graph& g, Leaves& l) {
+    worst = std::max(worst, compare(label("mul_mat", {4096, 67, 12, 1}, type_label(t)), [&](Graph& g, Leaves& l) {
       Tensor* a = l.random(g, t, {4096, 67, 1, 1});
       return std::vector<Tensor*>{mul_mat(g, a, l.random(g, DType::F32, {4096, 12, 1, 1}))};
-    });
+    }));
     // Broadcast over dims 2 and 3, both paths.
+    const int64_t Kb = std::max<int64_t>(64, bs);
     for (int64_t N : {3, 40})
-      compare(label("mul_mat broadcast", {64, 5, N, 1}, type_label(t)), [&](Graph& g, Leaves& l) {
-        Tensor* a = l.random(g, t, {64, 5, 2, 1});
-        Tensor* b = l.random(g, DType::F32, {64, N, 6, 2});
+      worst = std::max(worst, compare(label("mul_mat broadcast", {Kb, 5, N, 1}, type_label(t)), [&](Graph& g, Leaves& l) {
+        Tensor* a = l.random(g, t, {Kb, 5, 2, 1});
+        Tensor* b = l.random(g, DType::F32, {Kb, N, 6, 2});
         return std::vector<Tensor*>{mul_mat(g, a, b)};
-      });
+      }));
   }
+  for (const auto& [t, w] : g_worst)
+    std::printf("  worst nmse %-7s %.2e (mul_mat, get_rows)\n", std::string(type_name(t)).c_str(), w);
 }
 
 TEST(Vulkan, MulMatAttentionViews) {
@@ -453,12 +465,14 @@ TEST(Vulkan, WeightsInDeviceMemoryNeedNoCopy) {
 TEST(Vulkan, UnsupportedOpFallsBackToTheCpu) {
   REQUIRE_VULKAN();
   Graph probe;
-  Tensor* a = probe.new_tensor(DType::Q4_1, {64, 3});
-  Tensor* node = mul_mat(probe, a, probe.new_tensor(DType::F32, {64, 2}));
-  EXPECT_FALSE(vulkan_backend()->supports_op(*node));
-  compare("Q4_1 mul_mat (on the CPU) between Vulkan ops", [](Graph& g, Leaves& l) {
+  for (DType t : {DType::Q8_1, DType::Q8_K}) {  // readable types no shader reads
+    Tensor* a = probe.new_tensor(t, {256, 3});
+    EXPECT_FALSE(vulkan_backend()->supports_op(*mul_mat(probe, a, probe.new_tensor(DType::F32, {256, 2}))));
+    EXPECT_FALSE(vulkan_backend()->supports_op(*get_rows(probe, a, probe.new_tensor(DType::I32, {2}))));
+  }
+  compare("Q8_1 mul_mat (on the CPU) between Vulkan ops", [](Graph& g, Leaves& l) {
     Tensor* x = rms_norm(g, l.random(g, DType::F32, {64, 5, 1, 1}), 1e-5f);
-    Tensor* y = mul_mat(g, l.random(g, DType::Q4_1, {64, 9, 1, 1}), x);
+    Tensor* y = mul_mat(g, l.random(g, DType::Q8_1, {64, 9, 1, 1}), x);
     return std::vector<Tensor*>{silu(g, y)};
   }, false, false);
 }

@@ -63,6 +63,7 @@ void VulkanBuffer::read(size_t offset, void* dst, size_t n) const {
 VulkanBackend::VulkanBackend(int index) : device_(std::make_unique<Device>(index)) {
   pipelines_ = std::make_unique<PipelineCache>(*device_);
   descriptors_ = std::make_unique<DescriptorAllocator>(*device_);
+  profiler_ = std::make_unique<Profiler>(*device_);
   VkDevice dev = device_->handle();
   auto pool_info = vk_struct<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
   pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
@@ -88,6 +89,7 @@ VulkanBackend::~VulkanBackend() {
   device_->destroy_buffer(staging_);
   vkDestroyFence(device_->handle(), fence_, nullptr);
   vkDestroyCommandPool(device_->handle(), pool_, nullptr);
+  profiler_.reset();
   descriptors_.reset();
   pipelines_.reset();
 }
@@ -100,6 +102,7 @@ void VulkanBackend::synchronize() {
   if (!in_flight_) return;
   in_flight_ = false;
   check(vkWaitForFences(device_->handle(), 1, &fence_, VK_TRUE, UINT64_MAX), name() + ": waiting for a computation");
+  profiler_->collect();
 }
 
 void VulkanBackend::synchronize_quietly() noexcept {
@@ -193,7 +196,8 @@ void VulkanBackend::compute_async(std::span<Tensor* const> nodes, std::span<cons
   auto begin = vk_struct<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   check(vkBeginCommandBuffer(cmd_, &begin), "beginning the command buffer");
-  Recorder rec(*device_, *pipelines_, *descriptors_, cmd_);
+  Recorder rec(*device_, *pipelines_, *descriptors_, cmd_, profiler_.get());
+  profiler_->begin(cmd_);
   try {
     full_barrier(cmd_);  // after the uploads and earlier computations
     for (size_t i = 0; i < nodes.size(); ++i) {

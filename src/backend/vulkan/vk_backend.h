@@ -5,6 +5,7 @@
 
 #include "backend/vulkan/vk_device.h"
 #include "backend/vulkan/vk_pipelines.h"
+#include "backend/vulkan/vk_profile.h"
 #include "qlens/backend.h"
 
 namespace qlens::vulkan {
@@ -62,6 +63,7 @@ class VulkanBackend final : public Backend {
   std::unique_ptr<Device> device_;
   std::unique_ptr<PipelineCache> pipelines_;
   std::unique_ptr<DescriptorAllocator> descriptors_;
+  std::unique_ptr<Profiler> profiler_;
   VkCommandPool pool_ = VK_NULL_HANDLE;
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;

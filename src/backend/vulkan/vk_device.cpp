@@ -1,6 +1,7 @@
 #include "backend/vulkan/vk_device.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "qlens/error.h"
 
@@ -161,6 +162,9 @@ Device::Device(int index) {
   name_ = "vulkan:" + std::to_string(index) + " (" + props.deviceName + ")";
   storage_offset_alignment_ = std::max<VkDeviceSize>(props.limits.minStorageBufferOffsetAlignment, 4);
   max_storage_range_ = props.limits.maxStorageBufferRange;
+  if (props.limits.timestampComputeAndGraphics) timestamp_period_ = props.limits.timestampPeriod;
+  is_cpu_ = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  if (const char* cpu_kernels = std::getenv("QLENS_VULKAN_CPU_KERNELS")) is_cpu_ = std::string(cpu_kernels) != "0";
   auto m3 = vk_struct<VkPhysicalDeviceMaintenance3Properties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES);
   auto props2 = vk_struct<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
   props2.pNext = &m3;

@@ -67,6 +67,12 @@ class Device {
   bool has_float64() const { return has_float64_; }
   VkDeviceSize storage_offset_alignment() const { return storage_offset_alignment_; }
   VkDeviceSize max_storage_range() const { return max_storage_range_; }
+  // Nanoseconds per timestamp tick; 0 when compute queues have no timestamps.
+  float timestamp_period() const { return timestamp_period_; }
+  // A CPU implementation (lavapipe, SwiftShader): invocations run as SIMD
+  // lanes of CPU threads, so shaders avoid shared memory and barriers there.
+  // QLENS_VULKAN_CPU_KERNELS=0 or 1 overrides the device type (for tests).
+  bool is_cpu() const { return is_cpu_; }
 
   // Device-local (or, when `host_visible`, mapped host-coherent) memory;
   // throws Error naming `what` when the device is out of memory.
@@ -86,6 +92,8 @@ class Device {
   bool has_float64_ = false;
   VkDeviceSize storage_offset_alignment_ = 256;
   VkDeviceSize max_storage_range_ = 1u << 27;
+  float timestamp_period_ = 0;
+  bool is_cpu_ = false;
   VkDeviceSize max_allocation_ = ~VkDeviceSize{0};
   VkPhysicalDeviceMemoryProperties memory_{};
   VkCommandPool transfer_pool_ = VK_NULL_HANDLE;

@@ -28,8 +28,30 @@ struct GetRowsPush {
   uint32_t K, n_out, a_rows, a_off, a_nb1, idx_off, idx_nb0, d_off, d_nb1;
 };
 
-// Elements one dequantize_sub call produces (SUB_SIZE in weight_types.glsl).
-uint32_t sub_size(DType type) { return type_traits(type).block_size > 1 ? 8 : 1; }
+// The weight types of shaders/weight_types.glsl with their SUB_SIZE (the
+// elements one dequantize_sub call produces; it divides the block size and
+// 32, the tile depth of mul_mat.comp).
+struct WeightType {
+  DType type;
+  uint32_t sub_size;
+};
+constexpr WeightType kWeightTypes[] = {
+    {DType::F32, 1},   {DType::F16, 1},   {DType::BF16, 1},  {DType::Q8_0, 8},   {DType::Q4_0, 8},
+    {DType::Q4_1, 8},  {DType::Q5_0, 8},  {DType::Q5_1, 8},  {DType::IQ4_NL, 8}, {DType::Q2_K, 16},
+    {DType::Q3_K, 16}, {DType::Q4_K, 16}, {DType::Q5_K, 16}, {DType::Q6_K, 16},  {DType::IQ4_XS, 16},
+};
+
+const WeightType* find_weight_type(DType type) {
+  for (const WeightType& w : kWeightTypes)
+    if (w.type == type) return &w;
+  return nullptr;
+}
+
+uint32_t sub_size(DType type) {
+  const WeightType* w = find_weight_type(type);
+  if (!w) throw Error("vulkan: no shader reads weights of type " + std::string(type_name(type)));
+  return w->sub_size;
+}
 
 bool fits_u32(size_t v) { return v <= std::numeric_limits<uint32_t>::max(); }
 
@@ -48,16 +70,7 @@ std::string quoted(const Tensor& t) { return "'" + t.name + "'"; }
 
 }  // namespace
 
-bool is_weight_type(DType type) {
-  switch (type) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q8_0:
-    case DType::Q4_0: return true;
-    default: return false;
-  }
-}
+bool is_weight_type(DType type) { return find_weight_type(type) != nullptr; }
 
 std::string weight_type_suffix(DType type) {
   std::string s(type_name(type));
@@ -110,7 +123,8 @@ void record_mul_mat(Recorder& r, const Tensor& node) {
   if (b.ne[1] <= kMulMatVecMaxCols) {
     r.dispatch("mul_mat_vec_" + type, {ba, bb, bd}, p, static_cast<uint64_t>(p.M) * batches);
   } else {
-    r.dispatch("mul_mat_" + type, {ba, bb, bd}, p,
+    // CPU devices: the variant without shared memory and barriers.
+    r.dispatch((r.is_cpu() ? "mul_mat_direct_" : "mul_mat_") + type, {ba, bb, bd}, p,
                ceil_div(p.M, kMulMatTileM) * ceil_div(p.N, kMulMatTileN) * batches);
   }
 }

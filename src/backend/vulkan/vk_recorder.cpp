@@ -98,6 +98,7 @@ void Recorder::dispatch_raw(const std::string& shader, std::initializer_list<Bou
   vkCmdPushConstants(cmd_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, static_cast<uint32_t>(push_bytes), push);
   vkCmdDispatch(cmd_, static_cast<uint32_t>(x), static_cast<uint32_t>(y), 1);
   full_barrier(cmd_);
+  if (profiler_) profiler_->mark(cmd_, shader);
   ++dispatches_;
 }
 

@@ -12,6 +12,7 @@
 
 #include "backend/vulkan/vk_device.h"
 #include "backend/vulkan/vk_pipelines.h"
+#include "backend/vulkan/vk_profile.h"
 #include "qlens/tensor.h"
 
 namespace qlens::vulkan {
@@ -35,8 +36,9 @@ std::array<uint32_t, 4> shape_u32(const Tensor& t);
 
 class Recorder {
  public:
-  Recorder(Device& device, PipelineCache& pipelines, DescriptorAllocator& descriptors, VkCommandBuffer cmd)
-      : device_(device), pipelines_(pipelines), descriptors_(descriptors), cmd_(cmd) {}
+  Recorder(Device& device, PipelineCache& pipelines, DescriptorAllocator& descriptors, VkCommandBuffer cmd,
+           Profiler* profiler = nullptr)
+      : device_(device), pipelines_(pipelines), descriptors_(descriptors), cmd_(cmd), profiler_(profiler) {}
 
   // The tensor in device memory; throws Error naming it and `role` when it
   // is not in this device's memory or does not fit in one window.
@@ -52,6 +54,7 @@ class Recorder {
   }
 
   bool has_float64() const { return device_.has_float64(); }
+  bool is_cpu() const { return device_.is_cpu(); }
   const std::string& device_name() const { return device_.name(); }
   bool empty() const { return dispatches_ == 0; }
 
@@ -65,6 +68,7 @@ class Recorder {
   PipelineCache& pipelines_;
   DescriptorAllocator& descriptors_;
   VkCommandBuffer cmd_;
+  Profiler* profiler_;
   int dispatches_ = 0;
 };
 

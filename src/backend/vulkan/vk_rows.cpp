@@ -10,6 +10,17 @@ namespace qlens::vulkan {
 namespace {
 
 constexpr uint64_t kRopeGroup = 256;  // local_size_x of shaders/rope.comp
+constexpr uint64_t kRowsGroup = 64;   // local_size_x of the ROW_PER_INVOCATION variants
+
+// RmsNorm and SoftMax: a workgroup per row, or on CPU devices (where
+// barriers are slow) an invocation per row.
+void dispatch_rows(Recorder& r, const char* shader, std::initializer_list<Bound> buffers, const auto& push,
+                   uint64_t rows) {
+  if (r.is_cpu())
+    r.dispatch(std::string(shader) + "_rows", buffers, push, ceil_div(rows, kRowsGroup));
+  else
+    r.dispatch(shader, buffers, push, rows);
+}
 
 struct RmsNormPush {
   uint32_t ne[4];
@@ -70,7 +81,7 @@ void record_rms_norm(Recorder& r, const Tensor& node) {
   p.a_off = ba.offset_in(4, quoted(a));
   p.d_off = bd.offset_in(4, quoted(node));
   p.eps = node.param_f(0);
-  r.dispatch("rms_norm", {ba, bd}, p, static_cast<uint64_t>(node.nrows()));
+  dispatch_rows(r, "rms_norm", {ba, bd}, p, static_cast<uint64_t>(node.nrows()));
 }
 
 void record_soft_max(Recorder& r, const Tensor& node) {
@@ -89,7 +100,7 @@ void record_soft_max(Recorder& r, const Tensor& node) {
   p.m_off = mask ? bm.offset_in(4, quoted(*mask)) : 0;
   p.has_mask = mask ? 1 : 0;
   p.scale = node.param_f(0);
-  r.dispatch("soft_max", {ba, bm, bd}, p, static_cast<uint64_t>(node.nrows()));
+  dispatch_rows(r, "soft_max", {ba, bm, bd}, p, static_cast<uint64_t>(node.nrows()));
 }
 
 void record_rope(Recorder& r, const Tensor& node) {

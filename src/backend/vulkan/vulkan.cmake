@@ -14,7 +14,9 @@ set(QLENS_VK_VARIANTS
   "scale|elementwise.comp|-DOP_SCALE"
   "silu|elementwise.comp|-DOP_SILU"
   "rms_norm|rms_norm.comp|"
+  "rms_norm_rows|rms_norm.comp|-DROW_PER_INVOCATION"
   "soft_max|soft_max.comp|"
+  "soft_max_rows|soft_max.comp|-DROW_PER_INVOCATION"
   "rope_f32|rope.comp|"
   "rope_f64|rope.comp|-DROPE_F64"
 )
@@ -25,13 +27,15 @@ foreach(src F32 F16 BF16)
   endforeach()
 endforeach()
 # The weight types of mul_mat and get_rows: one line per type here and one
-# section in shaders/weight_types.glsl.
-foreach(type F32 F16 BF16 Q8_0 Q4_0)
+# section in shaders/weight_types.glsl (and a row in kWeightTypes of
+# vk_matmul.cpp).
+foreach(type F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS)
   string(TOLOWER ${type} t)
   list(APPEND QLENS_VK_VARIANTS
     "get_rows_${t}|get_rows.comp|-DTYPE_${type}"
     "mul_mat_vec_${t}|mul_mat_vec.comp|-DTYPE_${type}"
-    "mul_mat_${t}|mul_mat.comp|-DTYPE_${type}")
+    "mul_mat_${t}|mul_mat.comp|-DTYPE_${type}"
+    "mul_mat_direct_${t}|mul_mat.comp|-DTYPE_${type} -DDIRECT")
 endforeach()
 foreach(tap column_sum_sq stats error_stats)
   list(APPEND QLENS_VK_VARIANTS

@@ -4,7 +4,12 @@
 // shared memory (zero-padded past the edges), then each of the 16 x 16
 // threads accumulates a 4 x 4 block of outputs (rows tx + 16r, columns
 // ty + 16c: neighbouring threads read neighbouring rows, no bank conflicts
-// with the padded rows). Variants: TYPE_* (weight_types.glsl).
+// with the padded rows). Variants: TYPE_* (weight_types.glsl); DIRECT, for
+// devices that run invocations as SIMD lanes of CPU threads (lavapipe), where
+// shared memory and barriers are slow (each barrier switches between the
+// workgroup's coroutines, each shared access is a per-lane loop): the same
+// 4 x 4 blocks, each thread reading its weights and activations straight
+// from the buffers.
 #version 450
 #include "common.glsl"
 #define WEIGHT_BINDING 0
@@ -18,8 +23,10 @@ layout(local_size_x = 256) in;
 layout(binding = 1) readonly buffer B { float b[]; };
 layout(binding = 2) writeonly buffer D { float d[]; };
 
+#if !defined(DIRECT)
 shared float tile_a[TM * STRIDE];
 shared float tile_b[TN * STRIDE];
+#endif
 
 void main() {
   uint g = group_index();
@@ -38,6 +45,24 @@ void main() {
   for (uint r = 0u; r < 4u; ++r)
     for (uint c = 0u; c < 4u; ++c) acc[r][c] = 0.0;
 
+#if defined(DIRECT)
+  if (m0 + tx >= p.M || n0 + ty >= p.N) return;  // the whole 4 x 4 block is outside
+  uint a_rows[4], b_cols[4];  // edges: clamped to the last row / column, not stored
+  for (uint r = 0u; r < 4u; ++r) a_rows[r] = a_base + min(m0 + tx + 16u * r, p.M - 1u) * p.a_nb1;
+  for (uint c = 0u; c < 4u; ++c) b_cols[c] = b_base + min(n0 + ty + 16u * c, p.N - 1u) * p.b_nb1;
+  const uint units = p.K / SUB_SIZE;
+  for (uint u = 0u; u < units; ++u) {
+    float w[4][SUB_SIZE];
+    for (uint r = 0u; r < 4u; ++r) dequantize_unit(a_rows[r], u, w[r]);
+    for (uint s = 0u; s < SUB_SIZE; ++s) {
+      const uint k = (u * SUB_SIZE + s) * p.b_nb0;
+      float bv[4];
+      for (uint c = 0u; c < 4u; ++c) bv[c] = b[b_cols[c] + k];
+      for (uint r = 0u; r < 4u; ++r)
+        for (uint c = 0u; c < 4u; ++c) acc[r][c] += w[r][s] * bv[c];
+    }
+  }
+#else
   const uint units_per_row = TK / SUB_SIZE;
   for (uint k0 = 0u; k0 < p.K; k0 += TK) {
     for (uint u = t; u < TM * units_per_row; u += 256u) {
@@ -66,6 +91,7 @@ void main() {
     }
     barrier();
   }
+#endif
   for (uint r = 0u; r < 4u; ++r)
     for (uint c = 0u; c < 4u; ++c) {
       const uint row = m0 + tx + 16u * r, col = n0 + ty + 16u * c;

@@ -1,10 +1,18 @@
 // SoftMax over dim 0 of a*scale + mask: one workgroup per row. The mask
 // [K, >=N, M2, M3] is broadcast over dims 2 and 3; a fully masked row gives
-// zeros.
+// zeros. Variant ROW_PER_INVOCATION (devices that run invocations as SIMD
+// lanes of CPU threads, lavapipe, where barriers are slow): one invocation per
+// row, no shared memory and no barriers.
 #version 450
 #include "common.glsl"
 
+#if defined(ROW_PER_INVOCATION)
+const uint WG = 1u;  // invocations per row
+layout(local_size_x = 64) in;
+#else
+const uint WG = 128u;
 layout(local_size_x = 128) in;
+#endif
 
 layout(binding = 0) readonly buffer A { float a[]; };
 layout(binding = 1) readonly buffer M { float mask[]; };
@@ -20,7 +28,9 @@ layout(push_constant) uniform Params {
   float scale;
 } p;
 
-shared float partial[128];
+#if !defined(ROW_PER_INVOCATION)
+shared float partial[WG];
+#endif
 
 const float NEG_INF = -1.0 / 0.0;  // -Inf
 
@@ -33,36 +43,56 @@ float value(uint i) {
   return x;
 }
 
+// The maximum / sum of x over the row's invocations.
+float row_max(float x, uint t) {
+#if defined(ROW_PER_INVOCATION)
+  return x;
+#else
+  partial[t] = x;
+  barrier();
+  for (uint s = WG / 2u; s > 0u; s >>= 1) {
+    if (t < s) partial[t] = max(partial[t], partial[t + s]);
+    barrier();
+  }
+  x = partial[0];
+  barrier();  // partial is reused
+  return x;
+#endif
+}
+float row_sum(float x, uint t) {
+#if defined(ROW_PER_INVOCATION)
+  return x;
+#else
+  partial[t] = x;
+  barrier();
+  for (uint s = WG / 2u; s > 0u; s >>= 1) {
+    if (t < s) partial[t] += partial[t + s];
+    barrier();
+  }
+  return partial[0];
+#endif
+}
+
 void main() {
-  const uint r = group_index();
+#if defined(ROW_PER_INVOCATION)
+  const uint r = group_index() * 64u + gl_LocalInvocationID.x, t = 0u;
+#else
+  const uint r = group_index(), t = gl_LocalInvocationID.x;
+#endif
   if (r >= p.ne.y * p.ne.z * p.ne.w) return;
   row = uvec4(0u, r % p.ne.y, (r / p.ne.y) % p.ne.z, r / (p.ne.y * p.ne.z));
   a0 = p.a_off + offset4(row, p.a_nb);
   m0 = p.m_off + offset4(uvec4(0u, row.y, row.z % p.m_ne.z, row.w % p.m_ne.w), p.m_nb);
   const uint d0 = p.d_off + offset4(row, p.d_nb);
-  const uint t = gl_LocalInvocationID.x;
 
   float mx = NEG_INF;
-  for (uint i = t; i < p.ne.x; i += 128u) mx = max(mx, value(i));
-  partial[t] = mx;
-  barrier();
-  for (uint s = 64u; s > 0u; s >>= 1) {
-    if (t < s) partial[t] = max(partial[t], partial[t + s]);
-    barrier();
-  }
-  mx = partial[0];
-  barrier();
+  for (uint i = t; i < p.ne.x; i += WG) mx = max(mx, value(i));
+  mx = row_max(mx, t);
 
   float sum = 0.0;
   if (mx != NEG_INF)
-    for (uint i = t; i < p.ne.x; i += 128u) sum += exp(value(i) - mx);
-  partial[t] = sum;
-  barrier();
-  for (uint s = 64u; s > 0u; s >>= 1) {
-    if (t < s) partial[t] += partial[t + s];
-    barrier();
-  }
-  sum = partial[0];
+    for (uint i = t; i < p.ne.x; i += WG) sum += exp(value(i) - mx);
+  sum = row_sum(sum, t);
   const float inv = sum > 0.0 ? 1.0 / sum : 0.0;
-  for (uint i = t; i < p.ne.x; i += 128u) d[d0 + i * p.d_nb.x] = mx == NEG_INF ? 0.0 : exp(value(i) - mx) * inv;
+  for (uint i = t; i < p.ne.x; i += WG) d[d0 + i * p.d_nb.x] = mx == NEG_INF ? 0.0 : exp(value(i) - mx) * inv;
 }
