@@ -9,6 +9,7 @@ qlens=${1:-build/qlens}
 root=$(cd "$(dirname "$0")/.." && pwd)
 shared="$root/../shared"
 work=${QLENS_DEMO_DIR:-$(mktemp -d)}
+mkdir -p "$work"
 [ -n "${QLENS_DEMO_DIR:-}" ] || trap 'rm -rf "$work"' EXIT
 threads=${QLENS_THREADS:-$(nproc)}
 
