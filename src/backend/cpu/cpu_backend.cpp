@@ -215,7 +215,7 @@ class CpuBackend final : public Backend {
         const bool needs_barrier = i > 0 && !(tap && (tap->kind == TapKind::ColumnSumSq || follows_own_tap));
         if (needs_barrier) pool_.barrier();
         if (tap) {
-          run_tap(*tap, *work[i].node, ith, nth);
+          run_tap(*tap, *work[i].node, ith, nth, isa_);
           continue;
         }
         if (ith == 0) counters_[(node_no + 1) % 2].store(0, std::memory_order_relaxed);

@@ -91,6 +91,32 @@ void column_sum_sq(const Tensor& x, CpuTapState& st, int ith, int nth) {
 }
 
 
+}  // namespace
+
+bool finish_stats_row(double sum, double sum_sq, float lo, float hi, int64_t n, NodeStats& s) {
+  if (!std::isfinite(sum) || !std::isfinite(sum_sq)) return false;
+  s.count += n;
+  s.sum += sum;
+  s.sum_sq += sum_sq;
+  s.min = std::min<double>(s.min, lo);
+  s.max = std::max<double>(s.max, hi);
+  return true;
+}
+
+bool finish_error_row(double diff, double aa, double bb, double ab, double max_diff, int64_t n, ErrorStats& e) {
+  if (!std::isfinite(diff) || !std::isfinite(aa) || !std::isfinite(bb) || !std::isfinite(ab)) return false;
+  e.count += n;
+  e.sum_sq_diff += diff;
+  e.sum_sq_a += aa;
+  e.sum_sq_b += bb;
+  e.sum_ab += ab;
+  e.max_abs_diff = std::max(e.max_abs_diff, max_diff);
+  e.add_row(diff, bb);
+  return true;
+}
+
+namespace {
+
 // Fast row kernels for adjacent F32 values: four independent accumulators, no
 // per-element branches. A row holding NaN or Inf makes its sum non-finite;
 // such a row is redone element by element (the reference's rules).
@@ -112,20 +138,12 @@ bool stats_row_fast(const float* x, int64_t n, NodeStats& s) {
     lo = std::min(lo, x[i]);
     hi = std::max(hi, x[i]);
   }
-  const double total = (sum[0] + sum[1]) + (sum[2] + sum[3]);
-  const double total_sq = (sq[0] + sq[1]) + (sq[2] + sq[3]);
-  if (!std::isfinite(total) || !std::isfinite(total_sq)) return false;
-  s.count += n;
-  s.sum += total;
-  s.sum_sq += total_sq;
-  s.min = std::min<double>(s.min, lo);
-  s.max = std::max<double>(s.max, hi);
-  return true;
+  return finish_stats_row((sum[0] + sum[1]) + (sum[2] + sum[3]), (sq[0] + sq[1]) + (sq[2] + sq[3]), lo, hi, n, s);
 }
 
 bool error_row_fast(const float* a, const float* b, int64_t n, ErrorStats& e) {
   double diff[4] = {0, 0, 0, 0}, aa[4] = {0, 0, 0, 0}, bb[4] = {0, 0, 0, 0}, ab[4] = {0, 0, 0, 0};
-  float max_diff = 0;
+  double max_diff = 0;
   int64_t i = 0;
   auto step = [&](int l, float x, float y) {
     const double dx = x, dy = y, d = dx - dy;
@@ -133,32 +151,22 @@ bool error_row_fast(const float* a, const float* b, int64_t n, ErrorStats& e) {
     aa[l] += dx * dx;
     bb[l] += dy * dy;
     ab[l] += dx * dy;
-    max_diff = std::max(max_diff, std::fabs(x - y));
+    max_diff = std::max(max_diff, std::fabs(d));
   };
   for (; i + 4 <= n; i += 4)
     for (int l = 0; l < 4; ++l) step(l, a[i + l], b[i + l]);
   for (; i < n; ++i) step(0, a[i], b[i]);
   auto total = [](const double* v) { return (v[0] + v[1]) + (v[2] + v[3]); };
-  const double d = total(diff), sa = total(aa), sb = total(bb), sab = total(ab);
-  if (!std::isfinite(d) || !std::isfinite(sa) || !std::isfinite(sb) || !std::isfinite(sab)) return false;
-  e.count += n;
-  e.sum_sq_diff += d;
-  e.sum_sq_a += sa;
-  e.sum_sq_b += sb;
-  e.sum_ab += sab;
-  // |x - y| in float can round below the double difference: take the double one.
-  double max_exact = 0;
-  if (max_diff > 0)
-    for (int64_t k = 0; k < n; ++k) max_exact = std::max(max_exact, std::fabs(static_cast<double>(a[k]) - b[k]));
-  e.max_abs_diff = std::max(e.max_abs_diff, max_exact);
-  e.add_row(d, sb);
-  return true;
+  return finish_error_row(total(diff), total(aa), total(bb), total(ab), max_diff, n, e);
 }
 
 }  // namespace
 
-void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth) {
+void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth, Isa isa) {
   auto& st = static_cast<CpuTapState&>(*tap.state);
+  const bool simd = isa != Isa::Scalar;
+  auto stats_row = simd ? stats_row_avx2 : stats_row_fast;
+  auto error_row = simd ? error_row_avx2 : error_row_fast;
   switch (tap.kind) {
     case TapKind::ColumnSumSq:
       column_sum_sq(*node.src[1], st, ith, nth);
@@ -168,7 +176,7 @@ void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth) {
       const bool adjacent = adjacent_f32(node);
       for (int64_t r = ith; r < node.nrows(); r += nth) {
         const float* row = row_ptr(node, r);
-        if (adjacent && stats_row_fast(row, node.ne[0], s)) continue;
+        if (adjacent && stats_row(row, node.ne[0], s)) continue;
         for (int64_t k = 0; k < node.ne[0]; ++k) s.add(value(row, node, k));
       }
       break;
@@ -180,7 +188,7 @@ void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth) {
       for (int64_t r = ith; r < node.nrows(); r += nth) {
         const float* a = row_ptr(node, r);
         const float* b = row_ptr(other, r);
-        if (adjacent && error_row_fast(a, b, node.ne[0], e)) continue;
+        if (adjacent && error_row(a, b, node.ne[0], e)) continue;
         ErrorStats row;
         for (int64_t k = 0; k < node.ne[0]; ++k) row.add(value(a, node, k), value(b, other, k));
         e.add_row(row.sum_sq_diff, row.sum_sq_b);
