@@ -45,7 +45,22 @@ int LogHistogram::bucket(double v) {
   if (std::isnan(v)) return kBuckets - 1;
   if (!(v >= std::ldexp(1.0, kMinExp))) return 0;
   if (v >= std::ldexp(1.0, kMaxExp)) return kBuckets - 1;
-  const int b = 1 + static_cast<int>(std::floor((std::log2(v) - kMinExp) * kStepsPerOctave));
+  // floor(log2(v) * 8) without a logarithm (a bucket per row of every tap):
+  // the binary exponent, then the eighth of an octave by comparing the
+  // mantissa with 2^(k/8).
+  static const double kStep[kStepsPerOctave] = {1.0,
+                                                1.0905077326652577,
+                                                1.1892071150027210,
+                                                1.2968395546510096,
+                                                1.4142135623730951,
+                                                1.5422108254079407,
+                                                1.6817928305074290,
+                                                1.8340080864093424};
+  int e = 0;
+  const double m = 2 * std::frexp(v, &e);  // v = m * 2^(e-1), m in [1, 2)
+  int sub = 0;
+  while (sub + 1 < kStepsPerOctave && m >= kStep[sub + 1]) ++sub;
+  const int b = 1 + (e - 1 - kMinExp) * kStepsPerOctave + sub;
   return std::clamp(b, 1, kBuckets - 2);
 }
 

@@ -91,32 +91,6 @@ void column_sum_sq(const Tensor& x, CpuTapState& st, int ith, int nth) {
 }
 
 
-}  // namespace
-
-bool finish_stats_row(double sum, double sum_sq, float lo, float hi, int64_t n, NodeStats& s) {
-  if (!std::isfinite(sum) || !std::isfinite(sum_sq)) return false;
-  s.count += n;
-  s.sum += sum;
-  s.sum_sq += sum_sq;
-  s.min = std::min<double>(s.min, lo);
-  s.max = std::max<double>(s.max, hi);
-  return true;
-}
-
-bool finish_error_row(double diff, double aa, double bb, double ab, double max_diff, int64_t n, ErrorStats& e) {
-  if (!std::isfinite(diff) || !std::isfinite(aa) || !std::isfinite(bb) || !std::isfinite(ab)) return false;
-  e.count += n;
-  e.sum_sq_diff += diff;
-  e.sum_sq_a += aa;
-  e.sum_sq_b += bb;
-  e.sum_ab += ab;
-  e.max_abs_diff = std::max(e.max_abs_diff, max_diff);
-  e.add_row(diff, bb);
-  return true;
-}
-
-namespace {
-
 // Fast row kernels for adjacent F32 values: four independent accumulators, no
 // per-element branches. A row holding NaN or Inf makes its sum non-finite;
 // such a row is redone element by element (the reference's rules).

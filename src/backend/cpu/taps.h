@@ -2,6 +2,8 @@
 // pool's threads right after their node, into per-backend accumulators.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -38,7 +40,27 @@ void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth, Isa isa);
 bool stats_row_avx2(const float* x, int64_t n, NodeStats& s);
 bool error_row_avx2(const float* a, const float* b, int64_t n, ErrorStats& e);
 // What both kinds of kernels end with: the checks and the accumulation.
-bool finish_stats_row(double sum, double sum_sq, float lo, float hi, int64_t n, NodeStats& s);
-bool finish_error_row(double diff, double aa, double bb, double ab, double max_diff, int64_t n, ErrorStats& e);
+inline bool finish_stats_row(double sum, double sum_sq, float lo, float hi, int64_t n, NodeStats& s) {
+  if (!std::isfinite(sum) || !std::isfinite(sum_sq)) return false;
+  s.count += n;
+  s.sum += sum;
+  s.sum_sq += sum_sq;
+  s.min = std::min<double>(s.min, lo);
+  s.max = std::max<double>(s.max, hi);
+  return true;
+}
+
+inline bool finish_error_row(double diff, double aa, double bb, double ab, double max_diff, int64_t n, ErrorStats& e) {
+  if (!std::isfinite(diff) || !std::isfinite(aa) || !std::isfinite(bb) || !std::isfinite(ab)) return false;
+  e.count += n;
+  e.sum_sq_diff += diff;
+  e.sum_sq_a += aa;
+  e.sum_sq_b += bb;
+  e.sum_ab += ab;
+  e.max_abs_diff = std::max(e.max_abs_diff, max_diff);
+  e.add_row(diff, bb);
+  return true;
+}
+
 
 }  // namespace qlens::cpu
