@@ -107,6 +107,34 @@ TEST(Sensitivity, NoisePredictionsFollowTheMeasuredProbes) {
   for (const auto& t : noise.tensors) EXPECT_EQ(t.noise_points.size(), 1u) << t.name;
 }
 
+TEST(Sensitivity, GroupsQuantizeEveryMemberAtOnce) {
+  QLENS_REQUIRE_SHARED(model_path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  auto model = Model::load(model_path);
+  const auto tokens = model->vocab().tokenize(read_text_file(text_path), true);
+  tools::SensitivityOptions opt = small_options();
+  opt.max_chunks = 1;
+  opt.types = {DType::Q4_0, DType::Q8_0};
+  opt.group = tools::SensitivityGroup::Role;
+  const auto r = tools::measure_sensitivity(*model, tokens, opt);
+  EXPECT_TRUE(r.tensors.empty());
+  ASSERT_EQ(r.groups.size(), 9u);  // 7 block roles, output, token_embd
+  std::map<std::string, const tools::SensitivityTensor*> by_name;
+  for (const auto& g : r.groups) by_name[g.name] = &g;
+  ASSERT_TRUE(by_name.count("attn_v"));
+  EXPECT_EQ(by_name["attn_v"]->members.size(), 5u);
+  EXPECT_GT(find(*by_name["attn_v"], DType::Q4_0)->delta_kld, find(*by_name["attn_v"], DType::Q8_0)->delta_kld);
+  EXPECT_EQ(find(*by_name["ffn_down"], DType::Q4_0), nullptr);  // rows of 172 fit neither
+  // Together they matter more than any one of them alone.
+  opt.group = tools::SensitivityGroup::Tensor;
+  opt.tensors_regex = "attn_v";
+  const auto single = tools::measure_sensitivity(*model, tokens, opt);
+  for (const auto& t : single.tensors)
+    EXPECT_LT(find(t, DType::Q4_0)->delta_kld, find(*by_name["attn_v"], DType::Q4_0)->delta_kld) << t.name;
+  const auto back = tools::sensitivity_from_json(tools::sensitivity_json(r), "groups.json");
+  EXPECT_EQ(tools::sensitivity_json(back), tools::sensitivity_json(r));
+}
+
 TEST(Sensitivity, ResumedRunEqualsAFreshOne) {
   QLENS_REQUIRE_SHARED(model_path, kStories);
   QLENS_REQUIRE_SHARED(text_path, kText);

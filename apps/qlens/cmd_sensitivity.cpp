@@ -61,7 +61,8 @@ int cmd_sensitivity(int argc, char** argv) {
   p.add({"--types"}, &types, "LIST",
         "candidate types, comma-separated (default Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_NL,Q4_0,Q5_0,Q8_0,F16)");
   p.add({"--mode"}, &mode, "quant|noise", "how tensors are probed (default quant)");
-  p.add({"--group"}, &group, "tensor", "probe unit (tensor; per-layer and per-role sums are always printed)");
+  p.add({"--group"}, &group, "tensor|layer|role",
+        "probe unit (default tensor; layer/role quantize a whole group at once: for reading, plan needs tensor)");
   p.add({"--noise-levels"}, &levels, "A[,B]", "noise RMS relative to each tensor's RMS (default 0.05; two levels also fit the exponent)");
   p.add({"--tensors"}, &opt.tensors_regex, "REGEX", "only weights whose name matches");
   p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512)");
@@ -76,9 +77,11 @@ int cmd_sensitivity(int argc, char** argv) {
   if (model_path.empty()) throw Error("qlens sensitivity: -m MODEL is required");
   if (text_path.empty()) throw Error("qlens sensitivity: -f TEXT is required");
   if (mode != "quant" && mode != "noise") throw Error("qlens sensitivity: --mode must be quant or noise, got '" + mode + "'");
-  if (group != "tensor")
-    throw Error("qlens sensitivity: --group " + group +
-                ": only 'tensor' is measured; per-layer and per-role sums are printed from it");
+  if (group != "tensor" && group != "layer" && group != "role")
+    throw Error("qlens sensitivity: --group must be tensor, layer or role, got '" + group + "'");
+  opt.group = group == "tensor"  ? tools::SensitivityGroup::Tensor
+              : group == "layer" ? tools::SensitivityGroup::Layer
+                                 : tools::SensitivityGroup::Role;
   if (resume && json_path.empty()) throw Error("qlens sensitivity: --resume needs --json FILE");
   opt.mode = mode == "quant" ? tools::SensitivityMode::Quant : tools::SensitivityMode::Noise;
   opt.types = parse_types(types);
@@ -105,7 +108,8 @@ int cmd_sensitivity(int argc, char** argv) {
   auto r = tools::measure_sensitivity(*model, tokens, opt, previous.get(),
                                       [&](const tools::SensitivityResult& partial, int64_t done, int64_t total) {
                                         if (!bar) bar = std::make_unique<tools::Progress>("sensitivity", total, "tensors");
-                                        bar->update(done, partial.tensors.back().name);
+                                        bar->update(done, partial.groups.empty() ? partial.tensors.back().name
+                                                                                 : partial.groups.back().name);
                                         if (!json_path.empty()) {
                                           tools::SensitivityResult copy = partial;
                                           copy.text_path = text_path;

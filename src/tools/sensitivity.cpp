@@ -265,6 +265,63 @@ SensitivityResult measure_sensitivity(
     for (const SensitivityTensor& t : resume->tensors) done_before[t.name] = &t;
 
   int64_t n_done = 0;
+  if (opt.group != SensitivityGroup::Tensor) {
+    if (opt.mode != SensitivityMode::Quant) throw Error("sensitivity: --group layer|role needs --mode quant");
+    std::map<std::string, std::vector<Tensor*>> members;
+    for (Tensor* w : probed) {
+      const int layer = layer_of(w->name);
+      members[opt.group == SensitivityGroup::Role ? tensor_role(w->name)
+                                                   : (layer < 0 ? std::string("outside layers")
+                                                                : "layer " + std::to_string(layer))]
+          .push_back(w);
+    }
+    int64_t done = 0;
+    for (const auto& [name, group] : members) {
+      SensitivityTensor st;
+      st.name = name;
+      st.role = opt.group == SensitivityGroup::Role ? name : std::string("(layer)");
+      st.layer = opt.group == SensitivityGroup::Layer ? layer_of(group.front()->name) : -1;
+      for (Tensor* w : group) {
+        st.members.push_back(w->name);
+        st.n_elements += w->nelements();
+      }
+      SensitivityCandidate source;
+      source.measured = true;
+      for (Tensor* w : group) source.bytes += w->nbytes();
+      source.type = group.front()->type;
+      source.bpw = 8.0 * source.bytes / st.n_elements;
+      st.candidates.push_back(source);
+      for (DType type : types) {
+        if (!std::all_of(group.begin(), group.end(), [&](Tensor* w) { return w->type != type && fits(type, *w); }))
+          continue;
+        SensitivityCandidate c;
+        c.type = type;
+        std::vector<std::unique_ptr<Replacement>> reps;
+        for (Tensor* w : group) {
+          std::vector<float> x(w->nelements());
+          type_traits(w->type).to_float(w->data, x.data(), w->nelements());
+          const std::vector<float> imp = imatrix ? imatrix->importance(w->name, w->ne[0]) : std::vector<float>{};
+          auto q = quantize_to(type, x, *w, imp);
+          c.bytes += q.size();
+          reps.push_back(std::make_unique<Replacement>(*w, type, std::move(q)));
+          runner.context().replace_weight(w, &reps.back()->tensor);
+        }
+        const Evaluation e = runner.evaluate();
+        for (Tensor* w : group) runner.context().restore_weight(w);
+        c.bpw = 8.0 * c.bytes / st.n_elements;
+        c.delta_kld = e.kld_mean;
+        c.delta_kld_error = e.kld_error;
+        c.delta_ppl = std::exp(e.nll_mean) - r.reference_ppl;
+        c.measured = true;
+        st.candidates.push_back(c);
+      }
+      r.groups.push_back(std::move(st));
+      if (on_tensor) on_tensor(r, ++done, static_cast<int64_t>(members.size()));
+    }
+    r.complete = true;
+    return r;
+  }
+
   for (Tensor* w : probed) {
     if (auto it = done_before.find(w->name); it != done_before.end()) {
       r.tensors.push_back(*it->second);
@@ -388,9 +445,11 @@ std::string sensitivity_json(const SensitivityResult& r) {
   w.end_object();
   w.key("fixed_bytes"); w.value(r.fixed_bytes);
   w.key("n_weights_total"); w.value(r.n_weights_total);
-  w.key("tensors");
+  for (const bool groups : {false, true}) {
+  if (groups && r.groups.empty()) continue;
+  w.key(groups ? "groups" : "tensors");
   w.begin_array();
-  for (const SensitivityTensor& t : r.tensors) {
+  for (const SensitivityTensor& t : groups ? r.groups : r.tensors) {
     w.begin_object();
     w.key("name"); w.value(t.name);
     w.key("role"); w.value(t.role);
@@ -401,6 +460,12 @@ std::string sensitivity_json(const SensitivityResult& r) {
     for (int64_t d : t.shape) w.value(d);
     w.end_array();
     w.key("source_type"); w.value(std::string(type_name(t.source_type)));
+    if (!t.members.empty()) {
+      w.key("members");
+      w.begin_array();
+      for (const std::string& m : t.members) w.value(m);
+      w.end_array();
+    }
     if (r.mode == SensitivityMode::Noise) {
       w.key("noise_fit");
       w.begin_object();
@@ -437,6 +502,7 @@ std::string sensitivity_json(const SensitivityResult& r) {
     w.end_object();
   }
   w.end_array();
+  }
   w.end_object();
   s << "\n";
   return s.str();
@@ -445,12 +511,12 @@ std::string sensitivity_json(const SensitivityResult& r) {
 void print_sensitivity(std::ostream& out, const SensitivityResult& r, size_t top) {
   // Types across tensors, in the order first seen (columns).
   std::vector<DType> columns;
-  for (const SensitivityTensor& t : r.tensors)
+  for (const SensitivityTensor& t : r.groups.empty() ? r.tensors : r.groups)
     for (const SensitivityCandidate& c : t.candidates)
       if (c.type != t.source_type && std::find(columns.begin(), columns.end(), c.type) == columns.end())
         columns.push_back(c.type);
   out << "Sensitivity (" << (r.mode == SensitivityMode::Quant ? "measured" : "predicted from noise")
-      << " mean KLD added when only this tensor is quantized; " << r.n_tokens_scored
+      << " mean KLD added when only this " << (r.groups.empty() ? "tensor" : "group") << " is quantized; " << r.n_tokens_scored
       << " tokens; reference PPL " << std::fixed << std::setprecision(4) << r.reference_ppl << ")\n";
   auto cell = [](double v) {
     std::ostringstream s;
@@ -459,7 +525,7 @@ void print_sensitivity(std::ostream& out, const SensitivityResult& r, size_t top
   };
   // Rank tensors by their ΔKLD at the lowest-bit common type they have.
   std::vector<const SensitivityTensor*> ranked;
-  for (const SensitivityTensor& t : r.tensors) ranked.push_back(&t);
+  for (const SensitivityTensor& t : r.groups.empty() ? r.tensors : r.groups) ranked.push_back(&t);
   auto worst = [](const SensitivityTensor* t) {
     double m = 0;
     for (const SensitivityCandidate& c : t->candidates) m = std::max(m, c.delta_kld);
@@ -498,6 +564,10 @@ void print_sensitivity(std::ostream& out, const SensitivityResult& r, size_t top
       out << "\n";
     }
   };
+  if (!r.groups.empty()) {
+    out << "\nEach row: every tensor of the group quantized to the type at once (measured together).\n";
+    return;
+  }
   summary("Per role", [](const SensitivityTensor& t) { return t.role; });
   summary("Per layer", [](const SensitivityTensor& t) { return t.layer < 0 ? std::string("(none)") : std::to_string(t.layer); });
   out << "\nRead: a larger ΔKLD means the output moves more when this tensor loses bits; the plan\n"
@@ -528,7 +598,10 @@ SensitivityResult sensitivity_from_json(const std::string& json_text, const std:
     if (!t) throw Error(path + ": unknown type '" + v.as_string() + "'");
     return *t;
   };
-  for (const JsonValue& jt : doc.at("tensors").as_array()) {
+  for (const bool groups : {false, true}) {
+  const JsonValue* list = doc.find(groups ? "groups" : "tensors");
+  if (!list) continue;
+  for (const JsonValue& jt : list->as_array()) {
     SensitivityTensor t;
     t.name = jt.at("name").as_string();
     t.role = jt.at("role").as_string();
@@ -554,7 +627,10 @@ SensitivityResult sensitivity_from_json(const std::string& json_text, const std:
       if (!jc.at("delta_ppl").is_null()) c.delta_ppl = jc.at("delta_ppl").as_number();
       t.candidates.push_back(c);
     }
-    r.tensors.push_back(std::move(t));
+    if (const JsonValue* members = jt.find("members"))
+      for (const JsonValue& m : members->as_array()) t.members.push_back(m.as_string());
+    (groups ? r.groups : r.tensors).push_back(std::move(t));
+  }
   }
   return r;
 }

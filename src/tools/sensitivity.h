@@ -28,6 +28,9 @@
 namespace qlens::tools {
 
 enum class SensitivityMode { Quant, Noise };
+// Probe unit: one tensor, or every tensor of a layer or of a role at once
+// (quant mode; group results are for reading: plan needs tensors).
+enum class SensitivityGroup { Tensor, Layer, Role };
 
 struct SensitivityOptions {
   int64_t n_ctx = 512;
@@ -37,6 +40,7 @@ struct SensitivityOptions {
   std::string imatrix_path;
   std::vector<DType> types;  // empty: the default candidates
   SensitivityMode mode = SensitivityMode::Quant;
+  SensitivityGroup group = SensitivityGroup::Tensor;
   std::vector<double> noise_levels = {0.05};  // noise RMS relative to the tensor's RMS; one or two levels
   int64_t top_k = 256;       // reference log-probabilities kept per token
   std::string tensors_regex;  // only these weights (default: every 2-D weight)
@@ -64,6 +68,7 @@ struct SensitivityTensor {
   // Noise mode: the fitted response ΔKLD = coefficient · E^exponent.
   double noise_coefficient = 0, noise_exponent = 1;
   std::vector<std::pair<double, double>> noise_points;  // (E, ΔKLD) measured
+  std::vector<std::string> members;  // groups: the tensors probed together
 };
 
 struct SensitivityResult {
@@ -73,7 +78,8 @@ struct SensitivityResult {
   double reference_ppl = 0;
   uint64_t fixed_bytes = 0;       // tensors not probed (kept as they are, e.g. F32 norms)
   int64_t n_weights_total = 0;    // elements of every tensor of the model
-  std::vector<SensitivityTensor> tensors;
+  std::vector<SensitivityTensor> tensors;  // --group tensor
+  std::vector<SensitivityTensor> groups;   // --group layer|role: name "layer 3" / "attn_v"
   bool complete = false;
 };
 
