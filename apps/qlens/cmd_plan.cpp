@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <string_view>
 
 #include "args.h"
 #include "commands.h"
@@ -21,17 +22,20 @@ namespace {
 uint64_t parse_size(const std::string& text) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  std::string unit(end);
-  for (const char* suffix : {"iB", "B"})
-    if (unit.size() >= std::strlen(suffix) && unit.compare(unit.size() - std::strlen(suffix), std::string::npos, suffix) == 0) {
-      unit.resize(unit.size() - std::strlen(suffix));
-      break;
-    }
+  std::string_view unit(end);
+  if (unit.ends_with("iB"))
+    unit.remove_suffix(2);
+  else if (unit.ends_with("B"))
+    unit.remove_suffix(1);
   double scale = 1;
-  if (unit == "K" || unit == "k") scale = 1024.0;
-  else if (unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw Error("--target-size: '" + text + "' is not a size (use bytes, or K, M, G)");
+  if (unit == "K" || unit == "k")
+    scale = 1024.0;
+  else if (unit == "M")
+    scale = 1024.0 * 1024;
+  else if (unit == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty())
+    throw Error("--target-size: '" + text + "' is not a size (use bytes, or K, M, G)");
   if (end == text.c_str() || !(v > 0)) throw Error("--target-size: '" + text + "' is not a positive size");
   return static_cast<uint64_t>(v * scale);
 }
@@ -106,10 +110,10 @@ int cmd_plan(int argc, char** argv) {
   if (validate) {
     if (vopt.text_path.empty()) throw Error("qlens plan: --validate needs -f HELD_OUT.txt");
     vopt.model_path = model_path.empty() ? table.model : model_path;
-    vopt.work_dir = !work_dir.empty() ? work_dir
-                    : !out_path.empty() ? std::filesystem::path(out_path).parent_path().string()
-                                        : std::string(".");
-    if (vopt.work_dir.empty()) vopt.work_dir = ".";
+    std::filesystem::path dir = !work_dir.empty() ? std::filesystem::path(work_dir)
+                                : std::filesystem::path(out_path).parent_path();
+    if (dir.empty()) dir = std::filesystem::current_path();
+    vopt.work_dir = dir.string();
     std::cout << "\n== Validation on " << vopt.text_path << " ==\n";
     const auto rows = tools::validate_plan(table, plan, rules, vopt, std::cerr);
     tools::print_validation(std::cout, rows);
