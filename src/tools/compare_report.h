@@ -50,8 +50,14 @@ struct NodeComparison {
   double sqnr_db() const;
   double cosine() const;
   double max_abs() const { return error.max_abs_diff; }
-  double token_nmse_median() const { return error.row_nmse.quantile(0.5); }
-  double token_nmse_p99() const { return error.row_nmse.quantile(0.99); }
+  // NaN when no per-token histogram came back (a backend whose error tap
+  // does not keep one: Vulkan today).
+  double token_nmse_median() const { return token_quantile(0.5); }
+  double token_nmse_p99() const { return token_quantile(0.99); }
+  double token_quantile(double q) const {
+    return error.count > 0 && error.row_nmse.total() == 0 ? std::numeric_limits<double>::quiet_NaN()
+                                                           : error.row_nmse.quantile(q);
+  }
 };
 
 // A NodeComparison with layer and kind filled from the name.
