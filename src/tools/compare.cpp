@@ -7,6 +7,7 @@
 
 #include "qlens/context_pair.h"
 #include "qlens/error.h"
+#include "tools/chunks.h"
 
 namespace qlens::tools {
 
@@ -26,13 +27,9 @@ ErrorStats reference_first(ErrorStats e) {
 
 CompareResult compare_models(const Model& ref, const Model& test, const std::vector<Token>& tokens,
                              const CompareOptions& opt, const std::function<void(int64_t, int64_t, double)>& on_chunk) {
-  if (opt.n_ctx < 4) throw Error("compare: context size -c must be at least 4, got " + std::to_string(opt.n_ctx));
+  TextChunks chunks(tokens, opt.n_ctx, ref.vocab(), "compare");
   const int64_t n_ctx = opt.n_ctx;
-  const int64_t available = static_cast<int64_t>(tokens.size()) / n_ctx;
-  if (available == 0)
-    throw Error("compare: the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of -c " +
-                std::to_string(n_ctx) + "; use a longer text or a smaller -c");
-  const int64_t n_chunks = opt.max_chunks >= 0 ? std::min(opt.max_chunks, available) : available;
+  const int64_t n_chunks = opt.max_chunks >= 0 ? std::min(opt.max_chunks, chunks.available()) : chunks.available();
   std::regex filter;
   if (!opt.nodes_regex.empty()) {
     try {
@@ -113,19 +110,13 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
     });
   }
 
-  const Vocab& vocab = ref.vocab();
-  const bool add_bos = vocab.add_bos() && vocab.bos() >= 0;
-  const int64_t first_scored = n_ctx / 2;
   LogitComparison logits;
-  std::vector<Token> chunk(n_ctx);
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t c = 0; c < n_chunks; ++c) {
-    std::copy_n(tokens.begin() + c * n_ctx, n_ctx, chunk.begin());
-    if (add_bos) chunk[0] = vocab.bos();
     pair.clear();
-    if (!pair.decode(chunk)) throw Error("compare: the computation was stopped");
-    for (int64_t j = first_scored; j < n_ctx - 1; ++j)
-      logits.add_token(pair.ref_logits(j), pair.test_logits(j), tokens[c * n_ctx + j + 1]);
+    if (!pair.decode(chunks.chunk(c))) throw Error("compare: the computation was stopped");
+    for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j)
+      logits.add_token(pair.ref_logits(j), pair.test_logits(j), chunks.next(c, j));
     if (on_chunk) on_chunk(c + 1, n_chunks, logits.summary().kld_mean.value);
   }
 

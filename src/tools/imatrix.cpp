@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "qlens/error.h"
+#include "tools/chunks.h"
 #include "tools/perplexity.h"
 
 namespace qlens::tools {
@@ -104,23 +105,18 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
     });
   }
 
-  const Vocab& vocab = model.vocab();
-  const bool add_bos = vocab.add_bos() && vocab.bos() >= 0;
+  TextChunks chunks(tokens, n_ctx, model.vocab(), "imatrix");
   const int64_t n_vocab = model.hparams().n_vocab;
-  const int64_t first_scored = n_ctx / 2;
-  std::vector<Token> chunk(n_ctx);
   const auto t0 = std::chrono::steady_clock::now();
   ImatrixChunkReport report;
   report.total = range.end - range.first;
   for (int64_t c = range.first; c < range.end; ++c) {
-    std::copy_n(tokens.begin() + c * n_ctx, n_ctx, chunk.begin());
-    if (add_bos) chunk[0] = vocab.bos();
     ctx.clear();
     // Every row is needed through every layer, so all logits are computed.
-    if (!ctx.decode(chunk, /*all_logits=*/true)) throw Error("imatrix: the computation was stopped");
+    if (!ctx.decode(chunks.chunk(c), /*all_logits=*/true)) throw Error("imatrix: the computation was stopped");
     if (opt.compute_ppl)
-      for (int64_t j = first_scored; j < n_ctx - 1; ++j) {
-        const double v = token_nll(ctx.logits(j).data(), n_vocab, tokens[c * n_ctx + j + 1]);
+      for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j) {
+        const double v = token_nll(ctx.logits(j).data(), n_vocab, chunks.next(c, j));
         m.run.nll_sum += v;
         m.run.nll_sq_sum += v * v;
         ++m.run.n_scored;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "qlens/error.h"
+#include "tools/chunks.h"
 
 namespace qlens::tools {
 
@@ -18,13 +19,9 @@ double token_nll(const float* logits, int64_t n_vocab, int32_t token) {
 
 PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens, const PerplexityOptions& opt,
                             const std::function<void(int64_t, double)>& on_chunk) {
-  if (opt.n_ctx < 4) throw Error("perplexity: context size -c must be at least 4, got " + std::to_string(opt.n_ctx));
+  TextChunks chunks(tokens, opt.n_ctx, model.vocab(), "perplexity");
   const int64_t n_ctx = opt.n_ctx;
-  const int64_t available = static_cast<int64_t>(tokens.size()) / n_ctx;
-  if (available == 0)
-    throw Error("perplexity: the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of -c " +
-                std::to_string(n_ctx) + "; use a longer text or a smaller -c");
-  const int64_t n_chunks = opt.max_chunks >= 0 ? std::min(opt.max_chunks, available) : available;
+  const int64_t n_chunks = opt.max_chunks >= 0 ? std::min(opt.max_chunks, chunks.available()) : chunks.available();
 
   ContextOptions copt;
   copt.n_ctx = n_ctx;
@@ -35,23 +32,17 @@ PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens
   copt.cache_type = opt.cache_type;
   Context ctx(model, copt);
 
-  const Vocab& vocab = model.vocab();
-  const bool add_bos = vocab.add_bos() && vocab.bos() >= 0;
   const int64_t n_vocab = model.hparams().n_vocab;
-  const int64_t first = n_ctx / 2;
 
   PerplexityResult r;
   r.n_tokens = static_cast<int64_t>(tokens.size());
   double nll = 0, nll2 = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<Token> chunk(n_ctx);
   for (int64_t c = 0; c < n_chunks; ++c) {
-    std::copy_n(tokens.begin() + c * n_ctx, n_ctx, chunk.begin());
-    if (add_bos) chunk[0] = vocab.bos();
     ctx.clear();
-    ctx.decode(chunk, /*all_logits=*/true);
-    for (int64_t j = first; j < n_ctx - 1; ++j) {
-      const double v = token_nll(ctx.logits(j).data(), n_vocab, tokens[c * n_ctx + j + 1]);
+    ctx.decode(chunks.chunk(c), /*all_logits=*/true);
+    for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j) {
+      const double v = token_nll(ctx.logits(j).data(), n_vocab, chunks.next(c, j));
       nll += v;
       nll2 += v * v;
       ++r.n_scored;

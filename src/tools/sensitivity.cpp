@@ -14,6 +14,7 @@
 #include "core/json_reader.h"
 #include "core/json_writer.h"
 #include "qlens/error.h"
+#include "tools/chunks.h"
 #include "tools/imatrix_file.h"
 
 namespace qlens::tools {
@@ -71,16 +72,11 @@ struct Evaluation {
 class Runner {
  public:
   Runner(const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt)
-      : model_(model), tokens_(tokens), opt_(opt) {
-    const int64_t n_ctx = opt.n_ctx;
-    const int64_t available = static_cast<int64_t>(tokens.size()) / n_ctx;
-    if (available == 0)
-      throw Error("sensitivity: the text has " + std::to_string(tokens.size()) +
-                  " tokens, fewer than one chunk of -c " + std::to_string(n_ctx));
-    n_chunks_ = std::min(opt.max_chunks > 0 ? opt.max_chunks : available, available);
+      : model_(model), opt_(opt), chunks_(tokens, opt.n_ctx, model.vocab(), "sensitivity") {
+    n_chunks_ = std::min(opt.max_chunks > 0 ? opt.max_chunks : chunks_.available(), chunks_.available());
     ContextOptions copt;
-    copt.n_ctx = n_ctx;
-    copt.n_batch = std::min(opt.n_batch > 0 ? opt.n_batch : n_ctx, n_ctx);
+    copt.n_ctx = opt.n_ctx;
+    copt.n_batch = std::min(opt.n_batch > 0 ? opt.n_batch : opt.n_ctx, opt.n_ctx);
     copt.n_threads = opt.n_threads;
     ctx_ = std::make_unique<Context>(model, copt);
   }
@@ -88,19 +84,13 @@ class Runner {
   Context& context() { return *ctx_; }
   int64_t n_chunks() const { return n_chunks_; }
 
-  // Runs every chunk; for each scored token calls score(logits, position in text).
+  // Runs every chunk; for each scored token calls score(logits, the token it predicts).
   template <class F>
   void run(F&& score) {
-    const int64_t n_ctx = opt_.n_ctx;
-    const Vocab& vocab = model_.vocab();
-    const bool add_bos = vocab.add_bos() && vocab.bos() >= 0;
-    std::vector<Token> chunk(n_ctx);
     for (int64_t c = 0; c < n_chunks_; ++c) {
-      std::copy_n(tokens_.begin() + c * n_ctx, n_ctx, chunk.begin());
-      if (add_bos) chunk[0] = vocab.bos();
       ctx_->clear();
-      if (!ctx_->decode(chunk, true)) throw Error("sensitivity: the computation was stopped");
-      for (int64_t j = n_ctx / 2; j < n_ctx - 1; ++j) score(ctx_->logits(j), c * n_ctx + j + 1);
+      if (!ctx_->decode(chunks_.chunk(c), true)) throw Error("sensitivity: the computation was stopped");
+      for (int64_t j = chunks_.first_scored(); j < opt_.n_ctx - 1; ++j) score(ctx_->logits(j), chunks_.next(c, j));
     }
   }
 
@@ -109,7 +99,7 @@ class Runner {
     ref_.k = std::min<int64_t>(std::max<int64_t>(opt_.top_k, 1), n_vocab);
     std::vector<double> lp;
     std::vector<int32_t> order(n_vocab);
-    run([&](std::span<const float> logits, int64_t next) {
+    run([&](std::span<const float> logits, Token next) {
       log_softmax(logits, lp);
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + ref_.k, order.end(),
@@ -121,7 +111,7 @@ class Runner {
         mass += std::exp(lp[order[i]]);
       }
       ref_.log_rest.push_back(log_complement(mass));
-      ref_.nll.push_back(-lp[tokens_[next]]);
+      ref_.nll.push_back(-lp[next]);
     });
   }
 
@@ -135,7 +125,7 @@ class Runner {
     std::vector<double> lq;
     size_t t = 0;
     double sum = 0, sum_sq = 0, nll = 0;
-    run([&](std::span<const float> logits, int64_t next) {
+    run([&](std::span<const float> logits, Token next) {
       log_softmax(logits, lq);
       const int32_t* idx = &ref_.index[t * ref_.k];
       const float* lp = &ref_.logp[t * ref_.k];
@@ -152,7 +142,7 @@ class Runner {
       kld = std::max(kld, 0.0);  // rounding around an exact match
       sum += kld;
       sum_sq += kld * kld;
-      nll += -lq[tokens_[next]];
+      nll += -lq[next];
       ++t;
     });
     Evaluation e;
@@ -165,8 +155,8 @@ class Runner {
 
  private:
   const Model& model_;
-  const std::vector<Token>& tokens_;
   const SensitivityOptions& opt_;
+  TextChunks chunks_;
   int64_t n_chunks_ = 0;
   std::unique_ptr<Context> ctx_;
   Reference ref_;

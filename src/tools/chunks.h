@@ -1,0 +1,38 @@
+// llama.cpp's perplexity chunking, in one place for perplexity, imatrix,
+// compare and sensitivity: the text's tokens (BOS first) cut into whole
+// chunks of n_ctx; each chunk is evaluated from an empty cache with its first
+// token replaced by BOS (when the model adds one), and the predictions of its
+// second half are scored: position j, first_scored() <= j < n_ctx - 1,
+// predicts the text's token c * n_ctx + j + 1.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qlens/vocab.h"
+
+namespace qlens::tools {
+
+class TextChunks {
+ public:
+  // Throws Error, prefixed by `tool`, for a context under 4 tokens or a text
+  // shorter than one chunk.
+  TextChunks(const std::vector<Token>& tokens, int64_t n_ctx, const Vocab& vocab, const std::string& tool);
+
+  int64_t available() const { return static_cast<int64_t>(tokens_.size()) / n_ctx_; }
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t first_scored() const { return n_ctx_ / 2; }
+  // The tokens to decode for chunk c (valid until the next call).
+  const std::vector<Token>& chunk(int64_t c);
+  // The text's token that position j of chunk c predicts.
+  Token next(int64_t c, int64_t j) const { return tokens_[c * n_ctx_ + j + 1]; }
+
+ private:
+  const std::vector<Token>& tokens_;
+  int64_t n_ctx_;
+  Token bos_ = -1;  // -1: the model adds none
+  std::vector<Token> chunk_;
+};
+
+}  // namespace qlens::tools
