@@ -6,6 +6,14 @@
 
 namespace qlens::tools {
 
+ContextOptions chunk_context(int64_t n_ctx, int64_t n_batch, int n_threads) {
+  ContextOptions o;
+  o.n_ctx = n_ctx;
+  o.n_batch = std::min(n_batch > 0 ? n_batch : n_ctx, n_ctx);
+  o.n_threads = n_threads;
+  return o;
+}
+
 TextChunks::TextChunks(const std::vector<Token>& tokens, int64_t n_ctx, const Vocab& vocab, const std::string& tool)
     : tokens_(tokens), n_ctx_(n_ctx) {
   if (n_ctx < 4) throw Error(tool + ": context size -c must be at least 4, got " + std::to_string(n_ctx));

@@ -10,9 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "qlens/model.h"
 #include "qlens/vocab.h"
 
 namespace qlens::tools {
+
+// The context a chunked run needs: n_ctx positions, batches of n_batch
+// (<= 0: the whole chunk) capped at n_ctx, and the run's threads. Callers add
+// device, offload and cache type.
+ContextOptions chunk_context(int64_t n_ctx, int64_t n_batch, int n_threads);
 
 class TextChunks {
  public:

@@ -39,10 +39,7 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
     }
   }
 
-  ContextOptions copt;
-  copt.n_ctx = n_ctx;
-  copt.n_batch = std::min(opt.n_batch > 0 ? opt.n_batch : n_ctx, n_ctx);
-  copt.n_threads = opt.n_threads;
+  ContextOptions copt = chunk_context(n_ctx, opt.n_batch, opt.n_threads);
   copt.n_gpu_layers = opt.n_gpu_layers;
   copt.cache_type = opt.cache_type;
   ContextOptions ref_opt = copt, test_opt = copt;

@@ -77,10 +77,7 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
     m.datasets.push_back(opt.dataset);
 
   const int64_t n_ctx = opt.n_ctx;
-  ContextOptions copt;
-  copt.n_ctx = n_ctx;
-  copt.n_batch = std::min(opt.n_batch > 0 ? opt.n_batch : n_ctx, n_ctx);
-  copt.n_threads = opt.n_threads;
+  ContextOptions copt = chunk_context(n_ctx, opt.n_batch, opt.n_threads);
   copt.device = opt.device;
   copt.n_gpu_layers = opt.n_gpu_layers;
   copt.cache_type = opt.cache_type;

@@ -23,10 +23,7 @@ PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens
   const int64_t n_ctx = opt.n_ctx;
   const int64_t n_chunks = opt.max_chunks >= 0 ? std::min(opt.max_chunks, chunks.available()) : chunks.available();
 
-  ContextOptions copt;
-  copt.n_ctx = n_ctx;
-  copt.n_batch = std::min(opt.n_batch > 0 ? opt.n_batch : n_ctx, n_ctx);
-  copt.n_threads = opt.n_threads;
+  ContextOptions copt = chunk_context(n_ctx, opt.n_batch, opt.n_threads);
   copt.device = opt.device;
   copt.n_gpu_layers = opt.n_gpu_layers;
   copt.cache_type = opt.cache_type;

@@ -74,11 +74,7 @@ class Runner {
   Runner(const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt)
       : model_(model), opt_(opt), chunks_(tokens, opt.n_ctx, model.vocab(), "sensitivity") {
     n_chunks_ = std::min(opt.max_chunks > 0 ? opt.max_chunks : chunks_.available(), chunks_.available());
-    ContextOptions copt;
-    copt.n_ctx = opt.n_ctx;
-    copt.n_batch = std::min(opt.n_batch > 0 ? opt.n_batch : opt.n_ctx, opt.n_ctx);
-    copt.n_threads = opt.n_threads;
-    ctx_ = std::make_unique<Context>(model, copt);
+    ctx_ = std::make_unique<Context>(model, chunk_context(opt.n_ctx, opt.n_batch, opt.n_threads));
   }
 
   Context& context() { return *ctx_; }

@@ -87,13 +87,18 @@ bool supports_matmul(const Tensor& node) {
   return false;
 }
 
+// Weight blocks are read as half-words (F32 as words): their offset must allow it.
+void check_weight_alignment(const Bound& b, const Tensor& w, const char* what) {
+  const size_t align = w.type == DType::F32 ? 4 : 2;
+  if (b.offset % align != 0)
+    throw Error(std::string("vulkan: ") + what + " " + quoted(w) + " is not " + std::to_string(align) + "-byte aligned");
+}
+
 void record_mul_mat(Recorder& r, const Tensor& node) {
   const Tensor& a = *node.src[0];
   const Tensor& b = *node.src[1];
   const Bound ba = r.bind(a, "weights"), bb = r.bind(b, "activations"), bd = r.bind(node, "result");
-  const size_t weight_align = a.type == DType::F32 ? 4 : 2;
-  if (ba.offset % weight_align != 0)
-    throw Error("vulkan: weights " + quoted(a) + " are not " + std::to_string(weight_align) + "-byte aligned");
+  check_weight_alignment(ba, a, "mul_mat weights");
   MulMatPush p{};
   p.K = static_cast<uint32_t>(a.ne[0]);
   p.M = static_cast<uint32_t>(a.ne[1]);
@@ -133,9 +138,7 @@ void record_get_rows(Recorder& r, const Tensor& node) {
   const Tensor& a = *node.src[0];
   const Tensor& idx = *node.src[1];
   const Bound ba = r.bind(a, "source"), bi = r.bind(idx, "indices"), bd = r.bind(node, "result");
-  const size_t weight_align = a.type == DType::F32 ? 4 : 2;
-  if (ba.offset % weight_align != 0)
-    throw Error("vulkan: get_rows source " + quoted(a) + " is not " + std::to_string(weight_align) + "-byte aligned");
+  check_weight_alignment(ba, a, "get_rows source");
   GetRowsPush p{};
   p.K = static_cast<uint32_t>(a.ne[0]);
   p.n_out = static_cast<uint32_t>(idx.ne[0]);
