@@ -27,7 +27,7 @@ note "== devices"
 "$qlens" devices | tee -a "$summary"
 
 note "== backend tests"
-for t in test_vulkan test_vulkan_model; do
+for t in test_vulkan test_vulkan_taps test_vulkan_errors test_vulkan_model; do
   if "$build/tests/$t" >"$out/$t.log" 2>&1; then
     note "$t: $(grep -E '^\[  PASSED  \]' "$out/$t.log")"
   else

@@ -1,8 +1,9 @@
 // The Vulkan backend op by op: each op on many shapes (odd sizes, batch
 // dims, permuted / transposed / strided views) runs through
 // Scheduler({&vulkan, &reference}) and is compared with the reference
-// backend alone. Also weights resident in device memory, the taps, the
-// observe callback, the CPU fallback for unsupported ops, and errors.
+// backend alone. Also weights resident in device memory and the CPU
+// fallback for unsupported ops. The taps: test_vulkan_taps.cpp; errors:
+// test_vulkan_errors.cpp.
 //
 // Bounds (got = Vulkan, ref = reference, which sums in double):
 //  - NMSE = sum (got - ref)^2 / sum ref^2 <= 1e-7 for every op and every
@@ -13,8 +14,6 @@
 //    than an F32 one: the only differences are float rounding of the sums
 //    (and of exp/sin/cos). Figures seen on lavapipe are printed ("nmse").
 //  - Cpy and Cont round once per element as the reference does: bitwise.
-//  - Taps: ColumnSumSq within 1e-5 relative of the host reference (1e-12
-//    seen, in double); Stats and ErrorStats within 1e-9 relative, counts exact.
 // Every test skips when qlens::vulkan::devices() is empty.
 #include <gtest/gtest.h>
 
@@ -29,127 +28,12 @@
 #include <random>
 #include <vector>
 
-#include "backend/vulkan/vulkan_backend.h"
-#include "qlens/backend.h"
-#include "qlens/error.h"
-#include "qlens/sched.h"
-#include "qlens/tensor.h"
+#include "vulkan_test_util.h"
 
 namespace qlens {
 namespace {
 
-// One backend for the whole suite: pipelines are built once.
-Backend* vulkan_backend() {
-  static std::unique_ptr<Backend> backend = vulkan::devices().empty() ? nullptr : vulkan::make_backend(0);
-  return backend.get();
-}
-
-Backend& reference() {
-  static std::unique_ptr<Backend> backend = make_reference_backend();
-  return *backend;
-}
-
-#define REQUIRE_VULKAN()                                                                          \
-  if (!vulkan_backend())                                                                          \
-  GTEST_SKIP() << "no Vulkan device (install a driver, e.g. mesa-vulkan-drivers for lavapipe)"
-
-// Leaves with random data from a seed, so that two graphs built with the same
-// seed get the same inputs. Leaves live in host memory unless `device` is
-// given (then in a buffer of that backend).
-class Leaves {
- public:
-  explicit Leaves(uint32_t seed, Backend* device = nullptr) : rng_(seed), device_(device) {}
-
-  Tensor* random(Graph& g, DType type, std::array<int64_t, 4> ne, float scale = 1.0f, bool in_device = false) {
-    Tensor* t = g.new_tensor(type, ne, "leaf" + std::to_string(++count_));
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(t->nelements());
-    for (float& x : v) x = d(rng_);
-    const TypeTraits& tt = type_traits(type);
-    std::vector<char> bytes(t->nbytes());
-    tt.from_float(v.data(), bytes.data(), t->nelements());
-    place(*t, bytes, in_device);
-    return t;
-  }
-
-  Tensor* indices(Graph& g, std::vector<int32_t> values) {
-    Tensor* t = g.new_tensor(DType::I32, {static_cast<int64_t>(values.size())}, "idx" + std::to_string(++count_));
-    std::vector<char> bytes(values.size() * 4);
-    std::memcpy(bytes.data(), values.data(), bytes.size());
-    place(*t, bytes, false);
-    return t;
-  }
-
- private:
-  void place(Tensor& t, const std::vector<char>& bytes, bool in_device) {
-    if (in_device && device_) {
-      auto& buf = buffers_.emplace_back(device_->alloc_buffer(bytes.size()));
-      t.buffer = buf.get();
-      t.data = buf->base();
-      tensor_write(t, bytes.data(), 0, bytes.size());
-    } else {
-      t.data = storage_.emplace_back(bytes).data();
-    }
-  }
-
-  std::mt19937 rng_;
-  Backend* device_;
-  int count_ = 0;
-  std::deque<std::vector<char>> storage_;
-  std::deque<std::unique_ptr<Buffer>> buffers_;
-};
-
-using Build = std::function<std::vector<Tensor*>(Graph&, Leaves&)>;
-
-double nmse(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return den > 0 ? num / den : num;
-}
-
-// Runs `build` on Vulkan (+ reference fallback) and on the reference alone;
-// checks every computing node ran on Vulkan (unless `on_vulkan` is false) and
-// returns the worst NMSE. `bitwise` asks for identical values.
-double compare(const std::string& what, const Build& build, bool bitwise = false, bool on_vulkan = true) {
-  constexpr uint32_t kSeed = 1234;
-  Graph g_vk, g_ref;
-  Leaves l_vk(kSeed, vulkan_backend()), l_ref(kSeed);
-  const auto outs_vk = build(g_vk, l_vk);
-  const auto outs_ref = build(g_ref, l_ref);
-  for (Tensor* t : outs_vk) g_vk.build(t), t->flags |= kFlagOutput;
-  for (Tensor* t : outs_ref) g_ref.build(t), t->flags |= kFlagOutput;
-  Scheduler both({vulkan_backend(), &reference()});
-  both.allocate(g_vk);
-  EXPECT_EQ(both.compute(g_vk), ComputeStatus::Done);
-  Scheduler alone(reference());
-  alone.allocate(g_ref);
-  alone.compute(g_ref);
-  if (on_vulkan) {
-    for (const Tensor* n : g_vk.nodes())  // views of host leaves stay with their leaf: no work anyway
-      if (!op_is_view(n->op)) {
-        EXPECT_EQ(both.backend_of(*n), vulkan_backend()) << what << ": node '" << n->name << "' ran elsewhere";
-      }
-  }
-  double worst = 0;
-  for (size_t i = 0; i < outs_vk.size(); ++i) {
-    const std::vector<float> got = tensor_to_f32(*outs_vk[i]), ref = tensor_to_f32(*outs_ref[i]);
-    EXPECT_EQ(got.size(), ref.size());
-    if (bitwise) {
-      for (size_t k = 0; k < ref.size(); ++k)
-        if (!(got[k] == ref[k] || (std::isnan(got[k]) && std::isnan(ref[k])))) {
-          ADD_FAILURE() << what << ": element " << k << " is " << got[k] << ", expected " << ref[k];
-          break;
-        }
-    }
-    worst = std::max(worst, nmse(got, ref));
-  }
-  std::printf("  %-58s nmse %.2e\n", what.c_str(), worst);
-  EXPECT_LE(worst, 1e-7) << what;
-  return worst;
-}
+using namespace vktest;
 
 const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
                               DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
@@ -475,124 +359,6 @@ TEST(Vulkan, UnsupportedOpFallsBackToTheCpu) {
     Tensor* y = mul_mat(g, l.random(g, DType::Q8_1, {64, 9, 1, 1}), x);
     return std::vector<Tensor*>{silu(g, y)};
   }, false, false);
-}
-
-// A graph whose nodes run on Vulkan with the taps of each kind, run twice.
-struct TapGraph {
-  Graph g;
-  Leaves leaves{77, vulkan_backend()};
-  Tensor *x, *y, *z, *other;
-  TapGraph() {
-    x = permute(g, leaves.random(g, DType::F32, {64, 3, 5, 1}), 0, 2, 1, 3);  // activations {64,5,3}
-    Tensor* w = leaves.random(g, DType::Q8_0, {64, 20, 1, 1});
-    y = named(mul_mat(g, w, x), "y");                                         // {20,5,3}
-    z = named(silu(g, y), "z");
-    other = leaves.random(g, DType::F32, {20, 5, 3, 1}, 1.0f, true);          // in device memory
-    g.build(z);
-  }
-};
-
-TEST(Vulkan, TapsMatchTheHostReference) {
-  REQUIRE_VULKAN();
-  TapGraph tg;
-  Scheduler sched({vulkan_backend(), &reference()});
-  sched.set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
-    if (&t == tg.y) r.push_back({TapKind::ColumnSumSq, "imatrix", nullptr});
-    if (&t == tg.z) r.push_back({TapKind::Stats, "stats", nullptr});
-    if (&t == tg.z) r.push_back({TapKind::ErrorStats, "error", tg.other});
-  });
-  sched.allocate(tg.g);
-  int calls = 0;
-  // The observe callback on a Vulkan node: y is read back after its call.
-  std::vector<float> y_seen;
-  sched.set_observe_callback([&](const Tensor& t, bool ask) {
-    if (ask) return &t == tg.y;
-    y_seen = tensor_to_f32(t);
-    ++calls;
-    return true;
-  });
-  TapResult want_cols, want_stats, want_error;
-  for (int run = 0; run < 2; ++run) {
-    ASSERT_EQ(sched.compute(tg.g), ComputeStatus::Done);
-    EXPECT_EQ(sched.backend_of(*tg.z), vulkan_backend());
-    const std::vector<float> x = tensor_to_f32(*tg.x), z = tensor_to_f32(*tg.z), o = tensor_to_f32(*tg.other);
-    EXPECT_EQ(y_seen, tensor_to_f32(*tg.y));
-    tap_accumulate_values(TapKind::ColumnSumSq, x, 64, nullptr, want_cols);
-    tap_accumulate_values(TapKind::Stats, z, 20, nullptr, want_stats);
-    tap_accumulate_values(TapKind::ErrorStats, z, 20, &o, want_error);
-  }
-  EXPECT_EQ(calls, 2);
-  auto taps = sched.read_taps(true);
-  const TapResult& cols = taps.at("imatrix");
-  ASSERT_EQ(cols.column_sum_sq.size(), 64u);
-  EXPECT_EQ(cols.rows, want_cols.rows);
-  double worst = 0;
-  for (size_t k = 0; k < 64; ++k)
-    worst = std::max(worst, std::fabs(cols.column_sum_sq[k] - want_cols.column_sum_sq[k]) / want_cols.column_sum_sq[k]);
-  std::printf("  column_sum_sq worst relative difference %.2e\n", worst);
-  EXPECT_LE(worst, 1e-5);
-  const NodeStats& s = taps.at("stats").stats;
-  EXPECT_EQ(s.count, want_stats.stats.count);
-  EXPECT_EQ(s.nan, 0);
-  EXPECT_EQ(s.inf, 0);
-  EXPECT_DOUBLE_EQ(s.min, want_stats.stats.min);
-  EXPECT_DOUBLE_EQ(s.max, want_stats.stats.max);
-  EXPECT_NEAR(s.sum, want_stats.stats.sum, 1e-9 * std::fabs(want_stats.stats.sum_sq));
-  EXPECT_NEAR(s.sum_sq, want_stats.stats.sum_sq, 1e-9 * want_stats.stats.sum_sq);
-  const ErrorStats& e = taps.at("error").error;
-  EXPECT_EQ(e.count, want_error.error.count);
-  EXPECT_EQ(e.non_finite, 0);
-  EXPECT_NEAR(e.sum_sq_diff, want_error.error.sum_sq_diff, 1e-9 * want_error.error.sum_sq_diff);
-  EXPECT_NEAR(e.sum_sq_a, want_error.error.sum_sq_a, 1e-9 * want_error.error.sum_sq_a);
-  EXPECT_NEAR(e.sum_sq_b, want_error.error.sum_sq_b, 1e-9 * want_error.error.sum_sq_b);
-  EXPECT_NEAR(e.sum_ab, want_error.error.sum_ab, 1e-9 * want_error.error.sum_sq_a);
-  EXPECT_DOUBLE_EQ(e.max_abs_diff, want_error.error.max_abs_diff);
-  // Reset: nothing accumulated after.
-  taps = sched.read_taps(true);
-  EXPECT_EQ(taps.at("imatrix").rows, 0);
-  EXPECT_EQ(taps.at("stats").stats.count, 0);
-  EXPECT_EQ(taps.at("error").error.count, 0);
-}
-
-TEST(Vulkan, StatsCountNonFiniteValues) {
-  REQUIRE_VULKAN();
-  Graph g;
-  Leaves l(3);
-  Tensor* x = l.random(g, DType::F32, {300, 7, 1, 1});
-  auto* v = static_cast<float*>(x->data);
-  v[5] = NAN;
-  v[100] = INFINITY;
-  v[2000] = -INFINITY;
-  Tensor* y = scale(g, x, 2.0f);
-  g.build(y);
-  Scheduler sched({vulkan_backend(), &reference()});
-  sched.set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
-    if (&t == y) r.push_back({TapKind::Stats, "s", nullptr});
-  });
-  sched.allocate(g);
-  sched.compute(g);
-  TapResult want;
-  tap_accumulate_values(TapKind::Stats, tensor_to_f32(*y), 300, nullptr, want);
-  const NodeStats s = sched.read_taps().at("s").stats;
-  EXPECT_EQ(s.count, want.stats.count);
-  EXPECT_EQ(s.nan, 1);
-  EXPECT_EQ(s.inf, 2);
-  EXPECT_DOUBLE_EQ(s.max, want.stats.max);
-  EXPECT_NEAR(s.sum_sq, want.stats.sum_sq, 1e-9 * want.stats.sum_sq);
-}
-
-TEST(Vulkan, BufferErrors) {
-  REQUIRE_VULKAN();
-  auto buf = vulkan_backend()->alloc_buffer(1024);
-  EXPECT_FALSE(buf->is_host());
-  std::vector<char> data(2048, 1);
-  EXPECT_THROW(buf->write(512, data.data(), 1024), Error);
-  EXPECT_THROW(buf->read(0, data.data(), 2048), Error);
-  buf->write(100, "hello", 5);
-  char back[5];
-  buf->read(100, back, 5);
-  EXPECT_EQ(std::string(back, 5), "hello");
-  EXPECT_THROW(vulkan_backend()->alloc_buffer(size_t{1} << 50), Error);  // 1 PiB: out of memory, an Error
 }
 
 }  // namespace
