@@ -100,10 +100,8 @@ TEST(VulkanModel, PerplexityAndImatrixEqualTheCpu) {
   const double ppl_vk = tools::perplexity(*m, tokens, po).ppl;
   EXPECT_LE(std::fabs(ppl_vk / ppl_cpu - 1), 1e-4) << ppl_cpu << " vs " << ppl_vk;
 
-  // An F32 KV cache: with F16, a last-bit difference in a key can round to
-  // another half and the backends differ by 1e-3 in that element.
+  // imatrix's default options: an F32 KV cache (ImatrixOptions says why).
   tools::ImatrixOptions io;
-  io.cache_type = DType::F32;
   io.n_ctx = 128;
   io.n_batch = 128;
   io.max_chunks = 2;
@@ -128,7 +126,7 @@ TEST(VulkanModel, CompareCpuWithVulkanShowsOnlyRounding) {
   auto m = Model::load(path);
   const auto tokens = m->vocab().tokenize(read_text_file(text_path), true);
   tools::CompareOptions co;
-  co.cache_type = DType::F32;  // see above
+  co.cache_type = DType::F32;  // with F16, a last-bit difference in a key can round to another half
   co.n_ctx = 128;
   co.n_batch = 128;
   co.max_chunks = 2;

@@ -4,6 +4,7 @@
 
 #include "qlens/backend.h"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <iostream>
@@ -40,6 +41,12 @@ ArgParser::ArgParser(std::string command, std::string usage, std::string summary
 void ArgParser::add(std::vector<std::string> names, std::string* out, std::string metavar, std::string help) {
   options_.push_back({std::move(names), std::move(metavar), std::move(help),
                       [out](const std::string&, const std::string& v) { *out = v; }});
+}
+
+void ArgParser::add(std::vector<std::string> names,
+                    std::function<void(const std::string& name, const std::string& value)> set, std::string metavar,
+                    std::string help) {
+  options_.push_back({std::move(names), std::move(metavar), std::move(help), std::move(set)});
 }
 
 void ArgParser::add(std::vector<std::string> names, int64_t* out, std::string metavar, std::string help) {
@@ -166,6 +173,18 @@ void add_device_options(ArgParser& p, DeviceFlags* flags) {
   p.add({"--device", "-dev"}, &flags->device, "ID", "device to run on: cpu, vulkan:0, ... (see qlens devices)");
   p.add({"-ngl", "--n-gpu-layers"}, &flags->n_gpu_layers, "N",
         "layers to run on the device, from the last (default: all; more than the layers: the output too)");
+}
+
+void add_cache_type_option(ArgParser& p, DType* out) {
+  std::string default_name(type_name(*out));
+  for (char& ch : default_name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string help = "KV cache type: f16, f32 or bf16 (default " + default_name + ")";
+  p.add({"-ctk", "--cache-type"}, [out](const std::string& name, const std::string& value) {
+    const auto type = type_from_name(value);
+    if (!type || (*type != DType::F16 && *type != DType::F32 && *type != DType::BF16))
+      throw Error(name + ": the KV cache type must be f16, f32 or bf16, got '" + value + "'");
+    *out = *type;
+  }, "TYPE", help);
 }
 
 void resolve_device(const ArgParser& p, DeviceFlags& flags) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "qlens/types.h"
+
 namespace qlens::cli {
 
 class ArgParser {
@@ -21,6 +23,9 @@ class ArgParser {
   void add(std::vector<std::string> names, float* out, std::string metavar, std::string help);
   void add(std::vector<std::string> names, std::vector<std::string>* out, std::string metavar, std::string help);
   void add_switch(std::vector<std::string> names, bool* out, std::string help);
+  // An option whose value `set` parses (and rejects with an Error naming the flag).
+  void add(std::vector<std::string> names, std::function<void(const std::string& name, const std::string& value)> set,
+           std::string metavar, std::string help);
   // Positional arguments, in order; `required` ones must be present.
   void add_positional(std::string metavar, std::string* out, bool required, std::string help);
   // Free text appended to --help (examples, memory needs, ...).
@@ -68,6 +73,10 @@ struct DeviceFlags {
   int n_gpu_layers = -1;
 };
 void add_device_options(ArgParser& p, DeviceFlags* flags);
+
+// -ctk/--cache-type TYPE: the KV cache's type, f16, f32 or bf16. *out holds
+// the command's default, which the help names.
+void add_cache_type_option(ArgParser& p, DType* out);
 void resolve_device(const ArgParser& p, DeviceFlags& flags);
 
 }  // namespace qlens::cli

@@ -41,8 +41,7 @@ int cmd_compare(int argc, char** argv) {
   p.add({"--device-ref"}, &device_ref, "ID", "device for the reference (default cpu)");
   add_device_options(p, &dev);
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
-  std::string cache_type_name = "f16";
-  p.add({"-ctk", "--cache-type"}, &cache_type_name, "TYPE", "KV cache type: f16 (default), f32, bf16");
+  add_cache_type_option(p, &opt.cache_type);
   p.add_switch({"--host-reductions"}, &opt.host_reductions,
                "reduce on the host from copies of every node (slow; the oracle for the taps)");
   p.add_note(
@@ -51,12 +50,6 @@ int cmd_compare(int argc, char** argv) {
       "(each reference node is kept until its partner is computed). Both models must have the same\n"
       "architecture, layers, shapes and vocabulary; the first difference is named otherwise.");
   if (!p.parse(argc, argv)) return 0;
-  {
-    auto ct = type_from_name(cache_type_name);
-    if (!ct || (*ct != DType::F16 && *ct != DType::F32 && *ct != DType::BF16))
-      throw Error("-ctk: the KV cache type must be f16, f32 or bf16, got '" + cache_type_name + "'");
-    opt.cache_type = *ct;
-  }
   if (ref_path.empty()) throw Error("qlens compare: --ref REF.gguf is required");
   if (test_path.empty()) throw Error("qlens compare: -m TEST.gguf is required");
   if (text_path.empty()) throw Error("qlens compare: -f TEXT is required");

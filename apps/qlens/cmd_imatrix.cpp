@@ -76,21 +76,14 @@ int cmd_imatrix(int argc, char** argv) {
   p.add({"--collect"}, &collect, "taps|callback",
         "how activations are observed: reductions on the backend (default) or host callback");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
-  std::string cache_type_name = "f16";
-  p.add({"-ctk", "--cache-type"}, &cache_type_name, "TYPE", "KV cache type: f16 (default), f32, bf16");
+  add_cache_type_option(p, &opt.cache_type);
   DeviceFlags dev;
   add_device_options(p, &dev);
   p.add_note(
-      "Memory: the model's weights plus one context of CTX tokens (KV cache and one batch of\n"
-      "activations). A run killed at any point loses at most the chunks since its last checkpoint:\n"
-      "use --save-frequency N and --resume OUT.at_N.");
+      "Memory: the model's weights plus one context of CTX tokens (KV cache, F32 unless -ctk says\n"
+      "otherwise, and one batch of activations). A run killed at any point loses at most the chunks\n"
+      "since its last checkpoint: use --save-frequency N and --resume OUT.at_N.");
   if (!p.parse(argc, argv)) return 0;
-  {
-    auto ct = type_from_name(cache_type_name);
-    if (!ct || (*ct != DType::F16 && *ct != DType::F32 && *ct != DType::BF16))
-      throw Error("-ctk: the KV cache type must be f16, f32 or bf16, got '" + cache_type_name + "'");
-    opt.cache_type = *ct;
-  }
 
   if (format.empty()) format = ends_with(out_path, ".dat") ? "dat" : "gguf";
   if (format != "gguf" && format != "dat")

@@ -29,17 +29,10 @@ int cmd_perplexity(int argc, char** argv) {
   p.add({"--chunks"}, &opt.max_chunks, "N", "evaluate at most N chunks (default: all)");
   p.add({"--json"}, &json_path, "FILE", "also write the result as JSON");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
-  std::string cache_type_name = "f16";
-  p.add({"-ctk", "--cache-type"}, &cache_type_name, "TYPE", "KV cache type: f16 (default), f32, bf16");
+  add_cache_type_option(p, &opt.cache_type);
   DeviceFlags dev;
   add_device_options(p, &dev);
   if (!p.parse(argc, argv)) return 0;
-  {
-    auto ct = type_from_name(cache_type_name);
-    if (!ct || (*ct != DType::F16 && *ct != DType::F32 && *ct != DType::BF16))
-      throw Error("-ctk: the KV cache type must be f16, f32 or bf16, got '" + cache_type_name + "'");
-    opt.cache_type = *ct;
-  }
   resolve_device(p, dev);
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
