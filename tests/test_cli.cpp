@@ -132,5 +132,24 @@ TEST(Cli, DevicesListsTheCpuAndBadDevicesAreErrors) {
   EXPECT_NE(out.find("tpu:3"), std::string::npos) << out;
 }
 
+// A machine without Vulkan devices (the loader pointed at no driver): only the
+// CPU is listed, --device vulkan:0 is an error naming what exists, and -ngl
+// says it runs on the CPU and does.
+TEST(Cli, WithoutAVulkanDeviceEverythingRunsOnTheCpu) {
+  QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  QLENS_REQUIRE_SHARED(text, "data/tinystories/tinystories_val.txt");
+  const std::string no_driver = "VK_ICD_FILENAMES=/nonexistent/icd.json VK_DRIVER_FILES=/nonexistent/icd.json ";
+  const std::string qlens = no_driver + QLENS_BINARY;
+  std::string out;
+  ASSERT_EQ(test::run_command(qlens + " devices", &out), 0) << out;
+  EXPECT_EQ(out.find("vulkan:"), std::string::npos) << out;
+  const std::string run = qlens + " perplexity -m " + model + " -f " + text + " -c 128 --chunks 1 ";
+  EXPECT_NE(test::run_command(run + "--device vulkan:0", &out), 0) << out;
+  EXPECT_NE(out.find("--device vulkan:0: no such device (devices here: cpu"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(run + "-ngl 99", &out), 0) << out;
+  EXPECT_NE(out.find("-ngl 99: no GPU device found, running on the CPU"), std::string::npos) << out;
+  EXPECT_NE(out.find("Final estimate: PPL"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace qlens

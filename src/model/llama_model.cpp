@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/human_bytes.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
 
@@ -198,33 +199,34 @@ void Context::offload(const ContextOptions& options) {
 
   constexpr size_t kAlign = 256;
   auto aligned = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
-  size_t weight_bytes = 0;
+  size_t weight_bytes = 0, cache_bytes = 0;
   for (const Tensor* w : to_upload) weight_bytes += aligned(w->nbytes());
-  if (weight_bytes > 0) {
-    device_weights_buffer_ = device_->alloc_buffer(weight_bytes);
-    size_t offset = 0;
-    for (const Tensor* w : to_upload) {
-      Tensor& d = device_weights_.emplace_back(*w);
-      d.buffer = device_weights_buffer_.get();
-      d.data = device_weights_buffer_->base() + offset;
-      tensor_write(d, w->data, 0, w->nbytes());
-      device_weight_of_[w] = &d;
-      offset += aligned(w->nbytes());
-    }
-  }
-  size_t cache_bytes = 0;
   for (int64_t il = first; il < n_layer; ++il) cache_bytes += 2 * aligned(cache_[2 * il].nbytes());
-  if (cache_bytes > 0) {
-    device_cache_buffer_ = device_->alloc_buffer(cache_bytes);
-    size_t offset = 0;
-    for (int64_t il = first; il < n_layer; ++il)
-      for (int kv = 0; kv < 2; ++kv) {
-        Tensor& t = cache_[2 * il + kv];
-        t.buffer = device_cache_buffer_.get();
-        t.data = device_cache_buffer_->base() + offset;
-        offset += aligned(t.nbytes());
-      }
+  try {
+    if (weight_bytes > 0) device_weights_buffer_ = device_->alloc_buffer(weight_bytes);
+    if (cache_bytes > 0) device_cache_buffer_ = device_->alloc_buffer(cache_bytes);
+  } catch (const Error& e) {
+    throw Error("offloading " + std::to_string(n_offloaded_) + " layers to " + device_->name() + " (" +
+                human_bytes(weight_bytes) + " of weights, " + human_bytes(cache_bytes) + " of KV cache): " +
+                e.what() + "; try a smaller -ngl");
   }
+  size_t offset = 0;
+  for (const Tensor* w : to_upload) {
+    Tensor& d = device_weights_.emplace_back(*w);
+    d.buffer = device_weights_buffer_.get();
+    d.data = device_weights_buffer_->base() + offset;
+    tensor_write(d, w->data, 0, w->nbytes());
+    device_weight_of_[w] = &d;
+    offset += aligned(w->nbytes());
+  }
+  offset = 0;
+  for (int64_t il = first; il < n_layer && cache_bytes > 0; ++il)
+    for (int kv = 0; kv < 2; ++kv) {
+      Tensor& t = cache_[2 * il + kv];
+      t.buffer = device_cache_buffer_.get();
+      t.data = device_cache_buffer_->base() + offset;
+      offset += aligned(t.nbytes());
+    }
 }
 
 void Context::replace_weight(const Tensor* model_weight, Tensor* replacement) {

@@ -158,7 +158,11 @@ void Scheduler::allocate(const Graph& graph) {
     if (need[b] == 0) continue;
     if (!buf || buf->size() < need[b]) {
       buf.reset();
-      buf = b->alloc_buffer(need[b]);
+      try {
+        buf = b->alloc_buffer(need[b]);
+      } catch (const Error& e) {
+        throw Error("scheduler: the intermediate results of a graph on " + b->name() + ": " + e.what());
+      }
     }
     for (const auto& [t, off] : plans[b].offsets) {
       t->data = buf->base() + off;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/human_bytes.h"
 #include "core/json_writer.h"
 #include "gguf/util.h"
 
@@ -36,17 +37,6 @@ std::string fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
   return buf;
-}
-
-std::string human_bytes(uint64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  return u == 0 ? std::to_string(n) + " B" : fixed(v, 2) + " " + units[u];
 }
 
 std::string pad(std::string s, size_t width) {

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/human_bytes.h"
 #include "qlens/error.h"
 #include "tools/imatrix_file.h"
 
@@ -131,17 +132,6 @@ DType fallback_type(DType wanted, int64_t n) {
     if (is_weight_target(t) && n % type_traits(t).block_size == 0 && bits_per_weight(t) >= bits_per_weight(wanted))
       return t;
   return DType::F16;
-}
-
-std::string human_bytes(double b) {
-  char buf[32];
-  if (b >= 1 << 30)
-    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
-  else if (b >= 1 << 20)
-    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1 << 20));
-  else
-    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
-  return buf;
 }
 
 std::string shape_text(const std::array<int64_t, 4>& ne, int n_dims) {
@@ -277,7 +267,7 @@ void print_plan(const QuantizePlan& plan, std::ostream& out) {
     out << line;
   }
   std::snprintf(line, sizeof line, "total: %zu bytes (%s) for %lld weights, %.4f bits per weight (%s)\n",
-                plan.total_bytes, human_bytes(static_cast<double>(plan.total_bytes)).c_str(),
+                plan.total_bytes, human_bytes(plan.total_bytes).c_str(),
                 static_cast<long long>(plan.total_elements), plan.bits_per_weight(), plan.mix.name.c_str());
   out << line;
 }
@@ -386,8 +376,8 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     w.add_tensor(t.name, p.to, ne, out.get(), p.bytes);
     char tail[160];
-    std::snprintf(tail, sizeof tail, "%s -> %s%s, %.2f s%s%s\n", human_bytes(static_cast<double>(t.nbytes)).c_str(),
-                  human_bytes(static_cast<double>(p.bytes)).c_str(), used_imatrix ? ", imatrix" : "", secs,
+    std::snprintf(tail, sizeof tail, "%s -> %s%s, %.2f s%s%s\n", human_bytes(t.nbytes).c_str(),
+                  human_bytes(p.bytes).c_str(), used_imatrix ? ", imatrix" : "", secs,
                   p.reason.rfind("fallback", 0) == 0 ? ", " : "", p.reason.rfind("fallback", 0) == 0 ? p.reason.c_str() : "");
     log << tail << std::flush;
   }

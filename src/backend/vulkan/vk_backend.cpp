@@ -33,7 +33,7 @@ char* reserve_fake_range(size_t bytes) {
 
 VulkanBuffer::VulkanBuffer(VulkanBackend& backend, size_t bytes)
     : backend_(backend), size_(bytes), base_(reserve_fake_range(bytes)) {
-  buffer_ = backend.device().create_buffer(bytes, false, "a buffer of " + std::to_string(bytes) + " bytes");
+  buffer_ = backend.device().create_buffer(bytes, false, "a buffer");
 }
 
 VulkanBuffer::~VulkanBuffer() {
@@ -149,8 +149,9 @@ void VulkanBackend::download(const DeviceBuffer& src, size_t offset, void* dst, 
   }
 }
 
-bool VulkanBackend::supports_op(const Tensor& node) const {
-  if (op_is_view(node.op)) return true;
+namespace {
+
+bool has_kernel(const Tensor& node) {
   switch (node.op) {
     case Op::Add:
     case Op::Mul:
@@ -165,6 +166,35 @@ bool VulkanBackend::supports_op(const Tensor& node) const {
     case Op::GetRows: return supports_matmul(node);
     default: return false;
   }
+}
+
+}  // namespace
+
+std::vector<ShaderUse> shaders_of(const Tensor& node, bool is_cpu, bool has_float64) {
+  switch (node.op) {
+    case Op::RmsNorm:
+    case Op::SoftMax:
+    case Op::Rope: return row_op_shaders(node, is_cpu, has_float64);
+    case Op::MulMat:
+    case Op::GetRows: return matmul_shaders(node, is_cpu);
+    default: return elementwise_shaders(node);
+  }
+}
+
+// A tensor a shader binds must fit in one storage-buffer window (starting at
+// an aligned offset below it); larger ones stay with the CPU.
+bool VulkanBackend::fits_one_window(const Tensor& t) const {
+  return t.nbytes() + device_->storage_offset_alignment() <= device_->max_storage_range();
+}
+
+bool VulkanBackend::supports_op(const Tensor& node) const {
+  if (op_is_view(node.op)) return true;
+  if (!has_kernel(node) || !fits_one_window(node)) return false;
+  for (const Tensor* s : node.src)
+    if (s && !fits_one_window(*s)) return false;
+  for (const ShaderUse& shader : shaders_of(node, device_->is_cpu(), device_->has_float64()))
+    if (!pipelines_->can_build(shader.name, shader.n_buffers)) return false;
+  return true;
 }
 
 namespace {

@@ -60,6 +60,8 @@ class VulkanBackend final : public Backend {
   void download(const DeviceBuffer& src, size_t offset, void* dst, size_t n);
 
  private:
+  bool fits_one_window(const Tensor& t) const;
+
   std::unique_ptr<Device> device_;
   std::unique_ptr<PipelineCache> pipelines_;
   std::unique_ptr<DescriptorAllocator> descriptors_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "core/human_bytes.h"
 #include "qlens/error.h"
 
 namespace qlens::vulkan {
@@ -26,6 +27,7 @@ const char* result_name(VkResult result) {
     case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
     case VK_ERROR_FRAGMENTED_POOL: return "VK_ERROR_FRAGMENTED_POOL";
     case VK_ERROR_INVALID_SHADER_NV: return "VK_ERROR_INVALID_SHADER_NV";
+    case VK_ERROR_UNKNOWN: return "VK_ERROR_UNKNOWN";
     default: return "VkResult error";
   }
 }
@@ -57,6 +59,17 @@ Instance::~Instance() {
 }
 
 namespace {
+
+// "4096", "512K", "1.5G": bytes, or kibi-, mebi-, gibibytes.
+VkDeviceSize parse_memory_limit(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit(end);
+  const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : 0;
+  if (end == text.c_str() || scale == 0 || !(v > 0))
+    throw Error("QLENS_VULKAN_MEMORY_LIMIT: '" + text + "' is not a size (bytes, or a number with K, M or G)");
+  return static_cast<VkDeviceSize>(v * scale);
+}
 
 struct Features {
   VkPhysicalDeviceFeatures2 base = vk_struct<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
@@ -165,6 +178,7 @@ Device::Device(int index) {
   if (props.limits.timestampComputeAndGraphics) timestamp_period_ = props.limits.timestampPeriod;
   is_cpu_ = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   if (const char* cpu_kernels = std::getenv("QLENS_VULKAN_CPU_KERNELS")) is_cpu_ = std::string(cpu_kernels) != "0";
+  if (const char* limit = std::getenv("QLENS_VULKAN_MEMORY_LIMIT")) memory_limit_ = parse_memory_limit(limit);
   auto m3 = vk_struct<VkPhysicalDeviceMaintenance3Properties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES);
   auto props2 = vk_struct<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
   props2.pNext = &m3;
@@ -225,10 +239,12 @@ DeviceBuffer Device::create_buffer(VkDeviceSize size, bool host_visible, const s
   b.size = std::max<VkDeviceSize>(size, 4);
   auto fail = [&](const std::string& why) {
     destroy_buffer(b);
-    throw Error("vulkan: " + name_ + ": cannot allocate " + std::to_string(size) + " bytes for " + what + ": " + why);
+    throw Error("vulkan: " + name_ + ": cannot allocate " + human_bytes(size) + " for " + what + ": " + why);
   };
-  if (b.size > max_allocation_)
-    fail("larger than the device's largest allocation (" + std::to_string(max_allocation_) + " bytes)");
+  const std::string in_use = human_bytes(device_bytes_) + " of device memory in use by qlens";
+  if (b.size > max_allocation_) fail("larger than the device's largest allocation (" + human_bytes(max_allocation_) + ")");
+  if (!host_visible && device_bytes_ + b.size > memory_limit_)
+    fail("out of device memory (QLENS_VULKAN_MEMORY_LIMIT=" + human_bytes(memory_limit_) + ", " + in_use + ")");
   auto info = vk_struct<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
   info.size = b.size;
   info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
@@ -250,7 +266,12 @@ DeviceBuffer Device::create_buffer(VkDeviceSize size, bool host_visible, const s
   auto alloc = vk_struct<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
   alloc.allocationSize = req.size;
   alloc.memoryTypeIndex = static_cast<uint32_t>(type);
-  if (VkResult r = vkAllocateMemory(device_, &alloc, nullptr, &b.memory); r != VK_SUCCESS) fail(result_name(r));
+  if (VkResult r = vkAllocateMemory(device_, &alloc, nullptr, &b.memory); r != VK_SUCCESS)
+    fail(r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? std::string("out of device memory (") + in_use + ")" : result_name(r));
+  if (!host_visible) {
+    device_bytes_ += b.size;
+    b.counted = true;
+  }
   if (VkResult r = vkBindBufferMemory(device_, b.buffer, b.memory, 0); r != VK_SUCCESS) fail(result_name(r));
   if (host_visible)
     if (VkResult r = vkMapMemory(device_, b.memory, 0, VK_WHOLE_SIZE, 0, &b.mapped); r != VK_SUCCESS)
@@ -259,6 +280,7 @@ DeviceBuffer Device::create_buffer(VkDeviceSize size, bool host_visible, const s
 }
 
 void Device::destroy_buffer(DeviceBuffer& b) {
+  if (b.counted) device_bytes_ -= b.size;
   if (b.buffer) vkDestroyBuffer(device_, b.buffer, nullptr);
   if (b.memory) vkFreeMemory(device_, b.memory, nullptr);  // unmaps too
   b = DeviceBuffer{};

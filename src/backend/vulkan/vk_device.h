@@ -4,6 +4,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -50,6 +51,7 @@ struct DeviceBuffer {
   VkDeviceMemory memory = VK_NULL_HANDLE;
   VkDeviceSize size = 0;
   void* mapped = nullptr;
+  bool counted = false;  // in Device's device-local total
 };
 
 // The logical device and its compute queue.
@@ -73,9 +75,13 @@ class Device {
   // lanes of CPU threads, so shaders avoid shared memory and barriers there.
   // QLENS_VULKAN_CPU_KERNELS=0 or 1 overrides the device type (for tests).
   bool is_cpu() const { return is_cpu_; }
+  // Tests: pretend the largest storage-buffer range is `bytes`.
+  void limit_max_storage_range(VkDeviceSize bytes) { max_storage_range_ = std::min(max_storage_range_, bytes); }
 
   // Device-local (or, when `host_visible`, mapped host-coherent) memory;
-  // throws Error naming `what` when the device is out of memory.
+  // throws Error naming `what` when the device is out of memory. The
+  // environment variable QLENS_VULKAN_MEMORY_LIMIT (bytes, or with a K, M or
+  // G suffix) caps the device-local memory qlens takes, to share a GPU.
   DeviceBuffer create_buffer(VkDeviceSize size, bool host_visible, const std::string& what);
   void destroy_buffer(DeviceBuffer& buffer);
 
@@ -96,6 +102,8 @@ class Device {
   bool is_cpu_ = false;
   VkDeviceSize max_allocation_ = ~VkDeviceSize{0};
   VkPhysicalDeviceMemoryProperties memory_{};
+  VkDeviceSize memory_limit_ = ~VkDeviceSize{0};  // QLENS_VULKAN_MEMORY_LIMIT
+  VkDeviceSize device_bytes_ = 0;                 // device-local memory allocated
   VkCommandPool transfer_pool_ = VK_NULL_HANDLE;
   VkCommandBuffer transfer_cmd_ = VK_NULL_HANDLE;
   VkFence transfer_fence_ = VK_NULL_HANDLE;

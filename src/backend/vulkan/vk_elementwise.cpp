@@ -44,6 +44,19 @@ void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
   for (int i = 0; i < 4; ++i) dst[i] = src[i];
 }
 
+const char* elementwise_shader(Op op) {
+  return op == Op::Add ? "add" : op == Op::Mul ? "mul" : op == Op::Scale ? "scale" : "silu";
+}
+
+// Cpy writes into its destination src[1] (the node is a view of it); Cont
+// into the node.
+const Tensor& copy_destination(const Tensor& node) { return node.op == Op::Cpy ? *node.src[1] : node; }
+
+std::string copy_shader(const Tensor& node) {
+  return std::string("copy_") + float_type_suffix(node.src[0]->type) + "_" +
+         float_type_suffix(copy_destination(node).type);
+}
+
 }  // namespace
 
 size_t element_bytes(DType type) {
@@ -85,6 +98,11 @@ bool supports_elementwise(const Tensor& node) {
   }
 }
 
+std::vector<ShaderUse> elementwise_shaders(const Tensor& node) {
+  if (node.op == Op::Cpy || node.op == Op::Cont) return {{copy_shader(node), 2}};
+  return {{elementwise_shader(node.op), 3}};
+}
+
 void record_elementwise(Recorder& r, const Tensor& node) {
   const Tensor& a = *node.src[0];
   // Unary ops bind a in b's place: the shader does not read it.
@@ -100,15 +118,12 @@ void record_elementwise(Recorder& r, const Tensor& node) {
   p.b_off = bb.offset_in(4, "'" + b.name + "'");
   p.d_off = bd.offset_in(4, "'" + node.name + "'");
   p.param = node.op == Op::Scale ? node.param_f(0) : 0.0f;
-  const char* shader = node.op == Op::Add ? "add" : node.op == Op::Mul ? "mul" : node.op == Op::Scale ? "scale" : "silu";
-  r.dispatch(shader, {ba, bb, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
+  r.dispatch(elementwise_shader(node.op), {ba, bb, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
 }
 
 void record_copy(Recorder& r, const Tensor& node) {
   const Tensor& a = *node.src[0];
-  // Cpy writes into its destination src[1] (the node is a view of it);
-  // Cont into the node.
-  const Tensor& d = node.op == Op::Cpy ? *node.src[1] : node;
+  const Tensor& d = copy_destination(node);
   if (a.nelements() != d.nelements())
     throw Error("vulkan: " + std::string(op_name(node.op)) + " '" + node.name + "': element counts differ");
   const size_t ea = element_bytes(a.type), ed = element_bytes(d.type);
@@ -121,8 +136,7 @@ void record_copy(Recorder& r, const Tensor& node) {
   p.a_off = ba.offset_in(ea, "'" + a.name + "'");
   p.d_off = bd.offset_in(ed, "'" + d.name + "'");
   p.n = static_cast<uint32_t>(a.nelements());
-  const std::string shader = std::string("copy_") + float_type_suffix(a.type) + "_" + float_type_suffix(d.type);
-  r.dispatch(shader, {ba, bd}, p, ceil_div(static_cast<uint64_t>(p.n), kElementwiseGroup));
+  r.dispatch(copy_shader(node), {ba, bd}, p, ceil_div(static_cast<uint64_t>(p.n), kElementwiseGroup));
 }
 
 }  // namespace qlens::vulkan

@@ -68,6 +68,15 @@ bool weights_readable(const Tensor& a) {
 
 std::string quoted(const Tensor& t) { return "'" + t.name + "'"; }
 
+// The matrix-vector path for few activation rows; else the tiled one, or on
+// CPU devices its variant without shared memory and barriers.
+std::string mul_mat_shader(DType type, int64_t n_cols, bool is_cpu) {
+  const char* path = n_cols <= kMulMatVecMaxCols ? "mul_mat_vec_" : is_cpu ? "mul_mat_direct_" : "mul_mat_";
+  return path + weight_type_suffix(type);
+}
+
+std::string get_rows_shader(DType type) { return "get_rows_" + weight_type_suffix(type); }
+
 }  // namespace
 
 bool is_weight_type(DType type) { return find_weight_type(type) != nullptr; }
@@ -85,6 +94,12 @@ bool supports_matmul(const Tensor& node) {
   if (node.op == Op::GetRows) return b->type == DType::I32 && indexable(*b, 4);
   if (node.op == Op::MulMat) return b->type == DType::F32 && indexable(*b, 4);
   return false;
+}
+
+std::vector<ShaderUse> matmul_shaders(const Tensor& node, bool is_cpu) {
+  const DType type = node.src[0]->type;
+  if (node.op == Op::GetRows) return {{get_rows_shader(type), 3}};
+  return {{mul_mat_shader(type, 1, is_cpu), 3}, {mul_mat_shader(type, kMulMatVecMaxCols + 1, is_cpu), 3}};
 }
 
 // Weight blocks are read as half-words (F32 as words): their offset must allow it.
@@ -123,15 +138,11 @@ void record_mul_mat(Recorder& r, const Tensor& node) {
   p.d_nb2 = d_nb[2];
   p.d_nb3 = d_nb[3];
   if (d_nb[0] != 1) throw Error("vulkan: mul_mat result " + quoted(node) + " must have adjacent elements");
-  const std::string type = weight_type_suffix(a.type);
   const uint64_t batches = static_cast<uint64_t>(p.ne2) * p.ne3;
-  if (b.ne[1] <= kMulMatVecMaxCols) {
-    r.dispatch("mul_mat_vec_" + type, {ba, bb, bd}, p, static_cast<uint64_t>(p.M) * batches);
-  } else {
-    // CPU devices: the variant without shared memory and barriers.
-    r.dispatch((r.is_cpu() ? "mul_mat_direct_" : "mul_mat_") + type, {ba, bb, bd}, p,
-               ceil_div(p.M, kMulMatTileM) * ceil_div(p.N, kMulMatTileN) * batches);
-  }
+  const uint64_t groups = b.ne[1] <= kMulMatVecMaxCols
+                              ? static_cast<uint64_t>(p.M) * batches
+                              : ceil_div(p.M, kMulMatTileM) * ceil_div(p.N, kMulMatTileN) * batches;
+  r.dispatch(mul_mat_shader(a.type, b.ne[1], r.is_cpu()), {ba, bb, bd}, p, groups);
 }
 
 void record_get_rows(Recorder& r, const Tensor& node) {
@@ -152,7 +163,7 @@ void record_get_rows(Recorder& r, const Tensor& node) {
   p.d_off = bd.offset_in(4, quoted(node));
   p.d_nb1 = d_nb[1];
   const uint64_t threads = static_cast<uint64_t>(p.K / sub_size(a.type)) * p.n_out;
-  r.dispatch("get_rows_" + weight_type_suffix(a.type), {ba, bi, bd}, p, ceil_div(threads, kGetRowsGroup));
+  r.dispatch(get_rows_shader(a.type), {ba, bi, bd}, p, ceil_div(threads, kGetRowsGroup));
 }
 
 }  // namespace qlens::vulkan

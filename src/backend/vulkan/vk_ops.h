@@ -3,6 +3,9 @@
 // memory; every op indexes by ne/nb so views of any strides work.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "backend/vulkan/vk_recorder.h"
 #include "qlens/tensor.h"
 
@@ -17,19 +20,34 @@ constexpr int64_t kMulMatVecMaxCols = 8;
 bool is_weight_type(DType type);
 std::string weight_type_suffix(DType type);
 
+// A shader variant and the number of storage buffers it takes.
+struct ShaderUse {
+  std::string name;
+  uint32_t n_buffers;
+};
+
+// Every shader variant the record_* function of a supported node may
+// dispatch on a device (is_cpu and has_float64 as Recorder says them):
+// VulkanBackend::supports_op builds them before saying yes, so that a shader
+// the driver cannot build sends the op to the CPU instead of failing mid-graph.
+std::vector<ShaderUse> shaders_of(const Tensor& node, bool is_cpu, bool has_float64);
+
 // vk_elementwise.cpp: Add, Mul, Scale, Silu, Cpy, Cont.
 bool supports_elementwise(const Tensor& node);
+std::vector<ShaderUse> elementwise_shaders(const Tensor& node);
 void record_elementwise(Recorder& r, const Tensor& node);
 void record_copy(Recorder& r, const Tensor& node);
 
 // vk_rows.cpp: RmsNorm, SoftMax, Rope.
 bool supports_row_op(const Tensor& node);
+std::vector<ShaderUse> row_op_shaders(const Tensor& node, bool is_cpu, bool has_float64);
 void record_rms_norm(Recorder& r, const Tensor& node);
 void record_soft_max(Recorder& r, const Tensor& node);
 void record_rope(Recorder& r, const Tensor& node);
 
 // vk_matmul.cpp: MulMat and GetRows.
 bool supports_matmul(const Tensor& node);
+std::vector<ShaderUse> matmul_shaders(const Tensor& node, bool is_cpu);
 void record_mul_mat(Recorder& r, const Tensor& node);
 void record_get_rows(Recorder& r, const Tensor& node);
 

@@ -1,12 +1,32 @@
 #include "backend/vulkan/vk_pipelines.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
 
 #include "backend/vulkan/vk_device.h"
 #include "backend/vulkan/vk_shaders.h"
 #include "qlens/error.h"
 
 namespace qlens::vulkan {
+
+PipelineCache::PipelineCache(Device& device) : device_(device) {
+  if (const char* env = std::getenv("QLENS_VULKAN_FAIL_SHADERS")) {
+    std::stringstream list(env);
+    for (std::string name; std::getline(list, name, ',');)
+      if (!name.empty()) fail_patterns_.push_back(name);
+  }
+}
+
+bool PipelineCache::told_to_fail(const std::string& name) const {
+  for (const std::string& pattern : fail_patterns_) {
+    if (pattern.back() == '*' ? name.compare(0, pattern.size() - 1, pattern, 0, pattern.size() - 1) == 0
+                              : name == pattern)
+      return true;
+  }
+  return false;
+}
 
 PipelineCache::~PipelineCache() {
   for (auto& [name, p] : pipelines_) vkDestroyPipeline(device_.handle(), p.pipeline, nullptr);
@@ -54,6 +74,29 @@ const Pipeline& PipelineCache::get(const std::string& name, uint32_t n_buffers) 
                   std::to_string(it->second.n_buffers));
     return it->second;
   }
+  if (auto f = failed_.find(name); f != failed_.end()) throw Error(f->second);
+  try {
+    return build(name, n_buffers);
+  } catch (const Error& e) {
+    failed_.emplace(name, e.what());
+    throw;
+  }
+}
+
+bool PipelineCache::can_build(const std::string& name, uint32_t n_buffers) {
+  if (pipelines_.count(name)) return true;
+  if (failed_.count(name)) return false;
+  try {
+    build(name, n_buffers);
+    return true;
+  } catch (const Error& e) {
+    failed_.emplace(name, e.what());
+    std::fprintf(stderr, "warning: %s; its ops run on the CPU\n", e.what());
+    return false;
+  }
+}
+
+const Pipeline& PipelineCache::build(const std::string& name, uint32_t n_buffers) {
   const auto shaders = embedded_shaders();
   auto found = std::find_if(shaders.begin(), shaders.end(), [&](const EmbeddedShader& s) { return name == s.name; });
   if (found == shaders.end()) throw Error("vulkan: no shader '" + name + "' is built into this binary");
@@ -74,9 +117,14 @@ const Pipeline& PipelineCache::get(const std::string& name, uint32_t n_buffers) 
   info.stage.module = module;
   info.stage.pName = "main";
   info.layout = p.layout;
+  const std::string what = device_.name() + ": creating the pipeline of shader '" + name + "'";
+  if (told_to_fail(name)) {
+    vkDestroyShaderModule(device_.handle(), module, nullptr);
+    throw Error("vulkan: " + what + ": made to fail by QLENS_VULKAN_FAIL_SHADERS");
+  }
   const VkResult r = vkCreateComputePipelines(device_.handle(), VK_NULL_HANDLE, 1, &info, nullptr, &p.pipeline);
   vkDestroyShaderModule(device_.handle(), module, nullptr);
-  check(r, device_.name() + ": creating the pipeline of shader '" + name + "'");
+  check(r, what);
   return pipelines_.emplace(name, p).first->second;
 }
 

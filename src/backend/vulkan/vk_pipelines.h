@@ -24,9 +24,14 @@ struct Pipeline {
   uint32_t n_buffers = 0;
 };
 
+// A shader the driver cannot build is reported once on stderr and remembered:
+// can_build() says no from then on, and its ops run on the CPU. For tests,
+// the environment variable QLENS_VULKAN_FAIL_SHADERS (names separated by
+// commas; "name*" matches a prefix) makes shaders fail as if the driver had
+// rejected them.
 class PipelineCache {
  public:
-  explicit PipelineCache(Device& device) : device_(device) {}
+  explicit PipelineCache(Device& device);
   ~PipelineCache();
   PipelineCache(const PipelineCache&) = delete;
   PipelineCache& operator=(const PipelineCache&) = delete;
@@ -35,12 +40,19 @@ class PipelineCache {
   // (bindings 0..n-1); throws Error naming the shader when it is missing or
   // the device cannot build it.
   const Pipeline& get(const std::string& name, uint32_t n_buffers);
+  // Builds the pipeline unless it exists; false (after one warning on
+  // stderr) when it cannot be built.
+  bool can_build(const std::string& name, uint32_t n_buffers);
 
  private:
   VkDescriptorSetLayout set_layout(uint32_t n_buffers);
+  const Pipeline& build(const std::string& name, uint32_t n_buffers);
+  bool told_to_fail(const std::string& name) const;
 
   Device& device_;
   std::map<std::string, Pipeline> pipelines_;
+  std::map<std::string, std::string> failed_;  // shader name -> why
+  std::vector<std::string> fail_patterns_;    // QLENS_VULKAN_FAIL_SHADERS
   std::map<uint32_t, std::pair<VkDescriptorSetLayout, VkPipelineLayout>> layouts_;
 };
 

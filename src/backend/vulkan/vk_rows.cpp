@@ -14,13 +14,14 @@ constexpr uint64_t kRowsGroup = 64;   // local_size_x of the ROW_PER_INVOCATION 
 
 // RmsNorm and SoftMax: a workgroup per row, or on CPU devices (where
 // barriers are slow) an invocation per row.
+std::string row_shader(const char* base, bool is_cpu) { return is_cpu ? std::string(base) + "_rows" : base; }
+
 void dispatch_rows(Recorder& r, const char* shader, std::initializer_list<Bound> buffers, const auto& push,
                    uint64_t rows) {
-  if (r.is_cpu())
-    r.dispatch(std::string(shader) + "_rows", buffers, push, ceil_div(rows, kRowsGroup));
-  else
-    r.dispatch(shader, buffers, push, rows);
+  r.dispatch(row_shader(shader, r.is_cpu()), buffers, push, r.is_cpu() ? ceil_div(rows, kRowsGroup) : rows);
 }
+
+const char* rope_shader(bool has_float64) { return has_float64 ? "rope_f64" : "rope_f32"; }
 
 struct RmsNormPush {
   uint32_t ne[4];
@@ -68,6 +69,15 @@ bool supports_row_op(const Tensor& node) {
              (node.params[1] == static_cast<int32_t>(RopeMode::Normal) ||
               node.params[1] == static_cast<int32_t>(RopeMode::NeoX));
     default: return false;
+  }
+}
+
+std::vector<ShaderUse> row_op_shaders(const Tensor& node, bool is_cpu, bool has_float64) {
+  switch (node.op) {
+    case Op::RmsNorm: return {{row_shader("rms_norm", is_cpu), 2}};
+    case Op::SoftMax: return {{row_shader("soft_max", is_cpu), 3}};
+    case Op::Rope: return {{rope_shader(has_float64), 3}};
+    default: return {};
   }
 }
 
@@ -122,7 +132,7 @@ void record_rope(Recorder& r, const Tensor& node) {
   const double theta_scale = std::pow(static_cast<double>(node.param_f(2)), -2.0 / static_cast<double>(p.n_dims));
   p.theta_scale_hi = static_cast<float>(theta_scale);
   p.theta_scale_lo = static_cast<float>(theta_scale - static_cast<double>(p.theta_scale_hi));
-  r.dispatch(r.has_float64() ? "rope_f64" : "rope_f32", {ba, bp, bd}, p,
+  r.dispatch(rope_shader(r.has_float64()), {ba, bp, bd}, p,
              ceil_div(static_cast<uint64_t>(node.nelements()), kRopeGroup));
 }
 
