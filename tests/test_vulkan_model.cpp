@@ -84,6 +84,50 @@ TEST(VulkanModel, LogitsAndGreedyTextMatchTheCpuFullyAndPartlyOffloaded) {
   EXPECT_EQ(greedy(c1, prompt, 40), greedy(c2, prompt, 40));
 }
 
+// Sensitivity's swap of one weight: on a fully offloaded context the
+// replacement (here Q8_0) is copied to the device and its mul_mat runs there;
+// logits follow the CPU with the same replacement; restoring brings back the
+// original logits.
+TEST(VulkanModel, ReplacedWeightsRunOnTheDevice) {
+  QLENS_REQUIRE_VULKAN();
+  QLENS_REQUIRE_SHARED(path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  auto m = Model::load(path);
+  auto tokens = m->vocab().tokenize(read_text_file(text_path), true);
+  tokens.resize(64);
+  const Tensor* wq = m->layers()[1].wq;
+  const std::vector<float> values = tensor_to_f32(*wq);
+  Tensor rep = *wq;
+  rep.type = DType::Q8_0;
+  rep.nb = contiguous_strides(rep.type, rep.ne);
+  std::vector<char> bytes(rep.nbytes());
+  type_traits(DType::Q8_0).from_float(values.data(), bytes.data(), static_cast<int64_t>(values.size()));
+  rep.data = bytes.data();
+
+  Context vk(*m, opts("vulkan:0"));
+  ASSERT_TRUE(vk.decode(tokens, true));
+  const std::vector<float> original(vk.logits(63).begin(), vk.logits(63).end());
+  vk.clear();
+  vk.replace_weight(wq, &rep);
+  const Backend* ran_on = nullptr;
+  vk.set_observe_callback([&](const Tensor& t, bool ask) {
+    if (ask && t.name == "Qcur-1" && t.op == Op::MulMat) ran_on = vk.scheduler().backend_of(t);
+    return false;
+  });
+  ASSERT_TRUE(vk.decode(tokens, true));
+  vk.set_observe_callback(nullptr);
+  EXPECT_EQ(ran_on, vk.device());
+  Context cpu(*m, opts("cpu"));
+  cpu.replace_weight(wq, &rep);
+  ASSERT_TRUE(cpu.decode(tokens, true));
+  EXPECT_LE(nmse(cpu.logits(63), vk.logits(63)), 1e-6);
+  EXPECT_GT(nmse(original, vk.logits(63)), 1e-9);  // the replacement made a difference
+  vk.restore_weight(wq);
+  vk.clear();
+  ASSERT_TRUE(vk.decode(tokens, true));
+  EXPECT_LE(nmse(original, vk.logits(63)), 1e-12);
+}
+
 TEST(VulkanModel, PerplexityAndImatrixEqualTheCpu) {
   QLENS_REQUIRE_VULKAN();
   QLENS_REQUIRE_SHARED(path, kStories);

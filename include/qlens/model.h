@@ -177,8 +177,10 @@ class Context {
   // set, its copy in device memory when offloaded, else the weight itself.
   Tensor* weight(Tensor* model_weight) const;
   // Makes graphs use `replacement` (same shape, any type, data in host
-  // memory; owned by the caller) instead of a weight, until cleared: how
-  // sensitivity probes one quantized or noisy tensor without reloading.
+  // memory; owned by the caller and read only now: the context keeps a copy
+  // in device memory when the weight is offloaded and the device runs its
+  // type) instead of a weight, until restored: how sensitivity probes one
+  // quantized or noisy tensor without reloading.
   void replace_weight(const Tensor* model_weight, Tensor* replacement);
   void restore_weight(const Tensor* model_weight) { replaced_.erase(model_weight); }
 
@@ -196,6 +198,14 @@ class Context {
   int64_t n_ctx_ = 0;
   int64_t n_past_ = 0;
   void offload(const ContextOptions& options);
+  // Whether the device runs the op that reads weight `w` (mul_mat, or mul
+  // for a norm's vector).
+  bool device_runs(const Tensor& w) const;
+  struct Replacement {
+    Tensor* tensor = nullptr;              // what graphs use
+    std::unique_ptr<Buffer> device_buffer;  // when copied to the device
+    std::unique_ptr<Tensor> device_copy;
+  };
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Backend> owned_device_;
@@ -205,7 +215,7 @@ class Context {
   std::unique_ptr<Buffer> device_cache_buffer_;
   std::deque<Tensor> device_weights_;
   std::map<const Tensor*, Tensor*> device_weight_of_;
-  std::map<const Tensor*, Tensor*> replaced_;
+  std::map<const Tensor*, Replacement> replaced_;
   std::unique_ptr<Scheduler> sched_;
   std::vector<std::vector<uint8_t>> cache_data_;  // per layer: K then V (host layers)
   std::deque<Tensor> cache_;                      // per layer: K, V

@@ -180,22 +180,15 @@ void Context::offload(const ContextOptions& options) {
   const int64_t first = n_layer - n_offloaded_;
   const bool output_too = ngl > n_layer;
 
-  // Whether the device can run the op that reads this weight.
-  auto device_runs = [&](const Tensor* w) {
-    Graph probe;
-    Tensor* x = probe.new_tensor(DType::F32, {w->ne[0], 1});
-    Tensor* node = w->ne[1] > 1 ? mul_mat(probe, const_cast<Tensor*>(w), x) : mul(probe, x, const_cast<Tensor*>(w));
-    return device_->supports_op(*node);
-  };
   std::vector<const Tensor*> to_upload;
   for (int64_t il = first; il < n_layer; ++il) {
     const LlamaLayer& L = model_.layers()[il];
     for (const Tensor* w : {L.attn_norm, L.wq, L.wk, L.wv, L.wo, L.ffn_norm, L.ffn_gate, L.ffn_up, L.ffn_down})
-      if (device_runs(w)) to_upload.push_back(w);
+      if (device_runs(*w)) to_upload.push_back(w);
   }
   if (output_too)
     for (const Tensor* w : {model_.output_norm(), model_.output()})
-      if (device_runs(w)) to_upload.push_back(w);
+      if (device_runs(*w)) to_upload.push_back(w);
 
   constexpr size_t kAlign = 256;
   auto aligned = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
@@ -229,15 +222,41 @@ void Context::offload(const ContextOptions& options) {
     }
 }
 
+bool Context::device_runs(const Tensor& w) const {
+  Graph probe;
+  Tensor* x = probe.new_tensor(DType::F32, {w.ne[0], 1});
+  Tensor* weight = const_cast<Tensor*>(&w);
+  Tensor* node = w.ne[1] > 1 ? mul_mat(probe, weight, x) : mul(probe, x, weight);
+  return device_->supports_op(*node);
+}
+
 void Context::replace_weight(const Tensor* model_weight, Tensor* replacement) {
   if (!replacement || !same_shape(*model_weight, *replacement))
     throw Error("replace_weight: the replacement of '" + model_weight->name + "' must have its shape " +
                 shape_string(*model_weight));
-  replaced_[model_weight] = replacement;
+  Replacement r;
+  r.tensor = replacement;
+  // An offloaded weight's replacement goes to the device too, so that its
+  // op stays there; if the device cannot run its type or has no room, the
+  // op runs on the CPU from host memory.
+  const bool contiguous = replacement->nb == contiguous_strides(replacement->type, replacement->ne);
+  if (device_weight_of_.count(model_weight) && contiguous && device_runs(*replacement)) {
+    try {
+      r.device_buffer = device_->alloc_buffer(replacement->nbytes());
+      r.device_copy = std::make_unique<Tensor>(*replacement);
+      r.device_copy->buffer = r.device_buffer.get();
+      r.device_copy->data = r.device_buffer->base();
+      tensor_write(*r.device_copy, replacement->data, 0, replacement->nbytes());
+      r.tensor = r.device_copy.get();
+    } catch (const Error&) {
+      r = Replacement{replacement, nullptr, nullptr};
+    }
+  }
+  replaced_[model_weight] = std::move(r);
 }
 
 Tensor* Context::weight(Tensor* model_weight) const {
-  if (auto r = replaced_.find(model_weight); r != replaced_.end()) return r->second;
+  if (auto r = replaced_.find(model_weight); r != replaced_.end()) return r->second.tensor;
   auto it = device_weight_of_.find(model_weight);
   return it == device_weight_of_.end() ? model_weight : it->second;
 }
