@@ -1,17 +1,46 @@
 // The taps on Vulkan against the host reference (tap_accumulate_values):
 // ColumnSumSq within 1e-5 relative (1e-12 seen, in double); Stats and
-// ErrorStats within 1e-9 relative, counts exact; also the observe callback on
-// a Vulkan node. Every test skips when qlens::vulkan::devices() is empty.
+// ErrorStats within 1e-9 relative, counts exact, and the per-row histogram of
+// ErrorStats bucket by bucket (exact with shaderFloat64; in float a row's
+// error may fall on the other side of a bucket boundary); also the observe
+// callback on a Vulkan node. Every test skips when qlens::vulkan::devices()
+// is empty.
 #include <gtest/gtest.h>
 
 #ifdef QLENS_VULKAN
 
+#include <cstdlib>
+
+#include "backend/vulkan/vk_backend.h"
 #include "vulkan_test_util.h"
 
 namespace qlens {
 namespace {
 
 using namespace vktest;
+
+bool device_has_float64() { return static_cast<vulkan::VulkanBackend*>(vulkan_backend())->device().has_float64(); }
+
+// row_nmse against the host's: bucket by bucket where the device accumulates
+// in double; in float a row near a boundary may land in the next bucket, so
+// the cumulative counts may differ by those rows (1% allowed).
+void expect_same_histogram(const LogHistogram& got, const LogHistogram& want, uint64_t rows) {
+  ASSERT_EQ(got.counts.size(), want.counts.size());
+  EXPECT_EQ(got.total(), rows);
+  EXPECT_EQ(want.total(), rows);
+  if (device_has_float64()) {
+    for (size_t i = 0; i < want.counts.size(); ++i) EXPECT_EQ(got.counts[i], want.counts[i]) << "bucket " << i;
+    return;
+  }
+  // Cumulative counts differ by the rows that crossed one boundary: few.
+  int64_t cum_got = 0, cum_want = 0, worst = 0;
+  for (size_t i = 0; i < want.counts.size(); ++i) {
+    cum_got += static_cast<int64_t>(got.counts[i]);
+    cum_want += static_cast<int64_t>(want.counts[i]);
+    worst = std::max(worst, std::abs(cum_got - cum_want));
+  }
+  EXPECT_LE(worst, static_cast<int64_t>(rows / 100 + 2));
+}
 
 // A graph whose nodes run on Vulkan with the taps of each kind, run twice.
 struct TapGraph {
@@ -83,11 +112,110 @@ TEST(VulkanTaps, MatchTheHostReference) {
   EXPECT_NEAR(e.sum_sq_b, want_error.error.sum_sq_b, 1e-9 * want_error.error.sum_sq_b);
   EXPECT_NEAR(e.sum_ab, want_error.error.sum_ab, 1e-9 * want_error.error.sum_sq_a);
   EXPECT_DOUBLE_EQ(e.max_abs_diff, want_error.error.max_abs_diff);
+  expect_same_histogram(e.row_nmse, want_error.error.row_nmse, 2 * 5 * 3);
   // Reset: nothing accumulated after.
   taps = sched.read_taps(true);
   EXPECT_EQ(taps.at("imatrix").rows, 0);
   EXPECT_EQ(taps.at("stats").stats.count, 0);
   EXPECT_EQ(taps.at("error").error.count, 0);
+  EXPECT_TRUE(taps.at("error").error.row_nmse.counts.empty());
+}
+
+// row_nmse over 70000 rows (more than one dispatch dimension holds) of
+// errors from 2^-52 to 2^32 relative (past both ends of the histogram), with
+// a == b, b = 0, NaN/Inf pairs (left out of their row's sums, as on the host)
+// and errors on bucket boundaries; a is a permuted node (rows strided by
+// 70000 floats), b a strided view of a device leaf at an offset.
+TEST(VulkanTaps, RowErrorHistogram) {
+  REQUIRE_VULKAN();
+  constexpr int64_t n0 = 4, n1 = 350, n2 = 200, rows = n1 * n2;
+  std::vector<float> va(n0 * rows), vb(n0 * rows);  // logical order
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> magnitude(-26.0f, 16.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float u = std::exp2(magnitude(rng));
+    for (int64_t k = 0; k < n0; ++k) {
+      vb[r * n0 + k] = normal(rng);
+      va[r * n0 + k] = vb[r * n0 + k] + u * normal(rng);
+    }
+  }
+  auto set_row = [&](int64_t r, std::array<float, 4> a, std::array<float, 4> b) {
+    for (int64_t k = 0; k < n0; ++k) va[r * n0 + k] = a[k], vb[r * n0 + k] = b[k];
+  };
+  const float nan = NAN, inf = INFINITY;
+  set_row(0, {1, -2, 3, 0.5f}, {1, -2, 3, 0.5f});                  // a == b: 0, bucket 0
+  set_row(1, {0.25f, 0, -1, 2}, {0, 0, 0, 0});                     // b = 0: sum (a-b)^2
+  set_row(2, {0, 0, 0, 0}, {0, 0, 0, 0});                          // 0 / 0: bucket 0
+  set_row(3, {nan, 1.5f, 2, -1}, {1, 1, 2, -1});                   // NaN left out: 0.25 / 6
+  set_row(4, {1, 2, 3, 4}, {1, inf, 3, 4.5f});                     // Inf left out
+  set_row(5, {nan, inf, -inf, nan}, {1, 2, 3, nan});               // nothing finite: bucket 0
+  set_row(6, {1 + 0x1p-10f, 0, 0, 0}, {1, 0, 0, 0});               // 2^-20 exactly
+  set_row(7, {1 + 0x1p-3f, 1, 0, 0}, {1, 1, 0, 0});                // 2^-7 exactly
+  set_row(8, {4097, 0, 0, 0}, {1, 0, 0, 0});                       // 2^24: the last bucket
+  set_row(9, {1 + 0x1p-20f, 0, 0, 0}, {1, 0, 0, 0});               // 2^-40: bucket 1
+  set_row(10, {1 + 0x1p-21f, 0, 0, 0}, {1, 0, 0, 0});              // 2^-42: bucket 0
+  set_row(11, {1e30f, -1e30f, 0, 0}, {1e-30f, 0, 0, 0});           // huge: the last bucket
+  set_row(rows / 2, {0x1p-30f, 0, 0, 0}, {0, 0, 0, 0});            // b = 0, 2^-60
+  set_row(rows - 1, {2, 0, 0, 0}, {1, 0, 0, 0});                   // 1 exactly, in the last row
+  // a: A {n2, n1, n0} in host memory, scaled by 1 on Vulkan, permuted to
+  // {n0, n1, n2}; b: the elements 2..5 of B {6, n1, n2} in device memory.
+  Graph g;
+  Leaves l(5, vulkan_backend());
+  Tensor* A = l.random(g, DType::F32, {n2, n1, n0, 1});
+  auto* pa = static_cast<float*>(A->data);
+  Tensor* B = l.random(g, DType::F32, {6, n1, n2, 1}, 1.0f, true);
+  std::vector<float> vB(6 * rows, -7.0f);
+  for (int64_t i2 = 0; i2 < n2; ++i2)
+    for (int64_t i1 = 0; i1 < n1; ++i1)
+      for (int64_t k = 0; k < n0; ++k) {
+        const int64_t r = i1 + n1 * i2;
+        pa[i2 + n2 * (i1 + n1 * k)] = va[r * n0 + k];
+        vB[2 + k + 6 * r] = vb[r * n0 + k];
+      }
+  tensor_write(*B, vB.data(), 0, vB.size() * sizeof(float));
+  Tensor* s = named(scale(g, A, 1.0f), "s");
+  Tensor* a = named(permute(g, s, 2, 1, 0, 3), "a");
+  Tensor* b = view(g, B, {n0, n1, n2}, {6 * sizeof(float), 6 * n1 * sizeof(float)}, 2 * sizeof(float));
+  ASSERT_EQ(a->ne, (std::array<int64_t, 4>{n0, n1, n2, 1}));
+  ASSERT_EQ(a->nb[0], static_cast<size_t>(n2 * n1 * 4));
+  g.build(a);
+  g.build(b);  // a view gets its address when the graph is allocated
+  Scheduler sched({vulkan_backend(), &reference()});
+  sched.set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
+    if (&t == a) r.push_back({TapKind::ErrorStats, "error", b});
+  });
+  sched.allocate(g);
+  ASSERT_EQ(sched.compute(g), ComputeStatus::Done);
+  ASSERT_EQ(sched.backend_of(*s), vulkan_backend());
+  ASSERT_EQ(sched.backend_of(*a), vulkan_backend());
+  TapResult want;
+  tap_accumulate_values(TapKind::ErrorStats, va, n0, &vb, want);
+  auto taps = sched.read_taps(true);
+  const ErrorStats& e = taps.at("error").error;
+  EXPECT_EQ(e.count, want.error.count);
+  EXPECT_EQ(e.non_finite, want.error.non_finite);
+  EXPECT_NEAR(e.sum_sq_b, want.error.sum_sq_b, (device_has_float64() ? 1e-9 : 1e-5) * want.error.sum_sq_b);
+  expect_same_histogram(e.row_nmse, want.error.row_nmse, rows);
+  // The special rows where the host puts them.
+  const std::vector<uint64_t>& h = e.row_nmse.counts;
+  ASSERT_EQ(h.size(), static_cast<size_t>(LogHistogram::kBuckets));
+  EXPECT_GE(h[0], 5u);
+  EXPECT_GE(h[1], 1u);
+  EXPECT_GE(h[LogHistogram::kBuckets - 1], 2u);
+  int filled = 0;
+  for (uint64_t c : h) filled += c > 0;
+  std::printf("  %d of %d buckets filled\n", filled, LogHistogram::kBuckets);
+  EXPECT_EQ(filled, LogHistogram::kBuckets);
+  // Reset on read: the histogram is empty after.
+  taps = sched.read_taps(true);
+  EXPECT_EQ(taps.at("error").error.count, 0);
+  EXPECT_TRUE(taps.at("error").error.row_nmse.counts.empty());
+  // And accumulates again.
+  ASSERT_EQ(sched.compute(g), ComputeStatus::Done);
+  ASSERT_EQ(sched.compute(g), ComputeStatus::Done);
+  tap_accumulate_values(TapKind::ErrorStats, va, n0, &vb, want);
+  expect_same_histogram(sched.read_taps(true).at("error").error.row_nmse, want.error.row_nmse, 2 * rows);
 }
 
 TEST(VulkanTaps, StatsCountNonFiniteValues) {

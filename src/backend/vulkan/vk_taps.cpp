@@ -17,6 +17,10 @@ constexpr uint32_t kTapSlots = 64;    // TAP_SLOTS of shaders/tap_common.glsl: w
 constexpr uint64_t kColumnGroup = 64;  // local_size_x of shaders/tap_column_sum_sq.comp
 constexpr uint32_t kStatsAcc = 4, kStatsCounts = 4;  // per slot: min, max, sum, sum_sq; count, nan, inf, (pad)
 constexpr uint32_t kErrorAcc = 5, kErrorCounts = 2;  // per slot: diff^2, a^2, b^2, ab, max|diff|; count, non-finite
+// ErrorStats: after the slots' counts, the row_nmse histogram (LOG_BUCKETS of
+// shaders/tap_common.glsl).
+constexpr uint32_t kErrorHistogram = kTapSlots * kErrorCounts;
+constexpr uint32_t kTapWorkgroup = 256;  // TAP_WG of shaders/tap_common.glsl
 
 struct ColumnPush {
   uint32_t ne[4];
@@ -32,7 +36,7 @@ struct ErrorPush {
   uint32_t ne[4];
   uint32_t a_nb[4];
   uint32_t b_nb[4];
-  uint32_t a_off, b_off, n;
+  uint32_t a_off, b_off, rows, row_shift;
 };
 
 void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
@@ -47,7 +51,7 @@ class VulkanTapState final : public TapState {
                               : kind == TapKind::Stats     ? kTapSlots * kStatsAcc
                                                            : kTapSlots * kErrorAcc;
     const size_t count_values = kind == TapKind::Stats ? kTapSlots * kStatsCounts
-                                : kind == TapKind::ErrorStats ? kTapSlots * kErrorCounts
+                                : kind == TapKind::ErrorStats ? kErrorHistogram + LogHistogram::kBuckets
                                                               : 1;
     acc = backend.device().create_buffer(acc_values * acc_bytes(), false, std::string(tap_kind_name(kind)) + " tap");
     counts = backend.device().create_buffer(count_values * 4, false, std::string(tap_kind_name(kind)) + " tap");
@@ -156,6 +160,15 @@ void read_tap(VulkanBackend& backend, TapState& state, TapResult& into, bool res
         mine.error.merge(e);
       }
     }
+    if (st->kind == TapKind::ErrorStats) {
+      // Left empty when no row was added, as on the host.
+      LogHistogram& h = mine.error.row_nmse;
+      for (int i = 0; i < LogHistogram::kBuckets; ++i)
+        if (const uint32_t c = counts[kErrorHistogram + i]) {
+          if (h.counts.empty()) h.counts.assign(LogHistogram::kBuckets, 0);
+          h.counts[i] = c;
+        }
+    }
   }
   into.merge(mine);
   if (reset) st->clear();
@@ -207,8 +220,19 @@ void record_tap(Recorder& r, const TapWork& tap, const Tensor& node) {
       copy4(p.b_nb, element_strides(*other, 4));
       p.a_off = ba.offset_in(4, "'" + node.name + "'");
       p.b_off = bb.offset_in(4, "'" + other->name + "'");
-      p.n = static_cast<uint32_t>(node.nelements());
-      r.dispatch("tap_error_stats" + acc_type, {ba, bb, r.bind(st->acc), r.bind(st->counts)}, p, kTapSlots);
+      const int64_t rows = node.nrows();
+      if (rows > std::numeric_limits<uint32_t>::max() - static_cast<int64_t>(kTapSlots) * kTapWorkgroup)
+        fail(std::to_string(rows) + " rows are too many");
+      p.rows = static_cast<uint32_t>(rows);
+      // Workgroups go over rows (one read of both tensors makes the sums and
+      // the per-row histogram): as many invocations per row as the row has
+      // elements, at most a workgroup; on CPU devices one (barriers are slow
+      // there: the _rows variant).
+      const bool cpu = r.is_cpu();
+      if (!cpu)
+        while ((1u << p.row_shift) < kTapWorkgroup && (int64_t{1} << p.row_shift) < node.ne[0]) ++p.row_shift;
+      r.dispatch(std::string(cpu ? "tap_error_stats_rows" : "tap_error_stats") + acc_type,
+                 {ba, bb, r.bind(st->acc), r.bind(st->counts)}, p, kTapSlots);
       break;
     }
   }

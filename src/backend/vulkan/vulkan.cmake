@@ -42,6 +42,9 @@ foreach(tap column_sum_sq stats error_stats)
     "tap_${tap}_f32|tap_${tap}.comp|"
     "tap_${tap}_f64|tap_${tap}.comp|-DACC_F64")
 endforeach()
+list(APPEND QLENS_VK_VARIANTS
+  "tap_error_stats_rows_f32|tap_error_stats.comp|-DROW_PER_INVOCATION"
+  "tap_error_stats_rows_f64|tap_error_stats.comp|-DACC_F64 -DROW_PER_INVOCATION")
 
 file(GLOB QLENS_VK_SHADER_SOURCES CONFIGURE_DEPENDS ${QLENS_VK_SHADER_DIR}/*.comp ${QLENS_VK_SHADER_DIR}/*.glsl)
 set(QLENS_VK_SPV)
