@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "core/text_file.h"
 #include "qlens/backend.h"
@@ -12,6 +13,7 @@
 #include "tools/compare.h"
 #include "tools/imatrix.h"
 #include "tools/perplexity.h"
+#include "tools/quantize.h"
 
 namespace qlens {
 namespace {
@@ -191,6 +193,44 @@ TEST(VulkanModel, CompareCpuWithVulkanShowsOnlyRounding) {
   EXPECT_LE(worst, 1e-9) << where;
   EXPECT_LE(r.logits.kld_mean.value, 1e-8);
   EXPECT_GE(r.logits.same_top.value, 0.99);
+}
+
+// Both models on vulkan:0 share one backend, so the error taps reduce on the
+// device; node by node the figures equal those of both models on the CPU
+// (an F32 cache: no half-rounding flips), per-token quantiles included.
+TEST(VulkanModel, CompareOnOneDeviceEqualsTheCpu) {
+  QLENS_REQUIRE_VULKAN();
+  QLENS_REQUIRE_SHARED(path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  const std::string q8 = test::temp_dir() + "/q8.gguf";
+  tools::QuantizeOptions qo;
+  qo.mix = "Q8_0";
+  std::ostringstream log;
+  tools::quantize_model(path, q8, qo, log);
+  auto m = Model::load(path), t = Model::load(q8);
+  const auto tokens = m->vocab().tokenize(read_text_file(text_path), true);
+  tools::CompareOptions co;
+  co.cache_type = DType::F32;
+  co.n_ctx = 128;
+  co.n_batch = 128;
+  co.max_chunks = 2;
+  co.n_threads = 2;
+  const auto on_cpu = tools::compare_models(*m, *t, tokens, co);
+  co.device_ref = co.device = "vulkan:0";
+  const auto on_vk = tools::compare_models(*m, *t, tokens, co);
+  ASSERT_EQ(on_cpu.nodes.size(), on_vk.nodes.size());
+  double worst = 0;
+  for (size_t i = 0; i < on_cpu.nodes.size(); ++i) {
+    const auto &c = on_cpu.nodes[i], &v = on_vk.nodes[i];
+    ASSERT_EQ(c.name, v.name);
+    EXPECT_EQ(c.error.count, v.error.count) << c.name;
+    EXPECT_EQ(c.error.row_nmse.total(), v.error.row_nmse.total()) << c.name;
+    worst = std::max(worst, std::fabs(v.nmse() / c.nmse() - 1));
+    // Quantiles are buckets 9% wide: at most one bucket apart.
+    EXPECT_NEAR(v.token_nmse_median(), c.token_nmse_median(), 0.1 * c.token_nmse_median()) << c.name;
+  }
+  std::printf("Q8_0 vs F32, CPU vs vulkan:0: worst relative NMSE difference %.3g\n", worst);
+  EXPECT_LE(worst, 1e-3);
 }
 
 }  // namespace

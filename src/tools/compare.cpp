@@ -5,6 +5,7 @@
 #include <map>
 #include <regex>
 
+#include "qlens/backend.h"
 #include "qlens/context_pair.h"
 #include "qlens/error.h"
 #include "tools/chunks.h"
@@ -45,6 +46,14 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
   ContextOptions ref_opt = copt, test_opt = copt;
   ref_opt.device = opt.device_ref;
   test_opt.device = opt.device;
+  // Both models on one device share its backend: the scheduler then sees one
+  // memory, and the error taps reduce there instead of copying every node
+  // to the host.
+  std::unique_ptr<Backend> shared_device;
+  if (opt.device == opt.device_ref && !opt.device.empty() && opt.device != "cpu") {
+    shared_device = make_backend(opt.device, opt.n_threads);
+    ref_opt.device_backend = test_opt.device_backend = shared_device.get();
+  }
   Context ref_ctx(ref, ref_opt);
   Context test_ctx(test, test_opt);
   ContextPair pair(ref_ctx, test_ctx);

@@ -51,7 +51,7 @@ struct NodeComparison {
   double cosine() const;
   double max_abs() const { return error.max_abs_diff; }
   // NaN when no per-token histogram came back (a backend whose error tap
-  // does not keep one: Vulkan today).
+  // does not keep one; every backend of qlens keeps one).
   double token_nmse_median() const { return token_quantile(0.5); }
   double token_nmse_p99() const { return token_quantile(0.99); }
   double token_quantile(double q) const {
