@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The cost of collecting an importance matrix: qlens imatrix (taps, and the
 # host-callback path) against qlens perplexity on the same model, text,
-# context, batch and threads. Runs alternate, REPEATS times; medians printed.
+# context, batch, threads and KV cache type (F32: imatrix's default).
+# Runs alternate, REPEATS times; medians printed.
 #
 #   bench/imatrix_overhead.sh QLENS MODEL TEXT CTX CHUNKS [THREADS] [REPEATS] [DEVICE]
 set -euo pipefail
 qlens=$1 model=$2 text=$3 ctx=$4 chunks=$5 threads=${6:-2} repeats=${7:-3} device=${8:-cpu}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-common=(-m "$model" -f "$text" -c "$ctx" -b "$ctx" -t "$threads" --chunks "$chunks" --device "$device")
+common=(-m "$model" -f "$text" -c "$ctx" -b "$ctx" -t "$threads" --chunks "$chunks" --device "$device" -ctk f32)
 rate() { grep -o '[0-9.]* tokens/s' | tail -1 | cut -d' ' -f1; }
 ppl=() taps=() callback=()
 for _ in $(seq "$repeats"); do
