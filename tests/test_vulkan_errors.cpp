@@ -110,6 +110,45 @@ TEST(VulkanErrors, ShaderThatFailsToBuildRunsOnTheCpu) {
   EXPECT_EQ(q4_sched.backend_of(*q4.mm), vk.get());
 }
 
+// A tap whose shader fails goes to the scheduler's host fallback: same figures.
+TEST(VulkanErrors, TapThatFailsToBuildIsReducedOnTheHost) {
+  REQUIRE_VULKAN();
+  std::unique_ptr<Backend> vk;
+  {
+    ScopedEnv fail("QLENS_VULKAN_FAIL_SHADERS", "tap_stats*");
+    vk = vulkan::make_backend(0);
+  }
+  MatmulGraph g(DType::Q4_0, {64, 40, 1, 1}, vk.get());
+  g.scaled->flags |= kFlagOutput;  // kept for the expected figures
+  g.act->flags |= kFlagOutput;
+  Scheduler sched({vk.get(), &reference()});
+  sched.set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
+    if (&t == g.scaled) r.push_back({TapKind::Stats, "stats", nullptr});
+    if (&t == g.mm) r.push_back({TapKind::ColumnSumSq, "columns", nullptr});
+  });
+  testing::internal::CaptureStderr();
+  sched.allocate(g.g);
+  ASSERT_EQ(sched.compute(g.g), ComputeStatus::Done);
+  const std::string warnings = testing::internal::GetCapturedStderr();
+  EXPECT_NE(warnings.find("'tap_stats"), std::string::npos) << warnings;
+  EXPECT_EQ(sched.backend_of(*g.scaled), vk.get());
+  EXPECT_EQ(sched.backend_of(*g.mm), vk.get());
+  TapResult want_stats, want_columns;
+  tap_accumulate_values(TapKind::Stats, tensor_to_f32(*g.scaled), 64, nullptr, want_stats);
+  tap_accumulate_values(TapKind::ColumnSumSq, tensor_to_f32(*g.act), 64, nullptr, want_columns);
+  const auto taps = sched.read_taps();
+  const NodeStats& s = taps.at("stats").stats;
+  EXPECT_EQ(s.count, want_stats.stats.count);
+  EXPECT_EQ(s.min, want_stats.stats.min);
+  EXPECT_EQ(s.max, want_stats.stats.max);
+  EXPECT_NEAR(s.sum_sq, want_stats.stats.sum_sq, 1e-9 * want_stats.stats.sum_sq);
+  const TapResult& c = taps.at("columns");
+  EXPECT_EQ(c.rows, want_columns.rows);
+  ASSERT_EQ(c.column_sum_sq.size(), 64u);
+  for (size_t k = 0; k < 64; ++k)
+    EXPECT_NEAR(c.column_sum_sq[k], want_columns.column_sum_sq[k], 1e-5 * want_columns.column_sum_sq[k]);
+}
+
 TEST(VulkanErrors, TensorsLargerThanAStorageWindowStayOnTheCpu) {
   REQUIRE_VULKAN();
   auto vk = vulkan::make_backend(0);

@@ -1,10 +1,12 @@
 // The taps on Vulkan against the host reference (tap_accumulate_values):
 // ColumnSumSq within 1e-5 relative (1e-12 seen, in double); Stats and
-// ErrorStats within 1e-9 relative, counts exact, and the per-row histogram of
-// ErrorStats bucket by bucket (exact with shaderFloat64; in float a row's
-// error may fall on the other side of a bucket boundary); also the observe
-// callback on a Vulkan node. Every test skips when qlens::vulkan::devices()
-// is empty.
+// ErrorStats within 1e-9 relative (1e-5 where the device accumulates in
+// float), counts exact, and the per-row histogram of ErrorStats bucket by
+// bucket (exact with shaderFloat64; in float a row's error may fall on the
+// other side of a bucket boundary); also the observe callback on a Vulkan
+// node, and Stats and ColumnSumSq on views. CPU devices run other variants
+// of the tap shaders: QLENS_VULKAN_CPU_KERNELS=0 runs the GPU ones there.
+// Every test skips when qlens::vulkan::devices() is empty.
 #include <gtest/gtest.h>
 
 #ifdef QLENS_VULKAN
@@ -20,6 +22,10 @@ namespace {
 using namespace vktest;
 
 bool device_has_float64() { return static_cast<vulkan::VulkanBackend*>(vulkan_backend())->device().has_float64(); }
+
+// The relative tolerance of the taps' sums against the host's: 1e-9 where the
+// device accumulates in double, else 1e-5.
+double sum_tolerance() { return device_has_float64() ? 1e-9 : 1e-5; }
 
 // row_nmse against the host's: bucket by bucket where the device accumulates
 // in double; in float a row near a boundary may land in the next bucket, so
@@ -96,22 +102,27 @@ TEST(VulkanTaps, MatchTheHostReference) {
     worst = std::max(worst, std::fabs(cols.column_sum_sq[k] - want_cols.column_sum_sq[k]) / want_cols.column_sum_sq[k]);
   std::printf("  column_sum_sq worst relative difference %.2e\n", worst);
   EXPECT_LE(worst, 1e-5);
+  const double tol = sum_tolerance();
   const NodeStats& s = taps.at("stats").stats;
   EXPECT_EQ(s.count, want_stats.stats.count);
   EXPECT_EQ(s.nan, 0);
   EXPECT_EQ(s.inf, 0);
   EXPECT_DOUBLE_EQ(s.min, want_stats.stats.min);
   EXPECT_DOUBLE_EQ(s.max, want_stats.stats.max);
-  EXPECT_NEAR(s.sum, want_stats.stats.sum, 1e-9 * std::fabs(want_stats.stats.sum_sq));
-  EXPECT_NEAR(s.sum_sq, want_stats.stats.sum_sq, 1e-9 * want_stats.stats.sum_sq);
+  EXPECT_NEAR(s.sum, want_stats.stats.sum, tol * std::fabs(want_stats.stats.sum_sq));
+  EXPECT_NEAR(s.sum_sq, want_stats.stats.sum_sq, tol * want_stats.stats.sum_sq);
   const ErrorStats& e = taps.at("error").error;
   EXPECT_EQ(e.count, want_error.error.count);
   EXPECT_EQ(e.non_finite, 0);
-  EXPECT_NEAR(e.sum_sq_diff, want_error.error.sum_sq_diff, 1e-9 * want_error.error.sum_sq_diff);
-  EXPECT_NEAR(e.sum_sq_a, want_error.error.sum_sq_a, 1e-9 * want_error.error.sum_sq_a);
-  EXPECT_NEAR(e.sum_sq_b, want_error.error.sum_sq_b, 1e-9 * want_error.error.sum_sq_b);
-  EXPECT_NEAR(e.sum_ab, want_error.error.sum_ab, 1e-9 * want_error.error.sum_sq_a);
-  EXPECT_DOUBLE_EQ(e.max_abs_diff, want_error.error.max_abs_diff);
+  EXPECT_NEAR(e.sum_sq_diff, want_error.error.sum_sq_diff, tol * want_error.error.sum_sq_diff);
+  EXPECT_NEAR(e.sum_sq_a, want_error.error.sum_sq_a, tol * want_error.error.sum_sq_a);
+  EXPECT_NEAR(e.sum_sq_b, want_error.error.sum_sq_b, tol * want_error.error.sum_sq_b);
+  EXPECT_NEAR(e.sum_ab, want_error.error.sum_ab, tol * want_error.error.sum_sq_a);
+  if (device_has_float64()) {
+    EXPECT_DOUBLE_EQ(e.max_abs_diff, want_error.error.max_abs_diff);
+  } else {  // |a - b| rounded to float
+    EXPECT_NEAR(e.max_abs_diff, want_error.error.max_abs_diff, 1e-7 * want_error.error.max_abs_diff);
+  }
   expect_same_histogram(e.row_nmse, want_error.error.row_nmse, 2 * 5 * 3);
   // Reset: nothing accumulated after.
   taps = sched.read_taps(true);
@@ -195,7 +206,7 @@ TEST(VulkanTaps, RowErrorHistogram) {
   const ErrorStats& e = taps.at("error").error;
   EXPECT_EQ(e.count, want.error.count);
   EXPECT_EQ(e.non_finite, want.error.non_finite);
-  EXPECT_NEAR(e.sum_sq_b, want.error.sum_sq_b, (device_has_float64() ? 1e-9 : 1e-5) * want.error.sum_sq_b);
+  EXPECT_NEAR(e.sum_sq_b, want.error.sum_sq_b, sum_tolerance() * want.error.sum_sq_b);
   expect_same_histogram(e.row_nmse, want.error.row_nmse, rows);
   // The special rows where the host puts them.
   const std::vector<uint64_t>& h = e.row_nmse.counts;
@@ -242,7 +253,105 @@ TEST(VulkanTaps, StatsCountNonFiniteValues) {
   EXPECT_EQ(s.nan, 1);
   EXPECT_EQ(s.inf, 2);
   EXPECT_DOUBLE_EQ(s.max, want.stats.max);
-  EXPECT_NEAR(s.sum_sq, want.stats.sum_sq, 1e-9 * want.stats.sum_sq);
+  EXPECT_NEAR(s.sum_sq, want.stats.sum_sq, sum_tolerance() * want.stats.sum_sq);
+}
+
+// Stats on a node and on views of it against the host reference: a node of
+// 601000 elements (more than 65535 * 8) with NaN, Inf and -Inf here and
+// there, its transpose, rows of 3 at odd and even offsets, every other
+// element, one row at an odd offset and a 4-D view whose dims do not merge
+// (on CPU devices: pairs of floats with an odd first or last float, strided
+// dim 0, segments of rows and of one row); accumulated over two runs.
+// Counts, min and max exact; the sums within sum_tolerance().
+TEST(VulkanTaps, StatsOnViews) {
+  REQUIRE_VULKAN();
+  constexpr int64_t n0 = 1000, n1 = 601;
+  Graph g;
+  Leaves l(21, vulkan_backend());
+  Tensor* A = l.random(g, DType::F32, {n0, n1, 1, 1});
+  auto* v = static_cast<float*>(A->data);
+  const float specials[3] = {NAN, INFINITY, -INFINITY};
+  const int64_t at[] = {0, 1, 2, 3, 6, 7, 8, 1001, 2345, 99999, 300001, 300002, 599999, 600998, 600999};
+  for (size_t i = 0; i < std::size(at); ++i) v[at[i]] = specials[i % 3];
+  v[4321] = 1e4f;
+  v[4322] = -2e4f;
+  Tensor* s = named(scale(g, A, 1.0f), "s");
+  struct Case {
+    const char* what;
+    Tensor* t;
+  };
+  const std::vector<Case> cases = {
+      {"node", s},
+      {"transposed", permute(g, s, 1, 0, 2, 3)},
+      {"rows of 3, 5 apart, from 1", view(g, s, {3, 120000}, {5 * 4}, 1 * 4)},
+      {"every other element from 1", view(g, s, {1, 300000}, {2 * 4}, 1 * 4)},
+      {"one row from 1", view(g, s, {599999}, {}, 1 * 4)},
+      {"4-D from 3", view(g, s, {10, 7, 9, 11}, {12 * 4, 85 * 4, 767 * 4}, 3 * 4)},
+  };
+  for (const Case& c : cases) g.build(c.t);
+  Scheduler sched({vulkan_backend(), &reference()});
+  sched.set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
+    for (const Case& c : cases)
+      if (&t == c.t) r.push_back({TapKind::Stats, c.what, nullptr});
+  });
+  sched.allocate(g);
+  for (int run = 0; run < 2; ++run) ASSERT_EQ(sched.compute(g), ComputeStatus::Done);
+  const auto taps = sched.read_taps(true);
+  const double tol = sum_tolerance();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ASSERT_EQ(sched.backend_of(*c.t), vulkan_backend());
+    TapResult want;
+    const std::vector<float> values = tensor_to_f32(*c.t);
+    for (int run = 0; run < 2; ++run) tap_accumulate_values(TapKind::Stats, values, c.t->ne[0], nullptr, want);
+    const NodeStats& got = taps.at(c.what).stats;
+    EXPECT_EQ(got.count, want.stats.count);
+    EXPECT_EQ(got.nan, want.stats.nan);
+    EXPECT_EQ(got.inf, want.stats.inf);
+    EXPECT_GT(want.stats.nan + want.stats.inf, 0);
+    EXPECT_EQ(got.min, want.stats.min);
+    EXPECT_EQ(got.max, want.stats.max);
+    EXPECT_NEAR(got.sum, want.stats.sum, tol * want.stats.sum_sq);
+    EXPECT_NEAR(got.sum_sq, want.stats.sum_sq, tol * want.stats.sum_sq);
+  }
+}
+
+// ColumnSumSq on activations that are views: an odd number of columns in
+// rows 68 floats apart (on CPU devices: pairs of columns, the last one
+// alone), and the same at an odd offset (one column per invocation).
+TEST(VulkanTaps, ColumnSumSqOnViews) {
+  REQUIRE_VULKAN();
+  constexpr int64_t K = 67;
+  Graph g;
+  Leaves l(31, vulkan_backend());
+  Tensor* B = l.random(g, DType::F32, {K + 1, 33, 2, 1}, 1.0f, true);
+  Tensor* w = l.random(g, DType::F32, {K, 4, 1, 1}, 1.0f, true);
+  Tensor* x_even = view(g, B, {K, 33, 2}, {(K + 1) * 4, (K + 1) * 33 * 4}, 0);
+  Tensor* x_odd = view(g, B, {K, 32, 2}, {(K + 1) * 4, (K + 1) * 33 * 4}, 1 * 4);
+  Tensor* y_even = mul_mat(g, w, x_even);
+  Tensor* y_odd = mul_mat(g, w, x_odd);
+  g.build(y_even);
+  g.build(y_odd);
+  Scheduler sched({vulkan_backend(), &reference()});
+  sched.set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
+    if (&t == y_even) r.push_back({TapKind::ColumnSumSq, "even", nullptr});
+    if (&t == y_odd) r.push_back({TapKind::ColumnSumSq, "odd", nullptr});
+  });
+  sched.allocate(g);
+  ASSERT_EQ(sched.compute(g), ComputeStatus::Done);
+  ASSERT_EQ(sched.backend_of(*y_even), vulkan_backend());
+  ASSERT_EQ(sched.backend_of(*y_odd), vulkan_backend());
+  const auto taps = sched.read_taps(true);
+  for (const auto& [key, x] : {std::pair{"even", x_even}, std::pair{"odd", x_odd}}) {
+    SCOPED_TRACE(key);
+    TapResult want;
+    tap_accumulate_values(TapKind::ColumnSumSq, tensor_to_f32(*x), K, nullptr, want);
+    const TapResult& got = taps.at(key);
+    EXPECT_EQ(got.rows, want.rows);
+    ASSERT_EQ(got.column_sum_sq.size(), static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k)
+      EXPECT_NEAR(got.column_sum_sq[k], want.column_sum_sq[k], 1e-5 * want.column_sum_sq[k]) << "column " << k;
+  }
 }
 
 }  // namespace

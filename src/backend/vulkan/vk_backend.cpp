@@ -257,6 +257,10 @@ void VulkanBackend::compute_async(std::span<Tensor* const> nodes, std::span<cons
 }
 
 std::unique_ptr<TapState> VulkanBackend::make_tap_state(TapKind kind, int64_t n_columns) {
+  // A tap whose shader the driver cannot build is left to the scheduler's
+  // host fallback (null), as a backend without taps.
+  const ShaderUse shader = tap_shader_use(kind, device_->is_cpu(), device_->has_float64());
+  if (!pipelines_->can_build(shader.name, shader.n_buffers)) return nullptr;
   return vulkan::make_tap_state(*this, kind, n_columns);
 }
 

@@ -1,6 +1,7 @@
 // Taps on the device (see vk_taps.h and shaders/tap_*.comp).
 #include "backend/vulkan/vk_taps.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -14,23 +15,29 @@ namespace qlens::vulkan {
 namespace {
 
 constexpr uint32_t kTapSlots = 64;    // TAP_SLOTS of shaders/tap_common.glsl: workgroups of Stats/ErrorStats
-constexpr uint64_t kColumnGroup = 64;  // local_size_x of shaders/tap_column_sum_sq.comp
+// local_size_x of shaders/tap_column_sum_sq.comp, and UNITS of its _cpu variant
+constexpr uint64_t kColumnGroup = 64, kColumnGroupCpu = 8, kColumnUnitsCpu = 4;
 constexpr uint32_t kStatsAcc = 4, kStatsCounts = 4;  // per slot: min, max, sum, sum_sq; count, nan, inf, (pad)
 constexpr uint32_t kErrorAcc = 5, kErrorCounts = 2;  // per slot: diff^2, a^2, b^2, ab, max|diff|; count, non-finite
 // ErrorStats: after the slots' counts, the row_nmse histogram (LOG_BUCKETS of
 // shaders/tap_common.glsl).
 constexpr uint32_t kErrorHistogram = kTapSlots * kErrorCounts;
 constexpr uint32_t kTapWorkgroup = 256;  // TAP_WG of shaders/tap_common.glsl
+// Stats on CPU devices: segments of rows, at least this many (when the rows
+// can be cut so) of at least kStatsMinSegment elements (or a whole row).
+constexpr uint64_t kStatsSegments = 4 * kTapSlots, kStatsMinSegment = 64;
 
 struct ColumnPush {
   uint32_t ne[4];
   uint32_t nb[4];
   uint32_t x_off;
+  uint32_t pairs;  // the _cpu variant
 };
 struct StatsPush {
   uint32_t ne[4];
   uint32_t nb[4];
   uint32_t x_off, n;
+  uint32_t seg_len, segs_per_row, segs, pairs;  // the _segments variant
 };
 struct ErrorPush {
   uint32_t ne[4];
@@ -42,6 +49,46 @@ struct ErrorPush {
 void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
   for (int i = 0; i < 4; ++i) dst[i] = src[i];
 }
+
+// The same elements in as few dims as they go, for reductions that do not
+// care about the order: dims of one element dropped, the others by stride
+// (smallest first), and dim i+1 merged into dim i where it continues it
+// (nb[i+1] = ne[i] nb[i]). A contiguous tensor, permuted or not, becomes one
+// row.
+void merge_dims(uint32_t (&ne)[4], uint32_t (&nb)[4]) {
+  uint32_t dim_ne[4], dim_nb[4];
+  int n = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (ne[i] == 1) continue;
+    int at = n++;  // insertion by stride
+    for (; at > 0 && dim_nb[at - 1] > nb[i]; --at) dim_ne[at] = dim_ne[at - 1], dim_nb[at] = dim_nb[at - 1];
+    dim_ne[at] = ne[i];
+    dim_nb[at] = nb[i];
+  }
+  uint32_t out_ne[4] = {1, 1, 1, 1}, out_nb[4] = {0, 0, 0, 0};
+  int d = -1;
+  for (int i = 0; i < n; ++i) {
+    if (d >= 0 && static_cast<uint64_t>(dim_nb[i]) == static_cast<uint64_t>(out_ne[d]) * out_nb[d]) {
+      out_ne[d] *= dim_ne[i];
+    } else {
+      ++d;
+      out_ne[d] = dim_ne[i];
+      out_nb[d] = dim_nb[i];
+    }
+  }
+  for (int i = 0; i < 4; ++i) ne[i] = out_ne[i], nb[i] = out_nb[i];
+}
+
+// The shader variant of a tap kind: the CPU-device variant or the GPU one,
+// accumulating in double or float.
+std::string tap_shader(TapKind kind, bool is_cpu, bool f64) {
+  std::string name = kind == TapKind::ColumnSumSq ? (is_cpu ? "tap_column_sum_sq_cpu" : "tap_column_sum_sq")
+                     : kind == TapKind::Stats     ? (is_cpu ? "tap_stats_segments" : "tap_stats")
+                                                  : (is_cpu ? "tap_error_stats_rows" : "tap_error_stats");
+  return name + (f64 ? "_f64" : "_f32");
+}
+
+uint32_t tap_buffers(TapKind kind) { return kind == TapKind::ColumnSumSq ? 2 : kind == TapKind::Stats ? 3 : 4; }
 
 class VulkanTapState final : public TapState {
  public:
@@ -121,6 +168,10 @@ class VulkanTapState final : public TapState {
 
 }  // namespace
 
+ShaderUse tap_shader_use(TapKind kind, bool is_cpu, bool has_float64) {
+  return {tap_shader(kind, is_cpu, has_float64), tap_buffers(kind)};
+}
+
 std::unique_ptr<TapState> make_tap_state(VulkanBackend& backend, TapKind kind, int64_t n_columns) {
   return std::make_unique<VulkanTapState>(backend, kind, n_columns);
 }
@@ -181,7 +232,7 @@ void record_tap(Recorder& r, const TapWork& tap, const Tensor& node) {
   auto* st = dynamic_cast<VulkanTapState*>(tap.state);
   if (!st) fail("the state is not this backend's");
   if (st->kind != tap.kind) fail("state of another kind");
-  const std::string acc_type = st->f64 ? "_f64" : "_f32";
+  const std::string shader = tap_shader(tap.kind, r.is_cpu(), st->f64);
   switch (tap.kind) {
     case TapKind::ColumnSumSq: {
       const Tensor* x = node.src[1];
@@ -193,7 +244,18 @@ void record_tap(Recorder& r, const TapWork& tap, const Tensor& node) {
       copy4(p.ne, shape_u32(*x));
       copy4(p.nb, element_strides(*x, 4));
       p.x_off = bx.offset_in(4, "'" + x->name + "'");
-      r.dispatch("tap_column_sum_sq" + acc_type, {bx, bacc}, p, ceil_div(static_cast<uint64_t>(x->ne[0]), kColumnGroup));
+      // On CPU devices the _cpu variant: workgroups of 8 invocations with
+      // kColumnUnitsCpu units of columns each, a unit two columns where it
+      // accumulates in double, dim 0 is contiguous and every row starts 8-byte
+      // aligned (the window, x_off and the strides), else one.
+      const bool cpu = r.is_cpu();
+      p.pairs = cpu && st->f64 && p.nb[0] == 1 && p.x_off % 2 == 0 && bx.window.offset % 8 == 0;
+      for (int i = 1; i < 4; ++i) p.pairs = p.pairs && (p.ne[i] == 1 || p.nb[i] % 2 == 0);
+      const uint64_t columns = static_cast<uint64_t>(x->ne[0]);
+      const uint64_t groups =
+          cpu ? std::max<uint64_t>(ceil_div(p.pairs ? columns / 2 : columns, kColumnGroupCpu * kColumnUnitsCpu), 1)
+              : ceil_div(columns, kColumnGroup);
+      r.dispatch(shader, {bx, bacc}, p, groups);
       st->rows += x->nrows();
       break;
     }
@@ -205,7 +267,23 @@ void record_tap(Recorder& r, const TapWork& tap, const Tensor& node) {
       copy4(p.nb, element_strides(node, 4));
       p.x_off = bx.offset_in(4, "'" + node.name + "'");
       p.n = static_cast<uint32_t>(node.nelements());
-      r.dispatch("tap_stats" + acc_type, {bx, r.bind(st->acc), r.bind(st->counts)}, p, kTapSlots);
+      // On CPU devices the _segments variant: workgroups over segments of
+      // rows, at least kStatsSegments of them where the rows can be cut so,
+      // none shorter than kStatsMinSegment unless its row is; pairs of floats
+      // read at once where the variant accumulates in double, dim 0 is
+      // contiguous and the window 8-byte aligned.
+      const bool cpu = r.is_cpu();
+      if (cpu && p.n > 0) {
+        merge_dims(p.ne, p.nb);
+        const uint64_t rows = p.n / p.ne[0];
+        const uint64_t per_row =
+            std::clamp<uint64_t>(ceil_div(kStatsSegments, rows), 1, ceil_div(p.ne[0], kStatsMinSegment));
+        p.seg_len = static_cast<uint32_t>(ceil_div(p.ne[0], per_row));
+        p.segs_per_row = static_cast<uint32_t>(ceil_div(p.ne[0], p.seg_len));
+        p.segs = static_cast<uint32_t>(rows * p.segs_per_row);  // at most n
+        p.pairs = st->f64 && p.nb[0] == 1 && bx.window.offset % 8 == 0;
+      }
+      r.dispatch(shader, {bx, r.bind(st->acc), r.bind(st->counts)}, p, kTapSlots);
       break;
     }
     case TapKind::ErrorStats: {
@@ -231,8 +309,7 @@ void record_tap(Recorder& r, const TapWork& tap, const Tensor& node) {
       const bool cpu = r.is_cpu();
       if (!cpu)
         while ((1u << p.row_shift) < kTapWorkgroup && (int64_t{1} << p.row_shift) < node.ne[0]) ++p.row_shift;
-      r.dispatch(std::string(cpu ? "tap_error_stats_rows" : "tap_error_stats") + acc_type,
-                 {ba, bb, r.bind(st->acc), r.bind(st->counts)}, p, kTapSlots);
+      r.dispatch(shader, {ba, bb, r.bind(st->acc), r.bind(st->counts)}, p, kTapSlots);
       break;
     }
   }

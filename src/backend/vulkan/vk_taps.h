@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "backend/vulkan/vk_ops.h"
 #include "backend/vulkan/vk_recorder.h"
 #include "qlens/backend.h"
 
@@ -13,6 +14,9 @@ namespace qlens::vulkan {
 
 class VulkanBackend;
 
+// The shader a tap kind runs on such a device (VulkanBackend::make_tap_state
+// builds it first: if the driver cannot, the tap falls back to the host).
+ShaderUse tap_shader_use(TapKind kind, bool is_cpu, bool has_float64);
 std::unique_ptr<TapState> make_tap_state(VulkanBackend& backend, TapKind kind, int64_t n_columns);
 void read_tap(VulkanBackend& backend, TapState& state, TapResult& into, bool reset);
 // Throws Error when the tap cannot run on the node (kind, types, shapes,

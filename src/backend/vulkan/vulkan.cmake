@@ -44,7 +44,11 @@ foreach(tap column_sum_sq stats error_stats)
 endforeach()
 list(APPEND QLENS_VK_VARIANTS
   "tap_error_stats_rows_f32|tap_error_stats.comp|-DROW_PER_INVOCATION"
-  "tap_error_stats_rows_f64|tap_error_stats.comp|-DACC_F64 -DROW_PER_INVOCATION")
+  "tap_error_stats_rows_f64|tap_error_stats.comp|-DACC_F64 -DROW_PER_INVOCATION"
+  "tap_stats_segments_f32|tap_stats.comp|-DSEGMENTS"
+  "tap_stats_segments_f64|tap_stats.comp|-DACC_F64 -DSEGMENTS"
+  "tap_column_sum_sq_cpu_f32|tap_column_sum_sq.comp|-DCPU_DEVICE"
+  "tap_column_sum_sq_cpu_f64|tap_column_sum_sq.comp|-DACC_F64 -DCPU_DEVICE")
 
 file(GLOB QLENS_VK_SHADER_SOURCES CONFIGURE_DEPENDS ${QLENS_VK_SHADER_DIR}/*.comp ${QLENS_VK_SHADER_DIR}/*.glsl)
 set(QLENS_VK_SPV)
