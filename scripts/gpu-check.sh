@@ -3,7 +3,8 @@
 # and one summary at the end. Builds (or uses BUILD if it holds a build), then
 #   1. lists the devices;
 #   2. runs the op-by-op backend tests and the stories260K model tests;
-#   3. benchmarks the 1.1b synth model (F16, Q8_0, Q4_0, Q4_K_M) on the GPU;
+#   3. benchmarks the 1.1b synth model (F16, Q8_0, Q4_0, Q4_K_M) on the GPU,
+#      with the weight bandwidth generation reaches;
 #   4. measures imatrix overhead against perplexity on the GPU.
 # The device tool's README says how to bring the Vulkan loader to a lent
 # machine (unpack libvulkan1 into /, ldconfig, VK_DRIVER_FILES for NVIDIA).
@@ -43,10 +44,16 @@ mkdir -p "$models"
 for type in Q8_0 Q4_0 Q4_K_M; do
   "$qlens" quantize "$models/f16.gguf" "$models/$type.gguf" "$type" >/dev/null 2>&1
 done
+# Generation reads every weight once per token: file size x tg t/s is the
+# bandwidth it reaches (compare with the GPU's, e.g. 4.8 TB/s for an H200).
 for m in f16 Q8_0 Q4_0 Q4_K_M; do
   "$qlens" bench -m "$models/$m.gguf" --device "$device" -p 512 -n 128 -r 3 2>&1 | grep -E '^\|' | tail -2 |
-    sed "s/^/$m /" | tee -a "$summary"
+    sed "s/^/$m /" | tee "$out/bench_$m.txt" | tee -a "$summary"
+  tg=$(grep -E '\| tg128 \|' "$out/bench_$m.txt" | awk -F'|' '{print $6}' | awk '{print $1}')
+  bytes=$(stat -c %s "$models/$m.gguf")
+  [ -n "$tg" ] && note "$m generation: $(awk -v b="$bytes" -v t="$tg" 'BEGIN { printf "%.0f GB/s of weights read", b * t / 1e9 }')"
 done
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv | tee -a "$summary"
 
 note "== imatrix overhead against perplexity on $device"
 if [ -f "$root/../shared/models/stories260K.gguf" ]; then
