@@ -369,6 +369,13 @@ TEST(Scheduler, SplitsAcrossADeviceAndCopiesInputs) {
   EXPECT_GT(dev.nodes_run, 0);
   // The host cache was written by the host split.
   EXPECT_EQ(sg.cache, plain.cache);
+
+  // Allocated again (its nodes read the copies of the first allocation, which
+  // are freed): the same splits and copies, the same result.
+  EXPECT_EQ(run_small(both, sg), want);
+  ASSERT_EQ(both.splits().size(), 2u);
+  ASSERT_EQ(both.splits()[1].copies.size(), 1u);
+  EXPECT_EQ(both.splits()[1].copies[0].first->name, "hs");
 }
 
 TEST(Scheduler, CallbackAndTapsWorkOnDeviceNodes) {

@@ -84,6 +84,9 @@ class Scheduler {
   std::map<const Tensor*, Backend*> assignment_;
   std::vector<Split> splits_;
   std::deque<Tensor> copies_;  // copies of cross-backend inputs (and their views)
+  // A copy (or view of one) -> the source it replaced in the allocated
+  // graph's nodes: allocating that graph again gives the sources back first.
+  std::map<const Tensor*, Tensor*> replaced_sources_;
   ObserveCallback observe_;
   TapSelector tap_selector_;
   std::map<std::string, std::unique_ptr<TapSlot>> taps_;

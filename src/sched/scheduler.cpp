@@ -110,6 +110,13 @@ Backend* Scheduler::assign(const Tensor& node, Backend* previous) const {
 
 void Scheduler::allocate(const Graph& graph) {
   const auto& nodes = graph.nodes();
+  // Allocated before, its nodes read the copies about to be freed: give them
+  // back their sources (another graph's nodes cannot point at our copies).
+  if (!replaced_sources_.empty())
+    for (Tensor* n : nodes)
+      for (Tensor*& s : n->src)
+        if (auto it = replaced_sources_.find(s); s && it != replaced_sources_.end()) s = it->second;
+  replaced_sources_.clear();
   assignment_.clear();
   splits_.clear();
   copies_.clear();
@@ -216,12 +223,14 @@ void Scheduler::plan_copies(const Graph& graph) {
           split.copies.emplace_back(o, copy);
         }
         if (s == o) {
+          replaced_sources_[copy] = s;
           s = copy;
         } else {
           Tensor& v = copies_.emplace_back(*s);
           v.view_src = copy;
           v.data = nullptr;
           v.buffer = nullptr;
+          replaced_sources_[&v] = s;
           s = &v;
         }
       }
