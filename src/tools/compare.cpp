@@ -9,6 +9,7 @@
 #include "qlens/context_pair.h"
 #include "qlens/error.h"
 #include "tools/chunks.h"
+#include "tools/user_regex.h"
 
 namespace qlens::tools {
 
@@ -32,13 +33,7 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
   const int64_t n_ctx = opt.n_ctx;
   const int64_t n_chunks = opt.max_chunks >= 0 ? std::min(opt.max_chunks, chunks.available()) : chunks.available();
   std::regex filter;
-  if (!opt.nodes_regex.empty()) {
-    try {
-      filter = std::regex(opt.nodes_regex);
-    } catch (const std::regex_error& e) {
-      throw Error("compare: --nodes '" + opt.nodes_regex + "' is not a valid regular expression: " + e.what());
-    }
-  }
+  if (!opt.nodes_regex.empty()) filter = user_regex(opt.nodes_regex, "compare: --nodes");
 
   ContextOptions copt = chunk_context(n_ctx, opt.n_batch, opt.n_threads);
   copt.n_gpu_layers = opt.n_gpu_layers;

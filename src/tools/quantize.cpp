@@ -13,6 +13,7 @@
 #include "core/human_bytes.h"
 #include "qlens/error.h"
 #include "tools/imatrix_file.h"
+#include "tools/user_regex.h"
 
 namespace qlens::tools {
 
@@ -192,13 +193,9 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
     DType type;
   };
   std::vector<Rule> rules;
-  for (const auto& [pattern, type] : opt.tensor_types) {
-    try {
-      rules.push_back({std::regex(pattern), pattern, parse_type(type, "--tensor-type " + pattern + "=" + type)});
-    } catch (const std::regex_error& e) {
-      throw Error("--tensor-type: '" + pattern + "' is not a valid regular expression: " + e.what());
-    }
-  }
+  for (const auto& [pattern, type] : opt.tensor_types)
+    rules.push_back({user_regex(pattern, "--tensor-type"), pattern,
+                     parse_type(type, "--tensor-type " + pattern + "=" + type)});
   const int n_layer = static_cast<int>(in.try_int(in.try_string("general.architecture").value_or("llama") +
                                                   ".block_count")
                                            .value_or(0));

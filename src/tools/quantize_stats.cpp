@@ -13,6 +13,7 @@
 #include "qlens/error.h"
 #include "qlens/gguf.h"
 #include "tools/imatrix_file.h"
+#include "tools/user_regex.h"
 
 namespace qlens::tools {
 
@@ -105,12 +106,8 @@ QuantizeStatsResult quantize_stats(const std::string& model_path, const Quantize
       throw Error("quantize-stats: qlens cannot quantize to " + std::string(type_name(t)));
   std::optional<Imatrix> imatrix;
   if (!opt.imatrix_path.empty()) imatrix = load_imatrix(opt.imatrix_path);
-  std::regex filter;
-  try {
-    filter.assign(opt.tensor_filter.empty() ? std::string(".*") : opt.tensor_filter);
-  } catch (const std::regex_error& e) {
-    throw Error("quantize-stats: --include '" + opt.tensor_filter + "' is not a valid regular expression: " + e.what());
-  }
+  const std::regex filter =
+      user_regex(opt.tensor_filter.empty() ? std::string(".*") : opt.tensor_filter, "quantize-stats: --include");
   const int n_threads = opt.n_threads > 0 ? opt.n_threads : std::max(1u, std::thread::hardware_concurrency());
 
   QuantizeStatsResult r;

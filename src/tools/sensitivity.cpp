@@ -16,6 +16,7 @@
 #include "qlens/error.h"
 #include "tools/chunks.h"
 #include "tools/imatrix_file.h"
+#include "tools/user_regex.h"
 
 namespace qlens::tools {
 
@@ -212,13 +213,7 @@ SensitivityResult measure_sensitivity(
   std::unique_ptr<Imatrix> imatrix;
   if (!opt.imatrix_path.empty()) imatrix = std::make_unique<Imatrix>(load_imatrix(opt.imatrix_path));
   std::regex filter;
-  if (!opt.tensors_regex.empty()) {
-    try {
-      filter = std::regex(opt.tensors_regex);
-    } catch (const std::regex_error& e) {
-      throw Error("sensitivity: --tensors '" + opt.tensors_regex + "' is not a valid regular expression: " + e.what());
-    }
-  }
+  if (!opt.tensors_regex.empty()) filter = user_regex(opt.tensors_regex, "sensitivity: --tensors");
   const std::vector<DType> types = opt.types.empty() ? default_sensitivity_types() : opt.types;
 
   SensitivityResult r;
