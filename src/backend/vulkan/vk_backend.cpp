@@ -234,7 +234,9 @@ void VulkanBackend::compute_async(std::span<Tensor* const> nodes, std::span<cons
       const Tensor& node = *nodes[i];
       if (!op_is_view(node.op)) {
         if (!node.data) throw Error("vulkan: node '" + node.name + "' has no data");
-        if (!supports_op(node))
+        // The cheap part of supports_op: its shaders were built when the
+        // scheduler asked, and record_node's dispatch names one that failed.
+        if (!has_kernel(node))
           throw Error(name() + ": cannot compute node '" + node.name + "' (" + op_name(node.op) + " " +
                       shape_string(node) + ", " + std::string(type_name(node.type)) + ")");
         record_node(rec, node);
