@@ -245,6 +245,17 @@ void BM_Silu(benchmark::State& state) {
 }
 BENCHMARK(BM_Silu)->Arg(1)->Arg(512)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// args: elements (gelu of an FFN activation, the size of BM_Silu's)
+void BM_Gelu(benchmark::State& state) {
+  Bench b;
+  Tensor* x = b.leaf(DType::F32, {5632, state.range(0)});
+  b.finish(gelu(b.g, x));
+  b.run(state);
+  state.SetItemsProcessed(state.iterations() * x->nelements());
+  set_labels(state);
+}
+BENCHMARK(BM_Gelu)->Arg(1)->Arg(512)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -240,11 +240,12 @@ TEST(MemoryPlan, RandomGraphsHaveNoLiveOverlap) {
     for (int i = 0; i < 40; ++i) {
       Tensor* a = pool[rng() % pool.size()];
       Tensor* r = nullptr;
-      switch (rng() % 4) {
+      switch (rng() % 5) {
         case 0: r = scale(g, a, 1.0f); break;
         case 1: r = add(g, a, a); break;
         case 2: r = cont(g, transpose(g, a)); break;
         case 3: r = silu(g, a); break;
+        case 4: r = gelu(g, a); break;
       }
       named(r, "n", i);
       pool.push_back(r);

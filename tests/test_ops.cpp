@@ -6,7 +6,7 @@
 // Bounds (got = CPU backend, ref = reference backend, which sums in double):
 //  - exact (bitwise, as floats): GetRows, Add, Mul, Scale, Cpy, Cont. These do
 //    one rounding per element in both backends.
-//  - NMSE = sum (got - ref)^2 / sum ref^2 <= 1e-10: Silu, RmsNorm, Rope,
+//  - NMSE = sum (got - ref)^2 / sum ref^2 <= 1e-10: Silu, Gelu, RmsNorm, Rope,
 //    SoftMax (and exact zeros where the reference is exactly 0, e.g. -inf
 //    mask entries).
 //  - MulMat, per element: |got - ref| <= 1e-5 * sum_k |a_ik| |b_kj| (+1e-30).
@@ -20,10 +20,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -502,6 +505,131 @@ TEST(Ops, Silu) {
       Check::Nmse);
 }
 
+TEST(Ops, Gelu) {
+  for (int64_t n : {1, 7, 8, 33, 257}) {
+    check_op(
+        [&](Fixture& f) {
+          Tensor* r = gelu(f.g, f.rand(DType::F32, {n, 4, 1, 1}, -12, 12));
+          f.output(r);
+          return r;
+        },
+        Check::Nmse);
+  }
+  check_op(
+      [&](Fixture& f) {  // saturated ends: x itself, and 0 from x = -10.06
+        Tensor* r = gelu(f.g, f.rand(DType::F32, {64, 3, 1, 1}, -120, 120));
+        f.output(r);
+        return r;
+      },
+      Check::Nmse);
+  check_op(
+      [&](Fixture& f) {
+        Tensor* r = gelu(f.g, permute(f.g, f.rand(DType::F32, {7, 3, 5, 1}, -5, 5), 0, 2, 1, 3));
+        f.output(r);
+        return r;
+      },
+      Check::Nmse);
+}
+
+// gelu of the given values on backend b.
+std::vector<double> gelu_of(const std::vector<float>& x, Backend& b) {
+  Fixture f(1);
+  Tensor* in = f.leaf(DType::F32, {static_cast<int64_t>(x.size()), 1, 1, 1});
+  std::memcpy(in->data, x.data(), x.size() * sizeof(float));
+  Tensor* r = gelu(f.g, in);
+  f.output(r);
+  f.plan();
+  f.run(b);
+  return values(*r);
+}
+
+// The reference backend against values worked out to 20 digits (mpmath,
+// 120-digit arithmetic; 1e-3 is the float nearest it). The tanh form of
+// tensor.h computed in double gives the same to 1e-8 (at -5, 1 + tanh u is
+// 9.2e-8: it keeps 9 digits), except at -10 where all of 1 + tanh u (2.4e-38)
+// is lost to cancellation, which is why the kernels compute x / (1 + e^-2u).
+// The CPU backend's float kernels are held to (1 + 2|u|) * 3e-7 relative: u
+// is computed in float (a few roundings, and ggml's float 0.044715 differs
+// from the decimal by 4.9e-8), and for negative x the result's relative error
+// is 2|u| times u's.
+TEST(Ops, GeluAtChosenPoints) {
+  struct Point {
+    float x;
+    double y;
+  };
+  const Point points[] = {{0.0f, 0.0},
+                          {1.0f, 0.84119199060827670478},
+                          {-1.0f, -0.15880800939172329522},
+                          {3.0f, 2.9963626079182269812},
+                          {-3.0f, -0.0036373920817730188378},
+                          {10.0f, 10.0},
+                          {-10.0f, -1.2040923482098059937e-37},
+                          {1e-3f, 0.00050039896600020508968},
+                          {-5.0f, -2.2917961966295060456e-7}};
+  const double c = std::sqrt(2.0 / std::numbers::pi);
+  std::vector<float> x;
+  for (const Point& p : points) {
+    const double xd = p.x, u = c * (xd + 0.044715 * xd * xd * xd);
+    const double tanh_form = 0.5 * xd * (1.0 + std::tanh(u));
+    if (p.x == -10.0f) {
+      EXPECT_EQ(tanh_form, 0.0);
+    } else {
+      EXPECT_NEAR(tanh_form, p.y, 1e-8 * std::fabs(p.y)) << "x = " << p.x;
+    }
+    x.push_back(p.x);
+  }
+  const std::vector<double> ref = gelu_of(x, reference());
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_NEAR(ref[i], points[i].y, 1e-6 * std::fabs(points[i].y)) << "reference gelu(" << x[i] << ")";
+  for (Isa isa : all_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    const std::vector<double> got = gelu_of(x, cpu_backend(isa, 1));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double xd = x[i], u = c * (xd + 0.044715 * xd * xd * xd);
+      const double bound = (1 + 2 * std::fabs(u)) * 3e-7 * std::fabs(points[i].y);
+      EXPECT_NEAR(got[i], points[i].y, bound) << "gelu(" << x[i] << ")";
+    }
+  }
+}
+
+// Far from 0 gelu is x or 0, never NaN: through every vector table (87
+// elements: the last 7 go through the scalar tail of the SIMD loops) and the
+// reference backend, whose double exponential overflows later: it gives float
+// denormals down to x = -10.9.
+TEST(Ops, GeluSaturates) {
+  const float big = std::numeric_limits<float>::max(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> pos = {inf, big, 1e30f, 3e12f, 1e4f, 120.0f, 20.5f, 12.0f};
+  std::vector<float> x;
+  for (int rep = 0; rep < 5; ++rep)
+    for (float p : pos) {
+      x.push_back(p);
+      x.push_back(-p);
+    }
+  for (float e : {inf, -inf, -big, -10.5f, -10.07f, 1e4f, -120.0f}) x.push_back(e);
+  const auto expect = [&](const std::vector<double>& y, const char* what, double tiny = 0) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i] > 0) {
+        EXPECT_EQ(y[i], x[i]) << what << ": gelu(" << x[i] << ")";
+      } else {
+        EXPECT_LE(std::fabs(y[i]), tiny) << what << ": gelu(" << x[i] << ")";
+      }
+    }
+  };
+  for (Isa isa : all_isas()) {
+    std::vector<float> y(x.size());
+    cpu::vec_ops(isa).gelu(static_cast<int64_t>(x.size()), y.data(), x.data());
+    expect(std::vector<double>(y.begin(), y.end()), cpu::isa_name(isa));
+    expect(gelu_of(x, cpu_backend(isa, 3)), cpu::isa_name(isa));
+  }
+  expect(gelu_of(x, reference()), "reference", 1e-37);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (Isa isa : all_isas()) {
+    std::vector<float> xn(19, nan), yn(19);
+    cpu::vec_ops(isa).gelu(19, yn.data(), xn.data());
+    for (float e : yn) EXPECT_TRUE(std::isnan(e)) << cpu::isa_name(isa) << ": NaN stays NaN";
+  }
+}
+
 TEST(Ops, RmsNorm) {
   for (int64_t n : {1, 3, 17, 64, 257, 2048})
     for (float eps : {1e-5f, 1e-6f}) {
@@ -911,6 +1039,20 @@ TEST(Simd, ArithmeticMatchesScalarExactly) {
   }
 }
 
+// The SIMD gelu against the scalar one: the bound on |simd - scalar| / |scalar|.
+// The two round u = sqrt(2/pi) x (1 + 0.044715 x^2) differently (an fma in the
+// SIMD one), so their u can be an ulp or two apart, and for negative x the
+// result is about x e^2u: its relative error is twice u's absolute one. Two
+// ulp of u, doubled, is at most 2^-21 |u| (2.1e-5 at u = -44, where the result
+// underflows); 1e-6 covers the exponentials (a few ulp each) and the division.
+// Seen (AVX2): at most 0.74 of the bound; 7.8e-6 at x = -8.98 (u = -33, one ulp apart).
+// The absolute 1e-36 (in the callers) covers vexp overflowing a little early:
+// scalar -3e-38 where SIMD gives -0.
+double gelu_simd_rel(float x) {
+  const double xd = x, u = 0.7978845608028654 * (xd + 0.044715 * xd * xd * xd);
+  return 1e-6 + std::ldexp(std::fabs(u), -21);
+}
+
 TEST(Simd, TranscendentalsAndSumsMatchScalar) {
   const cpu::VecOps& s = cpu::vec_ops(Isa::Scalar);
   std::mt19937 rng(4);
@@ -932,6 +1074,18 @@ TEST(Simd, TranscendentalsAndSumsMatchScalar) {
         if (std::isfinite(x[i])) {
           EXPECT_NEAR(yv[i], ys[i], 2e-6 * std::fabs(ys[i]) + 1e-36) << "silu(" << x[i] << ")";
         }
+      // gelu: relative error per element, the bound of gelu_simd_rel; at -inf
+      // both give 0 (the clamp at kGeluLowest), not inf / inf.
+      s.gelu(n, ys.data(), x.data());
+      v.gelu(n, yv.data(), x.data());
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::isfinite(x[i])) {
+          EXPECT_NEAR(yv[i], ys[i], gelu_simd_rel(x[i]) * std::fabs(ys[i]) + 1e-36) << "gelu(" << x[i] << ")";
+        } else {
+          EXPECT_EQ(yv[i], 0.0f) << "gelu(" << x[i] << ")";
+          EXPECT_EQ(ys[i], 0.0f) << "gelu(" << x[i] << ")";
+        }
+      }
       // exp(x - max) and its sum.
       const float m = s.max(n, x.data());
       const double ss = s.exp_sum(n, ys.data(), x.data(), m);
@@ -949,6 +1103,50 @@ TEST(Simd, TranscendentalsAndSumsMatchScalar) {
       const double qs = s.sum_sq(n, z.data()), qv = v.sum_sq(n, z.data());
       EXPECT_NEAR(qv, qs, 1e-6 * qs);
     }
+  }
+}
+
+// Floats in steps of 2^-12 over [-12, 12] (all of the range where gelu is
+// neither x nor 0 in float), then a random spread to +-1e4: the SIMD gelu
+// against the scalar one (gelu_simd_rel), and both against the reference in
+// double: their worst relative errors are printed (over results above 1e-30,
+// away from where the float exponentials overflow).
+TEST(Simd, GeluMatchesScalarEverywhere) {
+  std::vector<float> x;
+  for (int k = -12 * 4096; k <= 12 * 4096; ++k) x.push_back(static_cast<float>(k) / 4096.0f);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1e4f, 1e4f);
+  for (int i = 0; i < 4096; ++i) x.push_back(u(rng));
+  const int64_t n = static_cast<int64_t>(x.size());
+  const std::vector<double> ref = gelu_of(x, reference());
+  const auto worst_vs_ref = [&](const std::vector<float>& y) {
+    double w = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (std::fabs(ref[i]) > 1e-30) w = std::max(w, std::fabs(y[i] - ref[i]) / std::fabs(ref[i]));
+    return w;
+  };
+  const cpu::VecOps& s = cpu::vec_ops(Isa::Scalar);
+  std::vector<float> ys(n);
+  s.gelu(n, ys.data(), x.data());
+  std::printf("[ info ] gelu scalar: worst relative error vs reference %.3g\n", worst_vs_ref(ys));
+  for (Isa isa : simd_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    std::vector<float> yv(n);
+    cpu::vec_ops(isa).gelu(n, yv.data(), x.data());
+    double worst = 0, worst_of_bound = 0;
+    size_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double err = std::fabs(static_cast<double>(yv[i]) - ys[i]);
+      if (std::fabs(ys[i]) > 1e-30) {
+        worst = std::max(worst, err / std::fabs(ys[i]));
+        worst_of_bound = std::max(worst_of_bound, err / std::fabs(ys[i]) / gelu_simd_rel(x[i]));
+      }
+      if (!(err <= gelu_simd_rel(x[i]) * std::fabs(ys[i]) + 1e-36) && bad++ < 5)
+        ADD_FAILURE() << "gelu(" << x[i] << "): " << yv[i] << " vs " << ys[i];
+    }
+    EXPECT_EQ(bad, 0u);
+    std::printf("[ info ] gelu %s: worst relative error vs scalar %.3g (%.2f of the bound), vs reference %.3g\n",
+                cpu::isa_name(isa), worst, worst_of_bound, worst_vs_ref(yv));
   }
 }
 

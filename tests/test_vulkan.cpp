@@ -96,16 +96,20 @@ TEST(Vulkan, ElementwiseOnViews) {
     Tensor* b = transpose(g, l.random(g, DType::F32, {3, 5, 1, 1}));          // {5,3}
     return std::vector<Tensor*>{add(g, a, b), mul(g, a, b)};
   }, true);
-  compare("scale, silu of a strided view", [](Graph& g, Leaves& l) {
+  compare("scale, silu, gelu of a strided view", [](Graph& g, Leaves& l) {
     Tensor* x = l.random(g, DType::F32, {40, 9, 1, 1}, 3.0f);
     Tensor* v = view(g, x, {13, 9}, {40 * sizeof(float)}, 8 * sizeof(float));
-    return std::vector<Tensor*>{scale(g, v, -0.37f), silu(g, v), silu(g, transpose(g, v))};
+    return std::vector<Tensor*>{scale(g, v, -0.37f), silu(g, v), silu(g, transpose(g, v)), gelu(g, v),
+                                gelu(g, transpose(g, v))};
   });
   for (auto ne : {std::array<int64_t, 4>{1, 1, 1, 1}, {257, 3, 1, 1}, {33, 7, 3, 2}})
-    compare(label("scale+silu", ne), [&](Graph& g, Leaves& l) {
+    compare(label("scale+silu+gelu", ne), [&](Graph& g, Leaves& l) {
       Tensor* x = l.random(g, DType::F32, ne, 4.0f);
-      return std::vector<Tensor*>{scale(g, x, 0.125f), silu(g, x)};
+      return std::vector<Tensor*>{scale(g, x, 0.125f), silu(g, x), gelu(g, x)};
     });
+  compare("gelu far from 0", [](Graph& g, Leaves& l) {  // the shader's clamps: x, and 0 from x = -10
+    return std::vector<Tensor*>{gelu(g, l.random(g, DType::F32, {257, 3, 1, 1}, 120.0f))};
+  });
 }
 
 TEST(Vulkan, RmsNorm) {

@@ -18,6 +18,8 @@
 //                                         mode 0 pairs (2i, 2i+1), mode 2 (NeoX) pairs (i, i+n_dims/2)
 //   SoftMax(a[K,N,H,1], mask?[K,>=N]; scale)  softmax over dim 0 of a*scale + mask
 //   Silu(a)                              -> a * sigmoid(a)
+//   Gelu(a)                              -> 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3)))
+//                                          (ggml's tanh form); 0 at a = -inf
 //   Cpy(a, b)                            -> writes a into b (same element count, b may be
 //                                          F16/BF16/F32 and a view); the result is a view of b
 //   Cont(a)                              -> a contiguous copy of a (any strides)
@@ -53,6 +55,7 @@ enum class Op : uint8_t {
   Rope,
   SoftMax,
   Silu,
+  Gelu,
   Cpy,
   Cont,
   Reshape,
@@ -164,6 +167,7 @@ Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float 
              float freq_scale);
 Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale);  // mask may be null
 Tensor* silu(Graph& g, Tensor* a);
+Tensor* gelu(Graph& g, Tensor* a);
 Tensor* cpy(Graph& g, Tensor* a, Tensor* b);
 Tensor* cont(Graph& g, Tensor* a);
 Tensor* reshape(Graph& g, Tensor* a, std::initializer_list<int64_t> ne);

@@ -10,8 +10,8 @@ namespace qlens {
 namespace {
 
 constexpr const char* kOpNames[kOpCount] = {
-    "NONE", "GET_ROWS", "MUL_MAT", "ADD",  "MUL",     "SCALE",   "RMS_NORM",  "ROPE",
-    "SOFT_MAX", "SILU", "CPY",     "CONT", "RESHAPE", "VIEW",    "PERMUTE",   "TRANSPOSE",
+    "NONE",     "GET_ROWS", "MUL_MAT", "ADD", "MUL",  "SCALE",   "RMS_NORM", "ROPE",
+    "SOFT_MAX", "SILU",     "GELU",    "CPY", "CONT", "RESHAPE", "VIEW",     "PERMUTE", "TRANSPOSE",
 };
 
 [[noreturn]] void fail(const std::string& op, const std::string& what) {
@@ -262,6 +262,11 @@ Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale) {
 Tensor* silu(Graph& g, Tensor* a) {
   require_f32("silu", a);
   return make_result(g, Op::Silu, a->ne, a);
+}
+
+Tensor* gelu(Graph& g, Tensor* a) {
+  require_f32("gelu", a);
+  return make_result(g, Op::Gelu, a->ne, a);
 }
 
 Tensor* cpy(Graph& g, Tensor* a, Tensor* b) {

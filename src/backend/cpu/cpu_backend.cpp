@@ -71,6 +71,7 @@ void check_op(const Tensor& n) {
     case Op::Scale:
     case Op::RmsNorm:
     case Op::Silu:
+    case Op::Gelu:
       need_f32(a);
       break;
     case Op::Rope:
@@ -136,6 +137,7 @@ void run_node(const Tensor& n, const KernelCtx& c) {
     case Op::Rope: op_rope(n, c); break;
     case Op::SoftMax: op_soft_max(n, c); break;
     case Op::Silu: op_silu(n, c); break;
+    case Op::Gelu: op_gelu(n, c); break;
     case Op::Cpy:
     case Op::Cont: op_cpy(n, c); break;
     default: break;  // views: nothing to do
@@ -244,6 +246,7 @@ size_t scratch_bytes(const Tensor& n, int nth, Isa isa) {
     case Op::Mul: return 2 * row * sizeof(float);
     case Op::Scale:
     case Op::Silu:
+    case Op::Gelu:
     case Op::RmsNorm:
     case Op::SoftMax: return row * sizeof(float);
     case Op::Rope: return (n.params[0] / 2) * (sizeof(double) + 2 * sizeof(float));

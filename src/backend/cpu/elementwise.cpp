@@ -1,4 +1,4 @@
-// Add, Mul (with broadcasting of b), Scale, Silu.
+// Add, Mul (with broadcasting of b), Scale, Silu, Gelu.
 #include <algorithm>
 
 #include "backend/cpu/ops.h"
@@ -73,6 +73,10 @@ void op_scale(const Tensor& node, const KernelCtx& c) {
 
 void op_silu(const Tensor& node, const KernelCtx& c) {
   unary(node, c, [&](int64_t n, float* y, const float* x) { c.vec->silu(n, y, x); });
+}
+
+void op_gelu(const Tensor& node, const KernelCtx& c) {
+  unary(node, c, [&](int64_t n, float* y, const float* x) { c.vec->gelu(n, y, x); });
 }
 
 }  // namespace qlens::cpu

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,21 @@ void silu(const Tensor& d) {
   });
 }
 
+// 1 + tanh u as 2 / (1 + e^-2u): in double the tanh form cancels to exactly 0
+// from x = -7.2, where the result is still a normal float (-2e-16).
+void gelu(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const double c = std::sqrt(2.0 / std::numbers::pi);
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) {
+      const double x = get(a, i0, i1, i2, i3);
+      const double u = c * (x + 0.044715 * x * x * x);
+      // At -inf the quotient would be -inf / inf; the limit is 0.
+      set(d, x == -HUGE_VAL ? -0.0 : x / (1.0 + std::exp(-2.0 * u)), i0, i1, i2, i3);
+    }
+  });
+}
+
 void rms_norm(const Tensor& d) {
   const Tensor& a = *d.src[0];
   const double eps = d.param_f(0);
@@ -206,6 +222,7 @@ class ReferenceBackend final : public Backend {
         case Op::Rope: rope(*n); break;
         case Op::SoftMax: soft_max(*n); break;
         case Op::Silu: silu(*n); break;
+        case Op::Gelu: gelu(*n); break;
         case Op::Cpy: copy(*n->src[0], *n->src[1]); break;
         case Op::Cont: copy(*n->src[0], *n); break;
         default: throw Error(std::string("reference backend: unsupported operation ") + op_name(n->op));

@@ -97,6 +97,25 @@ void v_silu(int64_t n, float* y, const float* x) {
   }
   for (; i < n; ++i) y[i] = x[i] / (1.0f + expf(-x[i]));
 }
+// As gelu_scalar. Large |x| needs no care beyond the clamp: vexp saturates to
+// 0 and inf, so the quotient is x or -0.
+template <class V>
+void v_gelu(int64_t n, float* y, const float* x) {
+  using R = typename V::R;
+  const R one = V::set1(1.0f), lowest = V::set1(kGeluLowest);
+  const R c = V::set1(kGeluSqrt2OverPi), a = V::set1(kGeluCoefA), minus2 = V::set1(-2.0f);
+  int64_t i = 0;
+  for (; i + V::W <= n; i += V::W) {
+    const R v = V::max(lowest, V::load(x + i));  // max returns its second operand for NaN
+    const R u = V::mul(V::mul(c, v), V::fma(V::mul(a, v), v, one));
+    V::store(y + i, V::div(v, V::add(one, vexp<V>(V::mul(minus2, u)))));
+  }
+  for (; i < n; ++i) {
+    const float v = x[i] < kGeluLowest ? kGeluLowest : x[i];
+    const float u = kGeluSqrt2OverPi * v * (1.0f + kGeluCoefA * v * v);
+    y[i] = v / (1.0f + expf(-2.0f * u));
+  }
+}
 template <class V>
 double v_sum_sq(int64_t n, const float* x) {
   using R = typename V::R;
@@ -168,6 +187,7 @@ VecOps make_vec_ops() {
   v.mul = v_mul<V>;
   v.scale = v_scale<V>;
   v.silu = v_silu<V>;
+  v.gelu = v_gelu<V>;
   v.sum_sq = v_sum_sq<V>;
   v.max = v_max<V>;
   v.exp_sum = v_exp_sum<V>;

@@ -37,6 +37,16 @@ void scale_scalar(int64_t n, float* y, const float* x, float s) {
 void silu_scalar(int64_t n, float* y, const float* x) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
+// 0.5 x (1 + tanh u) written as x / (1 + e^-2u): the same function, but
+// 1 + tanh u cancels for negative x, where it is all of the result (at x = -5
+// it is 9.2e-8, below float's spacing near 1).
+void gelu_scalar(int64_t n, float* y, const float* x) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] < kGeluLowest ? kGeluLowest : x[i];  // NaN passes
+    const float u = kGeluSqrt2OverPi * v * (1.0f + kGeluCoefA * v * v);
+    y[i] = v / (1.0f + std::exp(-2.0f * u));
+  }
+}
 double sum_sq_scalar(int64_t n, const float* x) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
@@ -69,6 +79,7 @@ VecOps make_scalar() {
   v.mul = mul_scalar;
   v.scale = scale_scalar;
   v.silu = silu_scalar;
+  v.gelu = gelu_scalar;
   v.sum_sq = sum_sq_scalar;
   v.max = max_scalar;
   v.exp_sum = exp_sum_scalar;

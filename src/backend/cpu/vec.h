@@ -27,11 +27,20 @@ struct VecOps {
   void (*mul)(int64_t n, float* z, const float* x, const float* y);  // z = x * y
   void (*scale)(int64_t n, float* y, const float* x, float s);       // y = x * s
   void (*silu)(int64_t n, float* y, const float* x);                 // y = x / (1 + e^-x)
+  // y = 0.5 x (1 + tanh u) = x / (1 + e^-2u), u = sqrt(2/pi) x (1 + 0.044715 x^2)
+  void (*gelu)(int64_t n, float* y, const float* x);
   double (*sum_sq)(int64_t n, const float* x);                       // sum of x^2
   float (*max)(int64_t n, const float* x);                           // -inf when n == 0
   // y = exp(x - m); returns the sum of y.
   double (*exp_sum)(int64_t n, float* y, const float* x, float m);
 };
+
+// GELU's constants (floats, as in ggml).
+constexpr float kGeluSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluCoefA = 0.044715f;
+// Below this the result is -0 in float anyway (e^-2u overflows from x = -10.06),
+// so clamping x there changes nothing finite and keeps -inf from giving inf/inf.
+constexpr float kGeluLowest = -20.0f;
 
 // Every F16 value as a float, indexed by its bits (the scalar kernels' F16
 // conversion: exact, one load per element).

@@ -157,6 +157,7 @@ bool has_kernel(const Tensor& node) {
     case Op::Mul:
     case Op::Scale:
     case Op::Silu:
+    case Op::Gelu:
     case Op::Cpy:
     case Op::Cont: return supports_elementwise(node);
     case Op::RmsNorm:
@@ -204,7 +205,8 @@ void record_node(Recorder& r, const Tensor& node) {
     case Op::Add:
     case Op::Mul:
     case Op::Scale:
-    case Op::Silu: record_elementwise(r, node); break;
+    case Op::Silu:
+    case Op::Gelu: record_elementwise(r, node); break;
     case Op::Cpy:
     case Op::Cont: record_copy(r, node); break;
     case Op::RmsNorm: record_rms_norm(r, node); break;

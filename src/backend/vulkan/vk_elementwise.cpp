@@ -1,4 +1,4 @@
-// Add, Mul, Scale, Silu (shaders/elementwise.comp) and Cpy, Cont
+// Add, Mul, Scale, Silu, Gelu (shaders/elementwise.comp) and Cpy, Cont
 // (shaders/copy.comp): one thread per element, any strides.
 #include <limits>
 
@@ -45,7 +45,13 @@ void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
 }
 
 const char* elementwise_shader(Op op) {
-  return op == Op::Add ? "add" : op == Op::Mul ? "mul" : op == Op::Scale ? "scale" : "silu";
+  switch (op) {
+    case Op::Add: return "add";
+    case Op::Mul: return "mul";
+    case Op::Scale: return "scale";
+    case Op::Gelu: return "gelu";
+    default: return "silu";
+  }
 }
 
 // Cpy writes into its destination src[1] (the node is a view of it); Cont
@@ -85,7 +91,8 @@ bool supports_elementwise(const Tensor& node) {
       return node.src[1] && a->type == DType::F32 && node.src[1]->type == DType::F32 && node.type == DType::F32 &&
              indexable(*a, 4) && indexable(*node.src[1], 4) && indexable(node, 4);
     case Op::Scale:
-    case Op::Silu: return a->type == DType::F32 && node.type == DType::F32 && indexable(*a, 4) && indexable(node, 4);
+    case Op::Silu:
+    case Op::Gelu: return a->type == DType::F32 && node.type == DType::F32 && indexable(*a, 4) && indexable(node, 4);
     case Op::Cpy: {
       const Tensor* b = node.src[1];
       return b && is_float_type(a->type) && is_float_type(b->type) && indexable(*a, element_bytes(a->type)) &&

@@ -32,7 +32,7 @@ struct ShaderUse {
 // the driver cannot build sends the op to the CPU instead of failing mid-graph.
 std::vector<ShaderUse> shaders_of(const Tensor& node, bool is_cpu, bool has_float64);
 
-// vk_elementwise.cpp: Add, Mul, Scale, Silu, Cpy, Cont.
+// vk_elementwise.cpp: Add, Mul, Scale, Silu, Gelu, Cpy, Cont.
 bool supports_elementwise(const Tensor& node);
 std::vector<ShaderUse> elementwise_shaders(const Tensor& node);
 void record_elementwise(Recorder& r, const Tensor& node);

@@ -13,6 +13,7 @@ set(QLENS_VK_VARIANTS
   "mul|elementwise.comp|-DOP_MUL"
   "scale|elementwise.comp|-DOP_SCALE"
   "silu|elementwise.comp|-DOP_SILU"
+  "gelu|elementwise.comp|-DOP_GELU"
   "rms_norm|rms_norm.comp|"
   "rms_norm_rows|rms_norm.comp|-DROW_PER_INVOCATION"
   "soft_max|soft_max.comp|"

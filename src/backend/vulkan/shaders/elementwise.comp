@@ -1,6 +1,6 @@
-// Add, Mul (b broadcast over a), Scale and Silu: one thread per element of
-// the result; every tensor may have any strides. Variants: OP_ADD, OP_MUL,
-// OP_SCALE, OP_SILU.
+// Add, Mul (b broadcast over a), Scale, Silu and Gelu: one thread per element
+// of the result; every tensor may have any strides. Variants: OP_ADD, OP_MUL,
+// OP_SCALE, OP_SILU, OP_GELU.
 #version 450
 #include "common.glsl"
 
@@ -34,6 +34,14 @@ void main() {
   const float y = x * p.param;
 #elif defined(OP_SILU)
   const float y = x / (1.0 + exp(-x));
+#elif defined(OP_GELU)
+  // As the CPU's gelu: 0.5 x (1 + tanh u) = x / (1 + e^-2u), which does not
+  // cancel for negative x. The exponent is clamped so that no inf reaches the
+  // division and the divisor stays below 2^126, where GLSL bounds its error;
+  // past the clamp the result is x, or within 4e-37 of 0.
+  const float v = max(x, -20.0);
+  const float u = 0.79788456080286535588 * v * (1.0 + 0.044715 * v * v);
+  const float y = v / (1.0 + exp(clamp(-2.0 * u, -87.0, 87.0)));
 #endif
   d[p.d_off + offset4(i, p.d_nb)] = y;
 }
