@@ -97,7 +97,7 @@ TEST(VulkanModel, ReplacedWeightsRunOnTheDevice) {
   auto m = Model::load(path);
   auto tokens = m->vocab().tokenize(read_text_file(text_path), true);
   tokens.resize(64);
-  const Tensor* wq = m->layers()[1].wq;
+  const Tensor* wq = m->get(Role::AttnQ, 1);
   const std::vector<float> values = tensor_to_f32(*wq);
   Tensor rep = *wq;
   rep.type = DType::Q8_0;

@@ -7,6 +7,8 @@
 // llama.cpp does (`attn_norm-0`, `Qcur-0`, ..., `l_out-4`, `result_output`).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <deque>
 #include <functional>
 #include <map>
@@ -23,8 +25,11 @@
 
 namespace qlens {
 
-struct LlamaHParams {
-  std::string arch;
+// Hyper-parameters every architecture here shares, read from `<arch>.*` keys
+// by the architecture file (src/model/arch/), which also sets the options its
+// graph uses.
+struct HParams {
+  std::string arch;  // general.architecture as in the file ("llama", "mistral", "gemma3")
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;
   int64_t n_embd = 0;
@@ -32,44 +37,97 @@ struct LlamaHParams {
   int64_t n_layer = 0;
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
-  int64_t head_dim = 0;  // n_embd / n_head unless the file says otherwise
+  int64_t head_dim = 0;  // key and value length per head: n_embd / n_head unless the file says otherwise
   int64_t n_rot = 0;     // rotated dims per head
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;
   RopeMode rope_mode = RopeMode::Normal;
+  // Sliding-window attention (Gemma 3): on the layers marked here a query
+  // sees only the n_swa latest positions (itself included), and rope uses
+  // the local base and scale.
+  int64_t n_swa = 0;
+  std::vector<bool> swa_layers;  // empty: every layer attends to everything
+  float rope_freq_base_swa = 10000.0f;
+  float rope_freq_scale_swa = 1.0f;
 
+  int64_t n_embd_q() const { return head_dim * n_head; }
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }
+  bool is_swa(int il) const { return il >= 0 && static_cast<size_t>(il) < swa_layers.size() && swa_layers[il]; }
+  bool has_swa() const { return n_swa > 0 && std::find(swa_layers.begin(), swa_layers.end(), true) != swa_layers.end(); }
+  float rope_base(int il) const { return is_swa(il) ? rope_freq_base_swa : rope_freq_base; }
+  float rope_scale(int il) const { return is_swa(il) ? rope_freq_scale_swa : rope_freq_scale; }
+  // Every field as (name, value) text, for messages and for comparing two
+  // models (qlens compare refuses models whose graphs differ).
+  std::vector<std::pair<std::string, std::string>> fields() const;
 };
 
-struct LlamaLayer {
-  Tensor* attn_norm = nullptr;
-  Tensor* wq = nullptr;
-  Tensor* wk = nullptr;
-  Tensor* wv = nullptr;
-  Tensor* wo = nullptr;
-  Tensor* ffn_norm = nullptr;
-  Tensor* ffn_gate = nullptr;
-  Tensor* ffn_up = nullptr;
-  Tensor* ffn_down = nullptr;
+// What a weight is for. The names are llama.cpp's (the GGUF tensor names
+// without "blk.N." and ".weight"); the table in model.cpp gives each role its
+// GGUF suffix, whether it is per layer, and the op that reads it, which is
+// what offloading and the type checks go by.
+enum class Role : uint8_t {
+  TokenEmbd,
+  OutputNorm,
+  Output,
+  AttnNorm,
+  AttnQ,
+  AttnK,
+  AttnV,
+  AttnOutput,
+  AttnQNorm,
+  AttnKNorm,
+  AttnPostNorm,
+  FfnNorm,
+  FfnGate,
+  FfnUp,
+  FfnDown,
+  FfnPostNorm,
 };
+constexpr int kRoleCount = static_cast<int>(Role::FfnPostNorm) + 1;
+
+struct RoleInfo {
+  const char* name;    // "attn_q"
+  const char* suffix;  // "weight" or "bias"
+  bool per_layer;
+  Op reader;  // MulMat for matrices, Mul for norm scales, GetRows for the embedding
+};
+const RoleInfo& role_info(Role role);
+// The GGUF name of a role's tensor: "blk.3.attn_q.weight", "output_norm.weight".
+std::string tensor_name(Role role, int layer = -1);
+
+// One row of an architecture's tensor table.
+struct TensorSpec {
+  Role role;
+  std::array<int64_t, kMaxDims> ne;  // ggml order, from the hyper-parameters
+  bool required = true;
+};
+
+class Architecture;
 
 class Model {
  public:
-  // Loads and validates a llama-architecture GGUF (mistral-style files too).
-  // Errors name the file and the missing or malformed key or tensor.
+  // Loads a GGUF file of an architecture qlens knows (src/model/arch/) and
+  // validates its tensors against the architecture's table: a missing
+  // required tensor, a wrong shape or type, or a tensor the table does not
+  // know is an error naming it and the file.
   static std::unique_ptr<Model> load(const std::string& path);
 
   const std::string& path() const { return file_->path(); }
   const gguf::File& file() const { return *file_; }
-  const LlamaHParams& hparams() const { return hp_; }
+  const HParams& hparams() const { return hp_; }
+  const Architecture& arch() const { return *arch_; }
   const Vocab& vocab() const { return *vocab_; }
 
-  Tensor* token_embd() const { return token_embd_; }
-  Tensor* output_norm() const { return output_norm_; }
-  Tensor* output() const { return output_; }  // == token_embd() when tied
-  bool output_is_tied() const { return output_ == token_embd_; }
-  const std::vector<LlamaLayer>& layers() const { return layers_; }
+  // A weight by role (and layer for per-layer roles); null when an optional
+  // tensor is absent. Role::Output is the token embedding when tied.
+  Tensor* get(Role role, int layer = -1) const;
+  Tensor* token_embd() const { return get(Role::TokenEmbd); }
+  Tensor* output_norm() const { return get(Role::OutputNorm); }
+  Tensor* output() const { return get(Role::Output); }
+  bool output_is_tied() const { return output() == token_embd(); }
+  // The roles of a weight (two for a tied embedding: TokenEmbd and Output).
+  std::vector<Role> roles_of(const Tensor* weight) const;
   // Every weight tensor by GGUF name.
   const std::map<std::string, Tensor*>& weights() const { return weights_; }
   int64_t n_params() const;
@@ -77,17 +135,16 @@ class Model {
 
  private:
   Model() = default;
-  Tensor* weight(const std::string& name, std::initializer_list<int64_t> shape, bool required = true);
+  Tensor* bind(const TensorSpec& spec, int layer);
 
   std::unique_ptr<gguf::File> file_;
   std::unique_ptr<Vocab> vocab_;
-  LlamaHParams hp_;
+  const Architecture* arch_ = nullptr;
+  HParams hp_;
   std::deque<Tensor> storage_;
   std::map<std::string, Tensor*> weights_;
-  Tensor* token_embd_ = nullptr;
-  Tensor* output_norm_ = nullptr;
-  Tensor* output_ = nullptr;
-  std::vector<LlamaLayer> layers_;
+  std::array<Tensor*, kRoleCount> globals_{};
+  std::vector<std::array<Tensor*, kRoleCount>> layers_;
 };
 
 struct ContextOptions {
@@ -115,32 +172,81 @@ using GraphObserver = std::function<void(const Graph&)>;
 
 class Context;
 
+// The inputs of one batch's graph, shared by the models of a ContextPair.
+struct GraphInputs {
+  Tensor* tokens = nullptr;     // I32 [N]       "inp_tokens"
+  Tensor* positions = nullptr;  // I32 [N]       "inp_pos"
+  Tensor* mask = nullptr;       // F32 [n_kv, N] "KQ_mask": causal
+  Tensor* mask_swa = nullptr;   // F32 [n_kv, N] "KQ_mask_swa": causal and sliding window (null when unused)
+
+  static GraphInputs make(Graph& g, int64_t n_tokens, int64_t n_kv, bool swa);
+  // Writes tokens, positions n_past.. and the masks (a query at position p
+  // sees keys at positions <= p, and with the window only those > p - n_swa).
+  void write(std::span<const Token> batch, int64_t n_past, int64_t n_swa) const;
+};
+
+// Activation of a gated feed-forward: act(gate) * up.
+enum class FfnActivation { Silu, Gelu };
+
 // Builds the graph of one batch for a context step by step (embedding, each
 // layer, output), adding each step's nodes to the graph's order as it goes,
 // so that the graphs of two models can be interleaved layer by layer in one
-// Graph (qlens compare). The inputs may be shared between builders.
-class LlamaGraphBuilder {
+// Graph (qlens compare). The steps are the architecture's (src/model/arch/);
+// the blocks below are what architectures are written with.
+class GraphBuilder {
  public:
-  struct Inputs {
-    Tensor* tokens = nullptr;     // I32 [N]      "inp_tokens"
-    Tensor* positions = nullptr;  // I32 [N]      "inp_pos"
-    Tensor* mask = nullptr;       // F32 [n_kv, N] "KQ_mask"
-  };
-  static Inputs make_inputs(Graph& g, int64_t n_tokens, int64_t n_kv);
+  // The batch goes at ctx.n_past(); the masks must cover n_past + N positions.
+  GraphBuilder(const Context& ctx, Graph& g, const GraphInputs& in, bool all_logits);
+  Tensor* embed();        // the embedded batch
+  Tensor* layer(int il);  // returns "l_out-il"
+  Tensor* output();       // "result_output" (kFlagOutput)
 
-  // The batch goes at ctx.n_past(); in.mask must cover n_past + N positions.
-  LlamaGraphBuilder(const Context& ctx, Graph& g, const Inputs& in, bool all_logits);
-  Tensor* embed();         // "inp_embd"
-  Tensor* layer(int il);   // returns "l_out-il"
-  Tensor* output();        // "result_output" (kFlagOutput)
+  // ---- for architecture files ----
+  Graph& graph() const { return g_; }
+  const HParams& hparams() const;
+  const GraphInputs& inputs() const { return in_; }
+  int64_t n_tokens() const { return n_tokens_; }
+  // The tensor the graph reads for a weight (a replacement, its device copy,
+  // or the model's); null for an absent optional tensor.
+  Tensor* weight(Role role, int il = -1) const;
+
+  // get_rows of the token embedding: "inp_embd".
+  Tensor* token_embedding();
+  // RMS norm ("norm", layer norm_layer) times the role's weight, named `name`.
+  Tensor* norm(Tensor* x, Role role, int il, const std::string& name, int norm_layer);
+  Tensor* norm(Tensor* x, Role role, int il, const std::string& name) { return norm(x, role, il, name, il); }
+  // Self-attention of layer il on the normed input: projections, optional
+  // per-head q/k norms, rope with the layer's base and scale, the KV cache,
+  // the layer's mask, and the output projection ("kqv_out-il").
+  struct Attention {
+    bool qk_norm = false;  // attn_q_norm / attn_k_norm per head before rope ("Qcur_normed", "Kcur_normed")
+    float q_scale = 0;     // scale Q by this before attention (softmax scale 1); 0: softmax scale 1/sqrt(head_dim)
+  };
+  Tensor* attention(Tensor* cur, int il, const Attention& opt);
+  // Gated feed-forward: down(act(gate(x)) * up(x)), "ffn_out-il".
+  Tensor* feed_forward(Tensor* cur, int il, FfnActivation act);
+  // On the last layer, when only the last token's logits are wanted, the
+  // rest of the layer sees only the last row (as llama.cpp's inp_out_ids).
+  Tensor* last_row_if_final(Tensor* t, int il);
 
  private:
   const Context& ctx_;
   Graph& g_;
-  Inputs in_;
+  GraphInputs in_;
   bool all_logits_;
   int64_t n_tokens_;
-  Tensor* inpL_ = nullptr;
+  Tensor* cur_ = nullptr;  // the result of the last step
+};
+
+// Keys and values of every layer: per layer one K and one V tensor, keys
+// token-major, values transposed (a row per value dimension).
+struct KvCache {
+  DType type = DType::F16;
+  int64_t n_ctx = 0;
+  std::deque<Tensor> tensors;  // layer il: K at 2*il, V at 2*il + 1
+  std::vector<std::vector<uint8_t>> host_data;
+  Tensor* k(int il) { return &tensors[2 * il]; }
+  Tensor* v(int il) { return &tensors[2 * il + 1]; }
 };
 
 class Context {
@@ -187,10 +293,15 @@ class Context {
   // Builds the graph for a batch of `n_tokens` at the current position, with
   // inputs named inp_tokens, inp_pos and KQ_mask (exposed for tests and tools).
   Tensor* build_graph(Graph& g, int64_t n_tokens, bool all_logits) const;
+  const ContextOptions& options() const { return options_; }
+  // The cache graphs of this context read and write (the cache is the
+  // context's state, not part of what a const Context promises to keep).
+  KvCache& kv_cache() const { return *kv_; }
+  // Moves the position past a batch that a graph computed into this
+  // context's cache outside decode (ContextPair).
+  void advance(int64_t n_tokens) { n_past_ += n_tokens; }
 
  private:
-  friend class LlamaGraphBuilder;
-  friend class ContextPair;
   bool decode_batch(std::span<const Token> tokens, bool all_logits);
 
   const Model& model_;
@@ -198,9 +309,8 @@ class Context {
   int64_t n_ctx_ = 0;
   int64_t n_past_ = 0;
   void offload(const ContextOptions& options);
-  // Whether the device runs the op that reads weight `w` (mul_mat, or mul
-  // for a norm's vector).
-  bool device_runs(const Tensor& w) const;
+  // Whether the device runs `reader` (the op of the weight's role) on `w`.
+  bool device_runs(const Tensor& w, Op reader) const;
   struct Replacement {
     Tensor* tensor = nullptr;              // what graphs use
     std::unique_ptr<Buffer> device_buffer;  // when copied to the device
@@ -217,8 +327,7 @@ class Context {
   std::map<const Tensor*, Tensor*> device_weight_of_;
   std::map<const Tensor*, Replacement> replaced_;
   std::unique_ptr<Scheduler> sched_;
-  std::vector<std::vector<uint8_t>> cache_data_;  // per layer: K then V (host layers)
-  std::deque<Tensor> cache_;                      // per layer: K, V
+  std::unique_ptr<KvCache> kv_;
   std::vector<float> logits_;
   int64_t logits_rows_ = 0;
   GraphObserver observer_;

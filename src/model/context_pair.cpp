@@ -10,22 +10,12 @@
 namespace qlens {
 
 std::string first_model_difference(const Model& ref, const Model& test) {
-  const LlamaHParams& a = ref.hparams();
-  const LlamaHParams& b = test.hparams();
-  auto differ = [](const char* what, auto x, auto y) {
-    return std::string(what) + ": " + std::to_string(x) + " in the reference, " + std::to_string(y) + " in the test model";
-  };
-  if (a.arch != b.arch) return "architecture: " + a.arch + " in the reference, " + b.arch + " in the test model";
-  if (a.n_layer != b.n_layer) return differ("layer count", a.n_layer, b.n_layer);
-  if (a.n_embd != b.n_embd) return differ("embedding length", a.n_embd, b.n_embd);
-  if (a.n_ff != b.n_ff) return differ("feed-forward length", a.n_ff, b.n_ff);
-  if (a.n_head != b.n_head) return differ("head count", a.n_head, b.n_head);
-  if (a.n_head_kv != b.n_head_kv) return differ("KV head count", a.n_head_kv, b.n_head_kv);
-  if (a.head_dim != b.head_dim) return differ("head dimension", a.head_dim, b.head_dim);
-  if (a.n_vocab != b.n_vocab) return differ("vocabulary size", a.n_vocab, b.n_vocab);
-  if (a.n_rot != b.n_rot) return differ("rope dimensions", a.n_rot, b.n_rot);
-  if (a.rope_freq_base != b.rope_freq_base) return differ("rope base", a.rope_freq_base, b.rope_freq_base);
-  for (Token t = 0; t < a.n_vocab; ++t)
+  const auto fa = ref.hparams().fields(), fb = test.hparams().fields();
+  for (size_t i = 0; i < fa.size(); ++i)
+    if (fa[i].second != fb[i].second)
+      return fa[i].first + ": " + fa[i].second + " in the reference, " + fb[i].second + " in the test model";
+  const int64_t n_vocab = ref.hparams().n_vocab;
+  for (Token t = 0; t < n_vocab; ++t)
     if (ref.vocab().token_to_piece(t) != test.vocab().token_to_piece(t))
       return "vocabulary: token " + std::to_string(t) + " is '" + ref.vocab().token_to_piece(t) +
              "' in the reference, '" + test.vocab().token_to_piece(t) + "' in the test model";
@@ -73,7 +63,7 @@ bool ContextPair::decode(std::span<const Token> tokens) {
   ref_logits_.clear();
   test_logits_.clear();
   rows_ = 0;
-  const size_t n_batch = static_cast<size_t>(ref_.options_.n_batch);
+  const size_t n_batch = static_cast<size_t>(ref_.options().n_batch);
   for (size_t start = 0; start < tokens.size(); start += n_batch)
     if (!decode_batch(tokens.subspan(start, std::min(n_batch, tokens.size() - start)))) return false;
   return true;
@@ -83,9 +73,9 @@ bool ContextPair::decode_batch(std::span<const Token> tokens) {
   const int64_t N = static_cast<int64_t>(tokens.size());
   const int64_t n_past = ref_.n_past(), n_kv = n_past + N;
   Graph g;
-  const LlamaGraphBuilder::Inputs in = LlamaGraphBuilder::make_inputs(g, N, n_kv);
-  LlamaGraphBuilder ref_b(ref_, g, in, /*all_logits=*/true);
-  LlamaGraphBuilder test_b(test_, g, in, /*all_logits=*/true);
+  const GraphInputs in = GraphInputs::make(g, N, n_kv, ref_.model().hparams().has_swa());
+  GraphBuilder ref_b(ref_, g, in, /*all_logits=*/true);
+  GraphBuilder test_b(test_, g, in, /*all_logits=*/true);
 
   side_.clear();
   partner_.clear();
@@ -130,22 +120,15 @@ bool ContextPair::decode_batch(std::span<const Token> tokens) {
   claim(Side::Ref);
   Tensor* test_out = test_b.output();
   claim(Side::Test);
-  for (Tensor* t : {in.tokens, in.positions, in.mask}) side_[t] = Side::Shared;
+  for (Tensor* t : {in.tokens, in.positions, in.mask, in.mask_swa})
+    if (t) side_[t] = Side::Shared;
 
   sched_->allocate(g);
-  tensor_write(*in.tokens, tokens.data(), 0, N * sizeof(Token));
-  std::vector<int32_t> pos(N);
-  for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(n_past + i);
-  tensor_write(*in.positions, pos.data(), 0, N * sizeof(int32_t));
-  std::vector<float> mask(N * n_kv);
-  for (int64_t i = 0; i < N; ++i)
-    for (int64_t j = 0; j < n_kv; ++j)
-      mask[i * n_kv + j] = j <= n_past + i ? 0.0f : -std::numeric_limits<float>::infinity();
-  tensor_write(*in.mask, mask.data(), 0, mask.size() * sizeof(float));
+  in.write(tokens, n_past, ref_.model().hparams().n_swa);
 
   if (sched_->compute(g) == ComputeStatus::Stopped) return false;
-  ref_.n_past_ += N;
-  test_.n_past_ += N;
+  ref_.advance(N);
+  test_.advance(N);
   const int64_t n_vocab = ref_out->ne[0];
   for (auto [out, logits] : {std::pair{ref_out, &ref_logits_}, std::pair{test_out, &test_logits_}}) {
     const size_t old = logits->size();

@@ -1,0 +1,45 @@
+// An architecture: the hyper-parameters it reads, its tensor table and its
+// layer graph over the blocks of GraphBuilder. One file per architecture in
+// this folder, listed once in architectures.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "qlens/gguf.h"
+#include "qlens/model.h"
+
+namespace qlens {
+
+class Architecture {
+ public:
+  virtual ~Architecture() = default;
+  virtual const char* name() const = 0;  // "llama"
+  // The `<arch>.*` keys beyond the common ones (read_common_hparams has
+  // run): defaults, options and checks of this architecture.
+  virtual void read_hparams(const gguf::File& f, HParams& hp) const = 0;
+  // What read_hparams reads, for qlens synth (write_common_hparams has run).
+  virtual void write_hparams(gguf::Writer& w, const HParams& hp) const = 0;
+  // The tensor table: the global tensors (il < 0) or those of layer il.
+  virtual std::vector<TensorSpec> tensors(const HParams& hp, int il) const = 0;
+
+  // The graph, step by step.
+  virtual Tensor* embed(GraphBuilder& b) const { return b.token_embedding(); }
+  virtual Tensor* layer(GraphBuilder& b, int il, Tensor* in) const = 0;
+  virtual Tensor* output(GraphBuilder& b, Tensor* in) const;  // final norm and the output matrix
+};
+
+// The architecture of a general.architecture name; null when unknown.
+const Architecture* find_architecture(const std::string& name);
+std::vector<std::string> architecture_names();
+
+// The keys every architecture here has: embedding_length, block_count,
+// feed_forward_length, head counts, key length, rope, norm epsilon, context.
+void read_common_hparams(const gguf::File& f, HParams& hp);
+void write_common_hparams(gguf::Writer& w, const HParams& hp);
+
+// The architectures (one file each).
+const Architecture& llama_architecture();
+const Architecture& gemma3_architecture();
+
+}  // namespace qlens

@@ -1,0 +1,108 @@
+// The architectures qlens runs, and the hyper-parameters they share.
+#include <cmath>
+
+#include "model/arch/architecture.h"
+#include "qlens/error.h"
+
+namespace qlens {
+
+namespace {
+
+struct Entry {
+  const char* name;  // general.architecture
+  const Architecture& (*get)();
+};
+
+// Mistral files are llama files under another name.
+constexpr Entry kArchitectures[] = {
+    {"llama", llama_architecture},
+    {"mistral", llama_architecture},
+    {"gemma3", gemma3_architecture},
+};
+
+int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
+  std::optional<int64_t> v = f.try_int(key);
+  if (!v) {
+    if (fallback) return *fallback;
+    throw Error(f.path() + ": missing metadata key '" + key + "'");
+  }
+  if (*v <= 0 || *v > (int64_t{1} << 31))
+    throw Error(f.path() + ": metadata key '" + key + "' has invalid value " + std::to_string(*v));
+  return *v;
+}
+
+uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
+
+}  // namespace
+
+const Architecture* find_architecture(const std::string& name) {
+  for (const Entry& e : kArchitectures)
+    if (name == e.name) return &e.get();
+  return nullptr;
+}
+
+std::vector<std::string> architecture_names() {
+  std::vector<std::string> names;
+  for (const Entry& e : kArchitectures) names.push_back(e.name);
+  return names;
+}
+
+Tensor* Architecture::output(GraphBuilder& b, Tensor* in) const {
+  Tensor* cur = b.norm(in, Role::OutputNorm, -1, "result_norm");
+  return named(mul_mat(b.graph(), b.weight(Role::Output), cur), "result_output");
+}
+
+void read_common_hparams(const gguf::File& f, HParams& hp) {
+  const std::string& path = f.path();
+  const std::string a = hp.arch + ".";
+  hp.n_embd = positive_key(f, a + "embedding_length");
+  hp.n_ff = positive_key(f, a + "feed_forward_length");
+  hp.n_layer = positive_key(f, a + "block_count");
+  hp.n_head = positive_key(f, a + "attention.head_count");
+  hp.n_head_kv = positive_key(f, a + "attention.head_count_kv", hp.n_head);
+  hp.n_ctx_train = positive_key(f, a + "context_length", 2048);
+  if (hp.n_head % hp.n_head_kv != 0)
+    throw Error(path + ": head_count " + std::to_string(hp.n_head) + " is not a multiple of head_count_kv " +
+                std::to_string(hp.n_head_kv));
+  hp.head_dim = positive_key(f, a + "attention.key_length", hp.n_embd / hp.n_head);
+  if (hp.head_dim * hp.n_head != hp.n_embd && !f.find(a + "attention.key_length"))
+    throw Error(path + ": embedding_length " + std::to_string(hp.n_embd) + " is not divisible by head_count " +
+                std::to_string(hp.n_head));
+  if (auto vlen = f.try_int(a + "attention.value_length"); vlen && *vlen != hp.head_dim)
+    throw Error(path + ": attention.value_length differs from key_length; not supported");
+  hp.n_rot = positive_key(f, a + "rope.dimension_count", hp.head_dim);
+  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
+    throw Error(path + ": rope.dimension_count " + std::to_string(hp.n_rot) + " must be even and at most the head size " +
+                std::to_string(hp.head_dim));
+  if (auto eps = f.try_float(a + "attention.layer_norm_rms_epsilon")) hp.rms_eps = static_cast<float>(*eps);
+  if (auto base = f.try_float(a + "rope.freq_base")) hp.rope_freq_base = static_cast<float>(*base);
+  if (auto type = f.try_string(a + "rope.scaling.type"); type && *type != "none" && *type != "linear")
+    throw Error(path + ": rope scaling type '" + *type + "' is not supported");
+  if (auto factor = f.try_float(a + "rope.scaling.factor"); factor && *factor > 0) hp.rope_freq_scale = 1.0f / *factor;
+  if (auto factor = f.try_float(a + "rope.scale_linear"); factor && *factor > 0) hp.rope_freq_scale = 1.0f / *factor;
+  if (!(hp.rms_eps > 0) || !(hp.rope_freq_base > 0)) throw Error(path + ": invalid rms epsilon or rope base");
+}
+
+void write_common_hparams(gguf::Writer& w, const HParams& hp) {
+  const std::string a = hp.arch + ".";
+  w.set("general.architecture", gguf::Value::make_string(hp.arch));
+  w.set(a + "context_length", gguf::Value::make_u32(u32(hp.n_ctx_train)));
+  w.set(a + "embedding_length", gguf::Value::make_u32(u32(hp.n_embd)));
+  w.set(a + "feed_forward_length", gguf::Value::make_u32(u32(hp.n_ff)));
+  w.set(a + "block_count", gguf::Value::make_u32(u32(hp.n_layer)));
+  w.set(a + "attention.head_count", gguf::Value::make_u32(u32(hp.n_head)));
+  w.set(a + "attention.head_count_kv", gguf::Value::make_u32(u32(hp.n_head_kv)));
+  if (hp.head_dim * hp.n_head != hp.n_embd) {
+    w.set(a + "attention.key_length", gguf::Value::make_u32(u32(hp.head_dim)));
+    w.set(a + "attention.value_length", gguf::Value::make_u32(u32(hp.head_dim)));
+  }
+  w.set(a + "rope.dimension_count", gguf::Value::make_u32(u32(hp.n_rot)));
+  w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::make_f32(hp.rms_eps));
+  w.set(a + "rope.freq_base", gguf::Value::make_f32(hp.rope_freq_base));
+  if (hp.rope_freq_scale != 1.0f) {
+    w.set(a + "rope.scaling.type", gguf::Value::make_string("linear"));
+    w.set(a + "rope.scaling.factor", gguf::Value::make_f32(1.0f / hp.rope_freq_scale));
+  }
+}
+
+}  // namespace qlens

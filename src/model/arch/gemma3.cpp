@@ -1,0 +1,111 @@
+// Gemma 3: embeddings scaled by sqrt(n_embd); a norm before and after both
+// attention and feed-forward; per-head RMS norms of q and k; queries scaled
+// by 1/sqrt(head_dim) (27B: by 1/sqrt(n_embd / n_head)); GELU-gated
+// feed-forward; sliding-window attention on the local layers (five of every
+// six) with their own rope base; tied output. The norm weights are stored as
+// llama.cpp's converter writes them (Gemma's 1 + w already added).
+#include <cmath>
+
+#include "model/arch/architecture.h"
+#include "qlens/error.h"
+
+namespace qlens {
+
+namespace {
+
+class Gemma3 final : public Architecture {
+ public:
+  const char* name() const override { return "gemma3"; }
+
+  void read_hparams(const gguf::File& f, HParams& hp) const override {
+    const std::string a = hp.arch + ".";
+    hp.rope_mode = RopeMode::NeoX;
+    if (auto window = f.try_int(a + "attention.sliding_window"); window && *window > 0) {
+      hp.n_swa = *window;
+      // llama.cpp: an array marks the sliding layers; else every n-th layer
+      // (default 6) is global and the others slide.
+      hp.swa_layers.assign(hp.n_layer, false);
+      const std::string pattern_key = a + "attention.sliding_window_pattern";
+      const gguf::Value* pattern = f.find(pattern_key);
+      if (pattern && pattern->type == gguf::ValueType::Array) {
+        const auto marks = f.try_int_array(pattern_key);
+        if (!marks || static_cast<int64_t>(marks->size()) != hp.n_layer)
+          throw Error(f.path() + ": " + pattern_key + " must hold one integer per layer (" +
+                      std::to_string(hp.n_layer) + ")");
+        for (int64_t il = 0; il < hp.n_layer; ++il) hp.swa_layers[il] = (*marks)[il] != 0;
+      } else {
+        const int64_t n = f.try_int(pattern_key).value_or(6);
+        if (n < 0) throw Error(f.path() + ": " + a + "attention.sliding_window_pattern is negative");
+        for (int64_t il = 0; il < hp.n_layer; ++il) hp.swa_layers[il] = n == 0 || il % n < n - 1;
+      }
+      if (auto base = f.try_float(a + "rope.freq_base_swa")) hp.rope_freq_base_swa = static_cast<float>(*base);
+      // llama.cpp reads no local rope scale: the local layers keep scale 1.
+    }
+    if (auto cap = f.try_float(a + "final_logit_softcapping"); cap && *cap != 0)
+      throw Error(f.path() + ": final logit soft-capping is not supported yet");
+  }
+
+  void write_hparams(gguf::Writer& w, const HParams& hp) const override {
+    const std::string a = hp.arch + ".";
+    if (hp.n_swa <= 0) return;
+    w.set(a + "attention.sliding_window", gguf::Value::make_u32(static_cast<uint32_t>(hp.n_swa)));
+    std::vector<int32_t> marks(hp.swa_layers.begin(), hp.swa_layers.end());
+    int64_t period = 0;  // the pattern as a period when it is one
+    for (int64_t n = 1; n <= hp.n_layer && period == 0; ++n) {
+      bool fits = true;
+      for (int64_t il = 0; il < hp.n_layer; ++il) fits = fits && hp.is_swa(static_cast<int>(il)) == (il % n < n - 1);
+      if (fits) period = n;
+    }
+    if (period > 0)
+      w.set(a + "attention.sliding_window_pattern", gguf::Value::make_u32(static_cast<uint32_t>(period)));
+    w.set(a + "rope.freq_base_swa", gguf::Value::make_f32(hp.rope_freq_base_swa));
+  }
+
+  std::vector<TensorSpec> tensors(const HParams& hp, int il) const override {
+    const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff, D = hp.head_dim;
+    if (il < 0)
+      return {{Role::TokenEmbd, {E, hp.n_vocab, 1, 1}},
+              {Role::OutputNorm, {E, 1, 1, 1}},
+              {Role::Output, {E, hp.n_vocab, 1, 1}, false}};
+    return {{Role::AttnNorm, {E, 1, 1, 1}},     {Role::AttnQ, {E, Q, 1, 1}},     {Role::AttnK, {E, KV, 1, 1}},
+            {Role::AttnV, {E, KV, 1, 1}},       {Role::AttnOutput, {Q, E, 1, 1}}, {Role::AttnQNorm, {D, 1, 1, 1}},
+            {Role::AttnKNorm, {D, 1, 1, 1}},    {Role::AttnPostNorm, {E, 1, 1, 1}}, {Role::FfnNorm, {E, 1, 1, 1}},
+            {Role::FfnGate, {E, F, 1, 1}},      {Role::FfnUp, {E, F, 1, 1}},     {Role::FfnDown, {F, E, 1, 1}},
+            {Role::FfnPostNorm, {E, 1, 1, 1}}};
+  }
+
+  Tensor* embed(GraphBuilder& b) const override {
+    Tensor* x = b.token_embedding();
+    return named(scale(b.graph(), x, std::sqrt(static_cast<float>(b.hparams().n_embd))), "inp_scaled");
+  }
+
+  Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
+    Graph& g = b.graph();
+    const HParams& hp = b.hparams();
+    const bool is_27b = hp.n_layer == 62;  // llama.cpp's rule for the query scale
+    GraphBuilder::Attention attn;
+    attn.qk_norm = true;
+    attn.q_scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? hp.n_embd / hp.n_head : hp.head_dim));
+
+    Tensor* cur = b.norm(in, Role::AttnNorm, il, "attn_norm");
+    cur = b.attention(cur, il, attn);
+    cur = b.last_row_if_final(cur, il);
+    in = b.last_row_if_final(in, il);
+    cur = b.norm(cur, Role::AttnPostNorm, il, "attn_post_norm");
+    Tensor* sa_out = named(add(g, cur, in), "sa_out", il);
+    cur = b.norm(sa_out, Role::FfnNorm, il, "ffn_norm");
+    cur = b.feed_forward(cur, il, FfnActivation::Gelu);
+    // llama.cpp names this norm without a layer ("norm").
+    cur = b.norm(cur, Role::FfnPostNorm, il, "ffn_post_norm", -1);
+    return named(add(g, cur, sa_out), "l_out", il);
+  }
+};
+
+}  // namespace
+
+const Architecture& gemma3_architecture() {
+  static const Gemma3 arch;
+  return arch;
+}
+
+}  // namespace qlens

@@ -1,0 +1,227 @@
+// A context: the KV cache, the backends and offloading, and decoding batches
+// through the architecture's graph.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/human_bytes.h"
+#include "model/arch/architecture.h"
+#include "qlens/error.h"
+#include "qlens/model.h"
+
+namespace qlens {
+
+// ---------------------------------------------------------------------------
+// Context
+
+Context::Context(const Model& model, const ContextOptions& options) : model_(model), options_(options) {
+  const HParams& hp = model.hparams();
+  n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  if (options_.n_batch <= 0) throw Error("batch size must be positive, got " + std::to_string(options_.n_batch));
+  if (options.cache_type != DType::F32 && options.cache_type != DType::F16 && options.cache_type != DType::BF16)
+    throw Error("KV cache type must be F32, F16 or BF16");
+  backend_ = make_cpu_backend(options.n_threads);
+  if (options.device_backend) {
+    device_ = options.device_backend;
+  } else if (!options.device.empty() && options.device != "cpu") {
+    owned_device_ = make_backend(options.device, options.n_threads);
+    device_ = owned_device_.get();
+  }
+  kv_ = std::make_unique<KvCache>();
+  kv_->type = options.cache_type;
+  kv_->n_ctx = n_ctx_;
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    for (const char* kind : {"cache_k_l", "cache_v_l"}) {
+      Tensor& t = kv_->tensors.emplace_back();
+      t.type = options.cache_type;
+      t.ne = {hp.n_embd_kv() * n_ctx_, 1, 1, 1};
+      t.nb = contiguous_strides(t.type, t.ne);
+      t.name = kind + std::to_string(il);
+    }
+  }
+  if (device_) offload(options);
+  for (Tensor& t : kv_->tensors)
+    if (!t.data) t.data = kv_->host_data.emplace_back(t.nbytes()).data();
+  sched_ = device_ ? std::make_unique<Scheduler>(std::vector<Backend*>{device_, backend_.get()})
+                   : std::make_unique<Scheduler>(*backend_);
+}
+
+// Copies the weights of the offloaded layers into one device buffer and puts
+// their KV cache there. A weight whose op the device cannot run stays in host
+// memory (its node then runs on the CPU).
+void Context::offload(const ContextOptions& options) {
+  const Architecture& arch = model_.arch();
+  const int64_t n_layer = model_.hparams().n_layer;
+  const int64_t ngl = options.n_gpu_layers < 0 ? n_layer + 1 : options.n_gpu_layers;
+  n_offloaded_ = std::min<int64_t>(ngl, n_layer);
+  const int64_t first = n_layer - n_offloaded_;
+  const bool output_too = ngl > n_layer;
+
+  // The table says which op reads each weight; the token embedding (read by
+  // get_rows) stays in host memory unless it is also the output matrix.
+  std::vector<const Tensor*> to_upload;
+  auto upload = [&](const TensorSpec& spec, int il) {
+    const Tensor* w = model_.get(spec.role, il);
+    if (w && device_runs(*w, role_info(spec.role).reader) &&
+        std::find(to_upload.begin(), to_upload.end(), w) == to_upload.end())
+      to_upload.push_back(w);
+  };
+  for (int64_t il = first; il < n_layer; ++il)
+    for (const TensorSpec& spec : arch.tensors(model_.hparams(), static_cast<int>(il))) upload(spec, static_cast<int>(il));
+  if (output_too)
+    for (const TensorSpec& spec : arch.tensors(model_.hparams(), -1))
+      if (spec.role != Role::TokenEmbd) upload(spec, -1);
+
+  constexpr size_t kAlign = 256;
+  auto aligned = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  size_t weight_bytes = 0, cache_bytes = 0;
+  for (const Tensor* w : to_upload) weight_bytes += aligned(w->nbytes());
+  for (int64_t il = first; il < n_layer; ++il) cache_bytes += 2 * aligned(kv_->k(static_cast<int>(il))->nbytes());
+  try {
+    if (weight_bytes > 0) device_weights_buffer_ = device_->alloc_buffer(weight_bytes);
+    if (cache_bytes > 0) device_cache_buffer_ = device_->alloc_buffer(cache_bytes);
+  } catch (const Error& e) {
+    throw Error("offloading " + std::to_string(n_offloaded_) + " layers to " + device_->name() + " (" +
+                human_bytes(weight_bytes) + " of weights, " + human_bytes(cache_bytes) + " of KV cache): " +
+                e.what() + "; try a smaller -ngl");
+  }
+  size_t offset = 0;
+  for (const Tensor* w : to_upload) {
+    Tensor& d = device_weights_.emplace_back(*w);
+    d.buffer = device_weights_buffer_.get();
+    d.data = device_weights_buffer_->base() + offset;
+    tensor_write(d, w->data, 0, w->nbytes());
+    device_weight_of_[w] = &d;
+    offset += aligned(w->nbytes());
+  }
+  offset = 0;
+  for (int64_t il = first; il < n_layer && cache_bytes > 0; ++il)
+    for (int kv = 0; kv < 2; ++kv) {
+      Tensor& t = kv_->tensors[2 * il + kv];
+      t.buffer = device_cache_buffer_.get();
+      t.data = device_cache_buffer_->base() + offset;
+      offset += aligned(t.nbytes());
+    }
+}
+
+bool Context::device_runs(const Tensor& w, Op reader) const {
+  Graph probe;
+  Tensor* x = probe.new_tensor(DType::F32, {w.ne[0], 1});
+  // A leaf of the probe graph that aliases w's memory, so nothing of w is
+  // handed out writable.
+  Tensor* weight = probe.external(w, w.data);
+  Tensor* node = nullptr;
+  switch (reader) {
+    case Op::MulMat: node = mul_mat(probe, weight, x); break;
+    case Op::Mul: node = mul(probe, x, weight); break;
+    case Op::GetRows: node = get_rows(probe, weight, probe.new_tensor(DType::I32, {1})); break;
+    default: return false;
+  }
+  return device_->supports_op(*node);
+}
+
+void Context::replace_weight(const Tensor* model_weight, Tensor* replacement) {
+  if (!replacement || !same_shape(*model_weight, *replacement))
+    throw Error("replace_weight: the replacement of '" + model_weight->name + "' must have its shape " +
+                shape_string(*model_weight));
+  Replacement r;
+  r.tensor = replacement;
+  // An offloaded weight's replacement goes to the device too, so that its
+  // op stays there; if the device cannot run its type or has no room, the
+  // op runs on the CPU from host memory.
+  const bool contiguous = replacement->nb == contiguous_strides(replacement->type, replacement->ne);
+  if (device_weight_of_.count(model_weight) && contiguous && device_runs(*replacement, Op::MulMat)) {
+    try {
+      r.device_buffer = device_->alloc_buffer(replacement->nbytes());
+      r.device_copy = std::make_unique<Tensor>(*replacement);
+      r.device_copy->buffer = r.device_buffer.get();
+      r.device_copy->data = r.device_buffer->base();
+      tensor_write(*r.device_copy, replacement->data, 0, replacement->nbytes());
+      r.tensor = r.device_copy.get();
+    } catch (const Error&) {
+      r = Replacement{replacement, nullptr, nullptr};
+    }
+  }
+  replaced_[model_weight] = std::move(r);
+}
+
+Tensor* Context::weight(Tensor* model_weight) const {
+  if (auto r = replaced_.find(model_weight); r != replaced_.end()) return r->second.tensor;
+  auto it = device_weight_of_.find(model_weight);
+  return it == device_weight_of_.end() ? model_weight : it->second;
+}
+
+Context::~Context() = default;
+
+void Context::clear() { n_past_ = 0; }
+
+Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const {
+  GraphBuilder b(*this, g, GraphInputs::make(g, n_tokens, n_past_ + n_tokens, model_.hparams().has_swa()), all_logits);
+  b.embed();
+  for (int il = 0; il < model_.hparams().n_layer; ++il) b.layer(il);
+  return b.output();
+}
+
+bool Context::decode(std::span<const Token> tokens, bool all_logits) {
+  if (tokens.empty()) throw Error("decode: no tokens");
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  for (Token t : tokens)
+    if (t < 0 || t >= n_vocab)
+      throw Error("decode: token id " + std::to_string(t) + " is outside the vocabulary (" + std::to_string(n_vocab) +
+                  " tokens)");
+  if (n_past_ + static_cast<int64_t>(tokens.size()) > n_ctx_)
+    throw Error("decode: " + std::to_string(n_past_ + tokens.size()) + " tokens exceed the context size " +
+                std::to_string(n_ctx_) + " (-c)");
+  logits_.clear();
+  logits_rows_ = 0;
+  for (size_t start = 0; start < tokens.size(); start += options_.n_batch) {
+    const size_t n = std::min<size_t>(options_.n_batch, tokens.size() - start);
+    if (!all_logits) {  // only the very last row survives
+      logits_.clear();
+      logits_rows_ = 0;
+    }
+    if (!decode_batch(tokens.subspan(start, n), all_logits)) {
+      logits_.clear();
+      logits_rows_ = 0;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Context::decode_batch(std::span<const Token> tokens, bool all_logits) {
+  const int64_t N = static_cast<int64_t>(tokens.size());
+  Graph g;
+  Tensor* out = build_graph(g, N, all_logits);
+  if (options_.keep_intermediates)
+    for (Tensor* node : g.nodes()) node->flags |= kFlagOutput;
+  sched_->allocate(g);
+
+  GraphInputs in;
+  in.tokens = g.find("inp_tokens");
+  in.positions = g.find("inp_pos");
+  in.mask = g.find("KQ_mask");
+  in.mask_swa = g.find("KQ_mask_swa");
+  in.write(tokens, n_past_, model_.hparams().n_swa);
+
+  if (sched_->compute(g) == ComputeStatus::Stopped) return false;
+  if (observer_) observer_(g);
+  n_past_ += N;
+
+  const int64_t rows = out->ne[1], n_vocab = out->ne[0];
+  const size_t old = logits_.size();
+  logits_.resize(old + rows * n_vocab);
+  tensor_read(*out, &logits_[old], 0, rows * n_vocab * sizeof(float));
+  logits_rows_ += rows;
+  return true;
+}
+
+std::span<const float> Context::logits(int64_t i) const {
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  if (i < 0 || i >= logits_rows_) throw Error("logits: row " + std::to_string(i) + " was not computed");
+  return {logits_.data() + i * n_vocab, static_cast<size_t>(n_vocab)};
+}
+
+std::span<const float> Context::last_logits() const { return logits(logits_rows_ - 1); }
+
+}  // namespace qlens

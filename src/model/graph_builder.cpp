@@ -1,0 +1,156 @@
+// The blocks architectures are written with (norms, attention, gated
+// feed-forward) and the inputs of a batch, with llama.cpp's node names.
+#include <cmath>
+#include <limits>
+
+#include "model/arch/architecture.h"
+#include "qlens/error.h"
+#include "qlens/model.h"
+
+namespace qlens {
+
+GraphInputs GraphInputs::make(Graph& g, int64_t n_tokens, int64_t n_kv, bool swa) {
+  GraphInputs in;
+  in.tokens = g.new_tensor(DType::I32, {n_tokens}, "inp_tokens");
+  in.positions = g.new_tensor(DType::I32, {n_tokens}, "inp_pos");
+  in.mask = g.new_tensor(DType::F32, {n_kv, n_tokens}, "KQ_mask");
+  if (swa) in.mask_swa = g.new_tensor(DType::F32, {n_kv, n_tokens}, "KQ_mask_swa");
+  for (Tensor* t : {in.tokens, in.positions, in.mask, in.mask_swa})
+    if (t) t->flags |= kFlagInput;
+  return in;
+}
+
+void GraphInputs::write(std::span<const Token> batch, int64_t n_past, int64_t n_swa) const {
+  const int64_t N = static_cast<int64_t>(batch.size());
+  const int64_t n_kv = mask->ne[0];
+  if (tokens->ne[0] != N || n_kv != n_past + N)
+    throw Error("graph inputs: a batch of " + std::to_string(N) + " at position " + std::to_string(n_past) +
+                " does not fit inputs of " + std::to_string(tokens->ne[0]) + " tokens and " + std::to_string(n_kv) +
+                " positions");
+  tensor_write(*tokens, batch.data(), 0, N * sizeof(Token));
+  std::vector<int32_t> pos(N);
+  for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(n_past + i);
+  tensor_write(*positions, pos.data(), 0, N * sizeof(int32_t));
+  constexpr float kHidden = -std::numeric_limits<float>::infinity();
+  std::vector<float> m(N * n_kv);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < n_kv; ++j) m[i * n_kv + j] = j <= n_past + i ? 0.0f : kHidden;
+  tensor_write(*mask, m.data(), 0, m.size() * sizeof(float));
+  if (!mask_swa) return;
+  // llama.cpp's standard window: a key n_swa or more positions back is hidden.
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < n_kv; ++j)
+      if (n_past + i - j >= n_swa) m[i * n_kv + j] = kHidden;
+  tensor_write(*mask_swa, m.data(), 0, m.size() * sizeof(float));
+}
+
+GraphBuilder::GraphBuilder(const Context& ctx, Graph& g, const GraphInputs& in, bool all_logits)
+    : ctx_(ctx), g_(g), in_(in), all_logits_(all_logits), n_tokens_(in.tokens->ne[0]) {
+  if (in.mask->ne[0] != ctx.n_past() + n_tokens_)
+    throw Error("graph inputs: the mask covers " + std::to_string(in.mask->ne[0]) + " positions, the context " +
+                std::to_string(ctx.n_past() + n_tokens_));
+  if (ctx.model().hparams().has_swa() && !in.mask_swa)
+    throw Error("graph inputs: " + ctx.model().path() + " has sliding-window layers and needs KQ_mask_swa");
+}
+
+const HParams& GraphBuilder::hparams() const { return ctx_.model().hparams(); }
+
+Tensor* GraphBuilder::weight(Role role, int il) const { return ctx_.weight(ctx_.model().get(role, il)); }
+
+Tensor* GraphBuilder::embed() {
+  cur_ = ctx_.model().arch().embed(*this);
+  g_.build(cur_);
+  return cur_;
+}
+
+Tensor* GraphBuilder::layer(int il) {
+  cur_ = ctx_.model().arch().layer(*this, il, cur_);
+  g_.build(cur_);
+  return cur_;
+}
+
+Tensor* GraphBuilder::output() {
+  cur_ = ctx_.model().arch().output(*this, cur_);
+  cur_->flags |= kFlagOutput;
+  g_.build(cur_);
+  return cur_;
+}
+
+Tensor* GraphBuilder::token_embedding() {
+  return named(get_rows(g_, weight(Role::TokenEmbd), in_.tokens), "inp_embd");
+}
+
+Tensor* GraphBuilder::norm(Tensor* x, Role role, int il, const std::string& name, int norm_layer) {
+  Tensor* cur = named(rms_norm(g_, x, hparams().rms_eps), "norm", norm_layer);
+  return named(mul(g_, cur, weight(role, il)), name, il);
+}
+
+Tensor* GraphBuilder::last_row_if_final(Tensor* t, int il) {
+  if (il != hparams().n_layer - 1 || all_logits_ || n_tokens_ <= 1) return t;
+  return view(g_, t, {t->ne[0]}, {}, static_cast<size_t>(n_tokens_ - 1) * t->nb[1]);
+}
+
+Tensor* GraphBuilder::attention(Tensor* cur, int il, const Attention& opt) {
+  const HParams& hp = hparams();
+  Graph& g = g_;
+  const int64_t N = n_tokens_, n_past = ctx_.n_past(), n_kv = n_past + N, D = hp.head_dim;
+  KvCache& cache = ctx_.kv_cache();
+  const size_t esize = type_traits(cache.type).block_bytes;
+  const size_t k_row = static_cast<size_t>(hp.n_embd_kv()) * esize;  // one token's keys
+  const size_t v_row = static_cast<size_t>(cache.n_ctx) * esize;     // one value dimension over the context
+
+  Tensor* q = named(mul_mat(g, weight(Role::AttnQ, il), cur), "Qcur", il);
+  Tensor* k = named(mul_mat(g, weight(Role::AttnK, il), cur), "Kcur", il);
+  Tensor* v = named(mul_mat(g, weight(Role::AttnV, il), cur), "Vcur", il);
+  q = reshape(g, q, {D, hp.n_head, N});
+  k = reshape(g, k, {D, hp.n_head_kv, N});
+  if (opt.qk_norm) {
+    q = norm(q, Role::AttnQNorm, il, "Qcur_normed");
+    k = norm(k, Role::AttnKNorm, il, "Kcur_normed");
+  }
+  const int n_rot = static_cast<int>(hp.n_rot);
+  q = named(rope(g, q, in_.positions, n_rot, hp.rope_mode, hp.rope_base(il), hp.rope_scale(il)), "Qcur", il);
+  k = named(rope(g, k, in_.positions, n_rot, hp.rope_mode, hp.rope_base(il), hp.rope_scale(il)), "Kcur", il);
+  float kq_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  if (opt.q_scale != 0) {
+    q = scale(g, q, opt.q_scale);
+    kq_scale = 1.0f;
+  }
+
+  // Store this batch's keys (token-major rows) and values (transposed: a row
+  // per value dimension, tokens along it) in the cache.
+  Tensor* cache_k = cache.k(il);
+  Tensor* cache_v = cache.v(il);
+  Tensor* k_dst = named(view(g, cache_k, {N * hp.n_embd_kv()}, {}, n_past * k_row), "k_cache_view", il);
+  Tensor* k_stored = cpy(g, k, k_dst);
+  Tensor* v_dst = named(view(g, cache_v, {N, hp.n_embd_kv()}, {v_row}, n_past * esize), "v_cache_view", il);
+  Tensor* v_stored = cpy(g, transpose(g, v), v_dst);
+
+  // The views that read the cache depend on the copies that wrote it, so
+  // every order of the graph stores this batch before attending to it.
+  Tensor* kc = named(view(g, cache_k, {D, n_kv, hp.n_head_kv}, {k_row, D * esize}, 0), "k", il);
+  Tensor* vc = named(view(g, cache_v, {n_kv, D, hp.n_head_kv}, {v_row, D * v_row}, 0), "v", il);
+  kc->src[1] = k_stored;
+  vc->src[1] = v_stored;
+  Tensor* qp = named(permute(g, q, 0, 2, 1, 3), "q", il);
+  Tensor* kq = named(mul_mat(g, kc, qp), "kq", il);
+  kq = named(soft_max(g, kq, hp.is_swa(il) ? in_.mask_swa : in_.mask, kq_scale), "kq_soft_max", il);
+  Tensor* kqv = named(mul_mat(g, vc, kq), "kqv", il);
+  Tensor* merged = named(permute(g, kqv, 0, 2, 1, 3), "kqv_merged", il);
+  cur = named(cont(g, merged), "kqv_merged_cont", il);
+  cur = reshape(g, cur, {D * hp.n_head, N});
+  return named(mul_mat(g, weight(Role::AttnOutput, il), cur), "kqv_out", il);
+}
+
+Tensor* GraphBuilder::feed_forward(Tensor* cur, int il, FfnActivation act) {
+  Graph& g = g_;
+  Tensor* gate = named(mul_mat(g, weight(Role::FfnGate, il), cur), "ffn_gate", il);
+  gate = act == FfnActivation::Silu ? named(silu(g, gate), "ffn_silu", il) : named(gelu(g, gate), "ffn_gelu", il);
+  Tensor* up = named(mul_mat(g, weight(Role::FfnUp, il), cur), "ffn_up", il);
+  // llama.cpp names the product ffn_geglu for GELU (ffn_gate_par in the
+  // dumps our llama tests read).
+  Tensor* par = named(mul(g, gate, up), act == FfnActivation::Silu ? "ffn_gate_par" : "ffn_geglu", il);
+  return named(mul_mat(g, weight(Role::FfnDown, il), par), "ffn_out", il);
+}
+
+}  // namespace qlens

@@ -1,0 +1,162 @@
+// Loading a model: the architecture's hyper-parameters, the vocabulary, and
+// the weights validated against its tensor table.
+#include <algorithm>
+#include <sstream>
+
+#include "model/arch/architecture.h"
+#include "qlens/error.h"
+#include "qlens/model.h"
+
+namespace qlens {
+
+namespace {
+
+constexpr RoleInfo kRoles[kRoleCount] = {
+    {"token_embd", "weight", false, Op::GetRows},  {"output_norm", "weight", false, Op::Mul},
+    {"output", "weight", false, Op::MulMat},       {"attn_norm", "weight", true, Op::Mul},
+    {"attn_q", "weight", true, Op::MulMat},        {"attn_k", "weight", true, Op::MulMat},
+    {"attn_v", "weight", true, Op::MulMat},        {"attn_output", "weight", true, Op::MulMat},
+    {"attn_q_norm", "weight", true, Op::Mul},      {"attn_k_norm", "weight", true, Op::Mul},
+    {"post_attention_norm", "weight", true, Op::Mul}, {"ffn_norm", "weight", true, Op::Mul},
+    {"ffn_gate", "weight", true, Op::MulMat},      {"ffn_up", "weight", true, Op::MulMat},
+    {"ffn_down", "weight", true, Op::MulMat},      {"post_ffw_norm", "weight", true, Op::Mul},
+};
+
+std::string shape_text(const std::array<int64_t, kMaxDims>& ne) {
+  int n = kMaxDims;
+  while (n > 1 && ne[n - 1] == 1) --n;
+  std::string s = "{";
+  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "}";
+}
+
+template <typename T>
+std::string text(T v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+}  // namespace
+
+const RoleInfo& role_info(Role role) { return kRoles[static_cast<int>(role)]; }
+
+std::string tensor_name(Role role, int layer) {
+  const RoleInfo& r = role_info(role);
+  const std::string base = std::string(r.name) + "." + r.suffix;
+  return r.per_layer ? "blk." + std::to_string(layer) + "." + base : base;
+}
+
+std::vector<std::pair<std::string, std::string>> HParams::fields() const {
+  std::string swa;
+  for (bool s : swa_layers) swa += s ? '1' : '0';
+  return {{"architecture", arch},
+          {"layer count", text(n_layer)},
+          {"embedding length", text(n_embd)},
+          {"feed-forward length", text(n_ff)},
+          {"head count", text(n_head)},
+          {"KV head count", text(n_head_kv)},
+          {"head dimension", text(head_dim)},
+          {"vocabulary size", text(n_vocab)},
+          {"rope dimensions", text(n_rot)},
+          {"rope base", text(rope_freq_base)},
+          {"rope scale", text(rope_freq_scale)},
+          {"rope mode", text(static_cast<int>(rope_mode))},
+          {"rms epsilon", text(rms_eps)},
+          {"sliding window", text(n_swa)},
+          {"sliding layers", swa},
+          {"local rope base", text(rope_freq_base_swa)},
+          {"local rope scale", text(rope_freq_scale_swa)}};
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = gguf::File::open(path);
+  const gguf::File& f = *m->file_;
+  HParams& hp = m->hp_;
+
+  hp.arch = f.try_string("general.architecture").value_or("");
+  m->arch_ = find_architecture(hp.arch);
+  if (!m->arch_) {
+    std::string known;
+    for (const auto& n : architecture_names()) known += (known.empty() ? "'" : ", '") + n + "'";
+    throw Error(path + ": architecture '" + hp.arch + "' is not supported (qlens runs " + known + ")");
+  }
+  read_common_hparams(f, hp);
+  m->arch_->read_hparams(f, hp);
+  m->vocab_ = Vocab::from_gguf(f);
+  hp.n_vocab = m->vocab_->n_tokens();
+
+  for (const TensorSpec& spec : m->arch_->tensors(hp, -1)) m->globals_[static_cast<int>(spec.role)] = m->bind(spec, -1);
+  if (!m->globals_[static_cast<int>(Role::Output)])
+    m->globals_[static_cast<int>(Role::Output)] = m->globals_[static_cast<int>(Role::TokenEmbd)];
+  m->layers_.resize(hp.n_layer);
+  for (int il = 0; il < hp.n_layer; ++il)
+    for (const TensorSpec& spec : m->arch_->tensors(hp, il))
+      m->layers_[il][static_cast<int>(spec.role)] = m->bind(spec, il);
+  for (const auto& info : f.tensors())
+    if (!m->weights_.count(info.name))
+      throw Error(path + ": unexpected tensor '" + info.name + "' for architecture " + hp.arch);
+  return m;
+}
+
+// Makes the tensor of one table row, its data in the mapped file; null for an
+// absent optional tensor.
+Tensor* Model::bind(const TensorSpec& spec, int layer) {
+  const std::string name = tensor_name(spec.role, layer);
+  const gguf::TensorInfo* info = file_->find_tensor(name);
+  if (!info) {
+    if (spec.required) throw Error(file_->path() + ": missing tensor '" + name + "'");
+    return nullptr;
+  }
+  if (info->ne != spec.ne)
+    throw Error(file_->path() + ": tensor '" + name + "' has shape " + shape_text(info->ne) + ", expected " +
+                shape_text(spec.ne));
+  const TypeTraits& tt = type_traits(info->type);
+  if (!tt.to_float)
+    throw Error(file_->path() + ": tensor '" + name + "' has type " + tt.name + ", which qlens cannot compute with yet");
+  // Element-wise kernels read their second operand as F32.
+  if (role_info(spec.role).reader == Op::Mul && info->type != DType::F32)
+    throw Error(file_->path() + ": norm tensor '" + name + "' must be F32, is " + tt.name);
+  Tensor& t = storage_.emplace_back();
+  t.type = info->type;
+  t.ne = info->ne;
+  t.nb = contiguous_strides(t.type, t.ne);
+  t.name = name;
+  t.flags = kFlagWeight;
+  t.data = const_cast<uint8_t*>(file_->tensor_data(*info));  // mapped read-only; weights are never written
+  weights_[name] = &t;
+  return &t;
+}
+
+Tensor* Model::get(Role role, int layer) const {
+  if (!role_info(role).per_layer) return globals_[static_cast<int>(role)];
+  if (layer < 0 || layer >= static_cast<int>(layers_.size()))
+    throw Error("model: layer " + std::to_string(layer) + " of " + std::string(role_info(role).name) +
+                " is out of range (" + std::to_string(layers_.size()) + " layers)");
+  return layers_[layer][static_cast<int>(role)];
+}
+
+std::vector<Role> Model::roles_of(const Tensor* weight) const {
+  std::vector<Role> roles;
+  for (int r = 0; r < kRoleCount; ++r)
+    if (globals_[r] == weight) roles.push_back(static_cast<Role>(r));
+  for (const auto& layer : layers_)
+    for (int r = 0; r < kRoleCount; ++r)
+      if (layer[r] == weight) roles.push_back(static_cast<Role>(r));
+  return roles;
+}
+
+int64_t Model::n_params() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : weights_) n += t->nelements();
+  return n;
+}
+
+size_t Model::weight_bytes() const {
+  size_t n = 0;
+  for (const auto& [name, t] : weights_) n += t->nbytes();
+  return n;
+}
+
+}  // namespace qlens
