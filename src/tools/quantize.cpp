@@ -52,11 +52,6 @@ bool is_weight_target(DType t) {
   return tt.quantize != nullptr && t != DType::Q8_1 && t != DType::Q8_K;
 }
 
-double bits_per_weight(DType t) {
-  const TypeTraits& tt = type_traits(t);
-  return 8.0 * static_cast<double>(tt.block_bytes) / static_cast<double>(tt.block_size);
-}
-
 DType parse_type(const std::string& text, const std::string& where) {
   auto t = type_from_name(text);
   if (!t) throw Error(where + ": unknown type '" + text + "'");
@@ -92,29 +87,48 @@ bool use_more_bits(int layer, int n_layer) {
   return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
 }
 
-// The mix's rules for a tensor role (see docs/QUANTIZATION.md). Returns the
-// base type when the mix has no rule for the role.
-DType role_type(const QuantMix& mix, const Role& role, int n_layer, std::string* reason) {
+// What llama.cpp's rules look at besides the tensor's role and layer.
+struct ModelFacts {
+  int n_layer = 0;
+  int64_t n_gqa = 1;        // query heads per KV head
+  bool tied_output = true;  // no output.weight: token_embd is also the output matrix
+};
+
+// The mix's rules for a tensor role, as llama.cpp 0c1e570's
+// llama_tensor_get_type_impl (see docs/QUANTIZATION.md), before the fallback
+// for rows that fit no block. Returns the base type when the mix has no rule.
+DType role_type(const QuantMix& mix, const Role& role, int64_t row_length, const ModelFacts& facts, bool has_imatrix,
+                std::string* reason) {
   const std::string& m = mix.name;
-  const int i = role.layer;
+  const int i = role.layer, n_layer = facts.n_layer;
   auto pick = [&](DType t) {
     if (t != mix.base) *reason = "role " + role.name;
     return t;
   };
-  if (role.name == "output") return pick(mix.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K);
+  // A tied embedding is the output matrix too, and gets its type.
+  if (role.name == "output" || (role.name == "token_embd" && facts.tied_output)) {
+    if (row_length % type_traits(mix.base).block_size != 0) return pick(DType::Q8_0);
+    return pick(mix.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K);
+  }
   if (role.name == "attn_v") {
-    if (m == "Q2_K") return pick(DType::Q4_K);
+    if (m == "Q2_K") return pick(facts.n_gqa >= 4 ? DType::Q4_K : DType::Q3_K);
     if (m == "Q3_K_M") return pick(i < 2 ? DType::Q5_K : DType::Q4_K);
     if (m == "Q3_K_L") return pick(DType::Q5_K);
+    if ((m == "IQ4_NL" || m == "IQ4_XS") && facts.n_gqa >= 4) return pick(DType::Q5_K);
     if ((m == "Q4_K_M" || m == "Q5_K_M") && use_more_bits(i, n_layer)) return pick(DType::Q6_K);
     if (m == "Q4_K_S" && i < 4) return pick(DType::Q5_K);
   }
   if (role.name == "ffn_down") {
     if (m == "Q2_K") return pick(DType::Q3_K);
-    if (m == "Q3_K_M") return pick(i < n_layer / 16 ? DType::Q5_K : use_more_bits(i, n_layer) ? DType::Q4_K : DType::Q3_K);
+    if (m == "Q3_K_M") return pick(i < n_layer / 16 ? DType::Q5_K : DType::Q4_K);  // Q3_K only for falcon
     if (m == "Q3_K_L") return pick(DType::Q5_K);
-    if ((m == "Q4_K_M" || m == "Q5_K_M") && use_more_bits(i, n_layer)) return pick(DType::Q6_K);
+    if (m == "Q4_K_M") return pick(use_more_bits(i, n_layer) ? DType::Q6_K : mix.base);
+    if ((m == "IQ4_NL" || m == "IQ4_XS") && i < n_layer / 8 && !has_imatrix) return pick(DType::Q5_K);
+    if (m == "Q5_K_M" && use_more_bits(i, n_layer)) return pick(DType::Q6_K);
     if (m == "Q4_K_S" && i < n_layer / 8) return pick(DType::Q5_K);
+    // Guards the first ffn_down layers of the legacy 4/5-bit types with an imatrix.
+    if ((m == "Q4_0" || m == "Q5_0") && has_imatrix && i < n_layer / 8)
+      return pick(m == "Q4_0" ? DType::Q4_1 : DType::Q5_1);
   }
   if (role.name == "attn_output") {
     if (m == "Q2_K") return pick(DType::Q3_K);
@@ -124,15 +138,21 @@ DType role_type(const QuantMix& mix, const Role& role, int n_layer, std::string*
   return mix.base;
 }
 
-// The closest type whose block fits a row of `n` values: the cheapest with at
-// least the wanted bits per weight, ending at F16 (which fits every row).
+// llama.cpp's fallback for a type whose block does not divide the row: the
+// 256-blocks to a 32-block type of about their size, then F16 when even that
+// does not fit.
 DType fallback_type(DType wanted, int64_t n) {
-  static const DType order[] = {DType::IQ4_NL, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                                DType::Q5_1,   DType::Q8_0, DType::F16};
-  for (DType t : order)
-    if (is_weight_target(t) && n % type_traits(t).block_size == 0 && bits_per_weight(t) >= bits_per_weight(wanted))
-      return t;
-  return DType::F16;
+  DType t = wanted;
+  switch (wanted) {
+    case DType::IQ4_XS: t = DType::IQ4_NL; break;
+    case DType::Q2_K:
+    case DType::Q3_K: t = DType::Q4_0; break;
+    case DType::Q4_K: t = DType::Q5_0; break;
+    case DType::Q5_K: t = DType::Q5_1; break;
+    case DType::Q6_K: t = DType::Q8_0; break;
+    default: break;
+  }
+  return n % type_traits(t).block_size == 0 ? t : DType::F16;
 }
 
 std::string shape_text(const std::array<int64_t, 4>& ne, int n_dims) {
@@ -196,9 +216,14 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
   for (const auto& [pattern, type] : opt.tensor_types)
     rules.push_back({user_regex(pattern, "--tensor-type"), pattern,
                      parse_type(type, "--tensor-type " + pattern + "=" + type)});
-  const int n_layer = static_cast<int>(in.try_int(in.try_string("general.architecture").value_or("llama") +
-                                                  ".block_count")
-                                           .value_or(0));
+  const std::string arch = in.try_string("general.architecture").value_or("llama");
+  ModelFacts facts;
+  facts.n_layer = static_cast<int>(in.try_int(arch + ".block_count").value_or(0));
+  const int64_t n_head = in.try_int(arch + ".attention.head_count").value_or(1);
+  const int64_t n_head_kv = in.try_int(arch + ".attention.head_count_kv").value_or(n_head);
+  facts.n_gqa = n_head_kv > 0 ? n_head / n_head_kv : 1;
+  facts.tied_output = in.find_tensor("output.weight") == nullptr;
+  const bool has_imatrix = !opt.imatrix_path.empty();
 
   for (const auto& t : in.tensors()) {
     TensorPlan p;
@@ -213,7 +238,9 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
       const Role role = role_of(t.name);
       DType want = mix->base;
       p.reason = "mix " + mix->name;
-      if (!opt.pure) want = role_type(*mix, role, n_layer, &p.reason);
+      // As llama.cpp: the mixes' rules are for quantized types only.
+      if (!opt.pure && type_traits(mix->base).is_quantized)
+        want = role_type(*mix, role, t.ne[0], facts, has_imatrix, &p.reason);
       if (role.name == "token_embd" && opt.token_embedding_type) {
         want = *opt.token_embedding_type;
         p.reason = "--token-embedding-type";
