@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cpu/elem.h"
 #include "backend/cpu/ops.h"
@@ -135,8 +137,16 @@ struct DotPlan {
   DType x_type;       // type the activation rows must be in
   bool convert_x;     // activations are converted into scratch
   size_t x_row_bytes;
+  DType round_type;  // F32 activations rounded through this type first (F32: not rounded)
   int64_t row_block;  // activation rows per cache block
 };
+
+// QLENS_CPU_ROUND_ACTIVATIONS=0 keeps F32 activations F32 on every path, to
+// compare with a backend whose kernels do not round them (Vulkan today).
+bool round_activations() {
+  const char* v = std::getenv("QLENS_CPU_ROUND_ACTIVATIONS");
+  return !(v && std::string(v) == "0");
+}
 
 DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
   const Tensor& a = *node.src[0];
@@ -149,7 +159,11 @@ DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
   // Several weight rows per call for a single activation row (generation).
   p.dot_rows = p.convert_rows || b.ne[1] != 1 ? nullptr : gk.dot_rows[static_cast<int>(a.type)];
   p.x_type = p.convert_rows ? DType::F32 : type_traits(a.type).vec_dot_type;
-  p.convert_x = p.x_type != DType::F32 || b.nb[0] != sizeof(float);
+  // ggml converts activations to the weight type's partner whatever kernel
+  // runs (an F16 cache view's queries and probabilities to F16 too); the
+  // F32 paths round them through it, so every path computes that function.
+  p.round_type = p.x_type == DType::F32 && round_activations() ? type_traits(a.type).vec_dot_type : DType::F32;
+  p.convert_x = p.x_type != DType::F32 || b.nb[0] != sizeof(float) || p.round_type != DType::F32;
   p.x_row_bytes = p.convert_x ? row_bytes(p.x_type, K) : b.nb[1];
   // Keep about 256 KiB of activation rows hot while weight rows stream past.
   const size_t x_bytes = std::max<size_t>(1, row_bytes(p.x_type, K));
@@ -162,6 +176,7 @@ size_t dot_scratch(const Tensor& node, const GemmKernels& gk) {
   const DotPlan p = dot_plan(node, gk);
   size_t bytes = align_up(s.K * sizeof(float));  // a converted weight or activation row
   if (p.convert_x) bytes += align_up(s.N * p.x_row_bytes);
+  if (p.round_type != DType::F32) bytes += align_up(row_bytes(p.round_type, s.K));
   return bytes;
 }
 
@@ -173,6 +188,8 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
   const DotPlan p = dot_plan(node, gk);
   float* row = reinterpret_cast<float*>(c.scratch);
   char* xbuf = c.scratch + align_up(s.K * sizeof(float));
+  char* rounded = xbuf + (p.convert_x ? align_up(s.N * p.x_row_bytes) : 0);
+  const TypeTraits& rt = type_traits(p.round_type);
   const FromFloatFn x_from_float = vo.from_float[static_cast<int>(p.x_type)];
   int64_t x_batch = -1;  // the batch whose activations are in xbuf
 
@@ -196,6 +213,10 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
           float* f = p.x_type == DType::F32 ? reinterpret_cast<float*>(dst) : row;
           row_to_f32(b, b.at(0, j, i12, i13), 0, s.K, f, vo);
           if (p.x_type != DType::F32) x_from_float(f, dst, s.K);
+          if (p.round_type != DType::F32) {
+            rt.from_float(f, rounded, s.K);
+            rt.to_float(rounded, f, s.K);
+          }
         }
       }
       x = xbuf;
@@ -269,10 +290,33 @@ size_t gemm_shared_bytes(const Shape& s, int nth, const GemmKernels& gk) {
   return gemm_shared(s, nth, gk) ? align_up(s.nbatch() * packed_rows(s, gk) * s.K * sizeof(float)) : 0;
 }
 
-// Panel of activation rows [p0, p0 + mr), elements [pc, pc + kc).
+// Panel of activation rows [p0, p0 + mr), elements [pc, pc + kc). With a
+// quantized partner type (the type the dot path converts activations to),
+// each row segment is rounded through it first, so that the prompt path
+// computes the same function as the dot path and as llama.cpp, whose kernels
+// quantize activations for every batch size (kc is a multiple of 256: the
+// partner's blocks never straddle a segment).
 void pack_activation_panel(const Tensor& b, int64_t i12, int64_t i13, int64_t N, int64_t p0, int64_t pc,
-                           int64_t kc, const GemmKernels& gk, float* panel) {
+                           int64_t kc, const GemmKernels& gk, DType partner, float* panel) {
   const int mr = gk.mr;
+  if (partner != DType::F32) {
+    const TypeTraits& pt = type_traits(partner);
+    const int64_t stride = static_cast<int64_t>(b.nb[0] / sizeof(float));
+    float seg[256];
+    alignas(64) uint8_t quantized[256 * 4];
+    for (int r = 0; r < mr; ++r) {
+      if (p0 + r >= N) {
+        for (int64_t k = 0; k < kc; ++k) panel[k * mr + r] = 0.0f;
+        continue;
+      }
+      const float* src = reinterpret_cast<const float*>(b.at(0, p0 + r, i12, i13)) + pc * stride;
+      for (int64_t k = 0; k < kc; ++k) seg[k] = src[k * stride];
+      pt.from_float(seg, quantized, kc);
+      pt.to_float(quantized, seg, kc);
+      for (int64_t k = 0; k < kc; ++k) panel[k * mr + r] = seg[k];
+    }
+    return;
+  }
   if (gk.pack_act && b.nb[0] == sizeof(float)) {
     gk.pack_act(b.at(0, p0, i12, i13), b.nb[1], std::min<int64_t>(mr, N - p0), pc, kc, panel);
     return;
@@ -287,6 +331,7 @@ void pack_activation_panel(const Tensor& b, int64_t i12, int64_t i13, int64_t N,
     }
   }
 }
+
 
 // Weight rows [m0, m1) (at most mc), elements [pc, pc + kc), converted to F32
 // into panels of nr rows, k-major (zero rows past m1).
@@ -355,6 +400,8 @@ void gemm_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gem
   GemmScratch sc;
   gemm_scratch_layout(s, c.nth, gk, c.scratch, &sc);
   const int64_t np = packed_rows(s, gk);
+  const DotPlan dp = dot_plan(node, gk);
+  const DType partner = !round_activations() ? DType::F32 : dp.x_type != DType::F32 ? dp.x_type : dp.round_type;
 
   if (gemm_shared(s, c.nth, gk)) {
     // All threads pack all activations once (panels split statically), then
@@ -367,7 +414,7 @@ void gemm_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gem
       const int64_t pc = (t / npanels % nblocks) * gk.kc;
       const int64_t p0 = t % npanels * gk.mr;
       const int64_t kc = std::min(gk.kc, s.K - pc);
-      pack_activation_panel(b, batch % s.B2, batch / s.B2, s.N, p0, pc, kc, gk,
+      pack_activation_panel(b, batch % s.B2, batch / s.B2, s.N, p0, pc, kc, gk, partner,
                             shared + batch * np * s.K + pc * np + p0 * kc);
     }
     c.barrier();
@@ -387,7 +434,7 @@ void gemm_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gem
     for (int64_t pc = 0; pc < s.K; pc += gk.kc) {
       const int64_t kc = std::min(gk.kc, s.K - pc);
       for (int64_t p0 = 0; p0 < np; p0 += gk.mr)
-        pack_activation_panel(b, i12, i13, s.N, p0, pc, kc, gk, sc.bp + p0 * kc);
+        pack_activation_panel(b, i12, i13, s.N, p0, pc, kc, gk, partner, sc.bp + p0 * kc);
       gemm_block(a, node, s, i12, i13, m0, m1, pc, kc, sc.bp, sc, gk, vo);
     }
   });
