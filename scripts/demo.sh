@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The main job, end to end, on a default model (stories260K from ../shared
-# when present, else a small model written by `qlens synth`):
+# The main job, end to end, on a default model: Gemma 3 270M's F32 reference
+# (scripts/fetch-gemma3.sh installs it; QLENS_DEMO_MODEL=stories picks the
+# small one), else stories260K from ../shared, else a small model written by
+# `qlens synth`:
 #   imatrix on calibration text -> sensitivity of every tensor -> a plan at a
 #   size budget -> quantize with the plan and with the uniform mix of the same
 #   size -> compare both with the original on held-out text -> the verdict.
@@ -13,17 +15,31 @@ mkdir -p "$work"
 [ -n "${QLENS_DEMO_DIR:-}" ] || trap 'rm -rf "$work"' EXIT
 threads=${QLENS_THREADS:-$(nproc)}
 
-if [ -f "$shared/models/stories260K.gguf" ]; then
+cache="${QLENS_CACHE:-$HOME/.cache/qlens}"
+gemma="$cache/gemma-3-270m-f32.gguf"
+wiki="$shared/data/wikitext-2-raw/wiki.test.raw"
+if [ -f "$gemma" ] && [ -f "$wiki" ] && [ "${QLENS_DEMO_MODEL:-gemma3}" = gemma3 ]; then
+  # Sized for about 10 minutes on 2 cores: a 262,144-token output matrix
+  # makes every pass cost; sensitivity in noise mode (one pass per tensor,
+  # types predicted from the fit) on 2 chunks of 128, the budget at 4.5 bits
+  # per weight (about llama.cpp's Q3_K_M of this model).
+  echo "== Gemma 3 270M, F32 reference of the published Q4_K_M ($gemma)"
+  echo "   imatrix 6 x 512 tokens, sensitivity --mode noise 2 x 128, plan at 4.5 bpw, validation 2 x 512"
+  model="$gemma"
+  full_text="$wiki"
+  ctx=512 chunks=6 sens_ctx=128 sens_chunks=2 sens_mode=noise bpw=4.5 val_chunks=2
+elif [ -f "$shared/models/stories260K.gguf" ]; then
   model="$shared/models/stories260K.gguf"
   full_text="$shared/data/tinystories/tinystories_val.txt"
-  ctx=128 chunks=400 sens_chunks=4 bpw=7.2
+  echo "== stories260K ($model)"
+  ctx=128 chunks=400 sens_ctx=128 sens_chunks=4 sens_mode=quant bpw=7.2 val_chunks=400
 else
   echo "== ../shared is absent: using a synthetic model (qlens synth --preset tiny)"
   model="$work/synth-tiny.gguf"
   "$qlens" synth --preset tiny --type F32 -o "$model"
   full_text="$work/text.txt"
   for i in $(seq 1 3000); do echo "the quick brown fox $i jumps over the lazy dog and runs home."; done > "$full_text"
-  ctx=64 chunks=100 sens_chunks=2 bpw=7
+  ctx=64 chunks=100 sens_ctx=64 sens_chunks=2 sens_mode=quant bpw=7 val_chunks=100
 fi
 # Calibration and held-out halves, split at a line break.
 python3 - "$full_text" "$work/calibration.txt" "$work/held-out.txt" <<'PY'
@@ -40,16 +56,18 @@ step "qlens imatrix: importance of every weight's input columns, on the calibrat
   --no-ppl -o "$work/imatrix.gguf"
 
 step "qlens sensitivity: ΔKLD of the output when only one tensor is quantized, per tensor and type"
-"$qlens" sensitivity -m "$model" -f "$work/calibration.txt" -c "$ctx" --chunks "$sens_chunks" -t "$threads" \
+"$qlens" sensitivity -m "$model" -f "$work/calibration.txt" -c "$sens_ctx" -b "$sens_ctx" --chunks "$sens_chunks" \
+  --mode "$sens_mode" -t "$threads" \
   --imatrix "$work/imatrix.gguf" --json "$work/sensitivity.json" --top 10
 
 step "qlens plan --target-bpw $bpw --validate: the plan, then the plan against uniform mixes of its size"
 "$qlens" plan --sensitivity "$work/sensitivity.json" --target-bpw "$bpw" -o "$work/plan.txt" \
-  --validate -f "$work/held-out.txt" -c "$ctx" --chunks "$chunks" --imatrix "$work/imatrix.gguf" -t "$threads" \
+  --validate -f "$work/held-out.txt" -c "$ctx" --chunks "$val_chunks" --imatrix "$work/imatrix.gguf" -t "$threads" \
   --work-dir "$work" | sed -n '/^size:/,$p'
 
 step "qlens compare: where the plan's model deviates from the original (held-out text)"
-"$qlens" compare --ref "$model" -m "$work/validate-plan.gguf" -f "$work/held-out.txt" -c "$ctx" --chunks 20 \
+"$qlens" compare --ref "$model" -m "$work/validate-plan.gguf" -f "$work/held-out.txt" -c "$ctx" \
+  --chunks "$(( val_chunks < 20 ? val_chunks : 20 ))" \
   -t "$threads" --top 5 | sed -n '/Where the error grows/,$p'
 echo
 echo "(files of this run: $work; set QLENS_DEMO_DIR to keep them)"

@@ -14,6 +14,17 @@ std::string shared_path(const std::string& relative) {
   return std::filesystem::exists(p) ? p.string() : std::string();
 }
 
+std::string cache_path(const std::string& name) {
+  const char* env = std::getenv("QLENS_CACHE");
+  const char* home = std::getenv("HOME");
+  std::filesystem::path dir = env && *env ? std::filesystem::path(env)
+                              : home      ? std::filesystem::path(home) / ".cache" / "qlens"
+                                          : std::filesystem::path();
+  if (dir.empty()) return "";
+  std::filesystem::path p = dir / name;
+  return std::filesystem::exists(p) ? p.string() : std::string();
+}
+
 namespace {
 struct TempRoot {
   std::filesystem::path path;

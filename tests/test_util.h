@@ -1,6 +1,7 @@
 // Helpers shared by the test suites.
 #pragma once
 
+#include <cstdlib>
 #include <string>
 
 namespace qlens::test {
@@ -13,6 +14,29 @@ std::string shared_path(const std::string& relative);
   const std::string var = ::qlens::test::shared_path(relative);                         \
   if (var.empty()) GTEST_SKIP() << "needs ../shared/" << (relative)                     \
                                 << " (the shared data folder is absent; see DATA.md)"
+
+// Path of a file in qlens's model cache ($QLENS_CACHE, else ~/.cache/qlens),
+// where scripts/fetch-gemma3.sh installs Gemma 3 270M; "" when absent.
+std::string cache_path(const std::string& name);
+constexpr const char* kGemma3 = "gemma-3-270m-q4_k_m.gguf";
+constexpr const char* kGemma3F32 = "gemma-3-270m-f32.gguf";
+
+#define QLENS_REQUIRE_CACHED(var, name)                                                          \
+  const std::string var = ::qlens::test::cache_path(name);                                      \
+  if (var.empty()) GTEST_SKIP() << "needs " << (name) << " in the model cache (~/.cache/qlens); " \
+                                << "scripts/fetch-gemma3.sh installs it (make test runs it)"
+
+// Sets an environment variable for the life of the object.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
 
 // A fresh temporary directory for this test (removed at process exit).
 std::string temp_dir();

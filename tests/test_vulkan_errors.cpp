@@ -36,15 +36,7 @@ TEST(VulkanErrors, Buffers) {
   EXPECT_THROW(vulkan_backend()->alloc_buffer(size_t{1} << 50), Error);  // 1 PiB: out of memory, an Error
 }
 
-// Sets an environment variable for the life of the object.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
+using test::ScopedEnv;
 
 std::string error_of(const std::function<void()>& f) {
   try {

@@ -209,6 +209,9 @@ TEST(VulkanModel, CompareOnOneDeviceEqualsTheCpu) {
   tools::quantize_model(path, q8, qo, log);
   auto m = Model::load(path), t = Model::load(q8);
   const auto tokens = m->vocab().tokenize(read_text_file(text_path), true);
+  // The CPU rounds F32 activations through the weights' partner type (Q8_0)
+  // as ggml does; the Vulkan kernels do not yet: compare like with like.
+  test::ScopedEnv exact("QLENS_CPU_ROUND_ACTIVATIONS", "0");
   tools::CompareOptions co;
   co.cache_type = DType::F32;
   co.n_ctx = 128;

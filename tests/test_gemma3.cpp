@@ -1,0 +1,224 @@
+// Gemma 3 end to end: the real 270M model (Q4_K_M as published, installed in
+// the model cache by scripts/fetch-gemma3.sh) and the synthetic gemma3 model
+// of ../shared/reference/synth, against llama.cpp 0c1e570's outputs on them:
+// every node of its eval-callback dump, greedy text, perplexity.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include "core/text_file.h"
+#include "eval_dump.h"
+#include "qlens/error.h"
+#include "qlens/gguf.h"
+#include "qlens/model.h"
+#include "test_util.h"
+#include "tools/generate.h"
+#include "tools/perplexity.h"
+#include "tools/quantize.h"
+
+namespace qlens {
+namespace {
+
+using test::kGemma3;
+
+bool slow_tests_enabled() {
+  const char* v = std::getenv("QLENS_SLOW_TESTS");
+  return !(v && std::string(v) == "0");
+}
+
+// At 0c1e570 llama.cpp names the embedding "embd" and, with flash attention,
+// the attention result before attn_output "kqv_out"; qlens names them as its
+// other architectures do.
+const std::map<std::string, std::string> kAliases = {{"embd", "inp_embd"}, {"kqv_out", "kqv_merged_cont* (reshaped)"}};
+
+// Runs `prompt` through the model with every node kept and compares it with
+// the dump; returns the matches.
+std::vector<test::NodeMatch> compare_with_dump(const std::string& model_path, const std::string& dump_path,
+                                               const std::string& prompt) {
+  auto ref = test::parse_eval_dump(dump_path);
+  auto m = Model::load(model_path);
+  auto tokens = m->vocab().tokenize(prompt, true);
+  ContextOptions opt;
+  opt.n_ctx = 256;
+  opt.keep_intermediates = true;
+  Context ctx(*m, opt);
+  std::vector<test::NodeMatch> matches;
+  ctx.set_observer([&](const Graph& g) {
+    std::vector<const Tensor*> nodes(g.nodes().begin(), g.nodes().end());
+    matches = test::match_eval_dump(ref, nodes, kAliases);
+  });
+  ctx.decode(tokens, false);  // as llama.cpp's dump: the last token's logits only
+  return matches;
+}
+
+void expect_close(const std::vector<test::NodeMatch>& matches, double value_tol, double sum_tol,
+                  const std::vector<std::string>& must) {
+  const test::NodeMatch* worst = nullptr;
+  std::set<std::string> names;
+  const bool verbose = std::getenv("QLENS_DUMP_VERBOSE") != nullptr;
+  for (const auto& m : matches) {
+    if (verbose) std::printf("%-24s value %.3g (%g vs %g)  sum %.3g\n", m.name.c_str(), m.worst_value_rel, m.worst_ours, m.worst_ref, m.sum_rel);
+    names.insert(m.name);
+    EXPECT_LE(m.worst_value_rel, value_tol) << m.name << ": " << m.worst_ours << " vs " << m.worst_ref;
+    EXPECT_LE(m.sum_rel, sum_tol) << m.name << " sum";
+    if (!worst || m.worst_value_rel > worst->worst_value_rel) worst = &m;
+  }
+  for (const auto& n : must) EXPECT_TRUE(names.count(n)) << n << " was not compared";
+  ASSERT_TRUE(worst);
+  std::printf("compared %zu nodes; worst %s: %g relative (%g vs %g)\n", matches.size(), worst->name.c_str(),
+              worst->worst_value_rel, worst->worst_ours, worst->worst_ref);
+}
+
+TEST(Gemma3Synth, HyperParametersAsLlamaCppReadsThem) {
+  QLENS_REQUIRE_SHARED(path, "reference/synth/gemma3.gguf");
+  auto m = Model::load(path);
+  const HParams& hp = m->hparams();
+  EXPECT_EQ(hp.n_layer, 4);
+  EXPECT_EQ(hp.head_dim, 64);
+  EXPECT_EQ(hp.n_embd_q(), 256);
+  EXPECT_EQ(hp.n_swa, 32);
+  EXPECT_EQ(hp.swa_layers, (std::vector<bool>{true, true, false, true}));
+  EXPECT_FLOAT_EQ(hp.rope_base(0), 1e4f);
+  EXPECT_FLOAT_EQ(hp.rope_base(2), 1e6f);
+  EXPECT_FLOAT_EQ(hp.rope_scale(2), 0.125f);
+  EXPECT_FLOAT_EQ(hp.rope_scale(1), 1.0f);
+  EXPECT_EQ(hp.rope_mode, RopeMode::NeoX);
+  EXPECT_TRUE(m->output_is_tied());
+}
+
+TEST(Gemma3Synth, EveryNodeMatchesLlamaCppDump) {
+  QLENS_REQUIRE_SHARED(path, "reference/synth/gemma3.gguf");
+  QLENS_REQUIRE_SHARED(dump, "reference/synth/gemma3.eval-callback.txt");
+  auto matches = compare_with_dump(path, dump, "Once upon a time");
+  expect_close(matches, 2e-3, 5e-3,
+               {"embd", "inp_scaled", "attn_norm-0", "Qcur_normed-0", "Kcur_normed-0", "attn_post_norm-0", "sa_out-0",
+                "ffn_geglu-0", "ffn_post_norm-0", "l_out-0", "l_out-3", "result_norm", "result_output"});
+}
+
+TEST(Gemma3Synth, PerplexityMatchesLlamaCpp) {
+  QLENS_REQUIRE_SHARED(path, "reference/synth/gemma3.gguf");
+  QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
+  auto m = Model::load(path);
+  tools::PerplexityOptions opt;
+  opt.n_ctx = 128;
+  opt.n_batch = 128;
+  opt.max_chunks = 8;
+  const std::string text = read_text_file(text_path).substr(0, 200000);
+  auto r = tools::perplexity(*m, m->vocab().tokenize(text, true), opt);
+  // llama.cpp: "Final estimate: PPL = 979.7156 +/- 48.37464"; 128-token
+  // chunks pass the 32-token window, so this checks the sliding layers.
+  EXPECT_NEAR(r.ppl, 979.7156, 979.7156 * 1e-4);
+}
+
+TEST(Gemma3Synth, GreedyTextMatchesLlamaCpp) {
+  QLENS_REQUIRE_SHARED(path, "reference/synth/gemma3.gguf");
+  QLENS_REQUIRE_SHARED(greedy, "reference/synth/gemma3.greedy.txt");
+  auto m = Model::load(path);
+  tools::GenerateOptions opt;
+  opt.n_predict = 24;
+  opt.sampler.temperature = 0;
+  auto r = tools::generate(*m, "Once upon a time", opt);
+  // llama-completion echoes the prompt with SentencePiece's leading space,
+  // and ends its output with a blank line.
+  std::string expected = read_text_file(greedy);
+  while (!expected.empty() && expected.back() == '\n') expected.pop_back();
+  EXPECT_EQ(" Once upon a time" + r.text, expected);
+}
+
+// The real model's deep layers amplify rounding: llama.cpp's own dumps of
+// this prompt with flash attention on and off differ by 15-20% at l_out-17
+// (795.26 vs 685.69 in its first value), so only the nodes before the first
+// attention can be held to its print precision; after it, every node is held
+// to the size of that amplified noise and the logits to 1% of their scale.
+// (With the F32 reference, F32 cache and flash attention off on both sides,
+// qlens and llama.cpp agree within 3.4e-3 at every node.)
+TEST(Gemma3, EveryNodeMatchesLlamaCppDump) {
+  QLENS_REQUIRE_CACHED(path, kGemma3);
+  QLENS_REQUIRE_SHARED(dump, "reference/gemma3-270m-eval-callback.txt");
+  auto matches = compare_with_dump(path, dump, "The capital of France is");
+  bool before_attention = true;
+  for (const auto& m : matches) {
+    if (m.name.rfind("kqv_out", 0) == 0) before_attention = false;
+    if (before_attention) {
+      EXPECT_LE(m.worst_value_rel, 2e-3) << m.name;
+    }
+    if (m.name == "result_output") {
+      EXPECT_LE(m.worst_value_rel, 1e-2);
+    }
+  }
+  expect_close(matches, 0.5, 0.5, {"embd", "inp_scaled", "Qcur_normed-0", "kqv_out-0", "attn_post_norm-0",
+                                   "ffn_geglu-0", "l_out-17", "result_output"});
+}
+
+TEST(Gemma3, GreedyTextMatchesLlamaCpp) {
+  QLENS_REQUIRE_CACHED(path, kGemma3);
+  auto m = Model::load(path);
+  tools::GenerateOptions opt;
+  opt.n_predict = 48;
+  opt.sampler.temperature = 0;
+  auto r = tools::generate(*m, "The capital of France is", opt);
+  const std::string llama_cpp =
+      " the capital of the country of France. It is the largest city in France. It is the capital of the "
+      "country of France. It is the largest city in France. It is the capital of the country of France. It "
+      "is the largest";
+  // The 21st token is a near-tie: ' the' and ' located' are within 0.13
+  // logits of each other in qlens (0.03 to 0.13 depending on the batch
+  // path), and qlens's single-token path picks ' located' where llama.cpp
+  // picks ' the'. The text up to there is the same.
+  const std::string common = " the capital of the country of France. It is the largest city in France. It is";
+  EXPECT_EQ(r.text.substr(0, common.size()), common) << r.text;
+  if (r.text != llama_cpp) std::printf("diverges after the near-tie: %s\n", r.text.c_str());
+}
+
+TEST(Gemma3, PerplexityMatchesLlamaCpp) {
+  if (!slow_tests_enabled()) GTEST_SKIP() << "QLENS_SLOW_TESTS=0";
+  QLENS_REQUIRE_CACHED(path, kGemma3);
+  QLENS_REQUIRE_SHARED(wiki, "data/wikitext-2-raw/wiki.test.raw");
+  std::string text;
+  {
+    std::istringstream in(read_text_file(wiki));
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n)
+      if (n >= 2201) text += line + "\n";
+  }
+  auto m = Model::load(path);
+  tools::PerplexityOptions opt;
+  opt.n_ctx = 512;
+  opt.n_batch = 512;
+  opt.max_chunks = 20;
+  auto r = tools::perplexity(*m, m->vocab().tokenize(text, true), opt);
+  // llama.cpp 0c1e570: PPL = 19.3636 +/- 0.82404.
+  EXPECT_NEAR(r.ppl, 19.3636, 19.3636 * 1e-3);
+}
+
+// llama.cpp's Q4_K_M rules on the F32 reference give every tensor the type
+// of the published file (which llama.cpp made from the original weights):
+// the tied embedding takes the output's Q6_K, falling back to Q8_0 (640 is
+// no multiple of 256), attn_v and ffn_down Q6_K on the use-more-bits layers
+// (attn_v falls back to Q8_0), Q4_K to Q5_0 on 640-wide rows.
+TEST(Gemma3, Q4KMPlanOfTheF32ReferenceIsThePublishedFile) {
+  QLENS_REQUIRE_CACHED(published_path, kGemma3);
+  QLENS_REQUIRE_CACHED(reference_path, test::kGemma3F32);
+  auto published = gguf::File::open(published_path);
+  auto reference = gguf::File::open(reference_path);
+  tools::QuantizeOptions opt;
+  opt.mix = "Q4_K_M";
+  const tools::QuantizePlan plan = tools::plan_quantization(*reference, opt);
+  size_t published_bytes = 0;
+  for (const auto& t : published->tensors()) published_bytes += t.nbytes;
+  EXPECT_EQ(published_bytes, 246587904u);
+  ASSERT_EQ(plan.tensors.size(), published->tensors().size());
+  for (const auto& p : plan.tensors) {
+    const gguf::TensorInfo* t = published->find_tensor(p.name);
+    ASSERT_TRUE(t) << p.name;
+    EXPECT_EQ(p.to, t->type) << p.name << ": " << type_name(p.to) << " (" << p.reason << "), published "
+                             << type_name(t->type);
+  }
+  EXPECT_EQ(plan.total_bytes, published_bytes);
+}
+
+}  // namespace
+}  // namespace qlens
