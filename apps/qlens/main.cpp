@@ -27,7 +27,7 @@ constexpr Command kCommands[] = {
     {"sensitivity", qlens::cli::cmd_sensitivity, "how much each tensor matters: KL divergence when only it is quantized"},
     {"plan", qlens::cli::cmd_plan, "choose a type per tensor under a size budget from a sensitivity table"},
     {"devices", qlens::cli::cmd_devices, "list the devices models can run on (cpu, vulkan:N)"},
-    {"synth", qlens::cli::cmd_synth, "write a llama model with random weights of realistic shapes"},
+    {"synth", qlens::cli::cmd_synth, "write a model of any architecture with random weights of realistic shapes"},
 };
 
 void usage(FILE* out) {

@@ -3,18 +3,106 @@
 #include <cmath>
 #include <memory>
 
+#include "model/arch/architecture.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
 
 namespace qlens::tools {
 
 const std::vector<SynthPreset>& synth_presets() {
+  // Smallest first within an architecture: --arch alone picks the first.
   static const std::vector<SynthPreset> presets = {
-      {"tiny", 64, 128, 2, 4, 2, 512, 256, true},
-      {"160m", 768, 2048, 12, 12, 12, 32000, 2048, false},
-      {"1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, false},
+      {.name = "tiny", .arch = "llama", .n_embd = 64, .n_ff = 128, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+       .n_vocab = 512, .n_ctx = 256, .tied_output = true},
+      {.name = "160m", .arch = "llama", .n_embd = 768, .n_ff = 2048, .n_layer = 12, .n_head = 12, .n_head_kv = 12,
+       .n_vocab = 32000, .n_ctx = 2048},
+      {.name = "1.1b", .arch = "llama", .n_embd = 2048, .n_ff = 5632, .n_layer = 22, .n_head = 32, .n_head_kv = 4,
+       .n_vocab = 32000, .n_ctx = 2048},
+      // Gemma 3 in small (the shapes of ../shared/reference/synth/gemma3.gguf):
+      // heads wider than n_embd / n_head, a window shorter than the context
+      // and a global layer inside the stack, as in the real models, so every
+      // Gemma 3 path runs in a test.
+      {.name = "gemma3-tiny", .arch = "gemma3", .n_embd = 128, .n_ff = 256, .n_layer = 4, .n_head = 4,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .tied_output = true, .head_dim = 64,
+       .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 32, .swa_period = 3, .rope_freq_base_swa = 1e4f},
+      // google/gemma-3-270m's shapes and hyper-parameters.
+      {.name = "gemma3-270m", .arch = "gemma3", .n_embd = 640, .n_ff = 2048, .n_layer = 18, .n_head = 4,
+       .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
+       .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},
   };
   return presets;
+}
+
+const SynthPreset& find_synth_preset(const std::string& name, const std::string& arch) {
+  const auto& presets = synth_presets();
+  auto names_of = [&](const std::string& of_arch) {
+    std::string names;
+    for (const auto& p : presets)
+      if (of_arch.empty() || p.arch == of_arch)
+        names += (names.empty() ? "" : ", ") + p.name + (of_arch.empty() ? " (" + p.arch + ")" : "");
+    return names;
+  };
+  if (name.empty()) {
+    for (const auto& p : presets)
+      if (arch.empty() || p.arch == arch) return p;
+    throw Error("synth: no preset of architecture '" + arch + "' (presets: " + names_of("") + ")");
+  }
+  for (const auto& p : presets) {
+    if (p.name != name) continue;
+    if (!arch.empty() && p.arch != arch) {
+      const std::string others = names_of(arch);
+      throw Error("synth: preset '" + name + "' is a " + p.arch + " model, not " + arch + " (" +
+                  (others.empty() ? "no " + arch + " presets" : arch + " presets: " + others) + ")");
+    }
+    return p;
+  }
+  throw Error("synth: unknown preset '" + name + "' (known: " + names_of("") + ")");
+}
+
+HParams synth_hparams(const SynthPreset& p) {
+  HParams hp;
+  hp.arch = p.arch;
+  hp.n_vocab = p.n_vocab;
+  hp.n_ctx_train = p.n_ctx;
+  hp.n_embd = p.n_embd;
+  hp.n_ff = p.n_ff;
+  hp.n_layer = p.n_layer;
+  hp.n_head = p.n_head;
+  hp.n_head_kv = p.n_head_kv;
+  hp.head_dim = p.head_dim > 0 ? p.head_dim : p.n_embd / p.n_head;
+  hp.n_rot = hp.head_dim;  // rope turns whole heads in every preset
+  hp.rms_eps = p.rms_eps;
+  hp.rope_freq_base = p.rope_freq_base;
+  if (p.n_swa > 0) {
+    if (p.swa_period < 1) throw Error("synth: preset '" + p.name + "' has a sliding window but no layer pattern");
+    hp.n_swa = p.n_swa;
+    hp.swa_layers.resize(p.n_layer);
+    for (int64_t il = 0; il < p.n_layer; ++il) hp.swa_layers[il] = il % p.swa_period < p.swa_period - 1;
+    hp.rope_freq_base_swa = p.rope_freq_base_swa;
+  }
+  return hp;
+}
+
+std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output) {
+  const Architecture* arch = find_architecture(hp.arch);
+  if (!arch) throw Error("synth: unknown architecture '" + hp.arch + "'");
+  auto tensor = [](const TensorSpec& spec, int layer) {
+    int n_dims = kMaxDims;
+    while (n_dims > 1 && spec.ne[n_dims - 1] == 1) --n_dims;
+    return SynthTensor{tensor_name(spec.role, layer), spec.role, layer, spec.ne, n_dims};
+  };
+  // The order the graph reads them in, which is also that of the files synth
+  // wrote before it read the table (kept byte for byte): what comes before
+  // the layers (the embedding, read by get_rows), the layers, the output.
+  std::vector<SynthTensor> plan, after_layers;
+  for (const TensorSpec& spec : arch->tensors(hp, -1)) {
+    if (spec.role == Role::Output && tied_output) continue;
+    (role_info(spec.role).reader == Op::GetRows ? plan : after_layers).push_back(tensor(spec, -1));
+  }
+  for (int il = 0; il < hp.n_layer; ++il)
+    for (const TensorSpec& spec : arch->tensors(hp, il)) plan.push_back(tensor(spec, il));
+  plan.insert(plan.end(), after_layers.begin(), after_layers.end());
+  return plan;
 }
 
 namespace {
@@ -74,6 +162,10 @@ void generated_vocab(gguf::Writer& w, int64_t n_vocab) {
   // Three-letter pieces only when a large vocabulary asks for them.
   for (size_t i = 0; pieces.size() < static_cast<size_t>(n_vocab) && i < letters.size() * letters.size(); ++i)
     for (char c : letters) pieces.push_back(mark + letters[i / letters.size()] + letters[i % letters.size()] + c);
+  const size_t n_fixed = tokens.size();  // the special and byte tokens
+  if (n_vocab < static_cast<int64_t>(n_fixed) || static_cast<size_t>(n_vocab) > n_fixed + pieces.size())
+    throw Error("synth: a generated vocabulary has " + std::to_string(n_fixed) + " to " +
+                std::to_string(n_fixed + pieces.size()) + " tokens, not " + std::to_string(n_vocab));
   for (size_t i = 0; tokens.size() < static_cast<size_t>(n_vocab); ++i) {
     tokens.push_back(pieces.at(i));
     types.push_back(1);
@@ -104,71 +196,56 @@ int64_t copied_vocab(gguf::Writer& w, const std::string& path) {
 }  // namespace
 
 int64_t synth_model(const SynthOptions& opt, const std::string& path) {
-  const SynthPreset* preset = nullptr;
-  for (const auto& p : synth_presets())
-    if (p.name == opt.preset) preset = &p;
-  if (!preset) {
-    std::string names;
-    for (const auto& p : synth_presets()) names += (names.empty() ? "" : ", ") + p.name;
-    throw Error("synth: unknown preset '" + opt.preset + "' (known: " + names + ")");
-  }
+  const SynthPreset& preset = find_synth_preset(opt.preset, opt.arch);
   if (opt.type != DType::F32 && opt.type != DType::F16 && opt.type != DType::BF16)
     throw Error("synth: --type must be F32, F16 or BF16");
-  SynthPreset p = *preset;
+  if (opt.n_vocab < 0) throw Error("synth: vocabulary size " + std::to_string(opt.n_vocab) + " is negative");
+  if (opt.n_vocab > 0 && !opt.vocab_file.empty())
+    throw Error("synth: a vocabulary size and a vocabulary file to copy exclude each other");
+  HParams hp = synth_hparams(preset);
+  if (opt.n_vocab > 0) hp.n_vocab = opt.n_vocab;
+  const Architecture* arch = find_architecture(hp.arch);
+  if (!arch) throw Error("synth: preset '" + preset.name + "' names unknown architecture '" + hp.arch + "'");
 
+  // general.*, the architecture's keys, the tokenizer's, the vocabulary
+  // size: the order of the files synth wrote before it read the table (kept
+  // byte for byte). write_common_hparams sets general.architecture again, in
+  // place.
   gguf::Writer w;
-  w.set("general.architecture", gguf::Value::make_string("llama"));
-  w.set("general.name", gguf::Value::make_string("qlens-synth-" + p.name));
+  w.set("general.architecture", gguf::Value::make_string(hp.arch));
+  w.set("general.name", gguf::Value::make_string("qlens-synth-" + preset.name));
   w.set("general.file_type", gguf::Value::make_u32(opt.type == DType::F32 ? 0 : opt.type == DType::F16 ? 1 : 32));
-  w.set("llama.context_length", gguf::Value::make_u32(static_cast<uint32_t>(p.n_ctx)));
-  w.set("llama.embedding_length", gguf::Value::make_u32(static_cast<uint32_t>(p.n_embd)));
-  w.set("llama.feed_forward_length", gguf::Value::make_u32(static_cast<uint32_t>(p.n_ff)));
-  w.set("llama.block_count", gguf::Value::make_u32(static_cast<uint32_t>(p.n_layer)));
-  w.set("llama.attention.head_count", gguf::Value::make_u32(static_cast<uint32_t>(p.n_head)));
-  w.set("llama.attention.head_count_kv", gguf::Value::make_u32(static_cast<uint32_t>(p.n_head_kv)));
-  w.set("llama.rope.dimension_count", gguf::Value::make_u32(static_cast<uint32_t>(p.n_embd / p.n_head)));
-  w.set("llama.attention.layer_norm_rms_epsilon", gguf::Value::make_f32(1e-5f));
-  w.set("llama.rope.freq_base", gguf::Value::make_f32(10000.0f));
+  write_common_hparams(w, hp);
+  arch->write_hparams(w, hp);
   if (!opt.vocab_file.empty())
-    p.n_vocab = copied_vocab(w, opt.vocab_file);
+    hp.n_vocab = copied_vocab(w, opt.vocab_file);
   else
-    generated_vocab(w, p.n_vocab);
-  w.set("llama.vocab_size", gguf::Value::make_u32(static_cast<uint32_t>(p.n_vocab)));
+    generated_vocab(w, hp.n_vocab);
+  w.set(hp.arch + ".vocab_size", gguf::Value::make_u32(static_cast<uint32_t>(hp.n_vocab)));
 
   Rng rng(opt.seed);
   std::vector<std::unique_ptr<std::vector<uint8_t>>> buffers;  // keep data alive until write
   int64_t n_params = 0;
-  auto add = [&](const std::string& name, std::vector<int64_t> ne, float stddev, bool is_norm) {
-    const int64_t n = ne[0] * (ne.size() > 1 ? ne[1] : 1);
+  for (const SynthTensor& t : synth_tensor_plan(hp, preset.tied_output)) {
+    int64_t n = 1;
+    for (int d = 0; d < t.n_dims; ++d) n *= t.ne[d];
+    // A norm's scale (what the graph multiplies by element-wise) starts near
+    // 1 and stays F32, the type element-wise kernels read.
+    const bool is_norm = role_info(t.role).reader == Op::Mul;
+    // GPT-2-style initial scale for the embedding and the output: logits stay
+    // small, so an untrained model's perplexity is near its vocabulary size.
+    // Other matrices: N(0, 1/fan_in), so activations keep their scale.
+    const bool is_vocab_matrix = t.role == Role::TokenEmbd || t.role == Role::Output;
+    const float stddev = is_vocab_matrix ? 0.02f : 1.0f / std::sqrt(static_cast<float>(t.ne[0]));
     const DType type = is_norm ? DType::F32 : opt.type;
     std::vector<float> values(n);
     for (float& v : values) v = is_norm ? 1.0f + 0.1f * rng.normal() : stddev * rng.normal();
     auto bytes = std::make_unique<std::vector<uint8_t>>(row_bytes(type, n));
     type_traits(type).from_float(values.data(), bytes->data(), n);
-    w.add_tensor(name, type, ne, bytes->data(), bytes->size());
+    w.add_tensor(t.name, type, std::span<const int64_t>(t.ne.data(), t.n_dims), bytes->data(), bytes->size());
     buffers.push_back(std::move(bytes));
     n_params += n;
-  };
-  const int64_t E = p.n_embd, KV = p.n_embd / p.n_head * p.n_head_kv;
-  // GPT-2-style initial scale for embeddings and the output: logits stay small,
-  // so an untrained model's perplexity is near its vocabulary size.
-  const float s_embd = 0.02f;
-  add("token_embd.weight", {E, p.n_vocab}, s_embd, false);
-  for (int64_t il = 0; il < p.n_layer; ++il) {
-    const std::string b = "blk." + std::to_string(il) + ".";
-    const float s_in = 1.0f / std::sqrt(static_cast<float>(E));
-    add(b + "attn_norm.weight", {E}, 0, true);
-    add(b + "attn_q.weight", {E, E}, s_in, false);
-    add(b + "attn_k.weight", {E, KV}, s_in, false);
-    add(b + "attn_v.weight", {E, KV}, s_in, false);
-    add(b + "attn_output.weight", {E, E}, s_in, false);
-    add(b + "ffn_norm.weight", {E}, 0, true);
-    add(b + "ffn_gate.weight", {E, p.n_ff}, s_in, false);
-    add(b + "ffn_up.weight", {E, p.n_ff}, s_in, false);
-    add(b + "ffn_down.weight", {p.n_ff, E}, 1.0f / std::sqrt(static_cast<float>(p.n_ff)), false);
   }
-  add("output_norm.weight", {E}, 0, true);
-  if (!p.tied_output) add("output.weight", {E, p.n_vocab}, s_embd, false);
   w.write(path);
   return n_params;
 }

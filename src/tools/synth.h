@@ -1,31 +1,72 @@
-// Synthetic llama models: real shapes, random weights, a working vocabulary.
-// For tests and benchmarks where the numbers need not mean anything but the
-// shapes, types and file layout must be those of real models.
+// Synthetic models of any architecture qlens runs: real shapes, random
+// weights, a working vocabulary. For tests and benchmarks where the numbers
+// need not mean anything but the shapes, types, metadata and file layout must
+// be those of real models. The tensors are the architecture's table
+// (src/model/arch/), so a synthetic file loads exactly as a real one does.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "qlens/model.h"
 #include "qlens/types.h"
 
 namespace qlens::tools {
 
 struct SynthPreset {
-  std::string name;
-  int64_t n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx;
-  bool tied_output;
+  std::string name;  // unique across architectures: --preset alone selects one
+  std::string arch;  // general.architecture ("llama", "gemma3")
+  int64_t n_embd = 0, n_ff = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_vocab = 0, n_ctx = 0;
+  bool tied_output = false;  // no output.weight: the output is the token embedding
+  int64_t head_dim = 0;      // 0: n_embd / n_head
+  float rope_freq_base = 10000.0f;
+  float rms_eps = 1e-5f;
+  // Sliding-window attention (n_swa > 0): every swa_period-th (>= 1) layer
+  // (swa_period - 1, 2 * swa_period - 1, ...) is global, the others see the
+  // n_swa latest positions and rotate with the local base.
+  int64_t n_swa = 0;
+  int64_t swa_period = 0;
+  float rope_freq_base_swa = 10000.0f;
 };
 
 const std::vector<SynthPreset>& synth_presets();
 
+// The preset named `name`; when `arch` is not empty the preset must be of
+// that architecture. An empty name with an architecture picks its first
+// (smallest) preset. Throws an Error naming the known presets otherwise.
+const SynthPreset& find_synth_preset(const std::string& name, const std::string& arch = "");
+
+// The hyper-parameters a preset's file holds (as Model::load reads them back,
+// but for what the architecture derives without a key, such as rope mode).
+HParams synth_hparams(const SynthPreset& preset);
+
+// One tensor of a synthetic file, in the order it is written.
+struct SynthTensor {
+  std::string name;  // "blk.0.attn_q.weight"
+  Role role;
+  int layer;  // -1 for the global tensors
+  std::array<int64_t, kMaxDims> ne;
+  int n_dims;  // trailing dimensions of 1 dropped, as converters write them
+};
+
+// What synth_model writes for these hyper-parameters: the architecture's
+// table, the embedding first, then the layers, then the output tensors
+// (output.weight only when not tied).
+std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output);
+
 struct SynthOptions {
   std::string preset = "tiny";
+  std::string arch;  // optional: the preset must be of this architecture
   DType type = DType::F16;  // type of the 2-D weights; norms stay F32
   uint64_t seed = 42;
   // GGUF file whose tokenizer.* metadata to copy; empty: a generated
   // SentencePiece vocabulary (byte fallback plus letter pieces).
   std::string vocab_file;
+  // Size of the generated vocabulary; 0: the preset's. A real model's shapes
+  // with a small vocabulary keep test files small.
+  int64_t n_vocab = 0;
 };
 
 // Writes the model to `path` (atomically). Returns the number of parameters.
