@@ -24,10 +24,11 @@ if [ -f "$gemma" ] && [ -f "$wiki" ] && [ "${QLENS_DEMO_MODEL:-gemma3}" = gemma3
   # types predicted from the fit) on 2 chunks of 128, the budget at 4.5 bits
   # per weight (about llama.cpp's Q3_K_M of this model).
   echo "== Gemma 3 270M, F32 reference of the published Q4_K_M ($gemma)"
-  echo "   imatrix 6 x 512 tokens, sensitivity --mode noise 2 x 128, plan at 4.5 bpw, validation 2 x 512"
+  echo "   imatrix 6 x 512 tokens, sensitivity --mode noise 2 x 128 (7 types), plan at 4.5 bpw, validation 2 x 512"
   model="$gemma"
   full_text="$wiki"
   ctx=512 chunks=6 sens_ctx=128 sens_chunks=2 sens_mode=noise bpw=4.5 val_chunks=2
+  sens_types=Q3_K,Q4_K,Q5_K,Q6_K,IQ4_NL,Q5_0,Q8_0
 elif [ -f "$shared/models/stories260K.gguf" ]; then
   model="$shared/models/stories260K.gguf"
   full_text="$shared/data/tinystories/tinystories_val.txt"
@@ -57,7 +58,7 @@ step "qlens imatrix: importance of every weight's input columns, on the calibrat
 
 step "qlens sensitivity: ΔKLD of the output when only one tensor is quantized, per tensor and type"
 "$qlens" sensitivity -m "$model" -f "$work/calibration.txt" -c "$sens_ctx" -b "$sens_ctx" --chunks "$sens_chunks" \
-  --mode "$sens_mode" -t "$threads" \
+  --mode "$sens_mode" ${sens_types:+--types "$sens_types"} -t "$threads" \
   --imatrix "$work/imatrix.gguf" --json "$work/sensitivity.json" --top 10
 
 step "qlens plan --target-bpw $bpw --validate: the plan, then the plan against uniform mixes of its size"
