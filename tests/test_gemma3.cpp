@@ -16,6 +16,7 @@
 #include "qlens/model.h"
 #include "test_util.h"
 #include "tools/generate.h"
+#include "tools/imatrix.h"
 #include "tools/perplexity.h"
 #include "tools/quantize.h"
 
@@ -218,6 +219,43 @@ TEST(Gemma3, Q4KMPlanOfTheF32ReferenceIsThePublishedFile) {
                              << type_name(t->type);
   }
   EXPECT_EQ(plan.total_bytes, published_bytes);
+}
+
+// llama.cpp's imatrix conventions on the real model: every matrix of every
+// layer and nothing else (the tied embedding is the output matrix under the
+// name token_embd.weight, which llama.cpp collects even with
+// --process-output never), rows counted per token, and the projections that
+// read one input (q, k, v; gate, up) holding the same sums.
+TEST(Gemma3, ImatrixFollowsLlamaCppsConventions) {
+  QLENS_REQUIRE_CACHED(path, kGemma3);
+  QLENS_REQUIRE_SHARED(wiki, "data/wikitext-2-raw/wiki.test.raw");
+  auto m = Model::load(path);
+  const auto tokens = m->vocab().tokenize(read_text_file(wiki).substr(0, 20000), true);
+  tools::ImatrixOptions opt;
+  opt.n_ctx = 256;
+  opt.max_chunks = 2;
+  opt.compute_ppl = false;
+  tools::Imatrix im;
+  tools::collect_imatrix(*m, tokens, opt, im);
+  EXPECT_EQ(im.entries.size(), 18u * 7u);
+  EXPECT_FALSE(im.entries.count("token_embd.weight"));
+  for (int il = 0; il < 18; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    for (const char* name : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+      const auto& e = im.entries.at(b + name + ".weight");
+      EXPECT_EQ(e.counts.at(0), 2 * 256) << b << name;
+      const int64_t cols = std::string(name) == "attn_output" ? 1024 : std::string(name) == "ffn_down" ? 2048 : 640;
+      ASSERT_EQ(e.n_cols, cols) << b << name;
+      for (double v : e.sum2) ASSERT_TRUE(std::isfinite(v) && v >= 0) << b << name;
+    }
+    EXPECT_EQ(im.entries.at(b + "attn_q.weight").sum2, im.entries.at(b + "attn_k.weight").sum2);
+    EXPECT_EQ(im.entries.at(b + "attn_q.weight").sum2, im.entries.at(b + "attn_v.weight").sum2);
+    EXPECT_EQ(im.entries.at(b + "ffn_gate.weight").sum2, im.entries.at(b + "ffn_up.weight").sum2);
+  }
+  opt.process_output = true;
+  tools::Imatrix with_output;
+  tools::collect_imatrix(*m, tokens, opt, with_output);
+  EXPECT_EQ(with_output.entries.size(), im.entries.size());
 }
 
 }  // namespace
