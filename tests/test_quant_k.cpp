@@ -752,15 +752,12 @@ TEST(KQuantMulMat, EqualsDequantizedF32Weight) {
         const std::vector<float> wd = dequantize(t, wq);
         const std::vector<float> x = gaussian(K * N, static_cast<uint32_t>(3 * K + N));
         const std::vector<float> got = run_mul_mat(*cpu, t, wq.data(), K, M, x);
-        // The dot path (N below the GEMM threshold) multiplies with activations
-        // quantized to vec_dot_type (Q8_K), as ggml does: its reference has
-        // the activations round-tripped through that type. The GEMM path
-        // multiplies dequantized weights with F32 activations.
-        const cpu::GemmKernels& gk = cpu::gemm_kernels(cpu::best_isa());
+        // Both paths multiply with activations quantized to vec_dot_type
+        // (Q8_K), as ggml does (the GEMM path rounds them through it): the
+        // reference has the activations round-tripped through that type.
         const DType xt = type_traits(t).vec_dot_type;
-        const bool gemm = gk.micro && N >= gk.min_n;
         std::vector<float> xr = x;
-        if (!gemm && xt != DType::F32) {
+        if (xt != DType::F32) {
           std::vector<uint8_t> xq(row_bytes(xt, K * N));
           type_traits(xt).from_float(x.data(), xq.data(), K * N);
           type_traits(xt).to_float(xq.data(), xr.data(), K * N);
