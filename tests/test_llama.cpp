@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/text_file.h"
+#include "eval_dump.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
 #include "qlens/model.h"
@@ -48,61 +49,12 @@ TEST(Llama, LoadsStoriesHyperParameters) {
   EXPECT_EQ(m->vocab().eos(), 2);
 }
 
-// One node of llama.cpp's eval-callback dump: its shape and the printed values
-// (the first and last three along each dimension) with their indices.
-struct RefNode {
-  std::string name;
-  std::array<int64_t, 4> ne{};
-  std::vector<std::array<int64_t, 4>> index;
-  std::vector<float> value;
-};
-
-std::vector<int64_t> printed_indices(int64_t n) {
-  std::vector<int64_t> v;
-  for (int64_t i = 0; i < n; ++i)
-    if (n <= 6 || i < 3 || i >= n - 3) v.push_back(i);
-  return v;
-}
-
-std::vector<RefNode> parse_reference(const std::string& path) {
-  std::istringstream in(read_text_file(path));
-  std::vector<RefNode> nodes;
-  const std::regex header(R"(^ggml_debug:\s+(.+?) = \(\w+\)\s+\w+\(.*\) = \{(\d+), (\d+), (\d+), (\d+)\}\s*$)");
-  const std::regex number(R"(-?\d+\.\d+(?:e[+-]?\d+)?|-?inf|nan)");
-  std::string line;
-  std::vector<float> values;
-  auto flush = [&]() {
-    if (nodes.empty()) return;
-    RefNode& n = nodes.back();
-    for (int64_t i3 : printed_indices(n.ne[3]))
-      for (int64_t i2 : printed_indices(n.ne[2]))
-        for (int64_t i1 : printed_indices(n.ne[1]))
-          for (int64_t i0 : printed_indices(n.ne[0])) n.index.push_back({i0, i1, i2, i3});
-    n.value = values;
-    values.clear();
-  };
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_match(line, m, header)) {
-      flush();
-      RefNode n;
-      n.name = m[1];
-      for (int i = 0; i < 4; ++i) n.ne[i] = std::stoll(m[2 + i]);
-      nodes.push_back(n);
-      continue;
-    }
-    if (line.find("sum =") != std::string::npos) continue;
-    for (auto it = std::sregex_iterator(line.begin(), line.end(), number); it != std::sregex_iterator(); ++it)
-      values.push_back(std::stof(it->str()));
-  }
-  flush();
-  return nodes;
-}
+using RefNode = test::DumpNode;
 
 TEST(Llama, EveryNodeMatchesLlamaCppDump) {
   QLENS_REQUIRE_SHARED(path, kStories);
   QLENS_REQUIRE_SHARED(ref_path, "reference/stories260K-eval-callback.txt");
-  auto ref = parse_reference(ref_path);
+  auto ref = test::parse_eval_dump(ref_path);
   ASSERT_GT(ref.size(), 100u);
 
   auto m = Model::load(path);
