@@ -25,11 +25,6 @@ namespace {
 
 using test::kGemma3;
 
-bool slow_tests_enabled() {
-  const char* v = std::getenv("QLENS_SLOW_TESTS");
-  return !(v && std::string(v) == "0");
-}
-
 // At 0c1e570 llama.cpp names the embedding "embd" and, with flash attention,
 // the attention result before attn_output "kqv_out"; qlens names them as its
 // other architectures do.
@@ -175,7 +170,7 @@ TEST(Gemma3, GreedyTextMatchesLlamaCpp) {
 }
 
 TEST(Gemma3, PerplexityMatchesLlamaCpp) {
-  if (!slow_tests_enabled()) GTEST_SKIP() << "QLENS_SLOW_TESTS=0";
+  if (!test::slow_tests_enabled()) GTEST_SKIP() << "QLENS_SLOW_TESTS=0";
   QLENS_REQUIRE_CACHED(path, kGemma3);
   QLENS_REQUIRE_SHARED(wiki, "data/wikitext-2-raw/wiki.test.raw");
   std::string text;

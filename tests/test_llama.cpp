@@ -26,11 +26,6 @@ namespace {
 
 constexpr const char* kStories = "models/stories260K.gguf";
 
-bool slow_tests_enabled() {
-  const char* v = std::getenv("QLENS_SLOW_TESTS");
-  return !(v && std::string(v) == "0");
-}
-
 TEST(Llama, LoadsStoriesHyperParameters) {
   QLENS_REQUIRE_SHARED(path, kStories);
   auto m = Model::load(path);
@@ -218,7 +213,7 @@ TEST(Llama, PerplexityMatchesLlamaCpp) {
   opt.n_ctx = 128;
   opt.n_batch = 128;
   EXPECT_EQ(static_cast<int64_t>(tokens.size()) / 128, 3070);  // llama.cpp's chunk count
-  if (!slow_tests_enabled()) opt.max_chunks = 50;
+  if (!test::slow_tests_enabled()) opt.max_chunks = 50;
   auto r = tools::perplexity(*m, tokens, opt);
   if (opt.max_chunks < 0) {
     EXPECT_EQ(r.n_chunks, 3070);

@@ -25,6 +25,11 @@ std::string cache_path(const std::string& name) {
   return std::filesystem::exists(p) ? p.string() : std::string();
 }
 
+bool slow_tests_enabled() {
+  const char* v = std::getenv("QLENS_SLOW_TESTS");
+  return !(v && std::string(v) == "0");
+}
+
 namespace {
 struct TempRoot {
   std::filesystem::path path;

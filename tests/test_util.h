@@ -38,6 +38,9 @@ class ScopedEnv {
   const char* name_;
 };
 
+// False when QLENS_SLOW_TESTS=0 asks to skip the slowest tests.
+bool slow_tests_enabled();
+
 // A fresh temporary directory for this test (removed at process exit).
 std::string temp_dir();
 

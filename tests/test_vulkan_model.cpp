@@ -269,7 +269,7 @@ TEST(VulkanModel, Gemma3PerplexityEqualsTheCpu) {
 TEST(VulkanModel, RealGemma3PerplexityEqualsTheCpu) {
   QLENS_REQUIRE_VULKAN();
   // About 3 minutes on lavapipe with 2 cores (the 262,144-row output matrix).
-  if (const char* v = std::getenv("QLENS_SLOW_TESTS"); v && std::string(v) == "0") GTEST_SKIP() << "QLENS_SLOW_TESTS=0";
+  if (!test::slow_tests_enabled()) GTEST_SKIP() << "QLENS_SLOW_TESTS=0";
   QLENS_REQUIRE_CACHED(path, test::kGemma3);
   QLENS_REQUIRE_SHARED(text_path, "data/wikitext-2-raw/wiki.test.raw");
   auto m = Model::load(path);

@@ -130,7 +130,9 @@ void Context::replace_weight(const Tensor* model_weight, Tensor* replacement) {
   // op stays there; if the device cannot run its type or has no room, the
   // op runs on the CPU from host memory.
   const bool contiguous = replacement->nb == contiguous_strides(replacement->type, replacement->ne);
-  if (device_weight_of_.count(model_weight) && contiguous && device_runs(*replacement, Op::MulMat)) {
+  const std::vector<Role> roles = model_.roles_of(model_weight);
+  const Op reader = roles.empty() ? Op::MulMat : role_info(roles.back()).reader;  // a tied embedding: as the output
+  if (device_weight_of_.count(model_weight) && contiguous && device_runs(*replacement, reader)) {
     try {
       r.device_buffer = device_->alloc_buffer(replacement->nbytes());
       r.device_copy = std::make_unique<Tensor>(*replacement);
