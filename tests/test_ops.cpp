@@ -16,6 +16,12 @@
 //  - Results with 2, 3 and 7 threads are bitwise equal to 1 thread: each output
 //    element is computed by one thread in an order that does not depend on
 //    the split.
+//
+// The CPU rounds as ggml does by default (cpu::ggml_rounding: F32 activations
+// through an F16 or BF16 weight's type, GELU through its F16 table). The
+// kernel tests above turn that off (F32Kernels) to hold the kernels to the
+// exact function; MulMatRoundsActivationsAsGgml and GeluAsGgmlTable test the
+// rounding itself.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +44,7 @@
 #include "qlens/backend.h"
 #include "qlens/error.h"
 #include "qlens/tensor.h"
+#include "test_util.h"
 
 namespace qlens {
 namespace {
@@ -264,6 +271,12 @@ void check_op(const Build& build, Check check, uint32_t seed = 1) {
 
 const char* tname(DType t) { return type_name(t).data(); }
 
+// The CPU kernels without ggml's rounding, for the tests against the exact
+// reference.
+struct F32Kernels {
+  test::ScopedEnv env{"QLENS_CPU_ROUND_ACTIVATIONS", "0"};
+};
+
 constexpr DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 
 // =============================================================================
@@ -298,6 +311,7 @@ Tensor* build_mul_mat(Fixture& f, DType wt, const MatMulCase& c) {
 }
 
 TEST(Ops, MulMatShapes) {
+  const F32Kernels exact;
   // Odd K (tails of vector loops), M around the 16-row panels, N on both sides
   // of the dot/GEMM switch and around the 6-row tiles.
   const std::vector<std::pair<int64_t, int64_t>> mn = {{1, 1}, {17, 3}, {33, 12}, {5, 13}, {65, 7}, {20, 65}};
@@ -312,6 +326,7 @@ TEST(Ops, MulMatShapes) {
 }
 
 TEST(Ops, MulMatBlocks) {
+  const F32Kernels exact;
   // Several K blocks with a tail, more weight rows than one packed block, more
   // activation rows than one inner block.
   for (DType type : kFloatTypes)
@@ -323,6 +338,7 @@ TEST(Ops, MulMatBlocks) {
 }
 
 TEST(Ops, MulMatPrivatePacking) {
+  const F32Kernels exact;
   // With fewer batches than threads the activations are packed once into
   // shared scratch unless that would be too big; then each item packs its own.
   const size_t saved = cpu::matmul_set_max_shared(0);
@@ -341,6 +357,7 @@ TEST(Ops, MulMatEmpty) {
 }
 
 TEST(Ops, MulMatLongRows) {
+  const F32Kernels exact;
   for (DType type : {DType::F32, DType::F16})
     for (int64_t k : {4096, 8192})
       for (int64_t n : {1, 9}) {
@@ -350,6 +367,7 @@ TEST(Ops, MulMatLongRows) {
 }
 
 TEST(Ops, MulMatBroadcast) {
+  const F32Kernels exact;
   // Batches, and grouped-query attention: b has twice (three times) a's heads.
   const std::vector<MatMulCase> cases = {
       {16, 9, 5, 2, 4, 1, 1},  {33, 17, 12, 2, 4, 1, 1}, {8, 5, 3, 1, 3, 2, 2},
@@ -364,6 +382,7 @@ TEST(Ops, MulMatBroadcast) {
 }
 
 TEST(Ops, MulMatNonContiguous) {
+  const F32Kernels exact;
   for (DType type : kFloatTypes)
     for (int64_t n : {1, 5, 12, 40}) {
       SCOPED_TRACE(std::string(tname(type)) + " N=" + std::to_string(n));
@@ -409,6 +428,44 @@ TEST(Ops, MulMatNonContiguous) {
             return r;
           },
           Check::MatMul, 24);
+    }
+}
+
+// With ggml's rounding on (the default), an F16 or BF16 weight sees its F32
+// activations rounded to its own type first on every path (dot and GEMM,
+// contiguous or not), as ggml converts them to its vec_dot_type: the result
+// is the reference's product with rounded activations.
+TEST(Ops, MulMatRoundsActivationsAsGgml) {
+  for (DType type : {DType::F16, DType::BF16})
+    for (MatMulCase c : {MatMulCase{65, 17, 1}, MatMulCase{300, 40, 20}, MatMulCase{64, 7, 12, 2, 4, 1, 1}}) {
+      SCOPED_TRACE(std::string(tname(type)) + " N=" + std::to_string(c.N));
+      // The same random values, the second time rounded through `type`.
+      auto build = [&](bool rounded) {
+        return [&, rounded](Fixture& f) {
+          Tensor* a = f.rand(type, {c.K, c.M, c.A2, c.A3}, -1, 1, "a");
+          Tensor* b = f.rand(DType::F32, {c.K, c.N, c.B2, c.B3}, -1, 1, "b");
+          if (rounded) {
+            float* x = static_cast<float*>(b->data);
+            for (int64_t i = 0; i < b->nelements(); ++i)
+              x[i] = type == DType::F16 ? fp16_to_fp32(fp32_to_fp16(x[i])) : bf16_to_fp32(fp32_to_bf16(x[i]));
+          }
+          Tensor* r = mul_mat(f.g, a, b);
+          f.output(r);
+          return r;
+        };
+      };
+      const std::vector<double> ref = eval(build(true), 31, reference());
+      const std::vector<double> abs_ref = eval(build(true), 31, reference(), true);
+      const std::vector<double> unrounded = eval(build(false), 31, reference());
+      for (Isa isa : all_isas()) {
+        SCOPED_TRACE(cpu::isa_name(isa));
+        const std::vector<double> got = eval(build(false), 31, cpu_backend(isa, 2));
+        compare(got, ref, Check::MatMul, abs_ref);
+      }
+      // The rounding is visible: the unrounded product is another function.
+      double diff = 0;
+      for (size_t i = 0; i < ref.size(); ++i) diff = std::max(diff, std::fabs(ref[i] - unrounded[i]) / abs_ref[i]);
+      EXPECT_GT(diff, 1e-5);
     }
 }
 
@@ -506,6 +563,7 @@ TEST(Ops, Silu) {
 }
 
 TEST(Ops, Gelu) {
+  const F32Kernels exact;
   for (int64_t n : {1, 7, 8, 33, 257}) {
     check_op(
         [&](Fixture& f) {
@@ -553,6 +611,7 @@ std::vector<double> gelu_of(const std::vector<float>& x, Backend& b) {
 // from the decimal by 4.9e-8), and for negative x the result's relative error
 // is 2|u| times u's.
 TEST(Ops, GeluAtChosenPoints) {
+  const F32Kernels exact;
   struct Point {
     float x;
     double y;
@@ -627,6 +686,50 @@ TEST(Ops, GeluSaturates) {
     std::vector<float> xn(19, nan), yn(19);
     cpu::vec_ops(isa).gelu(19, yn.data(), xn.data());
     for (float e : yn) EXPECT_TRUE(std::isnan(e)) << cpu::isa_name(isa) << ": NaN stays NaN";
+  }
+}
+
+// ggml's CPU GELU: x rounded to F16, looked up in a table of the tanh form
+// computed in float (1 + 0.044715 x^2 as one fma, as ggml's compiler
+// contracts it) and rounded to F16; 0 from -10 down, x from 10 up. Every F16
+// input and random floats, on every instruction set, bit for bit; and the op
+// (the default, rounding on) within F16 rounding of the exact reference.
+// Checked outside the repository against llama.cpp 0c1e570's gelu on all
+// 65,536 F16 inputs: equal (the same expression without the fma differs at 1).
+TEST(Ops, GeluAsGgmlTable) {
+  auto expected = [](float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    const float h = fp16_to_fp32(fp32_to_fp16(x));
+    const float c = 0.79788456080286535588f, a = 0.044715f;
+    return fp16_to_fp32(fp32_to_fp16(0.5f * h * (1.0f + std::tanh(c * h * std::fma(a * h, h, 1.0f)))));
+  };
+  std::vector<float> x;
+  for (uint32_t i = 0; i < 65536; ++i) x.push_back(fp16_to_fp32(static_cast<uint16_t>(i)));
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> u(-12, 12);
+  for (int i = 0; i < 10007; ++i) x.push_back(u(rng));
+  for (Isa isa : all_isas()) {
+    std::vector<float> y(x.size());
+    cpu::vec_ops(isa).gelu_f16(static_cast<int64_t>(x.size()), y.data(), x.data());
+    size_t bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = expected(x[i]);
+      if (!(std::isnan(want) ? std::isnan(y[i]) : std::memcmp(&want, &y[i], sizeof want) == 0) && bad++ < 5)
+        ADD_FAILURE() << cpu::isa_name(isa) << ": gelu(" << x[i] << ") = " << y[i] << ", want " << want;
+    }
+    EXPECT_EQ(bad, 0u) << cpu::isa_name(isa);
+  }
+  const Build build = [](Fixture& f) {
+    Tensor* r = gelu(f.g, f.rand(DType::F32, {257, 4, 1, 1}, -12, 12));
+    f.output(r);
+    return r;
+  };
+  const std::vector<double> ref = eval(build, 1, reference());
+  for (Isa isa : all_isas()) {
+    const std::vector<double> got = eval(build, 1, cpu_backend(isa, 2));
+    EXPECT_LE(nmse(got, ref), 1e-6) << cpu::isa_name(isa);
+    EXPECT_GT(nmse(got, ref), 1e-12) << cpu::isa_name(isa) << ": the table is in use";
   }
 }
 
@@ -887,6 +990,7 @@ Tensor* build_block(Fixture& f, int64_t n_tokens, int64_t pos0) {
 }
 
 TEST(Ops, TransformerBlock) {
+  const F32Kernels exact;
   for (auto [n, pos0] : {std::pair<int64_t, int64_t>{1, 9}, {12, 0}, {9, 5}}) {
     SCOPED_TRACE("tokens=" + std::to_string(n) + " pos0=" + std::to_string(pos0));
     auto build = [&](Fixture& f) { return build_block(f, n, pos0); };

@@ -288,19 +288,21 @@ TEST(QuantLegacyLayout, ExactLevelsRoundTrip) {
 
 // ---- Q8_0 / Q8_1 reference rounding ------------------------------------------------
 
-// ggml's quantize_row_q8_{0,1}_ref written out: d = amax / 127, q = roundf(x / d)
-// with roundf rounding ties away from zero, s = fp16(sum(q) * d).
-std::vector<uint8_t> hand_q8(const std::vector<float>& x, bool with_sum) {
+// ggml's quantize_row_q8_{0,1}_ref written out (weights: quantize): d = amax / 127,
+// q = roundf(x / d) with roundf rounding ties away from zero, s = fp16(sum(q) * d).
+// activation: ggml-cpu's x86 quantize_row_q8_{0,1} (activations: from_float),
+// q = nearbyint(x * (127 / amax)), ties to even.
+std::vector<uint8_t> hand_q8(const std::vector<float>& x, bool with_sum, bool activation = false) {
   std::vector<uint8_t> out;
   for (size_t b = 0; b < x.size(); b += 32) {
     float amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b + j]));
     const float d = amax / 127;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
+    const float id = activation ? (amax != 0 ? 127.0f / amax : 0.0f) : d != 0 ? 1.0f / d : 0.0f;
     int8_t q[32];
     int sum = 0;
     for (int j = 0; j < 32; ++j) {
-      q[j] = static_cast<int8_t>(std::round(x[b + j] * id));
+      q[j] = static_cast<int8_t>(activation ? std::nearbyint(x[b + j] * id) : std::round(x[b + j] * id));
       sum += q[j];
     }
     const uint16_t dh = fp32_to_fp16(d);
@@ -333,29 +335,37 @@ TEST(QuantLegacy, Q8ReferenceRounding) {
     SCOPED_TRACE(name_of(t));
     const std::vector<uint8_t> want = hand_q8(x, t == DType::Q8_1);
     const std::vector<uint8_t> got = from_float(t, x);
+    const std::vector<uint8_t> want_act = hand_q8(x, t == DType::Q8_1, true);
     ASSERT_EQ(got.size(), want.size());
     size_t first_bad = got.size();
     for (size_t i = 0; i < got.size() && first_bad == got.size(); ++i)
-      if (got[i] != want[i]) first_bad = i;
-    EXPECT_EQ(first_bad, got.size()) << "first differing byte " << first_bad << " (block "
+      if (got[i] != want_act[i]) first_bad = i;
+    EXPECT_EQ(first_bad, got.size()) << "from_float: first differing byte " << first_bad << " (block "
                                      << first_bad / type_traits(t).block_bytes << ")";
-    // quantize is the same rounding, importance or not.
+    // quantize (weights) is the reference rounding, importance or not.
     const std::vector<float> imp = random_importance(rng, 32);
     EXPECT_TRUE(quantize(t, x, 32, nullptr) == want);
     EXPECT_TRUE(quantize(t, x, 32, imp.data()) == want);
+    EXPECT_FALSE(want == want_act) << "the two roundings differ on these inputs";
   }
-  // The tie rule itself: 2.5 -> 3, -2.5 -> -3, 0.5 -> 1, -0.5 -> -1.
+  // The tie rules: quantize 2.5 -> 3, -2.5 -> -3, 0.5 -> 1, -0.5 -> -1;
+  // from_float 2.5 -> 2, -2.5 -> -2, 0.5 -> 0, -0.5 -> -0.
   std::vector<float> ties(32, 0.0f);
   ties[0] = 127.0f;
   ties[1] = 2.5f;
   ties[2] = -2.5f;
   ties[3] = 0.5f;
   ties[4] = -0.5f;
-  const std::vector<uint8_t> q = from_float(DType::Q8_0, ties);
-  EXPECT_EQ(static_cast<int8_t>(q[3]), 3);
-  EXPECT_EQ(static_cast<int8_t>(q[4]), -3);
-  EXPECT_EQ(static_cast<int8_t>(q[5]), 1);
-  EXPECT_EQ(static_cast<int8_t>(q[6]), -1);
+  const std::vector<uint8_t> w = quantize(DType::Q8_0, ties, 32, nullptr);
+  EXPECT_EQ(static_cast<int8_t>(w[3]), 3);
+  EXPECT_EQ(static_cast<int8_t>(w[4]), -3);
+  EXPECT_EQ(static_cast<int8_t>(w[5]), 1);
+  EXPECT_EQ(static_cast<int8_t>(w[6]), -1);
+  const std::vector<uint8_t> a = from_float(DType::Q8_0, ties);
+  EXPECT_EQ(static_cast<int8_t>(a[3]), 2);
+  EXPECT_EQ(static_cast<int8_t>(a[4]), -2);
+  EXPECT_EQ(static_cast<int8_t>(a[5]), 0);
+  EXPECT_EQ(static_cast<int8_t>(a[6]), 0);
 }
 
 // ---- round-trip error bounds ---------------------------------------------------------
@@ -675,7 +685,9 @@ TEST(QuantLegacy, GgufPyReferenceQuantizersMatchFromFloat) {
   for (DType t : kTypes) {
     SCOPED_TRACE(name_of(t));
     std::string out;
-    const int rc = reference_check(t, from_float(t, x), x, true, &out);
+    // Q8_0's from_float is the activation form; gguf-py's is the reference.
+    const bool q8 = t == DType::Q8_0 || t == DType::Q8_1;
+    const int rc = reference_check(t, q8 ? quantize(t, x, 32, nullptr) : from_float(t, x), x, true, &out);
     if (rc == 3) {
       std::printf("%s: %s", name_of(t).c_str(), out.c_str());  // no Python reference quantizer
       continue;

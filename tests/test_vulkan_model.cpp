@@ -64,6 +64,8 @@ std::vector<Token> greedy(Context& ctx, std::vector<Token> prompt, int n) {
 }
 
 TEST(VulkanModel, LogitsAndGreedyTextMatchTheCpuFullyAndPartlyOffloaded) {
+  // The Vulkan kernels do not round as ggml's CPU does: compare like with like.
+  const test::ScopedEnv exact("QLENS_CPU_ROUND_ACTIVATIONS", "0");
   QLENS_REQUIRE_VULKAN();
   QLENS_REQUIRE_SHARED(path, kStories);
   QLENS_REQUIRE_SHARED(text_path, kText);
@@ -131,6 +133,8 @@ TEST(VulkanModel, ReplacedWeightsRunOnTheDevice) {
 }
 
 TEST(VulkanModel, PerplexityAndImatrixEqualTheCpu) {
+  // The Vulkan kernels do not round as ggml's CPU does: compare like with like.
+  const test::ScopedEnv exact("QLENS_CPU_ROUND_ACTIVATIONS", "0");
   QLENS_REQUIRE_VULKAN();
   QLENS_REQUIRE_SHARED(path, kStories);
   QLENS_REQUIRE_SHARED(text_path, kText);

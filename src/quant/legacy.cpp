@@ -64,6 +64,13 @@ inline int round_away_clamp(float v, int lo, int hi) {
   return std::clamp(i, lo, hi);
 }
 
+// Round half to even, clamped to [lo, hi]; NaN gives 0.
+inline int round_even_clamp(float v, int lo, int hi) {
+  if (v != v) return 0;
+  v = clampf(v, static_cast<float>(lo), static_cast<float>(hi));
+  return static_cast<int>(std::nearbyint(v));
+}
+
 // A scale stored as fp16: values beyond the fp16 range saturate at +-65504
 // rather than becoming infinite (ggml would store inf and dequantize NaN).
 inline float saturate_half(float f) { return std::clamp(f, -kHalfMax, kHalfMax); }
@@ -477,6 +484,26 @@ struct Q8Format {
     if constexpr (HasSum<B>) b.s = fp32_to_fp16(saturate_half(static_cast<float>(sum) * d));
   }
   static void quantize(const float* x, const float*, B& b) { reference(x, b); }
+  // ggml-cpu's quantize_row_q8_{0,1} on x86, its from_float for activations
+  // (what llama.cpp's matrix products see): id = 127 / amax rather than
+  // 1 / d, ties to even rather than away. One code in a few thousand differs
+  // from the reference's, and at each an activation moves by d: qlens
+  // converts activations this way so that its products are llama.cpp's.
+  static void activation(const float* x, B& b) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = saturate_half(amax / 127.0f);
+    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    if (std::isinf(id)) id = 0.0f;
+    int sum = 0;
+    for (int j = 0; j < QK; ++j) {
+      const int q = round_even_clamp(x[j] * id, -127, 127);
+      b.qs[j] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    b.d = fp32_to_fp16(d);
+    if constexpr (HasSum<B>) b.s = fp32_to_fp16(saturate_half(static_cast<float>(sum) * d));
+  }
 };
 
 // IQ4_NL: d * kIq4nlValues[code].
@@ -549,13 +576,16 @@ void to_float_rows(const void* src, float* dst, int64_t n) {
   }
 }
 
-template <class F>
+// from_float: the reference quantizer, or the activation form where a format
+// has one (Q8_0, Q8_1).
+template <class F, bool kReference = false>
 void from_float_rows(const float* src, void* dst, int64_t n) {
   assert(n % QK == 0);
   auto* p = static_cast<unsigned char*>(dst);
   typename F::Block b;
   for (int64_t i = 0; i < n / QK; ++i) {
-    F::reference(src + i * QK, b);
+    if constexpr (!kReference && requires { F::activation(src, b); }) F::activation(src + i * QK, b);
+    else F::reference(src + i * QK, b);
     std::memcpy(p + i * sizeof b, &b, sizeof b);
   }
 }
@@ -571,7 +601,7 @@ void quantize_rows(const float* src, void* dst, int64_t nrows, int64_t n_per_row
                 std::to_string(QK));
   if (nrows < 0) throw Error("quantize: negative row count " + std::to_string(nrows));
   if constexpr (!F::kWeighted) {
-    from_float_rows<F>(src, dst, nrows * n_per_row);
+    from_float_rows<F, true>(src, dst, nrows * n_per_row);
   } else {
     auto* p = static_cast<unsigned char*>(dst);
     typename F::Block b;

@@ -76,7 +76,8 @@ void op_silu(const Tensor& node, const KernelCtx& c) {
 }
 
 void op_gelu(const Tensor& node, const KernelCtx& c) {
-  unary(node, c, [&](int64_t n, float* y, const float* x) { c.vec->gelu(n, y, x); });
+  const auto gelu = ggml_rounding() ? c.vec->gelu_f16 : c.vec->gelu;
+  unary(node, c, [&](int64_t n, float* y, const float* x) { gelu(n, y, x); });
 }
 
 }  // namespace qlens::cpu

@@ -141,12 +141,10 @@ struct DotPlan {
   int64_t row_block;  // activation rows per cache block
 };
 
-// QLENS_CPU_ROUND_ACTIVATIONS=0 keeps F32 activations F32 on every path, to
-// compare with a backend whose kernels do not round them (Vulkan today).
-bool round_activations() {
-  const char* v = std::getenv("QLENS_CPU_ROUND_ACTIVATIONS");
-  return !(v && std::string(v) == "0");
-}
+// The type ggml's CPU converts activations to for a weight of type `t`: its
+// vec_dot_type, which for F16 and BF16 is the type itself (qlens's kernels
+// for them take F32 activations: TypeTraits::vec_dot_type says F32).
+DType ggml_partner(DType t) { return t == DType::F16 || t == DType::BF16 ? t : type_traits(t).vec_dot_type; }
 
 DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
   const Tensor& a = *node.src[0];
@@ -162,7 +160,7 @@ DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
   // ggml converts activations to the weight type's partner whatever kernel
   // runs (an F16 cache view's queries and probabilities to F16 too); the
   // F32 paths round them through it, so every path computes that function.
-  p.round_type = p.x_type == DType::F32 && round_activations() ? type_traits(a.type).vec_dot_type : DType::F32;
+  p.round_type = p.x_type == DType::F32 && ggml_rounding() ? ggml_partner(a.type) : DType::F32;
   p.convert_x = p.x_type != DType::F32 || b.nb[0] != sizeof(float) || p.round_type != DType::F32;
   p.x_row_bytes = p.convert_x ? row_bytes(p.x_type, K) : b.nb[1];
   // Keep about 256 KiB of activation rows hot while weight rows stream past.
@@ -401,7 +399,7 @@ void gemm_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gem
   gemm_scratch_layout(s, c.nth, gk, c.scratch, &sc);
   const int64_t np = packed_rows(s, gk);
   const DotPlan dp = dot_plan(node, gk);
-  const DType partner = !round_activations() ? DType::F32 : dp.x_type != DType::F32 ? dp.x_type : dp.round_type;
+  const DType partner = !ggml_rounding() ? DType::F32 : dp.x_type != DType::F32 ? dp.x_type : dp.round_type;
 
   if (gemm_shared(s, c.nth, gk)) {
     // All threads pack all activations once (panels split statically), then

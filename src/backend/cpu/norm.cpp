@@ -21,8 +21,11 @@ void op_rms_norm(const Tensor& d, const KernelCtx& c) {
       for (int64_t i = 0; i < n; ++i) buf[i] = *reinterpret_cast<const float*>(p + i * a.nb[0]);
       x = buf;
     }
-    const double mean = n > 0 ? c.vec->sum_sq(n, x) / static_cast<double>(n) : 0.0;
-    const float s = static_cast<float>(1.0 / std::sqrt(mean + static_cast<double>(eps)));
+    // As ggml: float squares summed in double, the rest in float. The last
+    // bit of the scale decides activation codes downstream (see Q8Format::
+    // activation), so qlens computes the same float.
+    const float mean = n > 0 ? static_cast<float>(c.vec->sum_sq(n, x) / static_cast<double>(n)) : 0.0f;
+    const float s = 1.0f / std::sqrt(mean + eps);
     c.vec->scale(n, reinterpret_cast<float*>(d.at(0, i1, i2, i3)), x, s);
   }
 }

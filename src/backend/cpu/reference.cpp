@@ -156,9 +156,12 @@ void rope(const Tensor& d) {
   for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
     const std::vector<double> x = row(a, i1, i2, i3);
     std::vector<double> y = x;  // dims from n_dims on are copied
-    const double p = get(pos, i2);
-    for (int64_t i = 0; i < n_dims / 2; ++i) {
-      const double theta = p * fscale * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_dims));
+    // The angles as the op defines them (ggml's): theta_i in float, by
+    // repeated multiplication from the position; the rest in double.
+    const float theta_scale = std::pow(static_cast<float>(base), -2.0f / static_cast<float>(n_dims));
+    float theta_i = static_cast<float>(get(pos, i2));
+    for (int64_t i = 0; i < n_dims / 2; ++i, theta_i *= theta_scale) {
+      const double theta = static_cast<double>(static_cast<float>(fscale) * theta_i);
       const int64_t j0 = neox ? i : 2 * i;
       const int64_t j1 = neox ? i + n_dims / 2 : 2 * i + 1;
       y[j0] = x[j0] * std::cos(theta) - x[j1] * std::sin(theta);

@@ -1,8 +1,16 @@
 // Rope: rotary position embedding of the first n_dims of each row.
 //   theta_i = pos * freq_scale * freq_base^(-2i / n_dims), i < n_dims / 2
 // Normal mode rotates pairs (x[2i], x[2i+1]), NeoX mode (x[i], x[i + n_dims/2]);
-// dims from n_dims on are copied. Angles and their sines and cosines are
-// computed in double once per token, the rotation in float.
+// dims from n_dims on are copied.
+//
+// Computed as ggml's CPU computes it, to the bit: theta_i in float by
+// repeated multiplication with powf(freq_base, -2 / n_dims) from theta_0 = pos,
+// cosf / sinf of freq_scale * theta_i, and each rotated value as one fma of
+// x0 with a rounded product. The repeated product drifts from the exact angle
+// by up to about i ulp (1e-3 rad at position 4096), but a query one ulp off
+// rounds to another F16 in llama.cpp's attention, and models like Gemma 3
+// carry such flips to the logits: qlens follows llama.cpp rather than the
+// exact angle.
 #include <cmath>
 
 #include "backend/cpu/ops.h"
@@ -14,17 +22,15 @@ void op_rope(const Tensor& d, const KernelCtx& c) {
   const Tensor& pos = *d.src[1];
   const int64_t n_dims = d.params[0];
   const bool neox = d.params[1] == static_cast<int32_t>(RopeMode::NeoX);
-  const double freq_base = d.param_f(2);
-  const double freq_scale = d.param_f(3);
+  const float freq_base = d.param_f(2);
+  const float freq_scale = d.param_f(3);
   const int64_t half = n_dims / 2;
   const int64_t n = a.ne[0];
   const int64_t xs = static_cast<int64_t>(a.nb[0] / sizeof(float));
 
-  double* inv_freq = reinterpret_cast<double*>(c.scratch);
-  float* cos_t = reinterpret_cast<float*>(inv_freq + half);
+  float* cos_t = reinterpret_cast<float*>(c.scratch);
   float* sin_t = cos_t + half;
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = std::pow(freq_base, -2.0 * static_cast<double>(i) / static_cast<double>(n_dims));
+  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_dims));
 
   int64_t r0, r1;
   split_range(a.nrows(), c.ith, c.nth, &r0, &r1);
@@ -34,11 +40,12 @@ void op_rope(const Tensor& d, const KernelCtx& c) {
     row_coords(a, r, &i1, &i2, &i3);
     if (i2 != cached_token) {
       cached_token = i2;
-      const double p = static_cast<double>(*reinterpret_cast<const int32_t*>(pos.at(i2)));
+      float theta = static_cast<float>(*reinterpret_cast<const int32_t*>(pos.at(i2)));
       for (int64_t i = 0; i < half; ++i) {
-        const double theta = p * freq_scale * inv_freq[i];
-        cos_t[i] = static_cast<float>(std::cos(theta));
-        sin_t[i] = static_cast<float>(std::sin(theta));
+        const float t = freq_scale * theta;
+        cos_t[i] = std::cos(t);
+        sin_t[i] = std::sin(t);
+        theta *= theta_scale;
       }
     }
     const float* x = reinterpret_cast<const float*>(a.at(0, i1, i2, i3));
@@ -48,8 +55,8 @@ void op_rope(const Tensor& d, const KernelCtx& c) {
     for (int64_t i = 0; i < half; ++i) {
       const int64_t i0 = neox ? i : 2 * i;
       const float x0 = x[i0 * xs], x1 = x[(i0 + step) * xs];
-      y[i0] = x0 * cos_t[i] - x1 * sin_t[i];
-      y[i0 + step] = x0 * sin_t[i] + x1 * cos_t[i];
+      y[i0] = std::fma(x0, cos_t[i], -(x1 * sin_t[i]));
+      y[i0 + step] = std::fma(x0, sin_t[i], x1 * cos_t[i]);
     }
     for (int64_t i = n_dims; i < n; ++i) y[i] = x[i * xs];
   }

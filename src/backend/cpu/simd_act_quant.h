@@ -1,7 +1,8 @@
 // Activation quantizers with 256-bit vectors (AVX2; the AVX-512 table uses the
 // same code): F32 rows to Q8_0, Q8_1 (the partners of the legacy weight types)
-// and Q8_K (the K types'), bit for bit as the reference quantizers of
-// src/quant (ggml's quantize_row_q8_{0,1,K}_ref), NaN and infinity included.
+// and Q8_K (the K types'), bit for bit as the from_float of src/quant (the
+// activation form of Q8_0 / Q8_1, ggml's quantize_row_q8_K_ref), NaN and
+// infinity included.
 // The dot path quantizes every activation row before a product; the scalar
 // quantizers took about 3 ns per element, 4% of a Q4_0 token.
 //
@@ -38,19 +39,12 @@ inline float abs_max(const float* x, int nvec) {
   return Avx2::hmax(m);
 }
 
-// The reference's round_away_clamp(v, -127, 127) (NaN to 0, roundf, clamp)
-// as exact int32: NaN lanes zeroed, clamped to [-127, 127] first (the same
-// result: rounding is monotonic and +-127 are integers), then truncation of
-// v + copysign(1/2 - 2^-25, v). For |v| = n + f <= 127: f <= 1/2 - ulp(v)
-// gives a sum that rounds below n + 1 (2^-25 is under half an ulp for
-// |v| >= 1; for |v| < 1/2 the sum is exact and below 1), f >= 1/2 a sum of
-// at least n + 1 - 2^-25, which rounds to n + 1 or above (below n + 2): so
-// the truncation is roundf's result, ties away from zero included.
-inline __m256i round_away_127(__m256 v) {
+// round_even_clamp(v, -127, 127) of src/quant/legacy.cpp: NaN lanes zeroed,
+// clamped, converted with the default rounding (to nearest, ties to even).
+inline __m256i round_even_127(__m256 v) {
   v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
   v = _mm256_max_ps(_mm256_min_ps(v, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-127.0f));
-  const __m256 half = _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(0x1.fffffep-2f));
-  return _mm256_cvttps_epi32(_mm256_add_ps(v, half));
+  return _mm256_cvtps_epi32(v);
 }
 
 // The K quantizers' nearest_int(v) (round half to even through the 1.5 * 2^23
@@ -81,9 +75,10 @@ inline int hsum_i32(__m256i v) {
 // nearest even), with F16C instead of the portable bit manipulation.
 inline uint16_t half_rne(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 
-// Q8_0 / Q8_1 (B): per block of 32, d = amax / 127 (saturated to the fp16
-// range), q = round_away(x / d) through id = 1 / d (0 when d is 0 or 1 / d
-// overflows), Q8_1's s = fp16(sum(q) * d) with the unrounded d.
+// Q8_0 / Q8_1 (B), the activation form (Q8Format::activation): per block of
+// 32, d = amax / 127 (saturated to the fp16 range), q = round_even(x * id)
+// with id = 127 / amax (0 when amax is 0 or id overflows), Q8_1's
+// s = fp16(sum(q) * d) with the unrounded d.
 template <class B>
 void quantize_row_q8(const float* x, void* dst, int64_t n) {
   constexpr bool kSum = requires(B blk) { blk.s; };
@@ -91,13 +86,14 @@ void quantize_row_q8(const float* x, void* dst, int64_t n) {
   for (int64_t i = 0; i < n / quant::kLegacyBlock; ++i) {
     const float* xb = x + i * quant::kLegacyBlock;
     char* b = out + i * sizeof(B);
-    const float a = abs_max(xb, 4) / 127.0f;
+    const float amax = abs_max(xb, 4);
+    const float a = amax / 127.0f;
     const float d = a > 65504.0f ? 65504.0f : a;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     if (id > FLT_MAX) id = 0.0f;
     const __m256 vid = _mm256_set1_ps(id);
     __m256i q[4];
-    for (int r = 0; r < 4; ++r) q[r] = round_away_127(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * r), vid));
+    for (int r = 0; r < 4; ++r) q[r] = round_even_127(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * r), vid));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(b + offsetof(B, qs)), pack_i8(q[0], q[1], q[2], q[3]));
     const uint16_t dh = half_rne(d);
     std::memcpy(b + offsetof(B, d), &dh, sizeof dh);

@@ -116,25 +116,39 @@ void v_gelu(int64_t n, float* y, const float* x) {
     y[i] = v / (1.0f + expf(-2.0f * u));
   }
 }
+// As gelu_f16_scalar, converting to F16 with the vector instruction.
+template <class V>
+void v_gelu_f16(int64_t n, float* y, const float* x) {
+  const float* table = gelu_f16_table();
+  uint16_t h[V::W];
+  int64_t i = 0;
+  for (; i + V::W <= n; i += V::W) {
+    V::store_f16(h, V::load(x + i));
+    for (int k = 0; k < V::W; ++k) {
+      const float v = x[i + k];
+      y[i + k] = v <= -10.0f ? 0.0f : v >= 10.0f ? v : table[h[k]];
+    }
+  }
+  for (; i < n; ++i) {
+    const float v = x[i];
+    y[i] = v <= -10.0f ? 0.0f : v >= 10.0f ? v : table[fp32_to_fp16(v)];
+  }
+}
 template <class V>
 double v_sum_sq(int64_t n, const float* x) {
-  using R = typename V::R;
-  R a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
+  // Squares in float, sums in double (as sum_sq_scalar, to rounding of the
+  // double sums): the compiler widens the lanes of `acc`.
+  double acc[V::W] = {};
+  float sq[V::W];
   int64_t i = 0;
-  for (; i + 4 * V::W <= n; i += 4 * V::W) {
-    const R v0 = V::load(x + i), v1 = V::load(x + i + V::W);
-    const R v2 = V::load(x + i + 2 * V::W), v3 = V::load(x + i + 3 * V::W);
-    a0 = V::fma(v0, v0, a0);
-    a1 = V::fma(v1, v1, a1);
-    a2 = V::fma(v2, v2, a2);
-    a3 = V::fma(v3, v3, a3);
-  }
   for (; i + V::W <= n; i += V::W) {
-    const R v = V::load(x + i);
-    a0 = V::fma(v, v, a0);
+    const typename V::R v = V::load(x + i);
+    V::store(sq, V::mul(v, v));
+    for (int k = 0; k < V::W; ++k) acc[k] += static_cast<double>(sq[k]);
   }
-  double s = V::hsum(V::add(V::add(a0, a1), V::add(a2, a3)));
-  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  double s = 0;
+  for (int k = 0; k < V::W; ++k) s += acc[k];
+  for (; i < n; ++i) s += static_cast<double>(x[i] * x[i]);
   return s;
 }
 template <class V>
@@ -188,6 +202,7 @@ VecOps make_vec_ops() {
   v.scale = v_scale<V>;
   v.silu = v_silu<V>;
   v.gelu = v_gelu<V>;
+  v.gelu_f16 = v_gelu_f16<V>;
   v.sum_sq = v_sum_sq<V>;
   v.max = v_max<V>;
   v.exp_sum = v_exp_sum<V>;

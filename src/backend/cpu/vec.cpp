@@ -1,6 +1,8 @@
 // Scalar row primitives: the portable path, always compiled.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <limits>
 #include <vector>
 
@@ -15,6 +17,24 @@ const float* fp16_table() {
     return t;
   }();
   return table.data();
+}
+
+const float* gelu_f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i) {
+      const float x = fp16_to_fp32(static_cast<uint16_t>(i));
+      const float g = 0.5f * x * (1.0f + std::tanh(kGeluSqrt2OverPi * x * std::fma(kGeluCoefA * x, x, 1.0f)));
+      t[i] = fp16_to_fp32(fp32_to_fp16(g));
+    }
+    return t;
+  }();
+  return table.data();
+}
+
+bool ggml_rounding() {
+  const char* v = std::getenv("QLENS_CPU_ROUND_ACTIVATIONS");
+  return !(v && std::string(v) == "0");
 }
 
 namespace {
@@ -47,9 +67,16 @@ void gelu_scalar(int64_t n, float* y, const float* x) {
     y[i] = v / (1.0f + std::exp(-2.0f * u));
   }
 }
+void gelu_f16_scalar(int64_t n, float* y, const float* x) {
+  const float* table = gelu_f16_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = v <= -10.0f ? 0.0f : v >= 10.0f ? v : table[fp32_to_fp16(v)];
+  }
+}
 double sum_sq_scalar(int64_t n, const float* x) {
   double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i] * x[i]);
   return s;
 }
 float max_scalar(int64_t n, const float* x) {
@@ -80,6 +107,7 @@ VecOps make_scalar() {
   v.scale = scale_scalar;
   v.silu = silu_scalar;
   v.gelu = gelu_scalar;
+  v.gelu_f16 = gelu_f16_scalar;
   v.sum_sq = sum_sq_scalar;
   v.max = max_scalar;
   v.exp_sum = exp_sum_scalar;

@@ -29,7 +29,10 @@ struct VecOps {
   void (*silu)(int64_t n, float* y, const float* x);                 // y = x / (1 + e^-x)
   // y = 0.5 x (1 + tanh u) = x / (1 + e^-2u), u = sqrt(2/pi) x (1 + 0.044715 x^2)
   void (*gelu)(int64_t n, float* y, const float* x);
-  double (*sum_sq)(int64_t n, const float* x);                       // sum of x^2
+  // ggml's CPU GELU (GGML_GELU_FP16): x rounded to F16 and looked up in
+  // gelu_f16_table(); 0 for x <= -10, x for x >= 10.
+  void (*gelu_f16)(int64_t n, float* y, const float* x);
+  double (*sum_sq)(int64_t n, const float* x);                       // sum of float(x^2), in double
   float (*max)(int64_t n, const float* x);                           // -inf when n == 0
   // y = exp(x - m); returns the sum of y.
   double (*exp_sum)(int64_t n, float* y, const float* x, float m);
@@ -45,6 +48,18 @@ constexpr float kGeluLowest = -20.0f;
 // Every F16 value as a float, indexed by its bits (the scalar kernels' F16
 // conversion: exact, one load per element).
 const float* fp16_table();
+
+// ggml's GELU table, indexed by the bits of an F16 x: the tanh form computed
+// in float as ggml's compiler computes it (1 + 0.044715 x^2 as one fma),
+// rounded to F16, as a float.
+const float* gelu_f16_table();
+
+// Whether the CPU kernels round as ggml's CPU kernels do: activations through
+// the weight's partner type before a product (matmul.cpp), GELU through its
+// F16 table. On by default, so that results are llama.cpp's; the environment
+// variable QLENS_CPU_ROUND_ACTIVATIONS=0 turns it off, to compare with a
+// backend that does neither (Vulkan today).
+bool ggml_rounding();
 
 // The table for `isa` (which must be supported and compiled in).
 const VecOps& vec_ops(Isa isa);
