@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/text_file.h"
+#include "qlens/model.h"
 #include "qlens/tensor.h"
 
 namespace qlens::test {
@@ -168,6 +169,34 @@ inline std::vector<NodeMatch> match_eval_dump(const std::vector<DumpNode>& ref,
     out.push_back(m);
   }
   return out;
+}
+
+// llama.cpp 0c1e570 names the embedding "embd" and, with flash attention,
+// the attention result before attn_output "kqv_out"; qlens names them as its
+// other architectures do.
+inline const std::map<std::string, std::string> kLlamaCppAliases = {{"embd", "inp_embd"},
+                                                                    {"kqv_out", "kqv_merged_cont* (reshaped)"}};
+
+// Runs `prompt` (BOS added as the model asks) through the model with every
+// node kept, as llama-eval-callback does (the last token's logits only), and
+// compares the graph with the dump.
+inline std::vector<NodeMatch> compare_model_with_dump(const std::string& model_path, const std::string& dump_path,
+                                                      const std::string& prompt,
+                                                      const std::map<std::string, std::string>& alias) {
+  const auto ref = parse_eval_dump(dump_path);
+  auto m = Model::load(model_path);
+  const auto tokens = m->vocab().tokenize(prompt, true);
+  ContextOptions opt;
+  opt.n_ctx = 256;
+  opt.keep_intermediates = true;
+  Context ctx(*m, opt);
+  std::vector<NodeMatch> matches;
+  ctx.set_observer([&](const Graph& g) {
+    std::vector<const Tensor*> nodes(g.nodes().begin(), g.nodes().end());
+    matches = match_eval_dump(ref, nodes, alias);
+  });
+  ctx.decode(tokens, false);
+  return matches;
 }
 
 }  // namespace qlens::test

@@ -26,29 +26,9 @@ namespace {
 
 using test::kGemma3;
 
-// At 0c1e570 llama.cpp names the embedding "embd" and, with flash attention,
-// the attention result before attn_output "kqv_out"; qlens names them as its
-// other architectures do.
-const std::map<std::string, std::string> kAliases = {{"embd", "inp_embd"}, {"kqv_out", "kqv_merged_cont* (reshaped)"}};
-
-// Runs `prompt` through the model with every node kept and compares it with
-// the dump; returns the matches.
 std::vector<test::NodeMatch> compare_with_dump(const std::string& model_path, const std::string& dump_path,
                                                const std::string& prompt) {
-  auto ref = test::parse_eval_dump(dump_path);
-  auto m = Model::load(model_path);
-  auto tokens = m->vocab().tokenize(prompt, true);
-  ContextOptions opt;
-  opt.n_ctx = 256;
-  opt.keep_intermediates = true;
-  Context ctx(*m, opt);
-  std::vector<test::NodeMatch> matches;
-  ctx.set_observer([&](const Graph& g) {
-    std::vector<const Tensor*> nodes(g.nodes().begin(), g.nodes().end());
-    matches = test::match_eval_dump(ref, nodes, kAliases);
-  });
-  ctx.decode(tokens, false);  // as llama.cpp's dump: the last token's logits only
-  return matches;
+  return test::compare_model_with_dump(model_path, dump_path, prompt, test::kLlamaCppAliases);
 }
 
 void expect_close(const std::vector<test::NodeMatch>& matches, double value_tol, double sum_tol,

@@ -270,6 +270,25 @@ TEST(VulkanModel, Gemma3PerplexityEqualsTheCpu) {
   expect_vulkan_perplexity_equals_cpu(path, tokens, 128, 8);
 }
 
+// The dense families (q/k/v biases, per-head q/k norms, rope frequency
+// factors, fused qkv and gate|up, partial rotary), F32 and F16, fully
+// offloaded.
+TEST(VulkanModel, DenseFamiliesPerplexityEqualsTheCpu) {
+  QLENS_REQUIRE_VULKAN();
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  const std::string text = read_text_file(text_path).substr(0, 200000);
+  for (const char* name : {"qwen2", "qwen3", "llama3", "phi3"})
+    for (const char* variant : {"", ".f16"}) {
+      QLENS_REQUIRE_SHARED(path, std::string("reference/synth/") + name + variant + ".gguf");
+      auto m = Model::load(path);
+      ContextOptions co;
+      co.device = "vulkan:0";
+      Context ctx(*m, co);
+      EXPECT_EQ(ctx.n_offloaded_layers(), m->hparams().n_layer) << path;
+      expect_vulkan_perplexity_equals_cpu(path, m->vocab().tokenize(text, true), 128, 8);
+    }
+}
+
 TEST(VulkanModel, RealGemma3PerplexityEqualsTheCpu) {
   QLENS_REQUIRE_VULKAN();
   // About 3 minutes on lavapipe with 2 cores (the 262,144-row output matrix).

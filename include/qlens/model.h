@@ -83,14 +83,19 @@ enum class Role : uint8_t {
   FfnUp,
   FfnDown,
   FfnPostNorm,
+  RopeFreqs,  // Llama 3's frequency factors, one tensor for every layer
+  AttnQBias,
+  AttnKBias,
+  AttnVBias,
+  AttnQkv,  // q | k | v rows in one matrix (Phi-3)
 };
-constexpr int kRoleCount = static_cast<int>(Role::FfnPostNorm) + 1;
+constexpr int kRoleCount = static_cast<int>(Role::AttnQkv) + 1;
 
 struct RoleInfo {
   const char* name;    // "attn_q"
   const char* suffix;  // "weight" or "bias"
   bool per_layer;
-  Op reader;  // MulMat for matrices, Mul for norm scales, GetRows for the embedding
+  Op reader;  // MulMat for matrices, Mul for norm scales, Add for biases, GetRows for the embedding
 };
 const RoleInfo& role_info(Role role);
 // The GGUF name of a role's tensor: "blk.3.attn_q.weight", "output_norm.weight".

@@ -163,8 +163,10 @@ Tensor* add(Graph& g, Tensor* a, Tensor* b);
 Tensor* mul(Graph& g, Tensor* a, Tensor* b);
 Tensor* scale(Graph& g, Tensor* a, float s);
 Tensor* rms_norm(Graph& g, Tensor* a, float eps);
-Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base,
-             float freq_scale);
+// Rotary embedding of the first n_dims of each head; freq_factors (optional,
+// F32, n_dims / 2 entries: Llama 3's rope_freqs) divide each frequency's angle.
+Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale,
+             Tensor* freq_factors = nullptr);
 Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale);  // mask may be null
 Tensor* silu(Graph& g, Tensor* a);
 Tensor* gelu(Graph& g, Tensor* a);

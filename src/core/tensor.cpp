@@ -232,14 +232,20 @@ Tensor* rms_norm(Graph& g, Tensor* a, float eps) {
   return t;
 }
 
-Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale) {
+Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale,
+             Tensor* freq_factors) {
   require_f32("rope", a);
   if (pos->type != DType::I32 || pos->ne[0] != a->ne[2])
     fail("rope", "positions " + describe(pos) + " must be I32 with one entry per token of " + describe(a));
   if (n_dims <= 0 || n_dims > a->ne[0] || n_dims % 2 != 0)
     fail("rope", "rotated dims " + std::to_string(n_dims) + " must be even and at most the head size of " +
                      describe(a));
+  if (freq_factors && (freq_factors->type != DType::F32 || freq_factors->ne[0] < n_dims / 2 ||
+                       freq_factors->nelements() != freq_factors->ne[0]))
+    fail("rope", "frequency factors " + describe(freq_factors) + " must be an F32 vector of at least " +
+                     std::to_string(n_dims / 2) + " entries");
   Tensor* t = make_result(g, Op::Rope, a->ne, a, pos);
+  t->src[2] = freq_factors;
   t->params[0] = n_dims;
   t->params[1] = static_cast<int32_t>(mode);
   t->set_param_f(2, freq_base);

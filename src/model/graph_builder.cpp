@@ -99,21 +99,37 @@ Tensor* GraphBuilder::attention(Tensor* cur, int il, const Attention& opt) {
   const size_t k_row = static_cast<size_t>(hp.n_embd_kv()) * esize;  // one token's keys
   const size_t v_row = static_cast<size_t>(cache.n_ctx) * esize;     // one value dimension over the context
 
-  Tensor* q = named(mul_mat(g, weight(Role::AttnQ, il), cur), "Qcur", il);
-  Tensor* k = named(mul_mat(g, weight(Role::AttnK, il), cur), "Kcur", il);
-  Tensor* v = named(mul_mat(g, weight(Role::AttnV, il), cur), "Vcur", il);
-  q = reshape(g, q, {D, hp.n_head, N});
-  k = reshape(g, k, {D, hp.n_head_kv, N});
+  Tensor *q, *k, *v;
+  if (Tensor* wqkv = weight(Role::AttnQkv, il)) {
+    // One projection, its rows q | k | v; the heads are views of it.
+    Tensor* qkv = named(mul_mat(g, wqkv, cur), "wqkv", il);
+    const size_t fs = sizeof(float), row = qkv->nb[1];
+    q = named(view(g, qkv, {D, hp.n_head, N}, {D * fs, row}, 0), "Qcur", il);
+    k = named(view(g, qkv, {D, hp.n_head_kv, N}, {D * fs, row}, hp.n_embd_q() * fs), "Kcur", il);
+    v = view(g, qkv, {D * hp.n_head_kv, N}, {row}, (hp.n_embd_q() + hp.n_embd_kv()) * fs);
+  } else {
+    // Each projection, and its bias where the model has one (Qwen 2),
+    // named as llama.cpp names both: "Qcur".
+    auto project = [&](Role w, Role bias, const char* name) {
+      Tensor* t = named(mul_mat(g, weight(w, il), cur), name, il);
+      if (Tensor* b = weight(bias, il)) t = named(add(g, t, b), name, il);
+      return t;
+    };
+    q = reshape(g, project(Role::AttnQ, Role::AttnQBias, "Qcur"), {D, hp.n_head, N});
+    k = reshape(g, project(Role::AttnK, Role::AttnKBias, "Kcur"), {D, hp.n_head_kv, N});
+    v = project(Role::AttnV, Role::AttnVBias, "Vcur");
+  }
   if (opt.qk_norm) {
     q = norm(q, Role::AttnQNorm, il, "Qcur_normed");
     k = norm(k, Role::AttnKNorm, il, "Kcur_normed");
   }
   const int n_rot = static_cast<int>(hp.n_rot);
-  q = named(rope(g, q, in_.positions, n_rot, hp.rope_mode, hp.rope_base(il), hp.rope_scale(il)), "Qcur", il);
-  k = named(rope(g, k, in_.positions, n_rot, hp.rope_mode, hp.rope_base(il), hp.rope_scale(il)), "Kcur", il);
+  Tensor* factors = weight(Role::RopeFreqs);
+  q = named(rope(g, q, in_.positions, n_rot, hp.rope_mode, hp.rope_base(il), hp.rope_scale(il), factors), "Qcur", il);
+  k = named(rope(g, k, in_.positions, n_rot, hp.rope_mode, hp.rope_base(il), hp.rope_scale(il), factors), "Kcur", il);
   float kq_scale = 1.0f / std::sqrt(static_cast<float>(D));
   if (opt.q_scale != 0) {
-    q = scale(g, q, opt.q_scale);
+    q = named(scale(g, q, opt.q_scale), "Qcur", il);
     kq_scale = 1.0f;
   }
 
@@ -144,9 +160,18 @@ Tensor* GraphBuilder::attention(Tensor* cur, int il, const Attention& opt) {
 
 Tensor* GraphBuilder::feed_forward(Tensor* cur, int il, FfnActivation act) {
   Graph& g = g_;
-  Tensor* gate = named(mul_mat(g, weight(Role::FfnGate, il), cur), "ffn_gate", il);
+  Tensor *gate, *up;
+  if (Tensor* w_gate = weight(Role::FfnGate, il)) {
+    gate = named(mul_mat(g, w_gate, cur), "ffn_gate", il);
+    up = named(mul_mat(g, weight(Role::FfnUp, il), cur), "ffn_up", il);
+  } else {
+    // ffn_up holds gate | up (Phi-3): the halves of one projection.
+    Tensor* both = named(mul_mat(g, weight(Role::FfnUp, il), cur), "ffn_up", il);
+    const int64_t F = both->ne[0] / 2;
+    gate = view(g, both, {F, both->ne[1]}, {both->nb[1]}, 0);
+    up = view(g, both, {F, both->ne[1]}, {both->nb[1]}, F * sizeof(float));
+  }
   gate = act == FfnActivation::Silu ? named(silu(g, gate), "ffn_silu", il) : named(gelu(g, gate), "ffn_gelu", il);
-  Tensor* up = named(mul_mat(g, weight(Role::FfnUp, il), cur), "ffn_up", il);
   // llama.cpp names the product ffn_geglu for GELU (ffn_gate_par in the
   // dumps our llama tests read).
   Tensor* par = named(mul(g, gate, up), act == FfnActivation::Silu ? "ffn_gate_par" : "ffn_geglu", il);

@@ -20,6 +20,9 @@ constexpr RoleInfo kRoles[kRoleCount] = {
     {"post_attention_norm", "weight", true, Op::Mul}, {"ffn_norm", "weight", true, Op::Mul},
     {"ffn_gate", "weight", true, Op::MulMat},      {"ffn_up", "weight", true, Op::MulMat},
     {"ffn_down", "weight", true, Op::MulMat},      {"post_ffw_norm", "weight", true, Op::Mul},
+    {"rope_freqs", "weight", false, Op::Rope},     {"attn_q", "bias", true, Op::Add},
+    {"attn_k", "bias", true, Op::Add},             {"attn_v", "bias", true, Op::Add},
+    {"attn_qkv", "weight", true, Op::MulMat},
 };
 
 std::string shape_text(const std::array<int64_t, kMaxDims>& ne) {
@@ -115,9 +118,11 @@ Tensor* Model::bind(const TensorSpec& spec, int layer) {
   const TypeTraits& tt = type_traits(info->type);
   if (!tt.to_float)
     throw Error(file_->path() + ": tensor '" + name + "' has type " + tt.name + ", which qlens cannot compute with yet");
-  // Element-wise kernels read their second operand as F32.
-  if (role_info(spec.role).reader == Op::Mul && info->type != DType::F32)
-    throw Error(file_->path() + ": norm tensor '" + name + "' must be F32, is " + tt.name);
+  // Element-wise kernels and rope read their second or third operand as F32.
+  const Op reader = role_info(spec.role).reader;
+  if ((reader == Op::Mul || reader == Op::Add || reader == Op::Rope) && info->type != DType::F32)
+    throw Error(file_->path() + ": tensor '" + name + "' (a norm scale, bias or rope factor) must be F32, is " +
+                tt.name);
   Tensor& t = storage_.emplace_back();
   t.type = info->type;
   t.ne = info->ne;

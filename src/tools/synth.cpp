@@ -97,10 +97,12 @@ std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output) 
   std::vector<SynthTensor> plan, after_layers;
   for (const TensorSpec& spec : arch->tensors(hp, -1)) {
     if (spec.role == Role::Output && tied_output) continue;
+    if (!spec.required && spec.role != Role::Output) continue;  // rope_freqs: no preset has one yet
     (role_info(spec.role).reader == Op::GetRows ? plan : after_layers).push_back(tensor(spec, -1));
   }
   for (int il = 0; il < hp.n_layer; ++il)
-    for (const TensorSpec& spec : arch->tensors(hp, il)) plan.push_back(tensor(spec, il));
+    for (const TensorSpec& spec : arch->tensors(hp, il))
+      if (spec.required) plan.push_back(tensor(spec, il));
   plan.insert(plan.end(), after_layers.begin(), after_layers.end());
   return plan;
 }

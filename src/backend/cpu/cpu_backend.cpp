@@ -80,6 +80,9 @@ void check_op(const Tensor& n) {
       if (n.params[0] <= 0 || n.params[0] % 2 != 0 || n.params[0] > a->ne[0]) fail(n, "bad rotated dims");
       if (n.params[1] != static_cast<int32_t>(RopeMode::Normal) && n.params[1] != static_cast<int32_t>(RopeMode::NeoX))
         fail(n, "unknown rope mode " + std::to_string(n.params[1]));
+      if (n.src[2] && (n.src[2]->type != DType::F32 || n.src[2]->nb[0] != sizeof(float) ||
+                       n.src[2]->ne[0] < n.params[0] / 2))
+        fail(n, "frequency factors must be a contiguous F32 vector of n_dims / 2 entries");
       break;
     case Op::SoftMax:
       need_f32(a);

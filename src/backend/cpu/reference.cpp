@@ -161,7 +161,8 @@ void rope(const Tensor& d) {
     const float theta_scale = std::pow(static_cast<float>(base), -2.0f / static_cast<float>(n_dims));
     float theta_i = static_cast<float>(get(pos, i2));
     for (int64_t i = 0; i < n_dims / 2; ++i, theta_i *= theta_scale) {
-      const double theta = static_cast<double>(static_cast<float>(fscale) * theta_i);
+      const float f = d.src[2] ? static_cast<float>(get(*d.src[2], i)) : 1.0f;
+      const double theta = static_cast<double>(static_cast<float>(fscale) * (theta_i / f));
       const int64_t j0 = neox ? i : 2 * i;
       const int64_t j1 = neox ? i + n_dims / 2 : 2 * i + 1;
       y[j0] = x[j0] * std::cos(theta) - x[j1] * std::sin(theta);

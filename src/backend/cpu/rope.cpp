@@ -1,5 +1,6 @@
 // Rope: rotary position embedding of the first n_dims of each row.
-//   theta_i = pos * freq_scale * freq_base^(-2i / n_dims), i < n_dims / 2
+//   theta_i = pos * freq_scale * freq_base^(-2i / n_dims) / f_i, i < n_dims / 2
+// (f_i the optional frequency factors, src[2]; 1 without)
 // Normal mode rotates pairs (x[2i], x[2i+1]), NeoX mode (x[i], x[i + n_dims/2]);
 // dims from n_dims on are copied.
 //
@@ -31,6 +32,7 @@ void op_rope(const Tensor& d, const KernelCtx& c) {
   float* cos_t = reinterpret_cast<float*>(c.scratch);
   float* sin_t = cos_t + half;
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_dims));
+  const float* factors = d.src[2] ? reinterpret_cast<const float*>(d.src[2]->data) : nullptr;
 
   int64_t r0, r1;
   split_range(a.nrows(), c.ith, c.nth, &r0, &r1);
@@ -42,7 +44,7 @@ void op_rope(const Tensor& d, const KernelCtx& c) {
       cached_token = i2;
       float theta = static_cast<float>(*reinterpret_cast<const int32_t*>(pos.at(i2)));
       for (int64_t i = 0; i < half; ++i) {
-        const float t = freq_scale * theta;
+        const float t = freq_scale * (factors ? theta / factors[i] : theta);
         cos_t[i] = std::cos(t);
         sin_t[i] = std::sin(t);
         theta *= theta_scale;

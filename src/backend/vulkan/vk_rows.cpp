@@ -48,6 +48,7 @@ struct RopePush {
   uint32_t a_off, d_off, pos_off, pos_nb0;
   uint32_t n_dims, neox;
   float freq_scale, theta_scale_hi, theta_scale_lo;
+  uint32_t f_off, has_factors;
 };
 
 void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
@@ -67,7 +68,8 @@ bool supports_row_op(const Tensor& node) {
     case Op::Rope:
       return node.src[1] && node.src[1]->type == DType::I32 && indexable(*node.src[1], 4) &&
              (node.params[1] == static_cast<int32_t>(RopeMode::Normal) ||
-              node.params[1] == static_cast<int32_t>(RopeMode::NeoX));
+              node.params[1] == static_cast<int32_t>(RopeMode::NeoX)) &&
+             (!node.src[2] || (node.src[2]->type == DType::F32 && indexable(*node.src[2], 4)));
     default: return false;
   }
 }
@@ -76,7 +78,7 @@ std::vector<ShaderUse> row_op_shaders(const Tensor& node, bool is_cpu, bool has_
   switch (node.op) {
     case Op::RmsNorm: return {{row_shader("rms_norm", is_cpu), 2}};
     case Op::SoftMax: return {{row_shader("soft_max", is_cpu), 3}};
-    case Op::Rope: return {{rope_shader(has_float64), 3}};
+    case Op::Rope: return {{rope_shader(has_float64), 4}};
     default: return {};
   }
 }
@@ -116,8 +118,12 @@ void record_soft_max(Recorder& r, const Tensor& node) {
 void record_rope(Recorder& r, const Tensor& node) {
   const Tensor& a = *node.src[0];
   const Tensor& pos = *node.src[1];
+  const Tensor* factors = node.src[2];
   const Bound ba = r.bind(a, "source"), bp = r.bind(pos, "positions"), bd = r.bind(node, "result");
+  const Bound bf = factors ? r.bind(*factors, "frequency factors") : ba;  // not read without factors
   RopePush p{};
+  p.f_off = factors ? bf.offset_in(4, quoted(*factors)) : 0;
+  p.has_factors = factors ? 1 : 0;
   copy4(p.ne, shape_u32(node));
   copy4(p.a_nb, element_strides(a, 4));
   copy4(p.d_nb, element_strides(node, 4));
@@ -132,7 +138,7 @@ void record_rope(Recorder& r, const Tensor& node) {
   const double theta_scale = std::pow(static_cast<double>(node.param_f(2)), -2.0 / static_cast<double>(p.n_dims));
   p.theta_scale_hi = static_cast<float>(theta_scale);
   p.theta_scale_lo = static_cast<float>(theta_scale - static_cast<double>(p.theta_scale_hi));
-  r.dispatch(rope_shader(r.has_float64()), {ba, bp, bd}, p,
+  r.dispatch(rope_shader(r.has_float64()), {ba, bp, bf, bd}, p,
              ceil_div(static_cast<uint64_t>(node.nelements()), kRopeGroup));
 }
 

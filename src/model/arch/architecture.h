@@ -41,5 +41,8 @@ void write_common_hparams(gguf::Writer& w, const HParams& hp);
 // The architectures (one file each).
 const Architecture& llama_architecture();
 const Architecture& gemma3_architecture();
+const Architecture& qwen2_architecture();
+const Architecture& qwen3_architecture();
+const Architecture& phi3_architecture();
 
 }  // namespace qlens

@@ -18,6 +18,9 @@ constexpr Entry kArchitectures[] = {
     {"llama", llama_architecture},
     {"mistral", llama_architecture},
     {"gemma3", gemma3_architecture},
+    {"qwen2", qwen2_architecture},
+    {"qwen3", qwen3_architecture},
+    {"phi3", phi3_architecture},
 };
 
 int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {

@@ -1,4 +1,4 @@
-// Rope: one thread per element. theta_i = pos * freq_scale * theta_scale^i
+// Rope: one thread per element. theta_i = pos * freq_scale * theta_scale^i / f_i
 // with theta_scale = freq_base^(-2/n_dims) (from the host in double as a
 // hi + lo pair of floats). Variant ROPE_F64 (devices with shaderFloat64)
 // computes the angle and reduces it modulo 2*pi in double, so only the final
@@ -10,7 +10,8 @@ layout(local_size_x = 256) in;
 
 layout(binding = 0) readonly buffer A { float a[]; };
 layout(binding = 1) readonly buffer Pos { int pos[]; };
-layout(binding = 2) writeonly buffer D { float d[]; };
+layout(binding = 2) readonly buffer F { float freq_factors[]; };  // read only when has_factors
+layout(binding = 3) writeonly buffer D { float d[]; };
 
 layout(push_constant) uniform Params {
   uvec4 ne;
@@ -19,6 +20,7 @@ layout(push_constant) uniform Params {
   uint a_off, d_off, pos_off, pos_nb0;  // pos in ints
   uint n_dims, neox;
   float freq_scale, theta_scale_hi, theta_scale_lo;
+  uint f_off, has_factors;
 } p;
 
 void main() {
@@ -43,15 +45,16 @@ void main() {
     j1 = j0 + 1u;
   }
   const int position = pos[p.pos_off + i.z * p.pos_nb0];
+  const float factor = p.has_factors != 0u ? freq_factors[p.f_off + pair] : 1.0f;
 #if defined(ROPE_F64)
   const double theta_scale = double(p.theta_scale_hi) + double(p.theta_scale_lo);
   double inv_freq = 1.0LF;
   for (uint k = 0u; k < pair; ++k) inv_freq *= theta_scale;
-  const double theta = double(position) * double(p.freq_scale) * inv_freq;
+  const double theta = double(position) * double(p.freq_scale) * inv_freq / double(factor);
   const double two_pi = 6.283185307179586LF;
   const float angle = float(theta - floor(theta / two_pi) * two_pi);
 #else
-  const float angle = float(position) * p.freq_scale * pow(p.theta_scale_hi, float(pair));
+  const float angle = float(position) * p.freq_scale * pow(p.theta_scale_hi, float(pair)) / factor;
 #endif
   const float c = cos(angle), s = sin(angle);
   const float x0 = a[a_row + j0 * p.a_nb.x], x1 = a[a_row + j1 * p.a_nb.x];

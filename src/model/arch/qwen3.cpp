@@ -1,0 +1,52 @@
+// Qwen 3 (dense): llama's blocks with per-head RMS norms of q and k before
+// rope (NeoX), a head size of its own (attention.key_length, so the query
+// projection need not be n_embd wide), SwiGLU feed-forward; tied or separate
+// output.
+#include "model/arch/architecture.h"
+
+namespace qlens {
+
+namespace {
+
+class Qwen3 final : public Architecture {
+ public:
+  const char* name() const override { return "qwen3"; }
+
+  void read_hparams(const gguf::File&, HParams& hp) const override { hp.rope_mode = RopeMode::NeoX; }
+  void write_hparams(gguf::Writer&, const HParams&) const override {}
+
+  std::vector<TensorSpec> tensors(const HParams& hp, int il) const override {
+    const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff, D = hp.head_dim;
+    if (il < 0)
+      return {{Role::TokenEmbd, {E, hp.n_vocab, 1, 1}},
+              {Role::OutputNorm, {E, 1, 1, 1}},
+              {Role::Output, {E, hp.n_vocab, 1, 1}, false}};
+    return {{Role::AttnNorm, {E, 1, 1, 1}},  {Role::AttnQ, {E, Q, 1, 1}},      {Role::AttnK, {E, KV, 1, 1}},
+            {Role::AttnV, {E, KV, 1, 1}},    {Role::AttnOutput, {Q, E, 1, 1}}, {Role::AttnQNorm, {D, 1, 1, 1}},
+            {Role::AttnKNorm, {D, 1, 1, 1}}, {Role::FfnNorm, {E, 1, 1, 1}},    {Role::FfnGate, {E, F, 1, 1}},
+            {Role::FfnUp, {E, F, 1, 1}},     {Role::FfnDown, {F, E, 1, 1}}};
+  }
+
+  Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
+    Graph& g = b.graph();
+    GraphBuilder::Attention attn;
+    attn.qk_norm = true;
+    Tensor* cur = b.norm(in, Role::AttnNorm, il, "attn_norm");
+    cur = b.attention(cur, il, attn);
+    cur = b.last_row_if_final(cur, il);
+    in = b.last_row_if_final(in, il);
+    Tensor* ffn_inp = named(add(g, cur, in), "ffn_inp", il);
+    cur = b.norm(ffn_inp, Role::FfnNorm, il, "ffn_norm");
+    cur = b.feed_forward(cur, il, FfnActivation::Silu);
+    return named(add(g, cur, ffn_inp), "l_out", il);
+  }
+};
+
+}  // namespace
+
+const Architecture& qwen3_architecture() {
+  static const Qwen3 arch;
+  return arch;
+}
+
+}  // namespace qlens

@@ -1,0 +1,126 @@
+#include "tools/llama_logits.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <span>
+
+#include "core/text_file.h"
+#include "qlens/error.h"
+#include "tools/chunks.h"
+
+namespace qlens::tools {
+
+namespace {
+
+template <typename T>
+T read_le(const std::string& data, size_t off) {
+  T v;
+  std::memcpy(&v, data.data() + off, sizeof v);
+  return v;
+}
+
+// log-softmax of a row of logits, in double.
+std::vector<double> log_softmax(std::span<const float> logits) {
+  double max = -INFINITY;
+  for (float l : logits) max = std::max(max, static_cast<double>(l));
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double lse = max + std::log(sum);
+  std::vector<double> out(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - lse;
+  return out;
+}
+
+}  // namespace
+
+LlamaLogitsFile LlamaLogitsFile::load(const std::string& path) {
+  const std::string data = read_text_file(path);  // bytes as they are
+  auto fail = [&](const std::string& what) { throw Error(path + ": " + what); };
+  if (data.size() < 20 || data.compare(0, 8, "_logits_") != 0)
+    fail("not a llama.cpp log-probability file (no '_logits_' magic)");
+  LlamaLogitsFile f;
+  f.n_ctx_ = read_le<int32_t>(data, 8);
+  f.n_vocab_ = read_le<int32_t>(data, 12);
+  f.n_chunk_ = read_le<int32_t>(data, 16);
+  if (f.n_ctx_ < 4 || f.n_vocab_ < 1 || f.n_chunk_ < 1 || f.n_ctx_ > (1 << 24) || f.n_vocab_ > (1 << 24) ||
+      f.n_chunk_ > (1 << 24))
+    fail("implausible sizes: n_ctx " + std::to_string(f.n_ctx_) + ", n_vocab " + std::to_string(f.n_vocab_) +
+         ", n_chunk " + std::to_string(f.n_chunk_));
+  const size_t n_tokens = static_cast<size_t>(f.n_ctx_ * f.n_chunk_);
+  f.record_bytes_ = (2 * static_cast<size_t>((f.n_vocab_ + 1) / 2) + 4) * sizeof(uint16_t);
+  const size_t want = 20 + n_tokens * 4 + static_cast<size_t>(f.n_chunk_ * f.n_scored_per_chunk()) * f.record_bytes_;
+  if (data.size() != want)
+    fail("size " + std::to_string(data.size()) + " bytes, expected " + std::to_string(want) + " for n_ctx " +
+         std::to_string(f.n_ctx_) + ", n_vocab " + std::to_string(f.n_vocab_) + ", " + std::to_string(f.n_chunk_) +
+         " chunks");
+  f.tokens_.resize(n_tokens);
+  std::memcpy(f.tokens_.data(), data.data() + 20, n_tokens * 4);
+  f.records_.assign(data.begin() + 20 + static_cast<std::ptrdiff_t>(n_tokens * 4), data.end());
+  return f;
+}
+
+std::vector<Token> LlamaLogitsFile::chunk_tokens(int64_t c) const {
+  return std::vector<Token>(tokens_.begin() + c * n_ctx_, tokens_.begin() + (c + 1) * n_ctx_);
+}
+
+std::vector<double> LlamaLogitsFile::log_probs(int64_t c, int64_t k) const {
+  const uint8_t* r = records_.data() + static_cast<size_t>(c * n_scored_per_chunk() + k) * record_bytes_;
+  float scale, min_log_prob;
+  std::memcpy(&scale, r, 4);
+  std::memcpy(&min_log_prob, r + 4, 4);
+  std::vector<double> out(n_vocab_);
+  for (int64_t i = 0; i < n_vocab_; ++i) {
+    uint16_t q;
+    std::memcpy(&q, r + 8 + 2 * i, 2);
+    out[i] = static_cast<double>(min_log_prob) + static_cast<double>(scale) * q;
+  }
+  return out;
+}
+
+KldResult kld_against_file(const Model& model, const LlamaLogitsFile& base, const KldOptions& opt) {
+  if (base.n_vocab() != model.hparams().n_vocab)
+    throw Error("kl-divergence: the base file has a vocabulary of " + std::to_string(base.n_vocab()) +
+                " tokens, the model " + model.path() + " " + std::to_string(model.hparams().n_vocab));
+  const int64_t n_ctx = base.n_ctx();
+  const int64_t n_chunks = opt.max_chunks >= 0 ? std::min(opt.max_chunks, base.n_chunk()) : base.n_chunk();
+  ContextOptions copt = chunk_context(n_ctx, n_ctx, opt.n_threads);
+  copt.device = opt.device;
+  copt.n_gpu_layers = opt.n_gpu_layers;
+  copt.cache_type = opt.cache_type;
+  Context ctx(model, copt);
+  const Token bos = model.vocab().add_bos() ? model.vocab().bos() : -1;
+  KldResult r;
+  double sum_kld = 0, nll = 0, nll_base = 0;
+  int64_t same = 0;
+  const double min_log_p = -16.0;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    std::vector<Token> tokens = base.chunk_tokens(c);
+    const std::vector<Token> text = tokens;
+    if (bos >= 0) tokens[0] = bos;
+    ctx.clear();
+    ctx.decode(tokens, /*all_logits=*/true);
+    for (int64_t k = 0; k < base.n_scored_per_chunk(); ++k) {
+      const int64_t j = base.first_scored() + k;
+      const std::vector<double> lp = log_softmax(ctx.logits(j));
+      const std::vector<double> lb = base.log_probs(c, k);
+      double kld = 0;
+      for (size_t i = 0; i < lp.size(); ++i)
+        if (lb[i] >= min_log_p) kld += std::exp(lb[i]) * (lb[i] - lp[i]);
+      sum_kld += kld;
+      r.max_kld = std::max(r.max_kld, kld);
+      same += std::max_element(lp.begin(), lp.end()) - lp.begin() == std::max_element(lb.begin(), lb.end()) - lb.begin();
+      const Token next = text[j + 1];
+      nll -= lp[next];
+      nll_base -= lb[next];
+      ++r.n_scored;
+    }
+  }
+  r.mean_kld = sum_kld / static_cast<double>(r.n_scored);
+  r.same_top = static_cast<double>(same) / static_cast<double>(r.n_scored);
+  r.ppl = std::exp(nll / static_cast<double>(r.n_scored));
+  r.ppl_base = std::exp(nll_base / static_cast<double>(r.n_scored));
+  return r;
+}
+
+}  // namespace qlens::tools

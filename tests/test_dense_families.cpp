@@ -1,0 +1,134 @@
+// The dense families of ../shared/reference/synth (issue 13), each against
+// llama.cpp 0c1e570's outputs on the same file: its hyper-parameters, every
+// node of its eval-callback dump, perplexity (from its log), and greedy text,
+// for the F32 model and its F16 quantization. One table row per model.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <regex>
+
+#include "core/text_file.h"
+#include "eval_dump.h"
+#include "qlens/model.h"
+#include "test_util.h"
+#include "tools/generate.h"
+#include "tools/llama_logits.h"
+#include "tools/perplexity.h"
+
+namespace qlens {
+namespace {
+
+struct Family {
+  const char* model;  // reference/synth/<model>.gguf
+  const char* arch;
+};
+
+const Family kFamilies[] = {{"qwen2", "qwen2"}, {"qwen3", "qwen3"}, {"llama3", "llama"}, {"phi3", "phi3"}};
+
+class DenseFamily : public testing::TestWithParam<Family> {};
+
+std::string synth(const Family& f, const char* suffix) {
+  return std::string("reference/synth/") + f.model + suffix;
+}
+
+// A figure from a llama.cpp log: "Final estimate: PPL = 1520.9207 +/- ..."
+// (perplexity) or "Mean PPL(Q)                   : 1821.203030 ..." (the
+// F16 file's --kl-divergence run).
+double logged_figure(const std::string& log, const std::string& pattern) {
+  std::smatch m;
+  const std::string text = read_text_file(log);
+  if (!std::regex_search(text, m, std::regex(pattern))) throw std::runtime_error(log + ": no " + pattern);
+  return std::stod(m[1]);
+}
+const char* const kFinalPpl = R"(Final estimate: PPL = ([0-9.]+))";
+const char* const kMeanPplQ = R"(Mean PPL\(Q\)\s*: ([0-9.]+))";
+
+TEST_P(DenseFamily, LoadsAsItsArchitecture) {
+  QLENS_REQUIRE_SHARED(path, synth(GetParam(), ".gguf"));
+  auto m = Model::load(path);
+  EXPECT_EQ(m->hparams().arch, GetParam().arch);
+}
+
+// The dumps were made on an AVX-512 machine with flash attention (F16
+// accumulation of the values): values within 1e-3 of each node's scale, sums
+// within 5e-3.
+TEST_P(DenseFamily, EveryNodeMatchesLlamaCppDump) {
+  QLENS_REQUIRE_SHARED(path, synth(GetParam(), ".gguf"));
+  QLENS_REQUIRE_SHARED(dump, synth(GetParam(), ".eval-callback.txt"));
+  const auto matches = test::compare_model_with_dump(path, dump, "Once upon a time", test::kLlamaCppAliases);
+  ASSERT_GT(matches.size(), 20u);
+  const test::NodeMatch* worst = &matches[0];
+  for (const auto& m : matches) {
+    EXPECT_LE(m.worst_value_rel, 1e-3) << m.name << ": " << m.worst_ours << " vs " << m.worst_ref;
+    EXPECT_LE(m.sum_rel, 5e-3) << m.name << " sum";
+    if (m.worst_value_rel > worst->worst_value_rel) worst = &m;
+  }
+  std::printf("%s: %zu nodes; worst %s %.3g\n", GetParam().model, matches.size(), worst->name.c_str(),
+              worst->worst_value_rel);
+}
+
+// llama-perplexity -c 128 -b 128 --chunks 8 on the first 200,000 bytes of
+// tinystories_val, within 1e-4: the F32 file against its log, the F16 file
+// against llama.cpp's run of the F16 file.
+TEST_P(DenseFamily, PerplexityMatchesLlamaCpp) {
+  QLENS_REQUIRE_SHARED(path, synth(GetParam(), ".gguf"));
+  QLENS_REQUIRE_SHARED(f16, synth(GetParam(), ".f16.gguf"));
+  QLENS_REQUIRE_SHARED(log, synth(GetParam(), ".perplexity.log"));
+  QLENS_REQUIRE_SHARED(f16_log, synth(GetParam(), ".f16.kld.log"));
+  QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
+  const std::string text = read_text_file(text_path).substr(0, 200000);
+  tools::PerplexityOptions opt;
+  opt.n_ctx = 128;
+  opt.n_batch = 128;
+  opt.max_chunks = 8;
+  for (const auto& [p, want] : {std::pair{path, logged_figure(log, kFinalPpl)}, std::pair{f16, logged_figure(f16_log, kMeanPplQ)}}) {
+    auto m = Model::load(p);
+    const auto r = tools::perplexity(*m, m->vocab().tokenize(text, true), opt);
+    std::printf("%s: PPL %.4f, llama.cpp %.4f (%+.2e)\n", p.c_str(), r.ppl, want, r.ppl / want - 1);
+    EXPECT_NEAR(r.ppl, want, want * 1e-4) << p;
+  }
+}
+
+// Position by position against llama.cpp's full distributions (the .kld
+// file of its F32 run): mean KLD under 1e-5 and the same top token at 99.5%
+// of the 504 positions, for the F32 file and its F16 quantization (llama.cpp's
+// own F16 run: mean KLD 1e-6 or less, same top token 99.4-100%).
+TEST_P(DenseFamily, LogProbabilitiesMatchLlamaCpp) {
+  QLENS_REQUIRE_SHARED(kld, synth(GetParam(), ".kld"));
+  const auto base = tools::LlamaLogitsFile::load(kld);
+  EXPECT_EQ(base.n_ctx(), 128);
+  EXPECT_EQ(base.n_chunk(), 8);
+  for (const char* variant : {"", ".f16"}) {
+    QLENS_REQUIRE_SHARED(path, synth(GetParam(), variant) + ".gguf");
+    auto m = Model::load(path);
+    const auto r = tools::kld_against_file(*m, base, {});
+    std::printf("%s: mean KLD %.3g, max %.3g, same top %.2f%%, PPL %.4f (file %.4f)\n", path.c_str(), r.mean_kld,
+                r.max_kld, 100 * r.same_top, r.ppl, r.ppl_base);
+    EXPECT_EQ(r.n_scored, 504);
+    EXPECT_LT(r.mean_kld, 1e-5) << path;
+    EXPECT_GE(r.same_top, 0.995) << path;
+  }
+}
+
+TEST_P(DenseFamily, GreedyTextMatchesLlamaCpp) {
+  for (const char* variant : {"", ".f16"}) {
+    QLENS_REQUIRE_SHARED(path, synth(GetParam(), variant) + ".gguf");
+    QLENS_REQUIRE_SHARED(greedy, synth(GetParam(), variant) + ".greedy.txt");
+    auto m = Model::load(path);
+    tools::GenerateOptions opt;
+    opt.n_predict = 24;
+    opt.sampler.temperature = 0;
+    const auto r = tools::generate(*m, "Once upon a time", opt);
+    // llama-completion echoes the prompt with SentencePiece's leading space
+    // and ends with a blank line.
+    std::string expected = read_text_file(greedy);
+    while (!expected.empty() && expected.back() == '\n') expected.pop_back();
+    EXPECT_EQ(" Once upon a time" + r.text, expected) << path;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Synth, DenseFamily, testing::ValuesIn(kFamilies),
+                         [](const testing::TestParamInfo<Family>& i) { return std::string(i.param.model); });
+
+}  // namespace
+}  // namespace qlens
