@@ -5,14 +5,18 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <regex>
+#include <sstream>
 
 #include "core/text_file.h"
 #include "eval_dump.h"
 #include "qlens/model.h"
 #include "test_util.h"
 #include "tools/generate.h"
+#include "qlens/gguf.h"
 #include "tools/llama_logits.h"
+#include "tools/quantize.h"
 #include "tools/perplexity.h"
 
 namespace qlens {
@@ -124,6 +128,54 @@ TEST_P(DenseFamily, GreedyTextMatchesLlamaCpp) {
     std::string expected = read_text_file(greedy);
     while (!expected.empty() && expected.back() == '\n') expected.pop_back();
     EXPECT_EQ(" Once upon a time" + r.text, expected) << path;
+  }
+}
+
+// The type of every quantized tensor in llama-quantize 0c1e570's output for
+// these files and mixes (run outside the repository; every other tensor, the
+// norms, biases and rope factors, stays F32). The rows fit no K block (64-,
+// 128-, 192- and 320-wide), so this checks the role rules and the fallback
+// together, and Phi-3's attn_qkv, which llama.cpp counts as attn_v.
+struct LlamaCppMix {
+  const char* model;
+  const char* mix;
+  const char* types;  // "name=TYPE ..." for the non-F32 tensors
+};
+const LlamaCppMix kLlamaCppMixes[] = {
+    {"qwen2", "Q4_K_M", "blk.0.attn_k.weight=Q5_0 blk.0.attn_output.weight=Q5_0 blk.0.attn_q.weight=Q5_0 blk.0.attn_v.weight=Q5_0 blk.0.ffn_down.weight=Q5_0 blk.0.ffn_gate.weight=Q5_0 blk.0.ffn_up.weight=Q5_0 blk.1.attn_k.weight=Q5_0 blk.1.attn_output.weight=Q5_0 blk.1.attn_q.weight=Q5_0 blk.1.attn_v.weight=Q8_0 blk.1.ffn_down.weight=Q8_0 blk.1.ffn_gate.weight=Q5_0 blk.1.ffn_up.weight=Q5_0 token_embd.weight=Q8_0"},
+    {"qwen2", "Q3_K_M", "blk.0.attn_k.weight=Q4_0 blk.0.attn_output.weight=Q5_0 blk.0.attn_q.weight=Q4_0 blk.0.attn_v.weight=Q5_1 blk.0.ffn_down.weight=Q5_0 blk.0.ffn_gate.weight=Q4_0 blk.0.ffn_up.weight=Q4_0 blk.1.attn_k.weight=Q4_0 blk.1.attn_output.weight=Q5_0 blk.1.attn_q.weight=Q4_0 blk.1.attn_v.weight=Q5_1 blk.1.ffn_down.weight=Q5_0 blk.1.ffn_gate.weight=Q4_0 blk.1.ffn_up.weight=Q4_0 token_embd.weight=Q8_0"},
+    {"qwen2", "Q2_K", "blk.0.attn_k.weight=Q4_0 blk.0.attn_output.weight=Q4_0 blk.0.attn_q.weight=Q4_0 blk.0.attn_v.weight=Q4_0 blk.0.ffn_down.weight=Q4_0 blk.0.ffn_gate.weight=Q4_0 blk.0.ffn_up.weight=Q4_0 blk.1.attn_k.weight=Q4_0 blk.1.attn_output.weight=Q4_0 blk.1.attn_q.weight=Q4_0 blk.1.attn_v.weight=Q4_0 blk.1.ffn_down.weight=Q4_0 blk.1.ffn_gate.weight=Q4_0 blk.1.ffn_up.weight=Q4_0 token_embd.weight=Q8_0"},
+    {"qwen2", "Q5_K_S", "blk.0.attn_k.weight=Q5_1 blk.0.attn_output.weight=Q5_1 blk.0.attn_q.weight=Q5_1 blk.0.attn_v.weight=Q5_1 blk.0.ffn_down.weight=Q5_1 blk.0.ffn_gate.weight=Q5_1 blk.0.ffn_up.weight=Q5_1 blk.1.attn_k.weight=Q5_1 blk.1.attn_output.weight=Q5_1 blk.1.attn_q.weight=Q5_1 blk.1.attn_v.weight=Q5_1 blk.1.ffn_down.weight=Q5_1 blk.1.ffn_gate.weight=Q5_1 blk.1.ffn_up.weight=Q5_1 token_embd.weight=Q8_0"},
+    {"qwen3", "Q4_K_M", "blk.0.attn_k.weight=Q5_0 blk.0.attn_output.weight=Q5_0 blk.0.attn_q.weight=Q5_0 blk.0.attn_v.weight=Q5_0 blk.0.ffn_down.weight=Q4_K blk.0.ffn_gate.weight=Q5_0 blk.0.ffn_up.weight=Q5_0 blk.1.attn_k.weight=Q5_0 blk.1.attn_output.weight=Q5_0 blk.1.attn_q.weight=Q5_0 blk.1.attn_v.weight=Q5_0 blk.1.ffn_down.weight=Q4_K blk.1.ffn_gate.weight=Q5_0 blk.1.ffn_up.weight=Q5_0 blk.2.attn_k.weight=Q5_0 blk.2.attn_output.weight=Q5_0 blk.2.attn_q.weight=Q5_0 blk.2.attn_v.weight=Q8_0 blk.2.ffn_down.weight=Q6_K blk.2.ffn_gate.weight=Q5_0 blk.2.ffn_up.weight=Q5_0 output.weight=Q8_0 token_embd.weight=Q5_0"},
+    {"qwen3", "Q3_K_M", "blk.0.attn_k.weight=Q4_0 blk.0.attn_output.weight=Q5_0 blk.0.attn_q.weight=Q4_0 blk.0.attn_v.weight=Q5_1 blk.0.ffn_down.weight=Q4_K blk.0.ffn_gate.weight=Q4_0 blk.0.ffn_up.weight=Q4_0 blk.1.attn_k.weight=Q4_0 blk.1.attn_output.weight=Q5_0 blk.1.attn_q.weight=Q4_0 blk.1.attn_v.weight=Q5_1 blk.1.ffn_down.weight=Q4_K blk.1.ffn_gate.weight=Q4_0 blk.1.ffn_up.weight=Q4_0 blk.2.attn_k.weight=Q4_0 blk.2.attn_output.weight=Q5_0 blk.2.attn_q.weight=Q4_0 blk.2.attn_v.weight=Q5_0 blk.2.ffn_down.weight=Q4_K blk.2.ffn_gate.weight=Q4_0 blk.2.ffn_up.weight=Q4_0 output.weight=Q8_0 token_embd.weight=Q4_0"},
+    {"qwen3", "Q2_K", "blk.0.attn_k.weight=Q4_0 blk.0.attn_output.weight=Q4_0 blk.0.attn_q.weight=Q4_0 blk.0.attn_v.weight=Q4_0 blk.0.ffn_down.weight=Q3_K blk.0.ffn_gate.weight=Q4_0 blk.0.ffn_up.weight=Q4_0 blk.1.attn_k.weight=Q4_0 blk.1.attn_output.weight=Q4_0 blk.1.attn_q.weight=Q4_0 blk.1.attn_v.weight=Q4_0 blk.1.ffn_down.weight=Q3_K blk.1.ffn_gate.weight=Q4_0 blk.1.ffn_up.weight=Q4_0 blk.2.attn_k.weight=Q4_0 blk.2.attn_output.weight=Q4_0 blk.2.attn_q.weight=Q4_0 blk.2.attn_v.weight=Q4_0 blk.2.ffn_down.weight=Q3_K blk.2.ffn_gate.weight=Q4_0 blk.2.ffn_up.weight=Q4_0 output.weight=Q8_0 token_embd.weight=Q4_0"},
+    {"qwen3", "Q5_K_S", "blk.0.attn_k.weight=Q5_1 blk.0.attn_output.weight=Q5_1 blk.0.attn_q.weight=Q5_1 blk.0.attn_v.weight=Q5_1 blk.0.ffn_down.weight=Q5_K blk.0.ffn_gate.weight=Q5_1 blk.0.ffn_up.weight=Q5_1 blk.1.attn_k.weight=Q5_1 blk.1.attn_output.weight=Q5_1 blk.1.attn_q.weight=Q5_1 blk.1.attn_v.weight=Q5_1 blk.1.ffn_down.weight=Q5_K blk.1.ffn_gate.weight=Q5_1 blk.1.ffn_up.weight=Q5_1 blk.2.attn_k.weight=Q5_1 blk.2.attn_output.weight=Q5_1 blk.2.attn_q.weight=Q5_1 blk.2.attn_v.weight=Q5_1 blk.2.ffn_down.weight=Q5_K blk.2.ffn_gate.weight=Q5_1 blk.2.ffn_up.weight=Q5_1 output.weight=Q8_0 token_embd.weight=Q5_1"},
+    {"llama3", "Q4_K_M", "blk.0.attn_k.weight=Q5_0 blk.0.attn_output.weight=Q5_0 blk.0.attn_q.weight=Q5_0 blk.0.attn_v.weight=Q5_0 blk.0.ffn_down.weight=Q5_0 blk.0.ffn_gate.weight=Q5_0 blk.0.ffn_up.weight=Q5_0 blk.1.attn_k.weight=Q5_0 blk.1.attn_output.weight=Q5_0 blk.1.attn_q.weight=Q5_0 blk.1.attn_v.weight=Q5_0 blk.1.ffn_down.weight=Q5_0 blk.1.ffn_gate.weight=Q5_0 blk.1.ffn_up.weight=Q5_0 blk.2.attn_k.weight=Q5_0 blk.2.attn_output.weight=Q5_0 blk.2.attn_q.weight=Q5_0 blk.2.attn_v.weight=Q8_0 blk.2.ffn_down.weight=Q8_0 blk.2.ffn_gate.weight=Q5_0 blk.2.ffn_up.weight=Q5_0 output.weight=Q8_0 token_embd.weight=Q5_0"},
+    {"llama3", "Q3_K_M", "blk.0.attn_k.weight=Q4_0 blk.0.attn_output.weight=Q5_0 blk.0.attn_q.weight=Q4_0 blk.0.attn_v.weight=Q5_1 blk.0.ffn_down.weight=Q5_0 blk.0.ffn_gate.weight=Q4_0 blk.0.ffn_up.weight=Q4_0 blk.1.attn_k.weight=Q4_0 blk.1.attn_output.weight=Q5_0 blk.1.attn_q.weight=Q4_0 blk.1.attn_v.weight=Q5_1 blk.1.ffn_down.weight=Q5_0 blk.1.ffn_gate.weight=Q4_0 blk.1.ffn_up.weight=Q4_0 blk.2.attn_k.weight=Q4_0 blk.2.attn_output.weight=Q5_0 blk.2.attn_q.weight=Q4_0 blk.2.attn_v.weight=Q5_0 blk.2.ffn_down.weight=Q5_0 blk.2.ffn_gate.weight=Q4_0 blk.2.ffn_up.weight=Q4_0 output.weight=Q8_0 token_embd.weight=Q4_0"},
+    {"llama3", "Q2_K", "blk.0.attn_k.weight=Q4_0 blk.0.attn_output.weight=Q4_0 blk.0.attn_q.weight=Q4_0 blk.0.attn_v.weight=Q5_0 blk.0.ffn_down.weight=Q4_0 blk.0.ffn_gate.weight=Q4_0 blk.0.ffn_up.weight=Q4_0 blk.1.attn_k.weight=Q4_0 blk.1.attn_output.weight=Q4_0 blk.1.attn_q.weight=Q4_0 blk.1.attn_v.weight=Q5_0 blk.1.ffn_down.weight=Q4_0 blk.1.ffn_gate.weight=Q4_0 blk.1.ffn_up.weight=Q4_0 blk.2.attn_k.weight=Q4_0 blk.2.attn_output.weight=Q4_0 blk.2.attn_q.weight=Q4_0 blk.2.attn_v.weight=Q5_0 blk.2.ffn_down.weight=Q4_0 blk.2.ffn_gate.weight=Q4_0 blk.2.ffn_up.weight=Q4_0 output.weight=Q8_0 token_embd.weight=Q4_0"},
+    {"llama3", "Q5_K_S", "blk.0.attn_k.weight=Q5_1 blk.0.attn_output.weight=Q5_1 blk.0.attn_q.weight=Q5_1 blk.0.attn_v.weight=Q5_1 blk.0.ffn_down.weight=Q5_1 blk.0.ffn_gate.weight=Q5_1 blk.0.ffn_up.weight=Q5_1 blk.1.attn_k.weight=Q5_1 blk.1.attn_output.weight=Q5_1 blk.1.attn_q.weight=Q5_1 blk.1.attn_v.weight=Q5_1 blk.1.ffn_down.weight=Q5_1 blk.1.ffn_gate.weight=Q5_1 blk.1.ffn_up.weight=Q5_1 blk.2.attn_k.weight=Q5_1 blk.2.attn_output.weight=Q5_1 blk.2.attn_q.weight=Q5_1 blk.2.attn_v.weight=Q5_1 blk.2.ffn_down.weight=Q5_1 blk.2.ffn_gate.weight=Q5_1 blk.2.ffn_up.weight=Q5_1 output.weight=Q8_0 token_embd.weight=Q5_1"},
+    {"phi3", "Q4_K_M", "blk.0.attn_output.weight=Q5_0 blk.0.attn_qkv.weight=Q5_0 blk.0.ffn_down.weight=Q5_0 blk.0.ffn_up.weight=Q5_0 blk.1.attn_output.weight=Q5_0 blk.1.attn_qkv.weight=Q5_0 blk.1.ffn_down.weight=Q5_0 blk.1.ffn_up.weight=Q5_0 blk.2.attn_output.weight=Q5_0 blk.2.attn_qkv.weight=Q8_0 blk.2.ffn_down.weight=Q8_0 blk.2.ffn_up.weight=Q5_0 output.weight=Q8_0 token_embd.weight=Q5_0"},
+    {"phi3", "Q3_K_M", "blk.0.attn_output.weight=Q5_0 blk.0.attn_qkv.weight=Q5_1 blk.0.ffn_down.weight=Q5_0 blk.0.ffn_up.weight=Q4_0 blk.1.attn_output.weight=Q5_0 blk.1.attn_qkv.weight=Q5_1 blk.1.ffn_down.weight=Q5_0 blk.1.ffn_up.weight=Q4_0 blk.2.attn_output.weight=Q5_0 blk.2.attn_qkv.weight=Q5_0 blk.2.ffn_down.weight=Q5_0 blk.2.ffn_up.weight=Q4_0 output.weight=Q8_0 token_embd.weight=Q4_0"},
+    {"phi3", "Q2_K", "blk.0.attn_output.weight=Q4_0 blk.0.attn_qkv.weight=Q4_0 blk.0.ffn_down.weight=Q4_0 blk.0.ffn_up.weight=Q4_0 blk.1.attn_output.weight=Q4_0 blk.1.attn_qkv.weight=Q4_0 blk.1.ffn_down.weight=Q4_0 blk.1.ffn_up.weight=Q4_0 blk.2.attn_output.weight=Q4_0 blk.2.attn_qkv.weight=Q4_0 blk.2.ffn_down.weight=Q4_0 blk.2.ffn_up.weight=Q4_0 output.weight=Q8_0 token_embd.weight=Q4_0"},
+    {"phi3", "Q5_K_S", "blk.0.attn_output.weight=Q5_1 blk.0.attn_qkv.weight=Q5_1 blk.0.ffn_down.weight=Q5_1 blk.0.ffn_up.weight=Q5_1 blk.1.attn_output.weight=Q5_1 blk.1.attn_qkv.weight=Q5_1 blk.1.ffn_down.weight=Q5_1 blk.1.ffn_up.weight=Q5_1 blk.2.attn_output.weight=Q5_1 blk.2.attn_qkv.weight=Q5_1 blk.2.ffn_down.weight=Q5_1 blk.2.ffn_up.weight=Q5_1 output.weight=Q8_0 token_embd.weight=Q5_1"},
+};
+
+TEST(DenseFamilies, QuantizeRulesGiveLlamaCppsTypes) {
+  for (const LlamaCppMix& want : kLlamaCppMixes) {
+    SCOPED_TRACE(std::string(want.model) + " " + want.mix);
+    QLENS_REQUIRE_SHARED(path, std::string("reference/synth/") + want.model + ".gguf");
+    auto in = gguf::File::open(path);
+    tools::QuantizeOptions opt;
+    opt.mix = want.mix;
+    const tools::QuantizePlan plan = tools::plan_quantization(*in, opt);
+    std::map<std::string, std::string> expected;
+    std::istringstream words(want.types);
+    for (std::string w; words >> w;) expected[w.substr(0, w.find('='))] = w.substr(w.find('=') + 1);
+    ASSERT_EQ(plan.tensors.size(), in->tensors().size());
+    for (const auto& t : plan.tensors) {
+      const auto it = expected.find(t.name);
+      EXPECT_EQ(std::string(type_name(t.to)), it == expected.end() ? "F32" : it->second) << t.name << " (" << t.reason << ")";
+    }
   }
 }
 

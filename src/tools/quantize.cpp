@@ -110,7 +110,8 @@ DType role_type(const QuantMix& mix, const Role& role, int64_t row_length, const
     if (row_length % type_traits(mix.base).block_size != 0) return pick(DType::Q8_0);
     return pick(mix.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K);
   }
-  if (role.name == "attn_v") {
+  // llama.cpp counts a fused q|k|v projection (Phi-3's attn_qkv) as attn_v.
+  if (role.name == "attn_v" || role.name == "attn_qkv") {
     if (m == "Q2_K") return pick(facts.n_gqa >= 4 ? DType::Q4_K : DType::Q3_K);
     if (m == "Q3_K_M") return pick(i < 2 ? DType::Q5_K : DType::Q4_K);
     if (m == "Q3_K_L") return pick(DType::Q5_K);
