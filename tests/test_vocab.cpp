@@ -133,7 +133,7 @@ TEST_P(VocabData, MatchesLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Llama, VocabData,
                          ::testing::Values("llama-spm", "phi-3", "gpt-2", "deepseek-coder", "deepseek-llm", "falcon",
-                                           "mpt", "starcoder", "refact", "bert-bge"),
+                                           "mpt", "starcoder", "refact", "bert-bge", "llama-bpe", "qwen2"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string s = info.param;
                            for (char& c : s)
@@ -161,7 +161,7 @@ TEST_P(VocabRoundTrip, DetokenizeInvertsTokenize) {
 
 INSTANTIATE_TEST_SUITE_P(Llama, VocabRoundTrip,
                          ::testing::Values("llama-spm", "phi-3", "gpt-2", "deepseek-coder", "deepseek-llm", "falcon",
-                                           "mpt", "starcoder", "refact"),
+                                           "mpt", "starcoder", "refact", "llama-bpe", "qwen2"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string s = info.param;
                            for (char& c : s)
