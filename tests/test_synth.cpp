@@ -27,8 +27,8 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 int64_t planned_params(const tools::SynthPreset& p) {
   int64_t n = 0;
-  for (const auto& t : tools::synth_tensor_plan(tools::synth_hparams(p), p.tied_output))
-    n += t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+  for (const auto& t : tools::synth_tensor_plan(tools::synth_hparams(p), p.tied_output, p.rope_scaling_factor > 0))
+    if (t.role != Role::RopeFreqs) n += t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
   return n;
 }
 
@@ -314,6 +314,49 @@ TEST(Synth, CliListsPresetsWithTheirArchitecture) {
   ASSERT_EQ(test::run_command(qlens + " synth --arch gemma3 --type F32 -o " + model, &out), 0) << out;
   EXPECT_TRUE(contains(out, "preset gemma3-tiny (gemma3)")) << out;
   EXPECT_EQ(Model::load(model)->hparams().arch, "gemma3");
+}
+
+// The real-model presets have their models' published parameter counts
+// (Hugging Face, tied embeddings counted once; rope_freqs is not a parameter)
+// and their shapes: q/k/v biases in qwen2, q/k norms of the head size in
+// qwen3 and gemma3, a fused q|k|v and gate|up in phi3, rope_freqs in llama.
+TEST(Synth, RealModelPresetsHaveTheirModelsParameterCounts) {
+  const std::map<std::string, int64_t> published = {{"qwen2.5-0.5b", 494'032'768},  {"qwen3-0.6b", 596'049'920},
+                                                    {"llama3.2-1b", 1'235'814'400}, {"phi4-mini", 3'836'021'760},
+                                                    {"gemma3-1b", 999'885'952}};
+  for (const auto& [name, count] : published) {
+    const tools::SynthPreset& p = tools::find_synth_preset(name);
+    EXPECT_EQ(planned_params(p), count) << name;
+    std::map<std::string, Shape> shapes;
+    for (const auto& t : tools::synth_tensor_plan(tools::synth_hparams(p), p.tied_output, p.rope_scaling_factor > 0))
+      shapes[t.name] = t.ne;
+    EXPECT_FALSE(shapes.count("output.weight")) << name << ": tied";
+    if (name == "qwen2.5-0.5b") EXPECT_EQ(shapes.at("blk.0.attn_k.bias"), (Shape{128, 1, 1, 1}));
+    if (name == "qwen3-0.6b") EXPECT_EQ(shapes.at("blk.0.attn_q.weight"), (Shape{1024, 2048, 1, 1}));
+    if (name == "phi4-mini") {
+      EXPECT_EQ(shapes.at("blk.0.attn_qkv.weight"), (Shape{3072, 5120, 1, 1}));
+      EXPECT_EQ(shapes.at("blk.0.ffn_up.weight"), (Shape{3072, 16384, 1, 1}));
+      EXPECT_EQ(tools::synth_hparams(p).n_rot, 96);
+    }
+    if (name == "llama3.2-1b") {
+      EXPECT_EQ(shapes.at("rope_freqs.weight"), (Shape{32, 1, 1, 1}));
+      // The factors of Llama 3.2's rope scaling (factor 32, low 1, high 4,
+      // 8192 original positions): 1 for short wavelengths, 32 for long ones.
+      const std::vector<float> f = tools::llama3_rope_factors(p, 64);
+      EXPECT_EQ(f.front(), 1.0f);
+      EXPECT_EQ(f.back(), 32.0f);
+    }
+    if (name == "gemma3-1b") EXPECT_EQ(shapes.at("blk.0.attn_k_norm.weight"), (Shape{256, 1, 1, 1}));
+  }
+  // The synthetic llama3 model's factors (../shared/reference/synth/README.md).
+  tools::SynthPreset small = tools::find_synth_preset("llama3.2-1b");
+  small.rope_freq_base = 5e5f;
+  small.rope_scaling_factor = 8;
+  small.rope_original_ctx = 256;
+  const std::vector<float> f = tools::llama3_rope_factors(small, 16);
+  const std::vector<float> want = {1, 1, 3.568533f, 8, 8, 8, 8, 8};
+  ASSERT_EQ(f.size(), want.size());
+  for (size_t i = 0; i < f.size(); ++i) EXPECT_NEAR(f[i], want[i], 1e-6) << i;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "tools/synth.h"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "model/arch/architecture.h"
@@ -29,8 +30,47 @@ const std::vector<SynthPreset>& synth_presets() {
       {.name = "gemma3-270m", .arch = "gemma3", .n_embd = 640, .n_ff = 2048, .n_layer = 18, .n_head = 4,
        .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
        .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},
+      // The shapes and hyper-parameters of real models (their config.json),
+      // for benchmarks: Qwen/Qwen2.5-0.5B, Qwen/Qwen3-0.6B,
+      // meta-llama/Llama-3.2-1B, google/gemma-3-1b-pt, and
+      // microsoft/Phi-4-mini-instruct without its LongRoPE factors.
+      {.name = "qwen2.5-0.5b", .arch = "qwen2", .n_embd = 896, .n_ff = 4864, .n_layer = 24, .n_head = 14,
+       .n_head_kv = 2, .n_vocab = 151936, .n_ctx = 32768, .tied_output = true, .rope_freq_base = 1e6f,
+       .rms_eps = 1e-6f},
+      {.name = "qwen3-0.6b", .arch = "qwen3", .n_embd = 1024, .n_ff = 3072, .n_layer = 28, .n_head = 16,
+       .n_head_kv = 8, .n_vocab = 151936, .n_ctx = 40960, .tied_output = true, .head_dim = 128,
+       .rope_freq_base = 1e6f, .rms_eps = 1e-6f},
+      {.name = "llama3.2-1b", .arch = "llama", .n_embd = 2048, .n_ff = 8192, .n_layer = 16, .n_head = 32,
+       .n_head_kv = 8, .n_vocab = 128256, .n_ctx = 131072, .tied_output = true, .rope_freq_base = 5e5f,
+       .rms_eps = 1e-5f, .rope_scaling_factor = 32, .rope_low_freq_factor = 1, .rope_high_freq_factor = 4,
+       .rope_original_ctx = 8192},
+      {.name = "phi4-mini", .arch = "phi3", .n_embd = 3072, .n_ff = 8192, .n_layer = 32, .n_head = 24,
+       .n_head_kv = 8, .n_vocab = 200064, .n_ctx = 131072, .tied_output = true, .rope_freq_base = 1e4f,
+       .rms_eps = 1e-5f, .n_rot = 96},
+      {.name = "gemma3-1b", .arch = "gemma3", .n_embd = 1152, .n_ff = 6912, .n_layer = 26, .n_head = 4,
+       .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
+       .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},
   };
   return presets;
+}
+
+std::vector<float> llama3_rope_factors(const SynthPreset& p, int64_t n_rot) {
+  std::vector<float> f;
+  const double old_ctx = static_cast<double>(p.rope_original_ctx);
+  const double low_wavelen = old_ctx / p.rope_low_freq_factor, high_wavelen = old_ctx / p.rope_high_freq_factor;
+  for (int64_t i = 0; i < n_rot; i += 2) {
+    const double freq = 1.0 / std::pow(static_cast<double>(p.rope_freq_base), static_cast<double>(i) / n_rot);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      f.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      f.push_back(p.rope_scaling_factor);
+    } else {
+      const double smooth = (old_ctx / wavelen - p.rope_low_freq_factor) / (p.rope_high_freq_factor - p.rope_low_freq_factor);
+      f.push_back(static_cast<float>(1.0 / ((1 - smooth) / p.rope_scaling_factor + smooth)));
+    }
+  }
+  return f;
 }
 
 const SynthPreset& find_synth_preset(const std::string& name, const std::string& arch) {
@@ -70,7 +110,7 @@ HParams synth_hparams(const SynthPreset& p) {
   hp.n_head = p.n_head;
   hp.n_head_kv = p.n_head_kv;
   hp.head_dim = p.head_dim > 0 ? p.head_dim : p.n_embd / p.n_head;
-  hp.n_rot = hp.head_dim;  // rope turns whole heads in every preset
+  hp.n_rot = p.n_rot > 0 ? p.n_rot : hp.head_dim;
   hp.rms_eps = p.rms_eps;
   hp.rope_freq_base = p.rope_freq_base;
   if (p.n_swa > 0) {
@@ -83,7 +123,7 @@ HParams synth_hparams(const SynthPreset& p) {
   return hp;
 }
 
-std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output) {
+std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output, bool rope_freqs) {
   const Architecture* arch = find_architecture(hp.arch);
   if (!arch) throw Error("synth: unknown architecture '" + hp.arch + "'");
   auto tensor = [](const TensorSpec& spec, int layer) {
@@ -97,7 +137,7 @@ std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output) 
   std::vector<SynthTensor> plan, after_layers;
   for (const TensorSpec& spec : arch->tensors(hp, -1)) {
     if (spec.role == Role::Output && tied_output) continue;
-    if (!spec.required && spec.role != Role::Output) continue;  // rope_freqs: no preset has one yet
+    if (spec.role == Role::RopeFreqs ? !rope_freqs : !spec.required && spec.role != Role::Output) continue;
     (role_info(spec.role).reader == Op::GetRows ? plan : after_layers).push_back(tensor(spec, -1));
   }
   for (int il = 0; il < hp.n_layer; ++il)
@@ -228,9 +268,23 @@ int64_t synth_model(const SynthOptions& opt, const std::string& path) {
   Rng rng(opt.seed);
   std::vector<std::unique_ptr<std::vector<uint8_t>>> buffers;  // keep data alive until write
   int64_t n_params = 0;
-  for (const SynthTensor& t : synth_tensor_plan(hp, preset.tied_output)) {
+  for (const SynthTensor& t : synth_tensor_plan(hp, preset.tied_output, preset.rope_scaling_factor > 0)) {
     int64_t n = 1;
     for (int d = 0; d < t.n_dims; ++d) n *= t.ne[d];
+    // Biases and rope factors stay F32 (element-wise kernels and rope read
+    // them so); rope factors as the converter computes them.
+    const Op reader = role_info(t.role).reader;
+    if (reader == Op::Add || reader == Op::Rope) {
+      std::vector<float> values = t.role == Role::RopeFreqs ? llama3_rope_factors(preset, hp.n_rot) : std::vector<float>(n);
+      if (t.role != Role::RopeFreqs)
+        for (float& v : values) v = 0.1f * rng.normal();
+      auto bytes = std::make_unique<std::vector<uint8_t>>(values.size() * sizeof(float));
+      std::memcpy(bytes->data(), values.data(), bytes->size());
+      w.add_tensor(t.name, DType::F32, std::span<const int64_t>(t.ne.data(), t.n_dims), bytes->data(), bytes->size());
+      buffers.push_back(std::move(bytes));
+      n_params += n;
+      continue;
+    }
     // A norm's scale (what the graph multiplies by element-wise) starts near
     // 1 and stays F32, the type element-wise kernels read.
     const bool is_norm = role_info(t.role).reader == Op::Mul;

@@ -29,7 +29,17 @@ struct SynthPreset {
   int64_t n_swa = 0;
   int64_t swa_period = 0;
   float rope_freq_base_swa = 10000.0f;
+  int64_t n_rot = 0;  // rotated dims per head; 0: the whole head
+  // Llama 3.1+ rope scaling, written as rope_freqs.weight the way llama.cpp's
+  // converter computes it (factor 0: none).
+  float rope_scaling_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
+  int64_t rope_original_ctx = 8192;
 };
+
+// rope_freqs.weight of a preset with Llama 3 rope scaling: per frequency
+// i < n_rot / 2 the divisor 1 (short wavelengths), the factor (long ones)
+// or the smooth blend between.
+std::vector<float> llama3_rope_factors(const SynthPreset& preset, int64_t n_rot);
 
 const std::vector<SynthPreset>& synth_presets();
 
@@ -54,7 +64,8 @@ struct SynthTensor {
 // What synth_model writes for these hyper-parameters: the architecture's
 // table, the embedding first, then the layers, then the output tensors
 // (output.weight only when not tied).
-std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output);
+// rope_freqs: write rope_freqs.weight (a preset with Llama 3 rope scaling).
+std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output, bool rope_freqs = false);
 
 struct SynthOptions {
   std::string preset = "tiny";
