@@ -171,11 +171,14 @@ inline std::vector<NodeMatch> match_eval_dump(const std::vector<DumpNode>& ref,
   return out;
 }
 
-// llama.cpp 0c1e570 names the embedding "embd" and, with flash attention,
-// the attention result before attn_output "kqv_out"; qlens names them as its
-// other architectures do.
+// llama.cpp 0c1e570 names the embedding "embd", with flash attention the
+// attention result before attn_output "kqv_out", the llama graph's output
+// projection "attn_out", and the SiLU-gated product "ffn_swiglu"; qlens names
+// them as the older llama.cpp of its first reference dump (stories260K) did.
 inline const std::map<std::string, std::string> kLlamaCppAliases = {{"embd", "inp_embd"},
-                                                                    {"kqv_out", "kqv_merged_cont* (reshaped)"}};
+                                                                    {"kqv_out", "kqv_merged_cont* (reshaped)"},
+                                                                    {"attn_out", "kqv_out"},
+                                                                    {"ffn_swiglu", "ffn_gate_par"}};
 
 // Runs `prompt` (BOS added as the model asks) through the model with every
 // node kept, as llama-eval-callback does (the last token's logits only), and
