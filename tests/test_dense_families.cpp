@@ -133,6 +133,47 @@ TEST_P(DenseFamily, GreedyTextMatchesLlamaCpp) {
   }
 }
 
+int qlens_cli(const std::string& args, std::string* out);
+
+// qlens perplexity --kl-divergence-base writes llama.cpp's format: run on the
+// same text and settings, its file has llama.cpp's tokens, and its records
+// decode to llama.cpp's log-probabilities within the engines' own difference
+// plus the 16-bit steps of both files (seen: 1.0e-3 to 3.5e-3); read back
+// with --kl-divergence it scores the model at KLD ~0.
+TEST_P(DenseFamily, WritesLlamaCppsLogProbabilityFile) {
+  QLENS_REQUIRE_SHARED(path, synth(GetParam(), ".gguf"));
+  QLENS_REQUIRE_SHARED(kld, synth(GetParam(), ".kld"));
+  QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
+  const std::string dir = test::temp_dir();
+  write_file_atomic(dir + "/text.txt", read_text_file(text_path).substr(0, 200000));
+  std::string out;
+  ASSERT_EQ(qlens_cli("perplexity -m " + path + " -f " + dir + "/text.txt -c 128 -b 128 --chunks 8 -t 2 "
+                      "--kl-divergence-base " + dir + "/ours.kld",
+                      &out),
+            0)
+      << out;
+  const auto ours = tools::LlamaLogitsFile::load(dir + "/ours.kld");
+  const auto theirs = tools::LlamaLogitsFile::load(kld);
+  ASSERT_EQ(ours.n_chunk(), theirs.n_chunk());
+  double worst = 0;
+  for (int64_t c = 0; c < ours.n_chunk(); ++c) {
+    EXPECT_EQ(ours.chunk_tokens(c), theirs.chunk_tokens(c)) << "chunk " << c;
+    for (int64_t k = 0; k < ours.n_scored_per_chunk(); ++k) {
+      const auto a = ours.log_probs(c, k), b = theirs.log_probs(c, k);
+      for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+    }
+  }
+  std::printf("%s: largest log-probability difference %.2e\n", GetParam().model, worst);
+  EXPECT_LT(worst, 5e-3);
+  ASSERT_EQ(qlens_cli("perplexity -m " + path + " --kl-divergence-base " + dir + "/ours.kld --kl-divergence -t 2", &out), 0)
+      << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(Mean\s+KLD:\s+(-?[0-9.]+))"))) << out;
+  EXPECT_LT(std::fabs(std::stod(m[1])), 1e-6) << out;
+  EXPECT_NE(qlens_cli("perplexity -m " + path + " -f " + dir + "/text.txt --kl-divergence-base " + path, &out), 0);
+  EXPECT_NE(out.find("would overwrite an input"), std::string::npos) << out;
+}
+
 int qlens_cli(const std::string& args, std::string* out) {
   return test::run_command(std::string(QLENS_BINARY) + " " + args, out);
 }

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "args.h"
@@ -9,6 +10,7 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
+#include "tools/llama_logits.h"
 #include "tools/perplexity.h"
 #include "tools/progress.h"
 
@@ -28,6 +30,11 @@ int cmd_perplexity(int argc, char** argv) {
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 2048, at most CTX)");
   p.add({"--chunks"}, &opt.max_chunks, "N", "evaluate at most N chunks (default: all)");
   p.add({"--json"}, &json_path, "FILE", "also write the result as JSON");
+  std::string kld_base;
+  bool kld = false;
+  p.add({"--kl-divergence-base"}, &kld_base, "FILE",
+        "llama.cpp's log-probability file: write it (as llama-perplexity does), or with --kl-divergence read it");
+  p.add_switch({"--kl-divergence"}, &kld, "score the model against --kl-divergence-base (its tokens; -f not needed)");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
   add_cache_type_option(p, &opt.cache_type);
   DeviceFlags dev;
@@ -37,7 +44,27 @@ int cmd_perplexity(int argc, char** argv) {
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
   if (model_path.empty()) throw Error("qlens perplexity: -m MODEL is required");
+  if (kld && kld_base.empty()) throw Error("qlens perplexity: --kl-divergence needs --kl-divergence-base FILE");
+  if (kld) {
+    auto model = Model::load(model_path);
+    const auto base = tools::LlamaLogitsFile::load(kld_base);
+    tools::KldOptions ko;
+    ko.max_chunks = opt.max_chunks;
+    ko.n_threads = opt.n_threads;
+    ko.device = opt.device;
+    ko.n_gpu_layers = opt.n_gpu_layers;
+    ko.cache_type = opt.cache_type;
+    const auto r = tools::kld_against_file(*model, base, ko);
+    std::printf("%lld positions of %s (n_ctx %lld)\n", static_cast<long long>(r.n_scored), kld_base.c_str(),
+                static_cast<long long>(base.n_ctx()));
+    std::printf("Mean PPL(Q)    : %.6f\nMean PPL(base) : %.6f\n", r.ppl, r.ppl_base);
+    std::printf("Mean    KLD: %10.6f\nMaximum KLD: %10.6f\nSame top p: %7.3f %%\n", r.mean_kld, r.max_kld,
+                100 * r.same_top);
+    return 0;
+  }
   if (text_path.empty()) throw Error("qlens perplexity: -f TEXT is required");
+  if (!kld_base.empty() && (kld_base == model_path || kld_base == text_path))
+    throw Error("qlens perplexity: --kl-divergence-base " + kld_base + " would overwrite an input");
   if (opt.n_batch < opt.n_ctx && opt.n_batch > 0 && opt.n_ctx % opt.n_batch != 0)
     throw Error("qlens perplexity: -c " + std::to_string(opt.n_ctx) + " must be a multiple of -b " +
                 std::to_string(opt.n_batch));
@@ -50,6 +77,12 @@ int cmd_perplexity(int argc, char** argv) {
   std::fprintf(stderr, "%s: tokenized %s: %zu tokens; %lld chunks of %lld\n", model_path.c_str(), text_path.c_str(),
                tokens.size(), static_cast<long long>(planned), static_cast<long long>(opt.n_ctx));
 
+  std::unique_ptr<tools::LlamaLogitsWriter> writer;
+  if (!kld_base.empty()) {
+    writer = std::make_unique<tools::LlamaLogitsWriter>(opt.n_ctx, model->hparams().n_vocab);
+    opt.on_chunk_tokens = [&](std::span<const Token> t) { writer->add_chunk(t); };
+    opt.on_scored_logits = [&](std::span<const float> l) { writer->add_position(l); };
+  }
   tools::Progress progress("perplexity", planned, "chunks");
   const bool bar = tools::Progress::enabled_by_default();
   auto r = tools::perplexity(*model, tokens, opt, [&](int64_t i, double ppl) {
@@ -65,6 +98,10 @@ int cmd_perplexity(int argc, char** argv) {
   progress.finish();
   if (!bar) std::printf("\n");
   std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_error);
+  if (writer) {
+    writer->write(kld_base);
+    std::fprintf(stderr, "wrote %s (llama.cpp's --kl-divergence-base format)\n", kld_base.c_str());
+  }
   std::fprintf(stderr, "%lld chunks, %lld tokens scored, %.2f s, %.0f tokens/s\n", static_cast<long long>(r.n_chunks),
                static_cast<long long>(r.n_scored), r.seconds, r.tokens_per_second);
 

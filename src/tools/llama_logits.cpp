@@ -78,6 +78,55 @@ std::vector<double> LlamaLogitsFile::log_probs(int64_t c, int64_t k) const {
   return out;
 }
 
+LlamaLogitsWriter::LlamaLogitsWriter(int64_t n_ctx, int64_t n_vocab) : n_ctx_(n_ctx), n_vocab_(n_vocab) {}
+
+void LlamaLogitsWriter::add_chunk(std::span<const Token> tokens) {
+  if (static_cast<int64_t>(tokens.size()) != n_ctx_) throw Error("kl-divergence-base: a chunk must hold n_ctx tokens");
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+}
+
+// llama.cpp's encoding: logits more than 16 below the top clipped, the rest
+// as 16-bit steps above the lowest kept, with that lowest's log-probability.
+void LlamaLogitsWriter::add_position(std::span<const float> logits) {
+  if (static_cast<int64_t>(logits.size()) != n_vocab_) throw Error("kl-divergence-base: wrong vocabulary size");
+  float max = -INFINITY, min = INFINITY;
+  for (float l : logits) {
+    max = std::max(max, l);
+    min = std::min(min, l);
+  }
+  const float min_logit = std::max(min, max - 16.0f);
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const float lse = static_cast<float>(std::log(sum));
+  const float scale = (max - min_logit) / 65535.0f;
+  const float min_log_prob = min_logit - max - lse;
+  const size_t words = 2 * static_cast<size_t>((n_vocab_ + 1) / 2) + 4;
+  const size_t at = records_.size();
+  records_.resize(at + words * 2, 0);
+  std::memcpy(&records_[at], &scale, 4);
+  std::memcpy(&records_[at + 4], &min_log_prob, 4);
+  for (int64_t i = 0; i < n_vocab_; ++i) {
+    const float l = logits[i];
+    const uint16_t q = l > min_logit && scale > 0 ? static_cast<uint16_t>(std::min(65535.0f, std::nearbyint((l - min_logit) / scale))) : 0;
+    std::memcpy(&records_[at + 8 + 2 * i], &q, 2);
+  }
+  ++n_positions_;
+}
+
+void LlamaLogitsWriter::write(const std::string& path) const {
+  const int64_t n_chunk = static_cast<int64_t>(tokens_.size()) / n_ctx_;
+  if (n_chunk < 1 || n_positions_ != n_chunk * (n_ctx_ - 1 - n_ctx_ / 2))
+    throw Error(path + ": " + std::to_string(n_positions_) + " positions for " + std::to_string(n_chunk) + " chunks");
+  std::string out = "_logits_";
+  for (int64_t v : {n_ctx_, n_vocab_, n_chunk}) {
+    const int32_t x = static_cast<int32_t>(v);
+    out.append(reinterpret_cast<const char*>(&x), 4);
+  }
+  out.append(reinterpret_cast<const char*>(tokens_.data()), tokens_.size() * 4);
+  out.append(reinterpret_cast<const char*>(records_.data()), records_.size());
+  write_file_atomic(path, out);
+}
+
 KldResult kld_against_file(const Model& model, const LlamaLogitsFile& base, const KldOptions& opt) {
   if (base.n_vocab() != model.hparams().n_vocab)
     throw Error("kl-divergence: the base file has a vocabulary of " + std::to_string(base.n_vocab()) +

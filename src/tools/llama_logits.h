@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,24 @@ class LlamaLogitsFile {
   std::vector<int32_t> tokens_;
   std::vector<uint8_t> records_;
   size_t record_bytes_ = 0;
+};
+
+// Writes a file llama-perplexity --kl-divergence reads: the chunks' tokens
+// (as the text has them; the first of each chunk is not replaced), then one
+// record per scored position, encoded as llama.cpp encodes it.
+class LlamaLogitsWriter {
+ public:
+  LlamaLogitsWriter(int64_t n_ctx, int64_t n_vocab);
+  void add_chunk(std::span<const Token> tokens);  // n_ctx tokens
+  void add_position(std::span<const float> logits);
+  // Throws Error unless every chunk has its n_ctx - 1 - n_ctx/2 positions.
+  void write(const std::string& path) const;
+
+ private:
+  int64_t n_ctx_, n_vocab_;
+  std::vector<int32_t> tokens_;
+  std::vector<uint8_t> records_;
+  int64_t n_positions_ = 0;
 };
 
 struct KldOptions {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ struct PerplexityOptions {
   std::string device = "cpu";  // see ContextOptions
   int n_gpu_layers = -1;
   DType cache_type = DType::F16;  // KV cache: F16 (default), F32, BF16
+  // Called with each chunk's tokens (as the text has them) before its
+  // scored positions, then with the logits of every scored position in order
+  // (for writing llama.cpp's --kl-divergence-base file).
+  std::function<void(std::span<const Token>)> on_chunk_tokens;
+  std::function<void(std::span<const float>)> on_scored_logits;
 };
 
 struct PerplexityResult {
