@@ -348,6 +348,9 @@ TEST(Synth, RealModelPresetsHaveTheirModelsParameterCounts) {
     }
     if (name == "gemma3-1b") EXPECT_EQ(shapes.at("blk.0.attn_k_norm.weight"), (Shape{256, 1, 1, 1}));
   }
+  // --arch llama3: the llama presets with Llama 3's rope scaling.
+  EXPECT_EQ(tools::find_synth_preset("", "llama3").name, "llama3.2-1b");
+  EXPECT_THROW(tools::find_synth_preset("tiny", "llama3"), Error);
   // The synthetic llama3 model's factors (../shared/reference/synth/README.md).
   tools::SynthPreset small = tools::find_synth_preset("llama3.2-1b");
   small.rope_freq_base = 5e5f;

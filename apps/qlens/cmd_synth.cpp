@@ -16,6 +16,8 @@ std::string preset_line(const tools::SynthPreset& s) {
                      std::to_string(s.n_ff) + ", " + std::to_string(s.n_layer) + " layers, " +
                      std::to_string(s.n_head) + " heads (" + std::to_string(s.n_head_kv) + " KV";
   if (s.head_dim > 0) line += ", head_dim " + std::to_string(s.head_dim);
+  if (s.n_rot > 0) line += ", rope on " + std::to_string(s.n_rot) + " dims";
+  if (s.rope_scaling_factor > 0) line += ", Llama 3 rope scaling";
   line += "), vocab " + std::to_string(s.n_vocab);
   if (s.n_swa > 0)
     line += ", sliding window " + std::to_string(s.n_swa) + " on " + std::to_string(s.swa_period - 1) +
@@ -41,8 +43,9 @@ int cmd_synth(int argc, char** argv) {
   ArgParser p("synth",
               "qlens synth --preset NAME -o FILE [--arch ARCH] [--type F16|F32|BF16] [--seed S] [--vocab FILE | "
               "--n-vocab N]",
-              "Writes a GGUF model of a preset's architecture (llama, gemma3) with random weights of realistic\n"
-              "shapes and a working vocabulary, for tests and benchmarks.");
+              "Writes a GGUF model of a preset's architecture (llama, llama3 = llama with rope_freqs, gemma3,\n"
+              "qwen2, qwen3, phi3) with random weights of realistic shapes and a working vocabulary, for\n"
+              "tests and benchmarks.");
   std::string presets;
   for (const auto& s : tools::synth_presets()) presets += preset_line(s);
   p.add({"--preset"}, &preset, "NAME", "model shape and architecture (default tiny, or the first preset of --arch)");

@@ -75,21 +75,25 @@ std::vector<float> llama3_rope_factors(const SynthPreset& p, int64_t n_rot) {
 
 const SynthPreset& find_synth_preset(const std::string& name, const std::string& arch) {
   const auto& presets = synth_presets();
+  // "llama3" is llama with Llama 3's rope scaling (the file says "llama").
+  auto is_of = [](const SynthPreset& p, const std::string& a) {
+    return a.empty() || p.arch == a || (a == "llama3" && p.arch == "llama" && p.rope_scaling_factor > 0);
+  };
   auto names_of = [&](const std::string& of_arch) {
     std::string names;
     for (const auto& p : presets)
-      if (of_arch.empty() || p.arch == of_arch)
+      if (is_of(p, of_arch))
         names += (names.empty() ? "" : ", ") + p.name + (of_arch.empty() ? " (" + p.arch + ")" : "");
     return names;
   };
   if (name.empty()) {
     for (const auto& p : presets)
-      if (arch.empty() || p.arch == arch) return p;
+      if (is_of(p, arch)) return p;
     throw Error("synth: no preset of architecture '" + arch + "' (presets: " + names_of("") + ")");
   }
   for (const auto& p : presets) {
     if (p.name != name) continue;
-    if (!arch.empty() && p.arch != arch) {
+    if (!is_of(p, arch)) {
       const std::string others = names_of(arch);
       throw Error("synth: preset '" + name + "' is a " + p.arch + " model, not " + arch + " (" +
                   (others.empty() ? "no " + arch + " presets" : arch + " presets: " + others) + ")");
