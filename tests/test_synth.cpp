@@ -331,8 +331,12 @@ TEST(Synth, RealModelPresetsHaveTheirModelsParameterCounts) {
     for (const auto& t : tools::synth_tensor_plan(tools::synth_hparams(p), p.tied_output, p.rope_scaling_factor > 0))
       shapes[t.name] = t.ne;
     EXPECT_FALSE(shapes.count("output.weight")) << name << ": tied";
-    if (name == "qwen2.5-0.5b") EXPECT_EQ(shapes.at("blk.0.attn_k.bias"), (Shape{128, 1, 1, 1}));
-    if (name == "qwen3-0.6b") EXPECT_EQ(shapes.at("blk.0.attn_q.weight"), (Shape{1024, 2048, 1, 1}));
+    if (name == "qwen2.5-0.5b") {
+      EXPECT_EQ(shapes.at("blk.0.attn_k.bias"), (Shape{128, 1, 1, 1}));
+    }
+    if (name == "qwen3-0.6b") {
+      EXPECT_EQ(shapes.at("blk.0.attn_q.weight"), (Shape{1024, 2048, 1, 1}));
+    }
     if (name == "phi4-mini") {
       EXPECT_EQ(shapes.at("blk.0.attn_qkv.weight"), (Shape{3072, 5120, 1, 1}));
       EXPECT_EQ(shapes.at("blk.0.ffn_up.weight"), (Shape{3072, 16384, 1, 1}));
@@ -346,7 +350,9 @@ TEST(Synth, RealModelPresetsHaveTheirModelsParameterCounts) {
       EXPECT_EQ(f.front(), 1.0f);
       EXPECT_EQ(f.back(), 32.0f);
     }
-    if (name == "gemma3-1b") EXPECT_EQ(shapes.at("blk.0.attn_k_norm.weight"), (Shape{256, 1, 1, 1}));
+    if (name == "gemma3-1b") {
+      EXPECT_EQ(shapes.at("blk.0.attn_k_norm.weight"), (Shape{256, 1, 1, 1}));
+    }
   }
   // --arch llama3: the llama presets with Llama 3's rope scaling.
   EXPECT_EQ(tools::find_synth_preset("", "llama3").name, "llama3.2-1b");

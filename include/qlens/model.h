@@ -233,6 +233,10 @@ class GraphBuilder {
   // On the last layer, when only the last token's logits are wanted, the
   // rest of the layer sees only the last row (as llama.cpp's inp_out_ids).
   Tensor* last_row_if_final(Tensor* t, int il);
+  // The pre-norm block of llama and its descendants (Qwen 2/3, Phi-3):
+  // attn_norm, attention, residual ("ffn_inp"), ffn_norm, feed-forward,
+  // residual ("l_out").
+  Tensor* pre_norm_block(Tensor* in, int il, const Attention& attn, FfnActivation act);
 
  private:
   const Context& ctx_;

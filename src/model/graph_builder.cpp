@@ -90,6 +90,17 @@ Tensor* GraphBuilder::last_row_if_final(Tensor* t, int il) {
   return view(g_, t, {t->ne[0]}, {}, static_cast<size_t>(n_tokens_ - 1) * t->nb[1]);
 }
 
+Tensor* GraphBuilder::pre_norm_block(Tensor* in, int il, const Attention& attn, FfnActivation act) {
+  Tensor* cur = norm(in, Role::AttnNorm, il, "attn_norm");
+  cur = attention(cur, il, attn);
+  cur = last_row_if_final(cur, il);
+  in = last_row_if_final(in, il);
+  Tensor* ffn_inp = named(add(g_, cur, in), "ffn_inp", il);
+  cur = norm(ffn_inp, Role::FfnNorm, il, "ffn_norm");
+  cur = feed_forward(cur, il, act);
+  return named(add(g_, cur, ffn_inp), "l_out", il);
+}
+
 Tensor* GraphBuilder::attention(Tensor* cur, int il, const Attention& opt) {
   const HParams& hp = hparams();
   Graph& g = g_;

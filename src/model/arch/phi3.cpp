@@ -36,17 +36,9 @@ class Phi3 final : public Architecture {
   }
 
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
-    Graph& g = b.graph();
     GraphBuilder::Attention attn;
     attn.q_scale = 1.0f / std::sqrt(static_cast<float>(b.hparams().head_dim));
-    Tensor* cur = b.norm(in, Role::AttnNorm, il, "attn_norm");
-    cur = b.attention(cur, il, attn);
-    cur = b.last_row_if_final(cur, il);
-    in = b.last_row_if_final(in, il);
-    Tensor* ffn_inp = named(add(g, cur, in), "ffn_inp", il);
-    cur = b.norm(ffn_inp, Role::FfnNorm, il, "ffn_norm");
-    cur = b.feed_forward(cur, il, FfnActivation::Silu);
-    return named(add(g, cur, ffn_inp), "l_out", il);
+    return b.pre_norm_block(in, il, attn, FfnActivation::Silu);
   }
 };
 

@@ -27,16 +27,9 @@ class Qwen2 final : public Architecture {
             {Role::FfnGate, {E, F, 1, 1}},   {Role::FfnUp, {E, F, 1, 1}},      {Role::FfnDown, {F, E, 1, 1}}};
   }
 
+  // The biases are added where the model has them.
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
-    Graph& g = b.graph();
-    Tensor* cur = b.norm(in, Role::AttnNorm, il, "attn_norm");
-    cur = b.attention(cur, il, {});  // the biases are added where the model has them
-    cur = b.last_row_if_final(cur, il);
-    in = b.last_row_if_final(in, il);
-    Tensor* ffn_inp = named(add(g, cur, in), "ffn_inp", il);
-    cur = b.norm(ffn_inp, Role::FfnNorm, il, "ffn_norm");
-    cur = b.feed_forward(cur, il, FfnActivation::Silu);
-    return named(add(g, cur, ffn_inp), "l_out", il);
+    return b.pre_norm_block(in, il, {}, FfnActivation::Silu);
   }
 };
 
