@@ -16,6 +16,7 @@
 #include "qlens/model.h"
 #include "test_util.h"
 #include "tools/generate.h"
+#include "qlens/error.h"
 #include "qlens/gguf.h"
 #include "tools/llama_logits.h"
 #include "tools/quantize.h"
@@ -130,6 +131,27 @@ TEST_P(DenseFamily, GreedyTextMatchesLlamaCpp) {
     std::string expected = read_text_file(greedy);
     while (!expected.empty() && expected.back() == '\n') expected.pop_back();
     EXPECT_EQ(" Once upon a time" + r.text, expected) << path;
+  }
+}
+
+// A file that is not one, or is cut short, is an error naming it.
+TEST(LlamaLogitsFile, BadFilesAreClearErrors) {
+  QLENS_REQUIRE_SHARED(kld, "reference/synth/qwen2.kld");
+  const std::string dir = test::temp_dir();
+  const std::string whole = read_text_file(kld);
+  write_file_atomic(dir + "/cut.kld", whole.substr(0, 1000));
+  write_file_atomic(dir + "/text.kld", "hello\n");
+  std::string sizes = whole.substr(0, 20);
+  sizes[12] = '\xff';  // n_vocab -> negative
+  sizes[13] = sizes[14] = sizes[15] = '\xff';
+  write_file_atomic(dir + "/sizes.kld", sizes + whole.substr(20));
+  for (const char* name : {"cut.kld", "text.kld", "sizes.kld"}) {
+    try {
+      tools::LlamaLogitsFile::load(dir + "/" + name);
+      ADD_FAILURE() << name << " loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
   }
 }
 
