@@ -10,18 +10,6 @@
 namespace qlens::tools {
 namespace {
 
-// log_softmax in double: max-subtracted so large logits do not overflow.
-std::vector<double> log_softmax(std::span<const float> logits) {
-  double max_logit = -std::numeric_limits<double>::infinity();
-  for (float x : logits) max_logit = std::max(max_logit, static_cast<double>(x));
-  double sum_exp = 0;
-  for (float x : logits) sum_exp += std::exp(static_cast<double>(x) - max_logit);
-  const double log_normalizer = max_logit + std::log(sum_exp);
-  std::vector<double> out(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_normalizer;
-  return out;
-}
-
 size_t argmax(std::span<const float> logits) {
   return static_cast<size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
@@ -228,6 +216,17 @@ void print_logit_summary(std::ostream& out, const LogitSummary& s) {
   print_kld_block(out, s);
   out << "\n";
   print_probability_block(out, s);
+}
+
+std::vector<double> log_softmax(std::span<const float> logits) {
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (float x : logits) max_logit = std::max(max_logit, static_cast<double>(x));
+  double sum_exp = 0;
+  for (float x : logits) sum_exp += std::exp(static_cast<double>(x) - max_logit);
+  const double log_normalizer = max_logit + std::log(sum_exp);
+  std::vector<double> out(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_normalizer;
+  return out;
 }
 
 }  // namespace qlens::tools

@@ -115,6 +115,9 @@ class LogitComparison {
 // NaN for an empty list.
 double percentile_of_sorted(const std::vector<float>& sorted, double fraction);
 
+// log-softmax of a row of logits in double (max-subtracted).
+std::vector<double> log_softmax(std::span<const float> logits);
+
 // The figures as llama.cpp's KL divergence block shows them ("Mean KLD",
 // "99.0%   KLD", "Same top p", "RMS Δp", "Mean ln(PPL(Q)/PPL(base))", ...),
 // probabilities in percent. Q is the test model, base the reference.

@@ -8,6 +8,7 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "tools/chunks.h"
+#include "tools/compare_logits.h"
 
 namespace qlens::tools {
 
@@ -18,18 +19,6 @@ T read_le(const std::string& data, size_t off) {
   T v;
   std::memcpy(&v, data.data() + off, sizeof v);
   return v;
-}
-
-// log-softmax of a row of logits, in double.
-std::vector<double> log_softmax(std::span<const float> logits) {
-  double max = -INFINITY;
-  for (float l : logits) max = std::max(max, static_cast<double>(l));
-  double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  const double lse = max + std::log(sum);
-  std::vector<double> out(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - lse;
-  return out;
 }
 
 }  // namespace
