@@ -839,6 +839,123 @@ TEST(Ops, SoftMax) {
       Check::Nmse);
 }
 
+// ---- the router's ops (mixtures of experts) ----
+
+TEST(Ops, GetRowsBatched) {
+  // probs [1, E, N] by top-k ids [U, N]: each token's weights (ffn_moe_weights).
+  for (DType type : kFloatTypes)
+    check_op(
+        [&](Fixture& f) {
+          Tensor* a = f.rand(type, {3, 8, 4, 1});
+          Tensor* idx = f.leaf(DType::I32, {2, 4, 1, 1}, "idx");
+          const int32_t ids[] = {7, 0, 3, 3, 1, 6, 0, 0};
+          std::memcpy(idx->data, ids, sizeof ids);
+          Tensor* r = get_rows(f.g, a, idx);
+          f.output(r);
+          return r;
+        },
+        Check::Exact);
+}
+
+TEST(Ops, ArgSortAndTopK) {
+  for (int64_t k : {1, 2, 8, 17, 128}) {
+    SCOPED_TRACE("K=" + std::to_string(k));
+    check_op(
+        [&](Fixture& f) {
+          Tensor* r = argsort_desc(f.g, f.rand(DType::F32, {k, 9, 2, 1}, -3, 3));
+          f.output(r);
+          return r;
+        },
+        Check::Exact);
+    check_op(
+        [&](Fixture& f) {  // a view of the first entries, read through cont of a float copy
+          Tensor* probs = f.rand(DType::F32, {k, 5, 1, 1});
+          Tensor* top = top_k(f.g, probs, std::min<int64_t>(k, 2));
+          Tensor* w = get_rows(f.g, reshape(f.g, probs, {1, k, 5}), top);
+          f.output(w);
+          return w;
+        },
+        Check::Exact);
+  }
+  // The order itself, on a row with a known answer (ties keep index order).
+  Fixture f(1);
+  Tensor* x = f.leaf(DType::F32, {6, 1, 1, 1});
+  const float v[] = {0.1f, 0.7f, -2.0f, 0.7f, 3.0f, 0.0f};
+  std::memcpy(x->data, v, sizeof v);
+  Tensor* r = argsort_desc(f.g, x);
+  f.output(r);
+  f.plan();
+  f.run(cpu_backend(Isa::Scalar, 1));
+  EXPECT_EQ(values(*r), (std::vector<double>{4, 1, 3, 0, 5, 2}));
+}
+
+TEST(Ops, SumRowsClampDiv) {
+  for (int64_t k : {1, 2, 8, 33}) {
+    SCOPED_TRACE("K=" + std::to_string(k));
+    check_op(
+        [&](Fixture& f) {
+          Tensor* r = sum_rows(f.g, f.rand(DType::F32, {k, 7, 3, 1}));
+          f.output(r);
+          return r;
+        },
+        Check::Exact);
+    check_op(
+        [&](Fixture& f) {
+          Tensor* r = clamp(f.g, f.rand(DType::F32, {k, 7, 1, 1}, -2, 2), -0.5f, 0.25f);
+          f.output(r);
+          return r;
+        },
+        Check::Exact);
+    check_op(
+        [&](Fixture& f) {  // the routing weights' normalization: [U, N] / [1, N]
+          Tensor* w = f.rand(DType::F32, {k, 6, 1, 1}, 0.01f, 1);
+          Tensor* r = div(f.g, w, clamp(f.g, sum_rows(f.g, w), 6.103515625e-5f, INFINITY));
+          f.output(r);
+          return r;
+        },
+        Check::Exact);
+  }
+  // NaN clamps to the upper bound, as in ggml.
+  Fixture f(1);
+  Tensor* x = f.leaf(DType::F32, {2, 1, 1, 1});
+  const float v[] = {std::numeric_limits<float>::quiet_NaN(), -5.0f};
+  std::memcpy(x->data, v, sizeof v);
+  Tensor* r = clamp(f.g, x, -1.0f, 2.0f);
+  f.output(r);
+  f.plan();
+  for (Isa isa : all_isas()) {
+    f.run(cpu_backend(isa, 1));
+    EXPECT_EQ(values(*r), (std::vector<double>{2.0, -1.0}));
+  }
+}
+
+TEST(Ops, MulMatIdFloat) {
+  const F32Kernels exact;
+  // Tokens routed to U of E experts (some experts get none), b shared by the
+  // slots (gate/up) or one row per slot (down); N on both sides of the
+  // dot/GEMM switch.
+  for (DType type : kFloatTypes)
+    for (int64_t n : {1, 5, 40})
+      for (int64_t b1 : {1, 2}) {
+        SCOPED_TRACE(std::string(tname(type)) + " N=" + std::to_string(n) + " b1=" + std::to_string(b1));
+        check_op(
+            [&](Fixture& f) {
+              Tensor* as = f.rand(type, {33, 20, 6, 1}, -1, 1, "as");
+              Tensor* b = f.rand(DType::F32, {33, b1, n, 1}, -1, 1, "b");
+              Tensor* ids = f.leaf(DType::I32, {2, n, 1, 1}, "ids");
+              for (int64_t t = 0; t < n; ++t) {
+                const int32_t e0 = static_cast<int32_t>((t * 7) % 5), e1 = static_cast<int32_t>((t * 3 + 1) % 5);
+                static_cast<int32_t*>(ids->data)[2 * t] = e0;
+                static_cast<int32_t*>(ids->data)[2 * t + 1] = e1 == e0 ? (e0 + 1) % 5 : e1;
+              }
+              Tensor* r = mul_mat_id(f.g, as, b, ids);
+              f.output(r);
+              return r;
+            },
+            Check::MatMul, static_cast<uint32_t>(n * 10 + b1));
+      }
+}
+
 TEST(Ops, CpyConverts) {
   for (DType from : kFloatTypes)
     for (DType to : kFloatTypes)

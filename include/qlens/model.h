@@ -50,6 +50,14 @@ struct HParams {
   std::vector<bool> swa_layers;  // empty: every layer attends to everything
   float rope_freq_base_swa = 10000.0f;
   float rope_freq_scale_swa = 1.0f;
+  // Mixture of experts (0 experts: a dense feed-forward): each token's
+  // n_expert_used experts by the router's softmax, their weights divided by
+  // their sum when expert_weights_norm, then scaled (0 or 1: not scaled).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;  // rows of one expert's gate and up matrices
+  bool expert_weights_norm = false;
+  float expert_weights_scale = 0.0f;
 
   int64_t n_embd_q() const { return head_dim * n_head; }
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }
@@ -88,14 +96,20 @@ enum class Role : uint8_t {
   AttnKBias,
   AttnVBias,
   AttnQkv,  // q | k | v rows in one matrix (Phi-3)
+  // Mixtures of experts: the router, and the experts' matrices stored as one
+  // 3-D tensor each ([n_embd, n_ff_exp, n_expert] in ggml order for gate/up).
+  FfnGateInp,
+  FfnGateExps,
+  FfnUpExps,
+  FfnDownExps,
 };
-constexpr int kRoleCount = static_cast<int>(Role::AttnQkv) + 1;
+constexpr int kRoleCount = static_cast<int>(Role::FfnDownExps) + 1;
 
 struct RoleInfo {
   const char* name;    // "attn_q"
   const char* suffix;  // "weight" or "bias"
   bool per_layer;
-  Op reader;  // MulMat for matrices, Mul for norm scales, Add for biases, GetRows for the embedding
+  Op reader;  // MulMat for matrices, MulMatId for experts, Mul for norm scales, Add for biases, GetRows for the embedding
 };
 const RoleInfo& role_info(Role role);
 // The GGUF name of a role's tensor: "blk.3.attn_q.weight", "output_norm.weight".
@@ -230,12 +244,24 @@ class GraphBuilder {
   Tensor* attention(Tensor* cur, int il, const Attention& opt);
   // Gated feed-forward: down(act(gate(x)) * up(x)), "ffn_out-il".
   Tensor* feed_forward(Tensor* cur, int il, FfnActivation act);
+  // A mixture of experts: the router picks each token's experts and their
+  // weights ("ffn_moe_topk", "ffn_moe_weights..."); the experts' gated
+  // feed-forwards of the token are weighted and summed ("ffn_moe_out").
+  // Shared experts (Qwen2-MoE, DeepSeek) are a dense feed_forward added to
+  // that sum, with the router unchanged.
+  struct Routing {
+    Tensor* selected;  // I32 [n_expert_used, N]: expert ids, best first
+    Tensor* weights;   // F32 [1, n_expert_used, N]
+  };
+  Routing route(Tensor* cur, int il);
+  Tensor* experts(Tensor* cur, int il, const Routing& routing, FfnActivation act);
+  Tensor* moe_feed_forward(Tensor* cur, int il, FfnActivation act) { return experts(cur, il, route(cur, il), act); }
   // On the last layer, when only the last token's logits are wanted, the
   // rest of the layer sees only the last row (as llama.cpp's inp_out_ids).
   Tensor* last_row_if_final(Tensor* t, int il);
   // The pre-norm block of llama and its descendants (Qwen 2/3, Phi-3):
-  // attn_norm, attention, residual ("ffn_inp"), ffn_norm, feed-forward,
-  // residual ("l_out").
+  // attn_norm, attention, residual ("ffn_inp"), ffn_norm, feed-forward
+  // (mixture of experts where the layer has a router), residual ("l_out").
   Tensor* pre_norm_block(Tensor* in, int il, const Attention& attn, FfnActivation act);
 
  private:

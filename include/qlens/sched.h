@@ -35,6 +35,11 @@ namespace qlens {
 using ObserveCallback = std::function<bool(const Tensor& node, bool ask)>;
 using TapSelector = std::function<void(const Tensor& node, std::vector<TapRequest>& requests)>;
 
+// ColumnSumSq of a computed MulMat or MulMatId node wherever its sources
+// lie (read back to the host first when on a device): the host fallback,
+// and the callback path of the imatrix.
+void tap_accumulate_on_host(const Tensor& node, TapResult& acc);
+
 enum class ComputeStatus { Done, Stopped };
 
 class Scheduler {

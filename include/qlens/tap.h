@@ -6,6 +6,8 @@
 //   ColumnSumSq  on a MulMat node: per input column k of the activations
 //                (src[1], [K, rows...]) the sum over rows of x_k^2, and the
 //                number of rows: exactly what an importance matrix holds.
+//                On a MulMatId node the same per expert: each token's row
+//                (for each of its slots) counts for the expert of that slot.
 //   Stats        on any node: count, min, max, sum, sum of squares, NaN and
 //                Inf counts of its values (NaN/Inf excluded from the others).
 //   ErrorStats   on a node `a` with a second tensor `b` of the same shape:
@@ -95,14 +97,20 @@ struct ErrorStats {
 // What one tap has accumulated.
 struct TapResult {
   TapKind kind = TapKind::Stats;
-  std::vector<double> column_sum_sq;  // ColumnSumSq: [K]
-  int64_t rows = 0;                   // ColumnSumSq: activation rows seen
+  std::vector<double> column_sum_sq;  // ColumnSumSq: [K], or [n_expert][K] on a MulMatId
+  int64_t rows = 0;                   // ColumnSumSq: activation rows seen (all experts)
+  std::vector<int64_t> expert_rows;   // ColumnSumSq on a MulMatId: rows per expert, else empty
   NodeStats stats;                    // Stats
   ErrorStats error;                   // ErrorStats
 
   // Adds another result of the same kind (and column count).
   void merge(const TapResult& o);
 };
+
+// The experts a ColumnSumSq tap on `node` keeps apart (a MulMatId's expert
+// count; 0 for a MulMat) and the accumulator's size (columns times experts).
+int64_t tap_experts(const Tensor& node);
+int64_t tap_columns(TapKind kind, const Tensor& node);
 
 // The host reference: accumulates node `node` (host-readable, any strides,
 // F32) into `acc`. For ColumnSumSq the activations are node.src[1]; for
@@ -112,6 +120,11 @@ void tap_accumulate_host(TapKind kind, const Tensor& node, const Tensor* other, 
 // fastest): what the scheduler's fallback uses for tensors on devices.
 void tap_accumulate_values(TapKind kind, const std::vector<float>& values, int64_t row_length,
                            const std::vector<float>* other, TapResult& acc);
+
+// ColumnSumSq on a MulMatId node from host copies of its activations x
+// (F32 in logical order, [K, b1, N]) and expert ids ([n_used, N]).
+void tap_accumulate_expert_values(const std::vector<float>& x, int64_t K, int64_t b1, const std::vector<int32_t>& ids,
+                                  int64_t n_used, int64_t n_expert, TapResult& acc);
 
 // A tap the caller attaches to a node: the scheduler asks a TapSelector for
 // each node of each graph; requests with the same key accumulate together

@@ -62,8 +62,15 @@ enum class Op : uint8_t {
   View,
   Permute,
   Transpose,
+  // Mixtures of experts: each token's rows multiplied by the matrices of its
+  // selected experts, and the router's blocks.
+  MulMatId,
+  ArgSort,
+  SumRows,
+  Clamp,
+  Div,
 };
-constexpr int kOpCount = static_cast<int>(Op::Transpose) + 1;
+constexpr int kOpCount = static_cast<int>(Op::Div) + 1;
 
 const char* op_name(Op op);  // "MUL_MAT", ... as in ggml dumps
 // Ops whose result shares its source's memory and needs no computation.
@@ -157,10 +164,26 @@ class Graph {
 };
 
 // ---- Build functions: shape checks throw qlens::Error naming the tensors. ----
+// Rows of `a` by index: idx [n] gives [a.ne0, n]; batched, idx [n, B] and a
+// [K, R, B] give [K, n, B] (row idx[i, j] of a's slice j), as ggml's.
 Tensor* get_rows(Graph& g, Tensor* a, Tensor* idx);
 Tensor* mul_mat(Graph& g, Tensor* a, Tensor* b);
+// The expert matmul (ggml's MUL_MAT_ID): as [K, M, E] holds E matrices, ids
+// (I32 [U, N]) each token's U selected experts, b [K, U or 1, N] its rows
+// (one per slot, or one for all slots); result [M, U, N]: row (u, t) is
+// as[ids[u, t]] times b's row (u or 0, t).
+Tensor* mul_mat_id(Graph& g, Tensor* as, Tensor* b, Tensor* ids);
 Tensor* add(Graph& g, Tensor* a, Tensor* b);
 Tensor* mul(Graph& g, Tensor* a, Tensor* b);
+Tensor* div(Graph& g, Tensor* a, Tensor* b);  // a / b, b broadcast as in add
+// Each row's element indices ordered by decreasing value (I32, a's shape);
+// equal values keep no particular order.
+Tensor* argsort_desc(Graph& g, Tensor* a);
+// The indices of the k largest of each row, largest first: a view of the
+// first k of argsort_desc (ggml_top_k).
+Tensor* top_k(Graph& g, Tensor* a, int64_t k);
+Tensor* sum_rows(Graph& g, Tensor* a);  // [1, ne1, ne2, ne3]
+Tensor* clamp(Graph& g, Tensor* a, float lo, float hi);
 Tensor* scale(Graph& g, Tensor* a, float s);
 Tensor* rms_norm(Graph& g, Tensor* a, float eps);
 // Rotary embedding of the first n_dims of each head; freq_factors (optional,

@@ -142,10 +142,45 @@ void TapResult::merge(const TapResult& o) {
                     std::to_string(o.column_sum_sq.size()) + " columns cannot be merged");
       for (size_t k = 0; k < column_sum_sq.size(); ++k) column_sum_sq[k] += o.column_sum_sq[k];
       rows += o.rows;
+      if (expert_rows.empty()) expert_rows.assign(o.expert_rows.size(), 0);
+      if (!o.expert_rows.empty() && o.expert_rows.size() != expert_rows.size())
+        throw Error("tap results over " + std::to_string(expert_rows.size()) + " and " +
+                    std::to_string(o.expert_rows.size()) + " experts cannot be merged");
+      for (size_t e = 0; e < o.expert_rows.size(); ++e) expert_rows[e] += o.expert_rows[e];
       break;
     case TapKind::Stats: stats.merge(o.stats); break;
     case TapKind::ErrorStats: error.merge(o.error); break;
   }
+}
+
+int64_t tap_experts(const Tensor& node) {
+  return node.op == Op::MulMatId && node.src[0] ? node.src[0]->ne[2] : 0;
+}
+
+int64_t tap_columns(TapKind kind, const Tensor& node) {
+  if (kind != TapKind::ColumnSumSq || !node.src[1]) return 0;
+  return node.src[1]->ne[0] * std::max<int64_t>(1, tap_experts(node));
+}
+
+void tap_accumulate_expert_values(const std::vector<float>& x, int64_t K, int64_t b1, const std::vector<int32_t>& ids,
+                                  int64_t n_used, int64_t n_expert, TapResult& acc) {
+  acc.kind = TapKind::ColumnSumSq;
+  if (K <= 0 || b1 <= 0 || n_used <= 0 || ids.size() % n_used != 0 ||
+      x.size() != static_cast<size_t>(K * b1) * (ids.size() / n_used))
+    throw Error("tap: expert activations and ids do not match");
+  if (acc.column_sum_sq.empty()) acc.column_sum_sq.assign(K * n_expert, 0.0);
+  if (acc.expert_rows.empty()) acc.expert_rows.assign(n_expert, 0);
+  if (static_cast<int64_t>(acc.column_sum_sq.size()) != K * n_expert) throw Error("tap: column count changed");
+  const int64_t N = static_cast<int64_t>(ids.size()) / n_used;
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t u = 0; u < n_used; ++u) {
+      const int32_t e = ids[t * n_used + u];
+      if (e < 0 || e >= n_expert) throw Error("tap: expert id " + std::to_string(e) + " out of range");
+      const float* row = x.data() + (t * b1 + u % b1) * K;
+      for (int64_t k = 0; k < K; ++k) acc.column_sum_sq[e * K + k] += static_cast<double>(row[k]) * row[k];
+      ++acc.expert_rows[e];
+      ++acc.rows;
+    }
 }
 
 namespace {
@@ -174,6 +209,28 @@ void tap_accumulate_host(TapKind kind, const Tensor& node, const Tensor* other, 
   switch (kind) {
     case TapKind::ColumnSumSq: {
       const Tensor* x = node.src[1];
+      if (node.op == Op::MulMatId && x && node.src[2]) {
+        require_f32(*x, "activations");
+        const Tensor& ids = *node.src[2];
+        const int64_t K = x->ne[0], E = tap_experts(node);
+        if (acc.column_sum_sq.empty()) acc.column_sum_sq.assign(K * E, 0.0);
+        if (acc.expert_rows.empty()) acc.expert_rows.assign(E, 0);
+        if (static_cast<int64_t>(acc.column_sum_sq.size()) != K * E || static_cast<int64_t>(acc.expert_rows.size()) != E)
+          throw Error("tap: '" + node.name + "' has " + std::to_string(E) + " experts of " + std::to_string(K) +
+                      " columns, the tap another shape");
+        for (int64_t t = 0; t < ids.ne[1]; ++t)
+          for (int64_t u = 0; u < ids.ne[0]; ++u) {
+            const int32_t e = *reinterpret_cast<const int32_t*>(ids.at(u, t));
+            if (e < 0 || e >= E) throw Error("tap: '" + node.name + "' routes to expert " + std::to_string(e));
+            for (int64_t k = 0; k < K; ++k) {
+              const double v = value_at(*x, k, u % x->ne[1], t, 0);
+              acc.column_sum_sq[e * K + k] += v * v;
+            }
+            ++acc.expert_rows[e];
+            ++acc.rows;
+          }
+        break;
+      }
       if (node.op != Op::MulMat || !x) throw Error("tap: column sums need a MUL_MAT node, '" + node.name + "' is not");
       require_f32(*x, "activations");
       if (acc.column_sum_sq.empty()) acc.column_sum_sq.assign(x->ne[0], 0.0);

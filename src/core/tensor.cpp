@@ -12,6 +12,7 @@ namespace {
 constexpr const char* kOpNames[kOpCount] = {
     "NONE",     "GET_ROWS", "MUL_MAT", "ADD", "MUL",  "SCALE",   "RMS_NORM", "ROPE",
     "SOFT_MAX", "SILU",     "GELU",    "CPY", "CONT", "RESHAPE", "VIEW",     "PERMUTE", "TRANSPOSE",
+    "MUL_MAT_ID", "ARGSORT", "SUM_ROWS", "CLAMP", "DIV",
 };
 
 [[noreturn]] void fail(const std::string& op, const std::string& what) {
@@ -191,9 +192,27 @@ Tensor* Graph::find(const std::string& name) const {
 
 Tensor* get_rows(Graph& g, Tensor* a, Tensor* idx) {
   if (idx->type != DType::I32) fail("get_rows", "index " + describe(idx) + " must be I32");
-  if (idx->ne[1] != 1 || idx->ne[2] != 1 || idx->ne[3] != 1) fail("get_rows", "index must be 1-D");
+  if (idx->ne[2] != 1 || idx->ne[3] != 1) fail("get_rows", "index " + describe(idx) + " must be 1-D or 2-D");
+  if (a->ne[3] != 1 || (idx->ne[1] == 1 ? a->ne[2] != 1 : a->ne[2] != idx->ne[1]))
+    fail("get_rows", describe(a) + " must have one slice per index column of " + describe(idx));
   if (!type_traits(a->type).to_float) fail("get_rows", describe(a) + " has a type the engine cannot read");
-  return make_result(g, Op::GetRows, {a->ne[0], idx->ne[0], 1, 1}, a, idx);
+  return make_result(g, Op::GetRows, {a->ne[0], idx->ne[0], idx->ne[1], 1}, a, idx);
+}
+
+Tensor* mul_mat_id(Graph& g, Tensor* as, Tensor* b, Tensor* ids) {
+  if (ids->type != DType::I32 || ids->ne[2] != 1 || ids->ne[3] != 1)
+    fail("mul_mat_id", "expert ids " + describe(ids) + " must be I32 [n_used, n_tokens]");
+  if (as->ne[3] != 1) fail("mul_mat_id", "experts " + describe(as) + " must be [K, M, n_expert]");
+  if (b->ne[0] != as->ne[0] || b->ne[2] != ids->ne[1] || b->ne[3] != 1 ||
+      (b->ne[1] != 1 && b->ne[1] != ids->ne[0]))
+    fail("mul_mat_id", describe(b) + " must be [" + std::to_string(as->ne[0]) + ", 1 or " +
+                           std::to_string(ids->ne[0]) + ", " + std::to_string(ids->ne[1]) + "] for experts " +
+                           describe(as) + " and ids " + describe(ids));
+  require_f32("mul_mat_id", b);
+  if (!type_traits(as->type).to_float) fail("mul_mat_id", describe(as) + " has a type the engine cannot read");
+  Tensor* t = make_result(g, Op::MulMatId, {as->ne[1], ids->ne[0], ids->ne[1], 1}, as, b);
+  t->src[2] = ids;
+  return t;
 }
 
 Tensor* mul_mat(Graph& g, Tensor* a, Tensor* b) {
@@ -217,6 +236,32 @@ static Tensor* binary(Graph& g, Op op, const char* name, Tensor* a, Tensor* b) {
 
 Tensor* add(Graph& g, Tensor* a, Tensor* b) { return binary(g, Op::Add, "add", a, b); }
 Tensor* mul(Graph& g, Tensor* a, Tensor* b) { return binary(g, Op::Mul, "mul", a, b); }
+Tensor* div(Graph& g, Tensor* a, Tensor* b) { return binary(g, Op::Div, "div", a, b); }
+
+Tensor* argsort_desc(Graph& g, Tensor* a) {
+  require_f32("argsort", a);
+  return make_result(g, Op::ArgSort, a->ne, a, nullptr, DType::I32);
+}
+
+Tensor* top_k(Graph& g, Tensor* a, int64_t k) {
+  if (k < 1 || k > a->ne[0]) fail("top_k", std::to_string(k) + " of the " + std::to_string(a->ne[0]) +
+                                               " elements of the rows of " + describe(a));
+  Tensor* sorted = argsort_desc(g, a);
+  return make_view(g, Op::View, sorted, {k, a->ne[1], a->ne[2], a->ne[3]}, sorted->nb, 0);
+}
+
+Tensor* sum_rows(Graph& g, Tensor* a) {
+  require_f32("sum_rows", a);
+  return make_result(g, Op::SumRows, {1, a->ne[1], a->ne[2], a->ne[3]}, a);
+}
+
+Tensor* clamp(Graph& g, Tensor* a, float lo, float hi) {
+  require_f32("clamp", a);
+  Tensor* t = make_result(g, Op::Clamp, a->ne, a);
+  t->set_param_f(0, lo);
+  t->set_param_f(1, hi);
+  return t;
+}
 
 Tensor* scale(Graph& g, Tensor* a, float s) {
   require_f32("scale", a);

@@ -97,7 +97,7 @@ Tensor* GraphBuilder::pre_norm_block(Tensor* in, int il, const Attention& attn, 
   in = last_row_if_final(in, il);
   Tensor* ffn_inp = named(add(g_, cur, in), "ffn_inp", il);
   cur = norm(ffn_inp, Role::FfnNorm, il, "ffn_norm");
-  cur = feed_forward(cur, il, act);
+  cur = weight(Role::FfnGateInp, il) ? moe_feed_forward(cur, il, act) : feed_forward(cur, il, act);
   return named(add(g_, cur, ffn_inp), "l_out", il);
 }
 
@@ -187,6 +187,48 @@ Tensor* GraphBuilder::feed_forward(Tensor* cur, int il, FfnActivation act) {
   // dumps our llama tests read).
   Tensor* par = named(mul(g, gate, up), act == FfnActivation::Silu ? "ffn_gate_par" : "ffn_geglu", il);
   return named(mul_mat(g, weight(Role::FfnDown, il), par), "ffn_out", il);
+}
+
+GraphBuilder::Routing GraphBuilder::route(Tensor* cur, int il) {
+  const HParams& hp = hparams();
+  Graph& g = g_;
+  const int64_t N = cur->ne[1], E = hp.n_expert, U = hp.n_expert_used;
+  Tensor* logits = named(mul_mat(g, weight(Role::FfnGateInp, il), cur), "ffn_moe_logits", il);
+  Tensor* probs = named(soft_max(g, logits, nullptr, 1.0f), "ffn_moe_probs", il);
+  Tensor* selected = named(top_k(g, probs, U), "ffn_moe_topk", il);
+  named(selected->src[0], "ffn_moe_argsort", il);
+  Tensor* weights = named(get_rows(g, reshape(g, probs, {1, E, N}), selected), "ffn_moe_weights", il);
+  if (hp.expert_weights_norm) {
+    Tensor* w = reshape(g, weights, {U, N});
+    Tensor* sum = named(sum_rows(g, w), "ffn_moe_weights_sum", il);
+    // The smallest normal F16, as llama.cpp clamps: no division by zero.
+    sum = named(clamp(g, sum, 6.103515625e-5f, std::numeric_limits<float>::infinity()), "ffn_moe_weights_sum_clamped",
+                il);
+    weights = reshape(g, named(div(g, w, sum), "ffn_moe_weights_norm", il), {1, U, N});
+  }
+  if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
+    weights = named(scale(g, weights, hp.expert_weights_scale), "ffn_moe_weights_scaled", il);
+  return {selected, weights};
+}
+
+Tensor* GraphBuilder::experts(Tensor* cur, int il, const Routing& routing, FfnActivation act) {
+  Graph& g = g_;
+  const int64_t n_embd = cur->ne[0], N = cur->ne[1], U = routing.selected->ne[0];
+  Tensor* x = reshape(g, cur, {n_embd, 1, N});
+  Tensor* up = named(mul_mat_id(g, weight(Role::FfnUpExps, il), x, routing.selected), "ffn_moe_up", il);
+  Tensor* gate = named(mul_mat_id(g, weight(Role::FfnGateExps, il), x, routing.selected), "ffn_moe_gate", il);
+  gate = act == FfnActivation::Silu ? named(silu(g, gate), "ffn_moe_silu", il) : named(gelu(g, gate), "ffn_moe_gelu", il);
+  Tensor* par = named(mul(g, gate, up), act == FfnActivation::Silu ? "ffn_moe_swiglu" : "ffn_moe_geglu", il);
+  Tensor* down = named(mul_mat_id(g, weight(Role::FfnDownExps, il), par, routing.selected), "ffn_moe_down", il);
+  Tensor* weighted = named(mul(g, down, routing.weights), "ffn_moe_weighted", il);
+  // The slots' rows summed in slot order, as llama.cpp adds its views.
+  Tensor* out = nullptr;
+  for (int64_t u = 0; u < U; ++u) {
+    Tensor* slot = view(g, weighted, {n_embd, N}, {weighted->nb[2]}, u * weighted->nb[1]);
+    out = out ? add(g, out, slot) : slot;
+  }
+  if (U == 1) out = cont(g, out);
+  return named(out, "ffn_moe_out", il);
 }
 
 }  // namespace qlens

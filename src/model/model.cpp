@@ -22,7 +22,9 @@ constexpr RoleInfo kRoles[kRoleCount] = {
     {"ffn_down", "weight", true, Op::MulMat},      {"post_ffw_norm", "weight", true, Op::Mul},
     {"rope_freqs", "weight", false, Op::Rope},     {"attn_q", "bias", true, Op::Add},
     {"attn_k", "bias", true, Op::Add},             {"attn_v", "bias", true, Op::Add},
-    {"attn_qkv", "weight", true, Op::MulMat},
+    {"attn_qkv", "weight", true, Op::MulMat},      {"ffn_gate_inp", "weight", true, Op::MulMat},
+    {"ffn_gate_exps", "weight", true, Op::MulMatId}, {"ffn_up_exps", "weight", true, Op::MulMatId},
+    {"ffn_down_exps", "weight", true, Op::MulMatId},
 };
 
 std::string shape_text(const std::array<int64_t, kMaxDims>& ne) {
@@ -69,7 +71,12 @@ std::vector<std::pair<std::string, std::string>> HParams::fields() const {
           {"sliding window", text(n_swa)},
           {"sliding layers", swa},
           {"local rope base", text(rope_freq_base_swa)},
-          {"local rope scale", text(rope_freq_scale_swa)}};
+          {"local rope scale", text(rope_freq_scale_swa)},
+          {"expert count", text(n_expert)},
+          {"experts used", text(n_expert_used)},
+          {"expert feed-forward length", text(n_ff_exp)},
+          {"expert weights normalized", text(expert_weights_norm)},
+          {"expert weights scale", text(expert_weights_scale)}};
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path) {

@@ -248,7 +248,7 @@ void Scheduler::run_copies(const Split& split) {
 }
 
 Scheduler::TapSlot& Scheduler::tap_slot(const TapRequest& request, const Tensor& node) {
-  const int64_t n_columns = request.kind == TapKind::ColumnSumSq && node.src[1] ? node.src[1]->ne[0] : 0;
+  const int64_t n_columns = tap_columns(request.kind, node);
   auto& slot = taps_[request.key];
   if (!slot) {
     slot = std::make_unique<TapSlot>();
@@ -280,6 +280,20 @@ std::map<std::string, TapResult> Scheduler::read_taps(bool reset) {
     out.emplace(key, std::move(r));
   }
   return out;
+}
+
+void tap_accumulate_on_host(const Tensor& node, TapResult& acc) {
+  const Tensor& x = *node.src[1];
+  if (node.op != Op::MulMatId) {
+    tap_accumulate_values(TapKind::ColumnSumSq, tensor_to_f32(x), x.ne[0], nullptr, acc);
+    return;
+  }
+  const Tensor& ids = *node.src[2];
+  std::vector<int32_t> id_values(ids.ne[0] * ids.ne[1]);
+  // ids may be a view with gaps (top-k of an argsort): read row by row.
+  for (int64_t t = 0; t < ids.ne[1]; ++t)
+    tensor_read(ids, id_values.data() + t * ids.ne[0], t * ids.nb[1], ids.ne[0] * sizeof(int32_t));
+  tap_accumulate_expert_values(tensor_to_f32(x), x.ne[0], x.ne[1], id_values, ids.ne[0], tap_experts(node), acc);
 }
 
 ComputeStatus Scheduler::compute(const Graph& graph) {
@@ -345,7 +359,7 @@ ComputeStatus Scheduler::compute(const Graph& graph) {
           for (const NodeTap& t : node_taps[j1]) {
             if (t.state) continue;
             if (t.kind == TapKind::ColumnSumSq) {
-              tap_accumulate_values(t.kind, tensor_to_f32(*node.src[1]), node.src[1]->ne[0], nullptr, t.slot->host);
+              tap_accumulate_on_host(node, t.slot->host);
             } else {
               std::vector<float> other;
               if (t.other) other = tensor_to_f32(*t.other);

@@ -31,37 +31,51 @@ ImatrixChunkRange imatrix_chunk_range(int64_t n_tokens, const ImatrixOptions& op
   return r;
 }
 
-void check_imatrix_matches_model(const Imatrix& m, const Model& model) {
-  for (const auto& [name, e] : m.entries) {
+void check_imatrix_matches_model(Imatrix& m, const Model& model) {
+  for (auto& [name, e] : m.entries) {
     auto it = model.weights().find(name);
     if (it == model.weights().end())
       throw Error(m.path + ": entry '" + name + "' is not a weight of " + model.path() +
                   " (an importance matrix of another model?)");
-    if (it->second->ne[0] != e.n_cols)
-      throw Error(m.path + ": entry '" + name + "' has " + std::to_string(e.n_cols) + " columns, the weight in " +
-                  model.path() + " has rows of " + std::to_string(it->second->ne[0]) +
-                  " (an importance matrix of another model?)");
+    const Tensor& w = *it->second;
+    const int64_t n_mat = w.ne[2];  // experts of a 3-D expert tensor, else 1
+    // A legacy .dat holds an expert tensor as one row of all experts' columns
+    // with one count: give it the experts' shape (llama.cpp broadcasts too).
+    if (e.n_mat == 1 && n_mat > 1 && e.n_cols == w.ne[0] * n_mat) {
+      e.n_cols = w.ne[0];
+      e.n_mat = n_mat;
+      e.counts.assign(n_mat, e.counts[0]);
+    }
+    if (w.ne[0] != e.n_cols || n_mat != e.n_mat)
+      throw Error(m.path + ": entry '" + name + "' has " + std::to_string(e.n_mat) + " x " + std::to_string(e.n_cols) +
+                  " columns, the weight in " + model.path() + " has " + std::to_string(n_mat) + " x " +
+                  std::to_string(w.ne[0]) + " (an importance matrix of another model?)");
   }
 }
 
 void add_column_sums(Imatrix& m, const std::map<std::string, TapResult>& chunk) {
   for (const auto& [name, r] : chunk) {
     if (r.rows == 0) continue;
-    const int64_t n_cols = static_cast<int64_t>(r.column_sum_sq.size());
+    // Expert tensors: one matrix per expert, each with its own count.
+    const int64_t n_mat = r.expert_rows.empty() ? 1 : static_cast<int64_t>(r.expert_rows.size());
+    const int64_t n_cols = static_cast<int64_t>(r.column_sum_sq.size()) / n_mat;
     auto [it, fresh] = m.entries.try_emplace(name);
     ImatrixEntry& e = it->second;
     if (fresh) {
       e.n_cols = n_cols;
-      e.n_mat = 1;
-      e.sum2.assign(n_cols, 0.0);
-      e.counts.assign(1, 0.0);
+      e.n_mat = n_mat;
+      e.sum2.assign(n_cols * n_mat, 0.0);
+      e.counts.assign(n_mat, 0.0);
     }
-    if (e.n_cols != n_cols || e.n_mat != 1)
-      throw Error(m.path + ": entry '" + name + "' has " + std::to_string(e.n_cols) + " columns, the model's " +
-                  std::to_string(n_cols));
-    for (int64_t k = 0; k < n_cols; ++k)
+    if (e.n_cols != n_cols || e.n_mat != n_mat)
+      throw Error(m.path + ": entry '" + name + "' has " + std::to_string(e.n_mat) + " x " + std::to_string(e.n_cols) +
+                  " columns, the model's " + std::to_string(n_mat) + " x " + std::to_string(n_cols));
+    for (int64_t k = 0; k < n_cols * n_mat; ++k)
       e.sum2[k] = static_cast<float>(e.sum2[k] + r.column_sum_sq[k]);
-    e.counts[0] = static_cast<float>(e.counts[0] + static_cast<double>(r.rows));
+    for (int64_t x = 0; x < n_mat; ++x) {
+      const double rows = r.expert_rows.empty() ? static_cast<double>(r.rows) : static_cast<double>(r.expert_rows[x]);
+      e.counts[x] = static_cast<float>(e.counts[x] + rows);
+    }
   }
 }
 
@@ -84,7 +98,7 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
   Context ctx(model, copt);
 
   auto wanted = [&](const Tensor& t) {
-    return t.op == Op::MulMat && t.src[0] && (t.src[0]->flags & kFlagWeight) &&
+    return (t.op == Op::MulMat || t.op == Op::MulMatId) && t.src[0] && (t.src[0]->flags & kFlagWeight) &&
            imatrix_collects(t.src[0]->name, opt.process_output);
   };
   std::map<std::string, TapResult> host_sums;  // the callback path's chunk sums
@@ -97,7 +111,7 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
       if (ask) return wanted(t);
       TapResult& r = host_sums[t.src[0]->name];
       r.kind = TapKind::ColumnSumSq;
-      tap_accumulate_values(TapKind::ColumnSumSq, tensor_to_f32(*t.src[1]), t.src[1]->ne[0], nullptr, r);
+      tap_accumulate_on_host(t, r);
       return true;
     });
   }

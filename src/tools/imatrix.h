@@ -64,8 +64,10 @@ struct ImatrixChunkRange {
 ImatrixChunkRange imatrix_chunk_range(int64_t n_tokens, const ImatrixOptions& opt, const Imatrix& m);
 
 // Checks that the entries of `m` (from --in-file or a checkpoint) belong to
-// this model: every entry names one of its weights, with the same row length.
-void check_imatrix_matches_model(const Imatrix& m, const Model& model);
+// this model: every entry names one of its weights, with the same row length
+// and expert count. A legacy .dat's flat expert entries get their experts'
+// shape here.
+void check_imatrix_matches_model(Imatrix& m, const Model& model);
 
 // Adds one chunk's column sums (ColumnSumSq tap results keyed by weight name)
 // to the matrix, rounding to F32 as the file stores them.

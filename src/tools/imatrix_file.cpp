@@ -137,11 +137,18 @@ std::vector<float> Imatrix::importance(const std::string& tensor, int64_t n_cols
   auto it = entries.find(tensor);
   if (it == entries.end()) return {};
   const ImatrixEntry& e = it->second;
-  if (e.n_cols != n_cols)
+  // A legacy .dat stores an expert tensor as one row of n_expert * n_cols
+  // values with one count.
+  const bool flat_experts = e.n_mat == 1 && e.n_cols != n_cols && n_cols > 0 && e.n_cols % n_cols == 0;
+  const int64_t n_mat = flat_experts ? e.n_cols / n_cols : e.n_mat;
+  if (!flat_experts && e.n_cols != n_cols)
     throw Error(path + ": entry '" + tensor + "' has " + std::to_string(e.n_cols) + " columns, the tensor has " +
                 std::to_string(n_cols));
-  if (mat < 0 || mat >= e.n_mat) throw Error(path + ": entry '" + tensor + "' has no matrix " + std::to_string(mat));
-  const double count = e.counts[mat] > 0 ? e.counts[mat] : 1;
+  if (mat < 0 || mat >= n_mat) throw Error(path + ": entry '" + tensor + "' has no matrix " + std::to_string(mat));
+  const double count = e.counts[flat_experts ? 0 : mat];
+  // An expert no calibration token reached: every column weighs 1, as
+  // llama.cpp's quantize loads it.
+  if (!(count > 0)) return std::vector<float>(n_cols, 1.0f);
   std::vector<float> w(n_cols);
   for (int64_t j = 0; j < n_cols; ++j) w[j] = static_cast<float>(e.sum2[mat * n_cols + j] / count);
   return w;
@@ -189,26 +196,33 @@ void save_imatrix_gguf(const Imatrix& m, const std::string& path) {
 }
 
 void save_imatrix_dat(const Imatrix& m, const std::string& path) {
+  // llama.cpp's save_imatrix_legacy: entries with no data at all are left
+  // out; an expert with none is stored as 1s (so that it quantizes as
+  // without an imatrix); ncall counts the chunks of the busiest expert.
+  std::vector<const std::string*> stored;
+  for (const auto& [name, e] : m.entries)
+    if (std::any_of(e.counts.begin(), e.counts.end(), [](double c) { return c > 0; })) stored.push_back(&name);
   std::ostringstream out;
   auto put_i32 = [&](int32_t v) { out.write(reinterpret_cast<const char*>(&v), sizeof v); };
-  put_i32(static_cast<int32_t>(m.entries.size()));
-  for (const auto& [name, e] : m.entries) {
-    if (e.n_mat != 1) throw Error(path + ": the .dat format holds one matrix per tensor; '" + name + "' has " +
-                                  std::to_string(e.n_mat) + " (use the GGUF format)");
-    put_i32(static_cast<int32_t>(name.size()));
-    out.write(name.data(), static_cast<std::streamsize>(name.size()));
+  put_i32(static_cast<int32_t>(stored.size()));
+  for (const std::string* name : stored) {
+    const ImatrixEntry& e = m.entries.at(*name);
+    put_i32(static_cast<int32_t>(name->size()));
+    out.write(name->data(), static_cast<std::streamsize>(name->size()));
     // ncall: the chunks this tensor saw (llama.cpp's convention), at least 1.
-    const double rows = e.counts[0];
+    const double rows = *std::max_element(e.counts.begin(), e.counts.end());
     const int64_t ncall =
         std::max<int64_t>(1, m.chunk_size > 0 ? static_cast<int64_t>(std::ceil(rows / m.chunk_size))
                                               : std::llround(rows));
     put_i32(static_cast<int32_t>(ncall));
-    put_i32(static_cast<int32_t>(e.n_cols));
-    for (int64_t j = 0; j < e.n_cols; ++j) {
-      const double mean = rows > 0 ? e.sum2[j] / rows : 0.0;
-      const float v = static_cast<float>(mean * static_cast<double>(ncall));  // mean(x^2) * ncall
-      out.write(reinterpret_cast<const char*>(&v), sizeof v);
-    }
+    put_i32(static_cast<int32_t>(e.n_cols * e.n_mat));
+    for (int64_t x = 0; x < e.n_mat; ++x)
+      for (int64_t j = 0; j < e.n_cols; ++j) {
+        const double count = e.counts[x];
+        const double mean = count > 0 ? e.sum2[x * e.n_cols + j] / count : 1.0;
+        const float v = static_cast<float>(mean * static_cast<double>(ncall));  // mean(x^2) * ncall
+        out.write(reinterpret_cast<const char*>(&v), sizeof v);
+      }
   }
   put_i32(static_cast<int32_t>(m.chunk_count));
   const std::string dataset = m.datasets.empty() ? std::string() : m.datasets.front();

@@ -38,8 +38,9 @@ void check_op(const Tensor& n) {
   if (op_is_view(n.op)) return;
   const Tensor* a = n.src[0];
   const Tensor* b = n.src[1];
-  if (n.op != Op::Cpy && n.op != Op::Cont && (n.type != DType::F32 || n.nb[0] != sizeof(float)))
-    fail(n, "result must be F32 with adjacent elements");
+  const DType result_type = n.op == Op::ArgSort ? DType::I32 : DType::F32;
+  if (n.op != Op::Cpy && n.op != Op::Cont && (n.type != result_type || n.nb[0] != sizeof(float)))
+    fail(n, std::string("result must be ") + type_name(result_type).data() + " with adjacent elements");
   auto need_f32 = [&](const Tensor* t) {
     if (!t || t->type != DType::F32) fail(n, "source must be F32");
   };
@@ -61,8 +62,21 @@ void check_op(const Tensor& n) {
       if (a->ne[0] != b->ne[0] || b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0) fail(n, "shapes do not match");
       break;
     }
+    case Op::MulMatId: {
+      const TypeTraits& tt = type_traits(a->type);
+      const Tensor* ids = n.src[2];
+      if (!tt.to_float) fail(n, "cannot read weights of type " + std::string(tt.name));
+      if (tt.block_size > 1 && a->nb[0] != tt.block_bytes) fail(n, "rows of quantized weights must be contiguous");
+      need_f32(b);
+      if (!ids || ids->type != DType::I32) fail(n, "expert ids must be I32");
+      if (a->ne[0] != b->ne[0] || b->ne[2] != ids->ne[1] || (b->ne[1] != 1 && b->ne[1] != ids->ne[0]) ||
+          n.ne[0] != a->ne[1] || n.ne[1] != ids->ne[0] || n.ne[2] != ids->ne[1])
+        fail(n, "shapes do not match");
+      break;
+    }
     case Op::Add:
     case Op::Mul:
+    case Op::Div:
       need_f32(a);
       need_f32(b);
       for (int i = 0; i < kMaxDims; ++i)
@@ -72,6 +86,9 @@ void check_op(const Tensor& n) {
     case Op::RmsNorm:
     case Op::Silu:
     case Op::Gelu:
+    case Op::Clamp:
+    case Op::SumRows:
+    case Op::ArgSort:
       need_f32(a);
       break;
     case Op::Rope:
@@ -106,18 +123,30 @@ void check_node(const Tensor& n) {
   if (!n.data) fail(n, "has no data (apply a memory plan first)");
   for (const Tensor* s : n.src)
     if (s && !s->data) fail(n, "source '" + s->name + "' has no data");
-  for (const Tensor* s : {&n, static_cast<const Tensor*>(n.src[0]), static_cast<const Tensor*>(n.src[1])})
+  for (const Tensor* s : {&n, static_cast<const Tensor*>(n.src[0]), static_cast<const Tensor*>(n.src[1]),
+                          static_cast<const Tensor*>(n.src[2])})
     if (s && s->buffer && !s->buffer->is_host()) fail(n, "'" + s->name + "' lies in device memory");
   check_op(n);
-  if (n.op == Op::GetRows) {
-    const Tensor* a = n.src[0];
-    const Tensor* b = n.src[1];
-    for (int64_t i = 0; i < b->ne[0]; ++i) {
-      const int32_t r = *reinterpret_cast<const int32_t*>(b->at(i));
-      if (r < 0 || r >= a->ne[1])
-        fail(n, "index " + std::to_string(r) + " out of range for " + std::to_string(a->ne[1]) + " rows");
+  // Indices are data: those of an input are checked here, before any node
+  // runs; an argsort's (the router's) lie below its row length.
+  auto check_indices = [&](const Tensor& idx, int64_t limit, const char* what) {
+    const Tensor& owner = idx.view_src ? *idx.view_src : idx;
+    if (owner.op == Op::ArgSort) {
+      if (owner.ne[0] > limit)
+        fail(n, std::string(what) + "s come from an argsort of " + std::to_string(owner.ne[0]) +
+                    " columns, more than " + std::to_string(limit));
+      return;
     }
-  }
+    if (owner.op != Op::None) fail(n, std::string(what) + "s must be an input or come from an argsort");
+    for (int64_t j = 0; j < idx.ne[1]; ++j)
+      for (int64_t i = 0; i < idx.ne[0]; ++i) {
+        const int32_t r = *reinterpret_cast<const int32_t*>(idx.at(i, j));
+        if (r < 0 || r >= limit)
+          fail(n, std::string(what) + " " + std::to_string(r) + " out of range for " + std::to_string(limit));
+      }
+  };
+  if (n.op == Op::GetRows) check_indices(*n.src[1], n.src[0]->ne[1], "index");
+  if (n.op == Op::MulMatId) check_indices(*n.src[2], n.src[0]->ne[2], "expert id");
 }
 
 bool op_supported(const Tensor& n) {
@@ -133,8 +162,13 @@ void run_node(const Tensor& n, const KernelCtx& c) {
   switch (n.op) {
     case Op::GetRows: op_get_rows(n, c); break;
     case Op::MulMat: matmul(n, c); break;
+    case Op::MulMatId: matmul_id(n, c); break;
     case Op::Add: op_add(n, c); break;
     case Op::Mul: op_mul(n, c); break;
+    case Op::Div: op_div(n, c); break;
+    case Op::Clamp: op_clamp(n, c); break;
+    case Op::SumRows: op_sum_rows(n, c); break;
+    case Op::ArgSort: op_argsort(n, c); break;
     case Op::Scale: op_scale(n, c); break;
     case Op::RmsNorm: op_rms_norm(n, c); break;
     case Op::Rope: op_rope(n, c); break;
@@ -245,8 +279,11 @@ size_t scratch_bytes(const Tensor& n, int nth, Isa isa) {
   const int64_t row = n.src[0] ? n.src[0]->ne[0] : 0;
   switch (n.op) {
     case Op::MulMat: return matmul_scratch(n, nth, isa);
+    case Op::MulMatId: return matmul_id_scratch(n, nth, isa);
     case Op::Add:
-    case Op::Mul: return 2 * row * sizeof(float);
+    case Op::Mul:
+    case Op::Div: return 2 * row * sizeof(float);
+    case Op::Clamp:
     case Op::Scale:
     case Op::Silu:
     case Op::Gelu:
@@ -260,7 +297,11 @@ size_t scratch_bytes(const Tensor& n, int nth, Isa isa) {
 }
 
 size_t shared_scratch_bytes(const Tensor& n, int nth, Isa isa) {
-  return n.op == Op::MulMat ? matmul_shared_scratch(n, nth, isa) : 0;
+  switch (n.op) {
+    case Op::MulMat: return matmul_shared_scratch(n, nth, isa);
+    case Op::MulMatId: return matmul_id_shared_scratch(n, nth, isa);
+    default: return 0;
+  }
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, Isa isa) {

@@ -1,4 +1,4 @@
-// Add, Mul (with broadcasting of b), Scale, Silu, Gelu.
+// Add, Mul, Div (with broadcasting of b), Scale, Clamp, Silu, Gelu.
 #include <algorithm>
 
 #include "backend/cpu/ops.h"
@@ -65,6 +65,23 @@ void unary(const Tensor& d, const KernelCtx& c, F&& f) {
 
 void op_add(const Tensor& node, const KernelCtx& c) { binary(node, c, c.vec->add); }
 void op_mul(const Tensor& node, const KernelCtx& c) { binary(node, c, c.vec->mul); }
+
+void op_div(const Tensor& node, const KernelCtx& c) {
+  binary(node, c, [](int64_t n, float* z, const float* x, const float* y) {
+    for (int64_t i = 0; i < n; ++i) z[i] = x[i] / y[i];
+  });
+}
+
+void op_clamp(const Tensor& node, const KernelCtx& c) {
+  const float lo = node.param_f(0), hi = node.param_f(1);
+  unary(node, c, [&](int64_t n, float* y, const float* x) {
+    // ggml's MAX(MIN(x, hi), lo): NaN becomes hi.
+    for (int64_t i = 0; i < n; ++i) {
+      const float m = x[i] < hi ? x[i] : hi;
+      y[i] = m > lo ? m : lo;
+    }
+  });
+}
 
 void op_scale(const Tensor& node, const KernelCtx& c) {
   const float s = node.param_f(0);

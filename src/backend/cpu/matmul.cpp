@@ -473,6 +473,20 @@ size_t matmul_scratch(const Tensor& node, int nth, Isa isa) {
   return dot_scratch(node, gk);
 }
 
+size_t matmul_scratch_bound(const Tensor& node, int nth, Isa isa) {
+  const GemmKernels& gk = gemm_kernels(isa);
+  const size_t dot = dot_scratch(node, gk);
+  return gk.micro ? std::max(dot, gemm_scratch_layout(shape_of(node), nth, gk, nullptr, nullptr)) : dot;
+}
+
+size_t matmul_shared_scratch_bound(const Tensor& node, int nth, Isa isa) {
+  const GemmKernels& gk = gemm_kernels(isa);
+  const Shape s = shape_of(node);
+  if (!gk.micro || s.nbatch() >= nth) return 0;
+  const size_t packed = static_cast<size_t>(s.nbatch() * packed_rows(s, gk) * s.K) * sizeof(float);
+  return align_up(std::min(packed, g_max_shared.load(std::memory_order_relaxed)));
+}
+
 size_t matmul_shared_scratch(const Tensor& node, int nth, Isa isa) {
   const GemmKernels& gk = gemm_kernels(isa);
   return uses_gemm(node, gk) ? gemm_shared_bytes(shape_of(node), nth, gk) : 0;

@@ -92,6 +92,16 @@ struct KernelCtx;
 size_t matmul_scratch(const Tensor& node, int nth, Isa isa);         // private, per thread
 size_t matmul_shared_scratch(const Tensor& node, int nth, Isa isa);  // shared
 void matmul(const Tensor& node, const KernelCtx& c);
+// What a MulMat node of these weights and at most as many activation rows as
+// it has may need on either path (the sub-products of MulMatId, whose row
+// counts are known only when it runs).
+size_t matmul_scratch_bound(const Tensor& node, int nth, Isa isa);
+size_t matmul_shared_scratch_bound(const Tensor& node, int nth, Isa isa);
+// The MulMatId node kernel: each expert's rows gathered and multiplied by
+// the MulMat kernel (either path, every weight type), then put in place.
+size_t matmul_id_scratch(const Tensor& node, int nth, Isa isa);
+size_t matmul_id_shared_scratch(const Tensor& node, int nth, Isa isa);
+void matmul_id(const Tensor& node, const KernelCtx& c);
 // Whether the node would take the GEMM path (for tests and benchmarks).
 bool matmul_uses_gemm(const Tensor& node, Isa isa);
 // Sets the largest shared activation buffer (64 MiB by default) and returns

@@ -44,7 +44,10 @@ void op_rms_norm(const Tensor& node, const KernelCtx& c);
 void op_rope(const Tensor& node, const KernelCtx& c);
 void op_soft_max(const Tensor& node, const KernelCtx& c);
 void op_cpy(const Tensor& node, const KernelCtx& c);   // Cpy and Cont
-void op_mul_mat(const Tensor& node, const KernelCtx& c);
+void op_div(const Tensor& node, const KernelCtx& c);
+void op_clamp(const Tensor& node, const KernelCtx& c);
+void op_sum_rows(const Tensor& node, const KernelCtx& c);
+void op_argsort(const Tensor& node, const KernelCtx& c);
 
 // Bytes of private scratch each thread needs for the node, and of shared scratch.
 size_t scratch_bytes(const Tensor& node, int nth, Isa isa);

@@ -66,12 +66,13 @@ void for_rows(const Tensor& t, F&& f) {
 void get_rows(const Tensor& d) {
   const Tensor& a = *d.src[0];
   const Tensor& idx = *d.src[1];
-  for (int64_t i = 0; i < idx.ne[0]; ++i) {
-    const int64_t r = static_cast<int64_t>(get(idx, i));
-    if (r < 0 || r >= a.ne[1]) throw Error("reference backend: get_rows index out of range");
-    const std::vector<double> x = row(a, r);
-    for (int64_t k = 0; k < a.ne[0]; ++k) set(d, x[k], k, i);
-  }
+  for (int64_t j = 0; j < idx.ne[1]; ++j)
+    for (int64_t i = 0; i < idx.ne[0]; ++i) {
+      const int64_t r = static_cast<int64_t>(get(idx, i, j));
+      if (r < 0 || r >= a.ne[1]) throw Error("reference backend: get_rows index out of range");
+      const std::vector<double> x = row(a, r, j);
+      for (int64_t k = 0; k < a.ne[0]; ++k) set(d, x[k], k, i, j);
+    }
 }
 
 void mul_mat(const Tensor& d) {
@@ -90,14 +91,68 @@ void mul_mat(const Tensor& d) {
       }
 }
 
-void binary(const Tensor& d, bool is_add) {
+void mul_mat_id(const Tensor& d) {
+  const Tensor& as = *d.src[0];
+  const Tensor& b = *d.src[1];
+  const Tensor& ids = *d.src[2];
+  for (int64_t t = 0; t < ids.ne[1]; ++t)
+    for (int64_t u = 0; u < ids.ne[0]; ++u) {
+      const int64_t e = static_cast<int64_t>(get(ids, u, t));
+      if (e < 0 || e >= as.ne[2]) throw Error("reference backend: mul_mat_id expert id out of range");
+      const int64_t bu = u % b.ne[1];
+      for (int64_t i = 0; i < as.ne[1]; ++i) {
+        const std::vector<double> w = row(as, i, e);
+        double s = 0;
+        for (int64_t k = 0; k < as.ne[0]; ++k) s += w[k] * get(b, k, bu, t);
+        set(d, s, i, u, t);
+      }
+    }
+}
+
+void argsort_desc(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    const std::vector<double> x = row(a, i1, i2, i3);
+    std::vector<int32_t> order(x.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    // Ties: lower index first (the CPU kernel's order for rows up to 16).
+    std::stable_sort(order.begin(), order.end(), [&](int32_t p, int32_t q) { return x[p] > x[q]; });
+    for (size_t i = 0; i < order.size(); ++i)
+      *reinterpret_cast<int32_t*>(d.at(static_cast<int64_t>(i), i1, i2, i3)) = order[i];
+  });
+}
+
+void sum_rows(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    double s = 0;
+    for (double v : row(a, i1, i2, i3)) s += v;
+    set(d, s, 0, i1, i2, i3);
+  });
+}
+
+void clamp(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const double lo = d.param_f(0), hi = d.param_f(1);
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) {
+      const double x = get(a, i0, i1, i2, i3);
+      const double m = x < hi ? x : hi;  // NaN becomes hi, as in ggml
+      set(d, m > lo ? m : lo, i0, i1, i2, i3);
+    }
+  });
+}
+
+enum class Binary { Add, Mul, Div };
+
+void binary(const Tensor& d, Binary op) {
   const Tensor& a = *d.src[0];
   const Tensor& b = *d.src[1];
   for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
     for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) {
       const double x = get(a, i0, i1, i2, i3);
       const double y = get(b, i0 % b.ne[0], i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]);
-      set(d, is_add ? x + y : x * y, i0, i1, i2, i3);
+      set(d, op == Binary::Add ? x + y : op == Binary::Mul ? x * y : x / y, i0, i1, i2, i3);
     }
   });
 }
@@ -219,8 +274,13 @@ class ReferenceBackend final : public Backend {
       switch (n->op) {
         case Op::GetRows: get_rows(*n); break;
         case Op::MulMat: mul_mat(*n); break;
-        case Op::Add: binary(*n, true); break;
-        case Op::Mul: binary(*n, false); break;
+        case Op::MulMatId: mul_mat_id(*n); break;
+        case Op::Add: binary(*n, Binary::Add); break;
+        case Op::Mul: binary(*n, Binary::Mul); break;
+        case Op::Div: binary(*n, Binary::Div); break;
+        case Op::ArgSort: argsort_desc(*n); break;
+        case Op::SumRows: sum_rows(*n); break;
+        case Op::Clamp: clamp(*n); break;
         case Op::Scale: scale(*n); break;
         case Op::RmsNorm: rms_norm(*n); break;
         case Op::Rope: rope(*n); break;

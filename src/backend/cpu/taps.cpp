@@ -20,12 +20,14 @@ void CpuTapState::read(TapResult& into, bool reset) {
   mine.kind = kind;
   mine.column_sum_sq = column_sum_sq;
   mine.rows = rows;
+  mine.expert_rows = expert_rows;
   for (const NodeStats& s : stats) mine.stats.merge(s);
   for (const ErrorStats& e : errors) mine.error.merge(e);
   into.merge(mine);
   if (reset) {
     std::fill(column_sum_sq.begin(), column_sum_sq.end(), 0.0);
     rows = 0;
+    std::fill(expert_rows.begin(), expert_rows.end(), 0);
     std::fill(stats.begin(), stats.end(), NodeStats{});
     std::fill(errors.begin(), errors.end(), ErrorStats{});
   }
@@ -35,14 +37,17 @@ void check_tap(const TapWork& tap, const Tensor& node) {
   auto fail = [&](const std::string& what) {
     throw Error(std::string("cpu backend: ") + tap_kind_name(tap.kind) + " tap on '" + node.name + "': " + what);
   };
-  const auto& st = static_cast<const CpuTapState&>(*tap.state);
+  auto& st = static_cast<CpuTapState&>(*tap.state);
   if (st.kind != tap.kind) fail("state of another kind");
   switch (tap.kind) {
     case TapKind::ColumnSumSq:
-      if (node.op != Op::MulMat || !node.src[1] || node.src[1]->type != DType::F32)
-        fail("needs a MUL_MAT with F32 activations");
-      if (static_cast<int64_t>(st.column_sum_sq.size()) != node.src[1]->ne[0])
-        fail(std::to_string(node.src[1]->ne[0]) + " columns, the tap has " + std::to_string(st.column_sum_sq.size()));
+      if ((node.op != Op::MulMat && node.op != Op::MulMatId) || !node.src[1] || node.src[1]->type != DType::F32)
+        fail("needs a MUL_MAT or MUL_MAT_ID with F32 activations");
+      if (static_cast<int64_t>(st.column_sum_sq.size()) != tap_columns(tap.kind, node))
+        fail(std::to_string(tap_columns(tap.kind, node)) + " columns, the tap has " +
+             std::to_string(st.column_sum_sq.size()));
+      // Sized here, before the threads start.
+      if (st.expert_rows.empty()) st.expert_rows.assign(tap_experts(node), 0);
       break;
     case TapKind::Stats:
       if (node.type != DType::F32) fail("needs an F32 node");
@@ -67,6 +72,31 @@ bool adjacent_f32(const Tensor& t) { return t.type == DType::F32 && t.nb[0] == s
 
 float value(const float* row, const Tensor& t, int64_t i0) {
   return *reinterpret_cast<const float*>(reinterpret_cast<const char*>(row) + i0 * t.nb[0]);
+}
+
+// Per expert: each (slot, token) row adds to its expert's columns, rows in
+// token order, slots in order (as the host reference).
+void expert_column_sum_sq(const Tensor& node, CpuTapState& st, int ith, int nth) {
+  const Tensor& x = *node.src[1];
+  const Tensor& ids = *node.src[2];
+  const int64_t K = x.ne[0], E = tap_experts(node);
+  if (static_cast<int64_t>(st.column_sum_sq.size()) != K * E) return;  // checked by the caller
+  const int64_t per = (K + nth - 1) / nth;
+  const int64_t k0 = std::min<int64_t>(K, ith * per), k1 = std::min<int64_t>(K, k0 + per);
+  for (int64_t t = 0; t < ids.ne[1]; ++t)
+    for (int64_t u = 0; u < ids.ne[0]; ++u) {
+      const int32_t e = *reinterpret_cast<const int32_t*>(ids.at(u, t));
+      const float* row = reinterpret_cast<const float*>(x.at(0, u % x.ne[1], t));
+      double* acc = st.column_sum_sq.data() + e * K;
+      for (int64_t k = k0; k < k1; ++k) {
+        const double v = value(row, x, k);
+        acc[k] += v * v;
+      }
+      if (ith == 0) {
+        ++st.expert_rows[e];
+        ++st.rows;
+      }
+    }
 }
 
 void column_sum_sq(const Tensor& x, CpuTapState& st, int ith, int nth) {
@@ -143,7 +173,10 @@ void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth, Isa isa) 
   auto error_row = simd ? error_row_avx2 : error_row_fast;
   switch (tap.kind) {
     case TapKind::ColumnSumSq:
-      column_sum_sq(*node.src[1], st, ith, nth);
+      if (node.op == Op::MulMatId)
+        expert_column_sum_sq(node, st, ith, nth);
+      else
+        column_sum_sq(*node.src[1], st, ith, nth);
       break;
     case TapKind::Stats: {
       NodeStats& s = st.stats[ith];

@@ -17,8 +17,9 @@ class CpuTapState final : public TapState {
   CpuTapState(TapKind kind, int64_t n_columns, int n_threads);
 
   TapKind kind;
-  std::vector<double> column_sum_sq;  // ColumnSumSq: one slot per column, each owned by one thread
+  std::vector<double> column_sum_sq;  // ColumnSumSq: one slot per column (per expert), each owned by one thread
   int64_t rows = 0;
+  std::vector<int64_t> expert_rows;   // ColumnSumSq on a MulMatId
   std::vector<NodeStats> stats;    // Stats: one partial per thread
   std::vector<ErrorStats> errors;  // ErrorStats: one partial per thread
 
@@ -26,7 +27,8 @@ class CpuTapState final : public TapState {
   void read(TapResult& into, bool reset);
 };
 
-// Throws Error when the tap cannot run on the node (kind, types, shapes).
+// Throws Error when the tap cannot run on the node (kind, types, shapes);
+// sizes the state's per-expert counts on a MulMatId.
 void check_tap(const TapWork& tap, const Tensor& node);
 
 // Thread ith of nth does its share of the tap on `node` (already computed).

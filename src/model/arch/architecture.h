@@ -37,6 +37,16 @@ std::vector<std::string> architecture_names();
 // feed_forward_length, head counts, key length, rope, norm epsilon, context.
 void read_common_hparams(const gguf::File& f, HParams& hp);
 void write_common_hparams(gguf::Writer& w, const HParams& hp);
+// The expert keys (expert_count, expert_used_count, expert_feed_forward_length,
+// expert_weights_scale): required says whether expert_count must be there;
+// n_ff_exp falls back to `ff_fallback` when the file has no length.
+void read_expert_hparams(const gguf::File& f, HParams& hp, bool required, int64_t ff_fallback);
+
+// Table rows most architectures share: the token embedding, the final norm
+// and the output matrix (optional: tied when absent).
+std::vector<TensorSpec> global_tensors(const HParams& hp);
+// A layer's mixture of experts: the router and the three expert tensors.
+std::vector<TensorSpec> expert_tensors(const HParams& hp);
 
 // The architectures (one file each).
 const Architecture& llama_architecture();
@@ -44,5 +54,6 @@ const Architecture& gemma3_architecture();
 const Architecture& qwen2_architecture();
 const Architecture& qwen3_architecture();
 const Architecture& phi3_architecture();
+const Architecture& qwen3moe_architecture();
 
 }  // namespace qlens

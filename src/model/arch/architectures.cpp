@@ -21,6 +21,7 @@ constexpr Entry kArchitectures[] = {
     {"qwen2", qwen2_architecture},
     {"qwen3", qwen3_architecture},
     {"phi3", phi3_architecture},
+    {"qwen3moe", qwen3moe_architecture},
 };
 
 int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
@@ -86,6 +87,33 @@ void read_common_hparams(const gguf::File& f, HParams& hp) {
   if (!(hp.rms_eps > 0) || !(hp.rope_freq_base > 0)) throw Error(path + ": invalid rms epsilon or rope base");
 }
 
+void read_expert_hparams(const gguf::File& f, HParams& hp, bool required, int64_t ff_fallback) {
+  const std::string a = hp.arch + ".";
+  if (!required && !f.find(a + "expert_count")) return;
+  hp.n_expert = positive_key(f, a + "expert_count");
+  hp.n_expert_used = positive_key(f, a + "expert_used_count");
+  if (hp.n_expert_used > hp.n_expert)
+    throw Error(f.path() + ": expert_used_count " + std::to_string(hp.n_expert_used) + " exceeds expert_count " +
+                std::to_string(hp.n_expert));
+  hp.n_ff_exp = positive_key(f, a + "expert_feed_forward_length", ff_fallback);
+  if (auto s = f.try_float(a + "expert_weights_scale")) hp.expert_weights_scale = static_cast<float>(*s);
+}
+
+std::vector<TensorSpec> global_tensors(const HParams& hp) {
+  const int64_t E = hp.n_embd;
+  return {{Role::TokenEmbd, {E, hp.n_vocab, 1, 1}},
+          {Role::OutputNorm, {E, 1, 1, 1}},
+          {Role::Output, {E, hp.n_vocab, 1, 1}, false}};
+}
+
+std::vector<TensorSpec> expert_tensors(const HParams& hp) {
+  const int64_t E = hp.n_embd, F = hp.n_ff_exp, X = hp.n_expert;
+  return {{Role::FfnGateInp, {E, X, 1, 1}},
+          {Role::FfnGateExps, {E, F, X, 1}},
+          {Role::FfnUpExps, {E, F, X, 1}},
+          {Role::FfnDownExps, {F, E, X, 1}}};
+}
+
 void write_common_hparams(gguf::Writer& w, const HParams& hp) {
   const std::string a = hp.arch + ".";
   w.set("general.architecture", gguf::Value::make_string(hp.arch));
@@ -105,6 +133,11 @@ void write_common_hparams(gguf::Writer& w, const HParams& hp) {
   if (hp.rope_freq_scale != 1.0f) {
     w.set(a + "rope.scaling.type", gguf::Value::make_string("linear"));
     w.set(a + "rope.scaling.factor", gguf::Value::make_f32(1.0f / hp.rope_freq_scale));
+  }
+  if (hp.n_expert > 0) {
+    w.set(a + "expert_count", gguf::Value::make_u32(u32(hp.n_expert)));
+    w.set(a + "expert_used_count", gguf::Value::make_u32(u32(hp.n_expert_used)));
+    w.set(a + "expert_feed_forward_length", gguf::Value::make_u32(u32(hp.n_ff_exp)));
   }
 }
 

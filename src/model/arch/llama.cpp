@@ -2,7 +2,9 @@
 // SwiGLU feed-forward; the output matrix is the token embedding when the file
 // has no output.weight (Llama 3.2 1B/3B). Llama 3.1+ files carry their rope
 // scaling as per-frequency divisors, rope_freqs.weight, which llama.cpp's
-// converter computes and every layer uses.
+// converter computes and every layer uses. With expert keys (Mixtral) the
+// feed-forward is a mixture of experts of n_ff rows each, softmax-routed, the
+// chosen experts' weights renormalized.
 #include "model/arch/architecture.h"
 
 namespace qlens {
@@ -13,19 +15,30 @@ class Llama final : public Architecture {
  public:
   const char* name() const override { return "llama"; }
 
-  void read_hparams(const gguf::File&, HParams&) const override {}
+  void read_hparams(const gguf::File& f, HParams& hp) const override {
+    read_expert_hparams(f, hp, false, hp.n_ff);
+    hp.expert_weights_norm = hp.n_expert > 0;
+  }
   void write_hparams(gguf::Writer&, const HParams&) const override {}
 
   std::vector<TensorSpec> tensors(const HParams& hp, int il) const override {
     const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff;
-    if (il < 0)
-      return {{Role::TokenEmbd, {E, hp.n_vocab, 1, 1}},
-              {Role::OutputNorm, {E, 1, 1, 1}},
-              {Role::Output, {E, hp.n_vocab, 1, 1}, false},
-              {Role::RopeFreqs, {hp.n_rot / 2, 1, 1, 1}, false}};
-    return {{Role::AttnNorm, {E, 1, 1, 1}}, {Role::AttnQ, {E, Q, 1, 1}},    {Role::AttnK, {E, KV, 1, 1}},
-            {Role::AttnV, {E, KV, 1, 1}},   {Role::AttnOutput, {Q, E, 1, 1}}, {Role::FfnNorm, {E, 1, 1, 1}},
-            {Role::FfnGate, {E, F, 1, 1}},  {Role::FfnUp, {E, F, 1, 1}},      {Role::FfnDown, {F, E, 1, 1}}};
+    if (il < 0) {
+      std::vector<TensorSpec> t = global_tensors(hp);
+      t.push_back({Role::RopeFreqs, {hp.n_rot / 2, 1, 1, 1}, false});
+      return t;
+    }
+    std::vector<TensorSpec> t = {{Role::AttnNorm, {E, 1, 1, 1}}, {Role::AttnQ, {E, Q, 1, 1}},
+                                 {Role::AttnK, {E, KV, 1, 1}},   {Role::AttnV, {E, KV, 1, 1}},
+                                 {Role::AttnOutput, {Q, E, 1, 1}}, {Role::FfnNorm, {E, 1, 1, 1}}};
+    if (hp.n_expert > 0) {
+      for (const TensorSpec& s : expert_tensors(hp)) t.push_back(s);
+      return t;
+    }
+    for (TensorSpec s : {TensorSpec{Role::FfnGate, {E, F, 1, 1}}, TensorSpec{Role::FfnUp, {E, F, 1, 1}},
+                         TensorSpec{Role::FfnDown, {F, E, 1, 1}}})
+      t.push_back(s);
+    return t;
   }
 
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {

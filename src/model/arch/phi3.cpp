@@ -26,10 +26,7 @@ class Phi3 final : public Architecture {
 
   std::vector<TensorSpec> tensors(const HParams& hp, int il) const override {
     const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff;
-    if (il < 0)
-      return {{Role::TokenEmbd, {E, hp.n_vocab, 1, 1}},
-              {Role::OutputNorm, {E, 1, 1, 1}},
-              {Role::Output, {E, hp.n_vocab, 1, 1}, false}};
+    if (il < 0) return global_tensors(hp);
     return {{Role::AttnNorm, {E, 1, 1, 1}},       {Role::AttnQkv, {E, Q + 2 * KV, 1, 1}},
             {Role::AttnOutput, {Q, E, 1, 1}},     {Role::FfnNorm, {E, 1, 1, 1}},
             {Role::FfnUp, {E, 2 * F, 1, 1}},      {Role::FfnDown, {F, E, 1, 1}}};

@@ -17,10 +17,7 @@ class Qwen3 final : public Architecture {
 
   std::vector<TensorSpec> tensors(const HParams& hp, int il) const override {
     const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff, D = hp.head_dim;
-    if (il < 0)
-      return {{Role::TokenEmbd, {E, hp.n_vocab, 1, 1}},
-              {Role::OutputNorm, {E, 1, 1, 1}},
-              {Role::Output, {E, hp.n_vocab, 1, 1}, false}};
+    if (il < 0) return global_tensors(hp);
     return {{Role::AttnNorm, {E, 1, 1, 1}},  {Role::AttnQ, {E, Q, 1, 1}},      {Role::AttnK, {E, KV, 1, 1}},
             {Role::AttnV, {E, KV, 1, 1}},    {Role::AttnOutput, {Q, E, 1, 1}}, {Role::AttnQNorm, {D, 1, 1, 1}},
             {Role::AttnKNorm, {D, 1, 1, 1}}, {Role::FfnNorm, {E, 1, 1, 1}},    {Role::FfnGate, {E, F, 1, 1}},

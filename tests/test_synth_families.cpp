@@ -1,4 +1,5 @@
-// The dense families of ../shared/reference/synth (issue 13), each against
+// The families of ../shared/reference/synth (issues 13 and 14: the dense
+// ones and the mixtures of experts), each against
 // llama.cpp 0c1e570's outputs on the same file: its hyper-parameters, every
 // node of its eval-callback dump, perplexity (from its log), and greedy text,
 // for the F32 model and its F16 quantization. One table row per model.
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 #include <regex>
 #include <sstream>
@@ -28,11 +30,27 @@ namespace {
 struct Family {
   const char* model;  // reference/synth/<model>.gguf
   const char* arch;
+  // The F16 file has a router near-tie that the SIMD kernels' sum order
+  // resolves the other way from llama.cpp (see F16NearTie below).
+  bool f16_near_tie = false;
 };
 
-const Family kFamilies[] = {{"qwen2", "qwen2"}, {"qwen3", "qwen3"}, {"llama3", "llama"}, {"phi3", "phi3"}};
+const Family kFamilies[] = {{"qwen2", "qwen2"}, {"qwen3", "qwen3"},       {"llama3", "llama"},
+                            {"phi3", "phi3"},   {"qwen3moe", "qwen3moe"}, {"mixtral", "llama", true}};
 
-class DenseFamily : public testing::TestWithParam<Family> {};
+// Mixtral's F16 file, chunk 2, position 86, layer 1: experts 0 and 2 are
+// second and third at p = 0.12886 within 2e-5 of each other (9.7e-5 in the
+// F32 file; rounding the activations to F16 narrows it). The scalar kernels
+// and llama.cpp pick expert 0, the AVX2/AVX-512 sum order expert 2; that one
+// position then differs by KLD 0.02 (mean over 504 positions 4e-5). The
+// exact checks of that file run with the scalar kernels; the SIMD run is
+// held to what one switched expert can cost.
+struct F16NearTie {
+  explicit F16NearTie(const Family& f) : env(f.f16_near_tie ? std::make_unique<test::ScopedEnv>("QLENS_CPU_ISA", "scalar") : nullptr) {}
+  std::unique_ptr<test::ScopedEnv> env;
+};
+
+class SynthFamily : public testing::TestWithParam<Family> {};
 
 std::string synth(const Family& f, const char* suffix) {
   return std::string("reference/synth/") + f.model + suffix;
@@ -50,7 +68,7 @@ double logged_figure(const std::string& log, const std::string& pattern) {
 const char* const kFinalPpl = R"(Final estimate: PPL = ([0-9.]+))";
 const char* const kMeanPplQ = R"(Mean PPL\(Q\)\s*: ([0-9.]+))";
 
-TEST_P(DenseFamily, LoadsAsItsArchitecture) {
+TEST_P(SynthFamily, LoadsAsItsArchitecture) {
   QLENS_REQUIRE_SHARED(path, synth(GetParam(), ".gguf"));
   auto m = Model::load(path);
   EXPECT_EQ(m->hparams().arch, GetParam().arch);
@@ -59,7 +77,7 @@ TEST_P(DenseFamily, LoadsAsItsArchitecture) {
 // The dumps were made on an AVX-512 machine with flash attention (F16
 // accumulation of the values): values within 1e-3 of each node's scale, sums
 // within 5e-3.
-TEST_P(DenseFamily, EveryNodeMatchesLlamaCppDump) {
+TEST_P(SynthFamily, EveryNodeMatchesLlamaCppDump) {
   QLENS_REQUIRE_SHARED(path, synth(GetParam(), ".gguf"));
   QLENS_REQUIRE_SHARED(dump, synth(GetParam(), ".eval-callback.txt"));
   const auto matches = test::compare_model_with_dump(path, dump, "Once upon a time", test::kLlamaCppAliases);
@@ -77,7 +95,7 @@ TEST_P(DenseFamily, EveryNodeMatchesLlamaCppDump) {
 // llama-perplexity -c 128 -b 128 --chunks 8 on the first 200,000 bytes of
 // tinystories_val, within 1e-4: the F32 file against its log, the F16 file
 // against llama.cpp's run of the F16 file.
-TEST_P(DenseFamily, PerplexityMatchesLlamaCpp) {
+TEST_P(SynthFamily, PerplexityMatchesLlamaCpp) {
   QLENS_REQUIRE_SHARED(path, synth(GetParam(), ".gguf"));
   QLENS_REQUIRE_SHARED(f16, synth(GetParam(), ".f16.gguf"));
   QLENS_REQUIRE_SHARED(log, synth(GetParam(), ".perplexity.log"));
@@ -89,6 +107,7 @@ TEST_P(DenseFamily, PerplexityMatchesLlamaCpp) {
   opt.n_batch = 128;
   opt.max_chunks = 8;
   for (const auto& [p, want] : {std::pair{path, logged_figure(log, kFinalPpl)}, std::pair{f16, logged_figure(f16_log, kMeanPplQ)}}) {
+    const F16NearTie tie(p == f16 ? GetParam() : Family{});
     auto m = Model::load(p);
     const auto r = tools::perplexity(*m, m->vocab().tokenize(text, true), opt);
     std::printf("%s: PPL %.4f, llama.cpp %.4f (%+.2e)\n", p.c_str(), r.ppl, want, r.ppl / want - 1);
@@ -100,7 +119,7 @@ TEST_P(DenseFamily, PerplexityMatchesLlamaCpp) {
 // file of its F32 run): mean KLD under 1e-5 and the same top token at 99.5%
 // of the 504 positions, for the F32 file and its F16 quantization (llama.cpp's
 // own F16 run: mean KLD 1e-6 or less, same top token 99.4-100%).
-TEST_P(DenseFamily, LogProbabilitiesMatchLlamaCpp) {
+TEST_P(SynthFamily, LogProbabilitiesMatchLlamaCpp) {
   QLENS_REQUIRE_SHARED(kld, synth(GetParam(), ".kld"));
   const auto base = tools::LlamaLogitsFile::load(kld);
   EXPECT_EQ(base.n_ctx(), 128);
@@ -108,6 +127,13 @@ TEST_P(DenseFamily, LogProbabilitiesMatchLlamaCpp) {
   for (const char* variant : {"", ".f16"}) {
     QLENS_REQUIRE_SHARED(path, synth(GetParam(), variant) + ".gguf");
     auto m = Model::load(path);
+    if (*variant && GetParam().f16_near_tie) {
+      const auto simd = tools::kld_against_file(*m, base, {});
+      std::printf("%s, SIMD kernels: mean KLD %.3g, max %.3g\n", path.c_str(), simd.mean_kld, simd.max_kld);
+      EXPECT_LT(simd.mean_kld, 1e-4);
+      EXPECT_LT(simd.max_kld, 0.05);
+    }
+    const F16NearTie tie(*variant ? GetParam() : Family{});
     const auto r = tools::kld_against_file(*m, base, {});
     std::printf("%s: mean KLD %.3g, max %.3g, same top %.2f%%, PPL %.4f (file %.4f)\n", path.c_str(), r.mean_kld,
                 r.max_kld, 100 * r.same_top, r.ppl, r.ppl_base);
@@ -117,7 +143,7 @@ TEST_P(DenseFamily, LogProbabilitiesMatchLlamaCpp) {
   }
 }
 
-TEST_P(DenseFamily, GreedyTextMatchesLlamaCpp) {
+TEST_P(SynthFamily, GreedyTextMatchesLlamaCpp) {
   for (const char* variant : {"", ".f16"}) {
     QLENS_REQUIRE_SHARED(path, synth(GetParam(), variant) + ".gguf");
     QLENS_REQUIRE_SHARED(greedy, synth(GetParam(), variant) + ".greedy.txt");
@@ -162,7 +188,7 @@ int qlens_cli(const std::string& args, std::string* out);
 // decode to llama.cpp's log-probabilities within the engines' own difference
 // plus the 16-bit steps of both files (seen: 1.0e-3 to 3.5e-3); read back
 // with --kl-divergence it scores the model at KLD ~0.
-TEST_P(DenseFamily, WritesLlamaCppsLogProbabilityFile) {
+TEST_P(SynthFamily, WritesLlamaCppsLogProbabilityFile) {
   QLENS_REQUIRE_SHARED(path, synth(GetParam(), ".gguf"));
   QLENS_REQUIRE_SHARED(kld, synth(GetParam(), ".kld"));
   QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
@@ -204,7 +230,7 @@ int qlens_cli(const std::string& args, std::string* out) {
 // under llama.cpp's names, no biases), sensitivity, a plan at 5 bits per
 // weight, quantization with it, and the quantized model's perplexity within
 // 10% of the original's.
-TEST_P(DenseFamily, TheMainJobRuns) {
+TEST_P(SynthFamily, TheMainJobRuns) {
   QLENS_REQUIRE_SHARED(path, synth(GetParam(), ".gguf"));
   QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
   const std::string dir = test::temp_dir(), m = GetParam().model;
@@ -272,7 +298,7 @@ const LlamaCppMix kLlamaCppMixes[] = {
     {"phi3", "Q5_K_S", "blk.0.attn_output.weight=Q5_1 blk.0.attn_qkv.weight=Q5_1 blk.0.ffn_down.weight=Q5_1 blk.0.ffn_up.weight=Q5_1 blk.1.attn_output.weight=Q5_1 blk.1.attn_qkv.weight=Q5_1 blk.1.ffn_down.weight=Q5_1 blk.1.ffn_up.weight=Q5_1 blk.2.attn_output.weight=Q5_1 blk.2.attn_qkv.weight=Q5_1 blk.2.ffn_down.weight=Q5_1 blk.2.ffn_up.weight=Q5_1 output.weight=Q8_0 token_embd.weight=Q5_1"},
 };
 
-TEST(DenseFamilies, QuantizeRulesGiveLlamaCppsTypes) {
+TEST(SynthFamilies, QuantizeRulesGiveLlamaCppsTypes) {
   for (const LlamaCppMix& want : kLlamaCppMixes) {
     SCOPED_TRACE(std::string(want.model) + " " + want.mix);
     QLENS_REQUIRE_SHARED(path, std::string("reference/synth/") + want.model + ".gguf");
@@ -291,7 +317,7 @@ TEST(DenseFamilies, QuantizeRulesGiveLlamaCppsTypes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Synth, DenseFamily, testing::ValuesIn(kFamilies),
+INSTANTIATE_TEST_SUITE_P(Synth, SynthFamily, testing::ValuesIn(kFamilies),
                          [](const testing::TestParamInfo<Family>& i) { return std::string(i.param.model); });
 
 }  // namespace

@@ -1,0 +1,49 @@
+// Qwen 3 MoE (Qwen3-30B-A3B, 235B-A22B): Qwen 3's attention (per-head q/k
+// RMS norms, NeoX rope, its own head size) and a mixture of experts in every
+// layer: softmax over the experts, the top expert_used_count, their weights
+// divided by their sum (hard-coded in llama.cpp for this architecture).
+#include "model/arch/architecture.h"
+
+namespace qlens {
+
+namespace {
+
+class Qwen3Moe final : public Architecture {
+ public:
+  const char* name() const override { return "qwen3moe"; }
+
+  void read_hparams(const gguf::File& f, HParams& hp) const override {
+    hp.rope_mode = RopeMode::NeoX;
+    // llama.cpp's fallback for files without expert_feed_forward_length.
+    read_expert_hparams(f, hp, true, 0);
+    if (hp.n_ff_exp == 0) hp.n_ff_exp = hp.n_ff / hp.n_expert_used;
+    hp.expert_weights_norm = true;
+  }
+  void write_hparams(gguf::Writer&, const HParams&) const override {}
+
+  std::vector<TensorSpec> tensors(const HParams& hp, int il) const override {
+    const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), D = hp.head_dim;
+    if (il < 0) return global_tensors(hp);
+    std::vector<TensorSpec> t = {{Role::AttnNorm, {E, 1, 1, 1}},  {Role::AttnQ, {E, Q, 1, 1}},
+                                 {Role::AttnK, {E, KV, 1, 1}},    {Role::AttnV, {E, KV, 1, 1}},
+                                 {Role::AttnOutput, {Q, E, 1, 1}}, {Role::AttnQNorm, {D, 1, 1, 1}},
+                                 {Role::AttnKNorm, {D, 1, 1, 1}}, {Role::FfnNorm, {E, 1, 1, 1}}};
+    for (const TensorSpec& s : expert_tensors(hp)) t.push_back(s);
+    return t;
+  }
+
+  Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
+    GraphBuilder::Attention attn;
+    attn.qk_norm = true;
+    return b.pre_norm_block(in, il, attn, FfnActivation::Silu);
+  }
+};
+
+}  // namespace
+
+const Architecture& qwen3moe_architecture() {
+  static const Qwen3Moe arch;
+  return arch;
+}
+
+}  // namespace qlens
