@@ -113,6 +113,10 @@ bool Context::device_runs(const Tensor& w, Op reader) const {
   Tensor* node = nullptr;
   switch (reader) {
     case Op::MulMat: node = mul_mat(probe, weight, x); break;
+    case Op::MulMatId:
+      node = mul_mat_id(probe, weight, probe.new_tensor(DType::F32, {w.ne[0], 1, 1}),
+                        probe.new_tensor(DType::I32, {1, 1}));
+      break;
     case Op::Mul: node = mul(probe, x, weight); break;
     case Op::GetRows: node = get_rows(probe, weight, probe.new_tensor(DType::I32, {1})); break;
     default: return false;
