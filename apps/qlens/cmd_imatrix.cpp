@@ -194,6 +194,11 @@ int cmd_imatrix(int argc, char** argv) {
                tokens_per_second);
   std::fprintf(stderr, "saved %s: %zu tensors, %lld chunks\n", out_path.c_str(), m.entries.size(),
                static_cast<long long>(m.chunk_count));
+  const std::vector<std::string> unrouted = tools::describe_unrouted_experts(m);
+  if (!unrouted.empty()) {
+    std::fprintf(stderr, "warning: the text left experts without data (see --show-statistics):\n");
+    for (const std::string& line : unrouted) std::fprintf(stderr, "  %s\n", line.c_str());
+  }
   return 0;
 }
 

@@ -197,8 +197,8 @@ void save_imatrix_gguf(const Imatrix& m, const std::string& path) {
 
 void save_imatrix_dat(const Imatrix& m, const std::string& path) {
   // llama.cpp's save_imatrix_legacy: entries with no data at all are left
-  // out; an expert with none is stored as 1s (so that it quantizes as
-  // without an imatrix); ncall counts the chunks of the busiest expert.
+  // out; an expert with none is stored as 1s (uniform importance);
+  // ncall counts the chunks of the busiest expert.
   std::vector<const std::string*> stored;
   for (const auto& [name, e] : m.entries)
     if (std::any_of(e.counts.begin(), e.counts.end(), [](double c) { return c > 0; })) stored.push_back(&name);

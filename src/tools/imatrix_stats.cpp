@@ -292,6 +292,31 @@ void print_layer_table(std::ostream& out, const ImatrixStatistics& s) {
   table.print(out);
 }
 
+std::string id_list(const std::vector<int64_t>& ids) {
+  if (ids.empty()) return "-";
+  std::string out;
+  const size_t shown = std::min<size_t>(ids.size(), 12);
+  for (size_t i = 0; i < shown; ++i) out += (i ? " " : "") + std::to_string(ids[i]);
+  if (shown < ids.size()) out += " ... (" + std::to_string(ids.size()) + ")";
+  return out;
+}
+
+void print_expert_usage(std::ostream& out, const ImatrixStatistics& s) {
+  if (s.expert_usage.empty()) return;
+  out << "\nExpert usage (rows the router sent to each expert):\n";
+  TextTable table({{"layer"}, {"experts"}, {"used"}, {"rows min"}, {"median"}, {"max"}, {"max/even"}, {"norm.H"},
+                   {"unused", true}, {"rare", true}});
+  for (const ImatrixExpertUsage& u : s.expert_usage) {
+    std::vector<double> sorted = u.rows;
+    std::sort(sorted.begin(), sorted.end());
+    table.add_row({std::to_string(u.layer), std::to_string(u.n_expert),
+                   std::to_string(u.n_expert - static_cast<int64_t>(u.unused.size())), significant(sorted.front()),
+                   significant(sorted[sorted.size() / 2]), significant(sorted.back()), fixed2(u.max_over_even),
+                   fixed3(u.normalized_entropy), id_list(u.unused), id_list(u.rare)});
+  }
+  table.print(out);
+}
+
 void print_skipped(std::ostream& out, const ImatrixStatistics& s) {
   if (s.skipped.empty()) return;
   out << "\nskipped (no activation rows were counted for them, so they have no importance to describe):\n";
@@ -329,6 +354,16 @@ constexpr const char* kLegend = R"(How to read these tables
   cos prev     cosine similarity of v with the same tensor of the previous layer.
                Near 1: this layer sees inputs like the previous one. Lower: the
                make-up of the input changes at this layer. "-": no previous layer.
+)";
+
+constexpr const char* kExpertUsageLegend = R"(  Expert usage: per layer, the rows (a token once for each expert it was routed to)
+               each expert received from the calibration text.
+  max/even     the busiest expert's rows over an even share (rows / experts); 1 is even.
+  norm.H       entropy of the routing, -sum p_e log2 p_e / log2(experts): 1 even, 0 one expert.
+  unused       experts no token reached: they have no importance data; quantize gives
+               every column of theirs importance 1 (as llama.cpp, whose .dat stores 1s).
+  rare         experts with under 10% of an even share: their importance rests on few
+               tokens. Many unused or rare experts: use a longer or more varied text.
 )";
 
 constexpr const char* kLayerLegend = R"(  Layer table: tensors counted per layer, the means of their norm.H, |z|>1 and
@@ -372,6 +407,37 @@ void write_layer_json(JsonWriter& w, const ImatrixLayerStats& l) {
   w.key("mean_cosine_prev_layer"); w.value(l.mean_cosine_prev_layer);
   w.key("sum_act2"); w.value(l.sum);
   w.end_object();
+}
+
+std::vector<ImatrixExpertUsage> summarize_expert_usage(const Imatrix& m) {
+  std::vector<ImatrixExpertUsage> out;
+  for (const auto& [name, e] : m.entries) {  // name order: the first expert tensor of each layer
+    auto block = parse_block_name(name);
+    if (e.n_mat <= 1 || !block) continue;
+    if (!out.empty() && out.back().layer == block->layer) continue;
+    ImatrixExpertUsage u;
+    u.layer = block->layer;
+    u.tensor = name;
+    u.n_expert = e.n_mat;
+    u.rows = e.counts;
+    for (double r : u.rows) u.total += r;
+    const double even = u.total / static_cast<double>(u.n_expert);
+    double top = 0;
+    for (int64_t x = 0; x < u.n_expert; ++x) {
+      const double r = u.rows[x];
+      top = std::max(top, r);
+      if (!(r > 0))
+        u.unused.push_back(x);
+      else if (r < kImatrixRareExpertShare * even)
+        u.rare.push_back(x);
+      if (r > 0 && u.total > 0) u.entropy -= (r / u.total) * std::log2(r / u.total);
+    }
+    u.normalized_entropy = u.n_expert > 1 ? u.entropy / std::log2(static_cast<double>(u.n_expert)) : 0.0;
+    u.max_over_even = even > 0 ? top / even : 0.0;
+    out.push_back(std::move(u));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.layer < b.layer; });
+  return out;
 }
 
 }  // namespace
@@ -470,7 +536,25 @@ ImatrixStatistics compute_imatrix_statistics(const Imatrix& m) {
   }
   std::sort(s.tensors.begin(), s.tensors.end(), tensor_order);
   s.layers = summarize_layers(s.tensors);
+  s.expert_usage = summarize_expert_usage(m);
   return s;
+}
+
+std::vector<std::string> describe_unrouted_experts(const Imatrix& m) {
+  std::vector<std::string> lines;
+  for (const auto& [name, e] : m.entries) {
+    if (e.n_mat <= 1) continue;
+    std::vector<int64_t> unused;
+    for (int64_t x = 0; x < e.n_mat; ++x)
+      if (!(e.counts[x] > 0)) unused.push_back(x);
+    if (unused.empty()) continue;
+    char head[160];
+    std::snprintf(head, sizeof head, "%s: %lld of %lld experts got no tokens (%.2f%% of the data present); experts ",
+                  name.c_str(), static_cast<long long>(unused.size()), static_cast<long long>(e.n_mat),
+                  100.0 * static_cast<double>(e.n_mat - static_cast<int64_t>(unused.size())) / e.n_mat);
+    lines.push_back(head + id_list(unused) + " get importance 1 in every column when quantized (llama.cpp does the same)");
+  }
+  return lines;
 }
 
 void print_imatrix_statistics(std::ostream& out, const ImatrixStatistics& s) {
@@ -481,9 +565,11 @@ void print_imatrix_statistics(std::ostream& out, const ImatrixStatistics& s) {
     out << "\nPer layer:\n";
     print_layer_table(out, s);
   }
+  print_expert_usage(out, s);
   print_skipped(out, s);
   out << '\n' << kLegend;
   if (has_experts(s)) out << kExpertsLegend;
+  if (!s.expert_usage.empty()) out << kExpertUsageLegend;
   if (!s.layers.empty()) out << kLayerLegend;
 }
 
@@ -506,6 +592,32 @@ void write_imatrix_statistics_json(std::ostream& out, const ImatrixStatistics& s
   w.key("layers");
   w.begin_array();
   for (const ImatrixLayerStats& l : s.layers) write_layer_json(w, l);
+  w.end_array();
+  w.key("expert_usage");
+  w.begin_array();
+  for (const ImatrixExpertUsage& u : s.expert_usage) {
+    w.begin_object();
+    w.key("layer"); w.value(u.layer);
+    w.key("tensor"); w.value(u.tensor);
+    w.key("n_expert"); w.value(u.n_expert);
+    w.key("rows");
+    w.begin_array();
+    for (double r : u.rows) w.value(r);
+    w.end_array();
+    w.key("total_rows"); w.value(u.total);
+    w.key("unused_experts");
+    w.begin_array();
+    for (int64_t e : u.unused) w.value(e);
+    w.end_array();
+    w.key("rare_experts");
+    w.begin_array();
+    for (int64_t e : u.rare) w.value(e);
+    w.end_array();
+    w.key("entropy"); w.value(u.entropy);
+    w.key("normalized_entropy"); w.value(u.normalized_entropy);
+    w.key("max_over_even"); w.value(u.max_over_even);
+    w.end_object();
+  }
   w.end_array();
   w.key("skipped_tensors");
   w.begin_array();

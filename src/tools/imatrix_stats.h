@@ -77,6 +77,28 @@ struct ImatrixLayerStats {
   double sum = 0;                              // Σ(Act²) over the layer's tensors
 };
 
+// How the router spread the calibration text over a layer's experts, from
+// the per-expert counts of its expert tensors (gate, up and down see the same
+// routing; the first in name order stands for the layer). An expert with few
+// or no rows gets little or no importance: the imatrix cannot protect it.
+struct ImatrixExpertUsage {
+  int layer = -1;
+  std::string tensor;            // the expert tensor whose counts these are
+  int64_t n_expert = 0;
+  std::vector<double> rows;      // per expert: token-slot rows routed to it
+  double total = 0;              // sum of rows (tokens x experts used per token)
+  std::vector<int64_t> unused;   // experts with no rows
+  std::vector<int64_t> rare;     // experts with rows, but under kImatrixRareExpertShare of an even share
+  double entropy = 0;            // bits: -sum p_e log2 p_e, p_e = rows_e / total
+  double normalized_entropy = 0; // entropy / log2(n_expert): 1 = evenly routed
+  double max_over_even = 0;      // the busiest expert's rows over an even share (total / n_expert)
+};
+inline constexpr double kImatrixRareExpertShare = 0.1;
+
+// One line per expert tensor some of whose experts got no rows (llama.cpp's
+// "partial data" warning, naming the experts), for a run's end.
+std::vector<std::string> describe_unrouted_experts(const Imatrix& m);
+
 struct ImatrixStatistics {
   std::string path;
   std::vector<std::string> datasets;
@@ -87,6 +109,7 @@ struct ImatrixStatistics {
   std::vector<ImatrixTensorStats> tensors;
   std::vector<ImatrixLayerStats> layers;  // by layer
   std::vector<std::string> skipped;       // tensors with no activation rows, by name
+  std::vector<ImatrixExpertUsage> expert_usage;  // by layer; empty for dense models
 };
 
 // Throws Error when an entry's arrays do not match its shape.

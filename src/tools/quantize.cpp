@@ -91,6 +91,7 @@ bool use_more_bits(int layer, int n_layer) {
 struct ModelFacts {
   int n_layer = 0;
   int64_t n_gqa = 1;        // query heads per KV head
+  int64_t n_expert = 0;     // a mixture of experts (llama.cpp has rules for 8: Mixtral)
   bool tied_output = true;  // no output.weight: token_embd is also the output matrix
 };
 
@@ -105,12 +106,18 @@ DType role_type(const QuantMix& mix, const Role& role, int64_t row_length, const
     if (t != mix.base) *reason = "role " + role.name;
     return t;
   };
+  // llama.cpp matches roles by substring: the experts' ffn_down_exps is an
+  // ffn_down to its rules.
+  const bool ffn_down = role.name.rfind("ffn_down", 0) == 0;
+  const bool eight_experts = facts.n_expert == 8;
   // A tied embedding is the output matrix too, and gets its type.
   if (role.name == "output" || (role.name == "token_embd" && facts.tied_output)) {
     if (row_length % type_traits(mix.base).block_size != 0) return pick(DType::Q8_0);
     return pick(mix.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K);
   }
   // llama.cpp counts a fused q|k|v projection (Phi-3's attn_qkv) as attn_v.
+  // "for the 8-expert model, bumping this to Q8_0 trades just ~128MB"
+  if (eight_experts && (role.name == "attn_v" || role.name == "attn_k")) return pick(DType::Q8_0);
   if (role.name == "attn_v" || role.name == "attn_qkv") {
     if (m == "Q2_K") return pick(facts.n_gqa >= 4 ? DType::Q4_K : DType::Q3_K);
     if (m == "Q3_K_M") return pick(i < 2 ? DType::Q5_K : DType::Q4_K);
@@ -119,7 +126,7 @@ DType role_type(const QuantMix& mix, const Role& role, int64_t row_length, const
     if ((m == "Q4_K_M" || m == "Q5_K_M") && use_more_bits(i, n_layer)) return pick(DType::Q6_K);
     if (m == "Q4_K_S" && i < 4) return pick(DType::Q5_K);
   }
-  if (role.name == "ffn_down") {
+  if (ffn_down) {
     if (m == "Q2_K") return pick(DType::Q3_K);
     if (m == "Q3_K_M") return pick(i < n_layer / 16 ? DType::Q5_K : DType::Q4_K);  // Q3_K only for falcon
     if (m == "Q3_K_L") return pick(DType::Q5_K);
@@ -130,6 +137,12 @@ DType role_type(const QuantMix& mix, const Role& role, int64_t row_length, const
     // Guards the first ffn_down layers of the legacy 4/5-bit types with an imatrix.
     if ((m == "Q4_0" || m == "Q5_0") && has_imatrix && i < n_layer / 8)
       return pick(m == "Q4_0" ? DType::Q4_1 : DType::Q5_1);
+  }
+  if (role.name == "attn_output" && eight_experts) {
+    static const char* const bumped[] = {"Q2_K", "Q3_K_S", "Q3_K_M", "IQ4_NL", "Q4_K_S", "Q4_K_M", "IQ4_XS"};
+    for (const char* b : bumped)
+      if (m == b) return pick(DType::Q5_K);
+    return mix.base;
   }
   if (role.name == "attn_output") {
     if (m == "Q2_K") return pick(DType::Q3_K);
@@ -224,6 +237,7 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
   const int64_t n_head_kv = in.try_int(arch + ".attention.head_count_kv").value_or(n_head);
   facts.n_gqa = n_head_kv > 0 ? n_head / n_head_kv : 1;
   facts.tied_output = in.find_tensor("output.weight") == nullptr;
+  facts.n_expert = in.try_int(arch + ".expert_count").value_or(0);
   const bool has_imatrix = !opt.imatrix_path.empty();
 
   for (const auto& t : in.tensors()) {
@@ -235,6 +249,10 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
     if (t.n_dims < 2) {
       p.reason = "1-D: kept";
       if (t.type != DType::F32) p.reason = "1-D: kept as " + std::string(type_name(t.type));
+    } else if (role_of(t.name).name == "ffn_gate_inp") {
+      // As llama.cpp: the router is never quantized (its logits pick the
+      // experts; it is tiny).
+      p.reason = "router: kept";
     } else {
       const Role role = role_of(t.name);
       DType want = mix->base;
@@ -316,29 +334,38 @@ namespace {
 
 // Quantizes one tensor's rows on n_threads threads: each takes chunks of rows,
 // converts them to F32, clips if asked, and quantizes into its slice of out.
+// importance: empty, or one vector of n_per_row per matrix (expert) of a
+// 3-D tensor; rows of matrix e use its slice, and chunks never straddle two.
 void quantize_tensor(const gguf::TensorInfo& t, const uint8_t* src, DType to, const std::vector<float>& importance,
                      double clip_sigma, int n_threads, uint8_t* out) {
   const int64_t n_per_row = t.ne[0];
   const int64_t n_rows = t.nelements() / n_per_row;
+  const int64_t rows_per_matrix = t.ne[1];
   const TypeTraits& from = type_traits(t.type);
   const TypeTraits& dst = type_traits(to);
   const size_t src_row = row_bytes(t.type, n_per_row), dst_row = row_bytes(to, n_per_row);
   constexpr int64_t kChunkRows = 16;
+  const int64_t chunks_per_matrix = (rows_per_matrix + kChunkRows - 1) / kChunkRows;
+  const int64_t n_chunks = chunks_per_matrix * (n_rows / rows_per_matrix);
   std::atomic<int64_t> next{0};
   auto work = [&]() {
     std::vector<float> buf(kChunkRows * n_per_row);
     for (;;) {
-      const int64_t r0 = next.fetch_add(kChunkRows);
-      if (r0 >= n_rows) return;
-      const int64_t nr = std::min(kChunkRows, n_rows - r0);
+      const int64_t c = next.fetch_add(1);
+      if (c >= n_chunks) return;
+      const int64_t matrix = c / chunks_per_matrix;
+      const int64_t r0 = matrix * rows_per_matrix + (c % chunks_per_matrix) * kChunkRows;
+      const int64_t nr = std::min(kChunkRows, (matrix + 1) * rows_per_matrix - r0);
+      const float* w = importance.empty() ? nullptr
+                       : importance.data() + (importance.size() > static_cast<size_t>(n_per_row) ? matrix * n_per_row : 0);
       for (int64_t r = 0; r < nr; ++r) {
         from.to_float(src + (r0 + r) * src_row, buf.data() + r * n_per_row, n_per_row);
         clip_outliers(buf.data() + r * n_per_row, n_per_row, dst.block_size, clip_sigma);
       }
-      dst.quantize(buf.data(), out + r0 * dst_row, nr, n_per_row, importance.empty() ? nullptr : importance.data());
+      dst.quantize(buf.data(), out + r0 * dst_row, nr, n_per_row, w);
     }
   };
-  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, n_threads), (n_rows + kChunkRows - 1) / kChunkRows));
+  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, n_threads), n_chunks));
   std::vector<std::thread> pool;
   for (int i = 1; i < threads; ++i) pool.emplace_back(work);
   work();
@@ -388,7 +415,23 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
     std::vector<float> importance;
     bool used_imatrix = false;
     if (imatrix && type_traits(p.to).is_quantized) {
-      importance = imatrix->importance(t.name, t.ne[0]);
+      // Each expert of a 3-D expert tensor quantizes with its own slice.
+      for (int64_t e = 0; e < t.ne[2]; ++e) {
+        const std::vector<float> w = imatrix->importance(t.name, t.ne[0], t.ne[2] > 1 ? e : 0);
+        if (w.empty()) break;
+        importance.insert(importance.end(), w.begin(), w.end());
+      }
+      if (!importance.empty() && t.ne[2] > 1) {
+        std::vector<int64_t> unrouted;
+        for (int64_t e = 0; e < t.ne[2]; ++e)
+          if (!(imatrix->entries.at(t.name).counts[std::min<int64_t>(e, imatrix->entries.at(t.name).n_mat - 1)] > 0))
+            unrouted.push_back(e);
+        if (!unrouted.empty()) {
+          log << "(experts without imatrix data, importance 1 for every column as in llama.cpp:";
+          for (int64_t e : unrouted) log << " " << e;
+          log << ") ";
+        }
+      }
       used_imatrix = !importance.empty();
       if (!used_imatrix && t.name != "token_embd.weight") {
         if (opt.imatrix_strict) throw Error(opt.imatrix_path + ": no entry for tensor '" + t.name + "'");
