@@ -61,8 +61,9 @@ int cmd_sensitivity(int argc, char** argv) {
   p.add({"--types"}, &types, "LIST",
         "candidate types, comma-separated (default Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_NL,Q4_0,Q5_0,Q8_0,F16)");
   p.add({"--mode"}, &mode, "quant|noise", "how tensors are probed (default quant)");
-  p.add({"--group"}, &group, "tensor|layer|role",
-        "probe unit (default tensor; layer/role quantize a whole group at once: for reading, plan needs tensor)");
+  p.add({"--group"}, &group, "tensor|layer|role|experts",
+        "probe unit (default tensor; layer/role quantize a whole group at once, experts a layer's expert\n"
+        "tensors together and the rest alone: for reading, plan needs tensor)");
   p.add({"--noise-levels"}, &levels, "A[,B]", "noise RMS relative to each tensor's RMS (default 0.05; two levels also fit the exponent)");
   p.add({"--tensors"}, &opt.tensors_regex, "REGEX", "only weights whose name matches");
   p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512)");
@@ -77,11 +78,12 @@ int cmd_sensitivity(int argc, char** argv) {
   if (model_path.empty()) throw Error("qlens sensitivity: -m MODEL is required");
   if (text_path.empty()) throw Error("qlens sensitivity: -f TEXT is required");
   if (mode != "quant" && mode != "noise") throw Error("qlens sensitivity: --mode must be quant or noise, got '" + mode + "'");
-  if (group != "tensor" && group != "layer" && group != "role")
-    throw Error("qlens sensitivity: --group must be tensor, layer or role, got '" + group + "'");
-  opt.group = group == "tensor"  ? tools::SensitivityGroup::Tensor
-              : group == "layer" ? tools::SensitivityGroup::Layer
-                                 : tools::SensitivityGroup::Role;
+  if (group != "tensor" && group != "layer" && group != "role" && group != "experts")
+    throw Error("qlens sensitivity: --group must be tensor, layer, role or experts, got '" + group + "'");
+  opt.group = group == "tensor"    ? tools::SensitivityGroup::Tensor
+              : group == "layer"   ? tools::SensitivityGroup::Layer
+              : group == "experts" ? tools::SensitivityGroup::Experts
+                                   : tools::SensitivityGroup::Role;
   if (resume && json_path.empty()) throw Error("qlens sensitivity: --resume needs --json FILE");
   opt.mode = mode == "quant" ? tools::SensitivityMode::Quant : tools::SensitivityMode::Noise;
   opt.types = parse_types(types);

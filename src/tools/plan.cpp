@@ -447,6 +447,12 @@ std::string plan_summary(const SensitivityTable& table, const Plan& plan) {
          ", predicted ΔKLD " + buf;
 }
 
+namespace {
+bool is_expert_role(const std::string& role) {
+  return role.size() > 5 && role.compare(role.size() - 5, 5, "_exps") == 0;
+}
+}  // namespace
+
 void print_plan(std::ostream& out, const SensitivityTable& table, const Plan& plan) {
   std::vector<size_t> order(table.tensors.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -467,6 +473,7 @@ void print_plan(std::ostream& out, const SensitivityTable& table, const Plan& pl
     uint64_t bytes = 0;
   };
   std::map<uint32_t, TypeTotal> per_type;
+  TypeTotal experts;  // the 3-D expert tensors of a mixture of experts
   for (size_t t : order) {
     const PlanTensor& tensor = table.tensors[t];
     const PlanOption& o = tensor.options[plan.choice[t]];
@@ -476,6 +483,10 @@ void print_plan(std::ostream& out, const SensitivityTable& table, const Plan& pl
     out << line;
     per_type[static_cast<uint32_t>(o.type)].tensors += 1;
     per_type[static_cast<uint32_t>(o.type)].bytes += o.bytes;
+    if (is_expert_role(tensor.role)) {
+      ++experts.tensors;
+      experts.bytes += o.bytes;
+    }
   }
 
   std::snprintf(line, sizeof line,
@@ -499,6 +510,15 @@ void print_plan(std::ostream& out, const SensitivityTable& table, const Plan& pl
     out << line;
   }
   out << "\n";
+  if (experts.tensors > 0) {
+    // Where a mixture of experts' bytes go: the experts take most of them,
+    // so their types decide the size.
+    std::snprintf(line, sizeof line, "expert tensors: %zu of %zu, %.2f MiB, %.1f%% of the planned bytes\n",
+                  experts.tensors, table.tensors.size(), static_cast<double>(experts.bytes) / kMiB,
+                  100.0 * static_cast<double>(experts.bytes) /
+                      static_cast<double>(std::max<uint64_t>(1, plan.total_bytes - table.fixed_bytes)));
+    out << line;
+  }
 }
 
 }  // namespace qlens::tools

@@ -178,30 +178,63 @@ bool fits(DType type, const Tensor& w) {
   return tt.to_float && (tt.quantize || tt.from_float) && w.ne[0] % tt.block_size == 0;
 }
 
+// The importance of a weight's columns: [K], or [n_expert][K] for a 3-D
+// expert tensor (each expert's own); empty without an imatrix entry.
+std::vector<float> weight_importance(const Imatrix* imatrix, const Tensor& w) {
+  std::vector<float> all;
+  if (!imatrix) return all;
+  for (int64_t e = 0; e < w.ne[2]; ++e) {
+    const std::vector<float> one = imatrix->importance(w.name, w.ne[0], w.ne[2] > 1 ? e : 0);
+    if (one.empty()) return {};
+    all.insert(all.end(), one.begin(), one.end());
+  }
+  return all;
+}
+
+// Element i's importance: its column's, in its matrix (expert) when the
+// importance has one vector per matrix.
+struct ImportanceAt {
+  const std::vector<float>& importance;
+  int64_t n_cols, matrix_elements;
+  double operator()(size_t i) const {
+    if (importance.empty()) return 1.0;
+    const int64_t col = static_cast<int64_t>(i) % n_cols;
+    if (importance.size() == static_cast<size_t>(n_cols)) return importance[col];
+    return importance[static_cast<int64_t>(i) / matrix_elements * n_cols + col];
+  }
+};
+
 std::vector<uint8_t> quantize_to(DType type, const std::vector<float>& x, const Tensor& w,
                                  const std::vector<float>& importance) {
   const TypeTraits& tt = type_traits(type);
   const int64_t rows = w.nelements() / w.ne[0];
   std::vector<uint8_t> out(row_bytes(type, w.ne[0]) * rows);
-  if (tt.quantize)
-    tt.quantize(x.data(), out.data(), rows, w.ne[0], importance.empty() ? nullptr : importance.data());
-  else
+  if (!tt.quantize) {
     tt.from_float(x.data(), out.data(), w.nelements());
+    return out;
+  }
+  // Matrix by matrix, so that each expert quantizes with its own importance.
+  const int64_t n_mat = importance.size() > static_cast<size_t>(w.ne[0]) ? w.ne[2] : 1;
+  const int64_t mat_rows = rows / n_mat;
+  for (int64_t e = 0; e < n_mat; ++e)
+    tt.quantize(x.data() + e * mat_rows * w.ne[0], out.data() + e * mat_rows * row_bytes(type, w.ne[0]), mat_rows,
+                w.ne[0], importance.empty() ? nullptr : importance.data() + e * w.ne[0]);
   return out;
 }
 
-// Σ_j imp_j Σ_i d_ij^2 / (rows · Σ_j imp_j): the imatrix-weighted mean square,
+// Σ_i imp_i d_i^2 / (rows · mean imp · cols): the imatrix-weighted mean square,
 // what the output of x·W changes by on average (imp = 1 without an imatrix).
-double weighted_error(const std::vector<float>& x, const std::vector<float>& y, int64_t n_cols,
+double weighted_error(const std::vector<float>& x, const std::vector<float>& y, const Tensor& w,
                       const std::vector<float>& importance) {
+  const ImportanceAt imp{importance, w.ne[0], w.ne[0] * w.ne[1]};
   double num = 0, imp_sum = 0;
-  for (int64_t j = 0; j < n_cols; ++j) imp_sum += importance.empty() ? 1.0 : importance[j];
   for (size_t i = 0; i < x.size(); ++i) {
     const double d = static_cast<double>(x[i]) - y[i];
-    num += (importance.empty() ? 1.0 : importance[i % n_cols]) * d * d;
+    const double v = imp(i);
+    num += v * d * d;
+    imp_sum += v;
   }
-  const double rows = static_cast<double>(x.size() / n_cols);
-  return imp_sum > 0 ? num / (rows * imp_sum) : 0.0;
+  return imp_sum > 0 ? num / imp_sum : 0.0;
 }
 
 }  // namespace
@@ -223,8 +256,10 @@ SensitivityResult measure_sensitivity(
   std::vector<Tensor*> probed;
   for (const auto& [name, w] : model.weights()) {
     r.n_weights_total += w->nelements();
-    const bool two_d = w->ne[1] > 1 && w->ne[2] == 1 && w->ne[3] == 1;
-    if (two_d && (opt.tensors_regex.empty() || std::regex_search(name, filter)))
+    // Matrices, and the 3-D expert tensors (all experts share one type, as
+    // GGUF stores them); the router is never quantized (as in llama.cpp).
+    const bool matrices = w->ne[1] > 1 && w->ne[3] == 1 && tensor_role(name) != "ffn_gate_inp";
+    if (matrices && (opt.tensors_regex.empty() || std::regex_search(name, filter)))
       probed.push_back(w);
     else
       r.fixed_bytes += w->nbytes();
@@ -251,6 +286,12 @@ SensitivityResult measure_sensitivity(
     std::map<std::string, std::vector<Tensor*>> members;
     for (Tensor* w : probed) {
       const int layer = layer_of(w->name);
+      if (opt.group == SensitivityGroup::Experts) {
+        // A layer's expert tensors together; every other tensor alone.
+        const bool expert = w->ne[2] > 1;
+        members[expert ? "layer " + std::to_string(layer) + " experts" : w->name].push_back(w);
+        continue;
+      }
       members[opt.group == SensitivityGroup::Role ? tensor_role(w->name)
                                                    : (layer < 0 ? std::string("outside layers")
                                                                 : "layer " + std::to_string(layer))]
@@ -260,8 +301,12 @@ SensitivityResult measure_sensitivity(
     for (const auto& [name, group] : members) {
       SensitivityTensor st;
       st.name = name;
-      st.role = opt.group == SensitivityGroup::Role ? name : std::string("(layer)");
-      st.layer = opt.group == SensitivityGroup::Layer ? layer_of(group.front()->name) : -1;
+      st.role = opt.group == SensitivityGroup::Role      ? name
+                : opt.group == SensitivityGroup::Experts ? (group.size() > 1 || group.front()->ne[2] > 1
+                                                                ? std::string("(experts)")
+                                                                : tensor_role(group.front()->name))
+                                                         : std::string("(layer)");
+      st.layer = opt.group != SensitivityGroup::Role ? layer_of(group.front()->name) : -1;
       for (Tensor* w : group) {
         st.members.push_back(w->name);
         st.n_elements += w->nelements();
@@ -281,8 +326,7 @@ SensitivityResult measure_sensitivity(
         for (Tensor* w : group) {
           std::vector<float> x(w->nelements());
           type_traits(w->type).to_float(w->data, x.data(), w->nelements());
-          const std::vector<float> imp = imatrix ? imatrix->importance(w->name, w->ne[0]) : std::vector<float>{};
-          auto q = quantize_to(type, x, *w, imp);
+          auto q = quantize_to(type, x, *w, weight_importance(imatrix.get(), *w));
           c.bytes += q.size();
           reps.push_back(std::make_unique<Replacement>(*w, type, std::move(q)));
           runner.context().replace_weight(w, &reps.back()->tensor);
@@ -318,7 +362,7 @@ SensitivityResult measure_sensitivity(
     st.source_type = w->type;
     std::vector<float> x(w->nelements());
     type_traits(w->type).to_float(w->data, x.data(), w->nelements());
-    const std::vector<float> importance = imatrix ? imatrix->importance(w->name, w->ne[0]) : std::vector<float>{};
+    const std::vector<float> importance = weight_importance(imatrix.get(), *w);
 
     // The source type itself: free of error.
     SensitivityCandidate source;
@@ -337,7 +381,7 @@ SensitivityResult measure_sensitivity(
       c.bpw = 8.0 * c.bytes / w->nelements();
       std::vector<float> back(x.size());
       type_traits(type).to_float(q.data(), back.data(), w->nelements());
-      c.weighted_error = weighted_error(x, back, w->ne[0], importance);
+      c.weighted_error = weighted_error(x, back, *w, importance);
       if (opt.mode == SensitivityMode::Quant) {
         Replacement rep(*w, type, std::move(q));
         runner.context().replace_weight(w, &rep.tensor);
@@ -358,23 +402,31 @@ SensitivityResult measure_sensitivity(
       double sum_sq = 0;
       for (float v : x) sum_sq += static_cast<double>(v) * v;
       const double rms = std::sqrt(sum_sq / x.size());
-      std::vector<double> col_scale(w->ne[0], 1.0);
+      // One scale per column (per expert's column for expert tensors).
+      const size_t n_scales = importance.empty() ? static_cast<size_t>(w->ne[0]) : importance.size();
+      std::vector<double> col_scale(n_scales, 1.0);
       if (!importance.empty()) {
         double mean_imp = 0;
         for (float v : importance) mean_imp += v;
         mean_imp /= importance.size();
-        for (int64_t j = 0; j < w->ne[0]; ++j)
+        for (size_t j = 0; j < n_scales; ++j)
           col_scale[j] = std::clamp(std::sqrt(mean_imp / std::max<double>(importance[j], 1e-30)), 0.1, 10.0);
       }
       double scale_sq = 0;
       for (double s : col_scale) scale_sq += s * s;
-      const double norm = std::sqrt(w->ne[0] / scale_sq);
+      const double norm = std::sqrt(static_cast<double>(n_scales) / scale_sq);
+      const int64_t mat_elements = w->ne[0] * w->ne[1];
+      auto scale_at = [&](size_t i) {
+        const int64_t col = static_cast<int64_t>(i) % w->ne[0];
+        return n_scales == static_cast<size_t>(w->ne[0]) ? col_scale[col]
+                                                         : col_scale[static_cast<int64_t>(i) / mat_elements * w->ne[0] + col];
+      };
       std::normal_distribution<float> gauss(0.0f, 1.0f);
       for (double level : opt.noise_levels) {
         std::vector<float> noisy(x.size());
         for (size_t i = 0; i < x.size(); ++i)
-          noisy[i] = x[i] + static_cast<float>(level * rms * norm * col_scale[i % w->ne[0]] * gauss(rng));
-        const double energy = weighted_error(x, noisy, w->ne[0], importance);
+          noisy[i] = x[i] + static_cast<float>(level * rms * norm * scale_at(i) * gauss(rng));
+        const double energy = weighted_error(x, noisy, *w, importance);
         std::vector<uint8_t> bytes(noisy.size() * sizeof(float));
         std::memcpy(bytes.data(), noisy.data(), bytes.size());
         Replacement rep(*w, DType::F32, std::move(bytes));

@@ -28,9 +28,11 @@
 namespace qlens::tools {
 
 enum class SensitivityMode { Quant, Noise };
-// Probe unit: one tensor, or every tensor of a layer or of a role at once
-// (quant mode; group results are for reading: plan needs tensors).
-enum class SensitivityGroup { Tensor, Layer, Role };
+// Probe unit: one tensor, or every tensor of a layer or of a role at once, or
+// a layer's expert tensors (gate, up, down of all experts) together with the
+// other tensors alone (quant mode; group results are for reading: plan needs
+// tensors).
+enum class SensitivityGroup { Tensor, Layer, Role, Experts };
 
 struct SensitivityOptions {
   int64_t n_ctx = 512;
@@ -43,7 +45,7 @@ struct SensitivityOptions {
   SensitivityGroup group = SensitivityGroup::Tensor;
   std::vector<double> noise_levels = {0.05};  // noise RMS relative to the tensor's RMS; one or two levels
   int64_t top_k = 256;       // reference log-probabilities kept per token
-  std::string tensors_regex;  // only these weights (default: every 2-D weight)
+  std::string tensors_regex;  // only these weights (default: every matrix and expert tensor but the router)
   uint64_t seed = 1;
 };
 
