@@ -89,6 +89,10 @@ int cmd_compare(int argc, char** argv) {
   tools::print_layer_table(out, r.nodes, metric == "nmse" ? tools::Metric::NMSE : tools::Metric::SQNR);
   out << "\n== Where the error grows ==\n";
   tools::print_error_growth(out, r.growth);
+  if (!r.routers.empty()) {
+    out << "\n== Expert routing against the reference ==\n";
+    tools::print_router_agreement(out, r.routers);
+  }
   if (top > 0) {
     out << "\n== The " << top << " worst nodes ==\n";
     tools::print_top_worst(out, tools::top_worst(r.nodes, static_cast<size_t>(top)));
@@ -98,7 +102,7 @@ int cmd_compare(int argc, char** argv) {
                static_cast<long long>(r.meta.n_chunks), r.seconds, r.tokens_per_second);
   if (!json_path.empty()) {
     std::ostringstream s;
-    tools::write_compare_json(s, r.meta, r.nodes, r.logits, r.growth);
+    tools::write_compare_json(s, r.meta, r.nodes, r.logits, r.growth, r.routers);
     s << "\n";
     write_file_atomic(json_path, s.str());
   }

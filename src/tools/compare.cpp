@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <cstdlib>
+#include <cstring>
 #include <regex>
 
 #include "qlens/backend.h"
@@ -74,8 +76,38 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
     if (std::find(order.begin(), order.end(), label) == order.end()) order.push_back(label);
   };
 
+  // The routers' choices: the test model's argsort of each MoE layer and its
+  // reference partner (kept alive by the pair), read back on the host.
+  std::map<int, RouterAgreement> routers;
+  const int64_t n_used = test.hparams().n_expert_used;
+  auto is_router_choice = [&](const Tensor& t) {
+    return n_used > 0 && t.op == Op::ArgSort && pair.side_of(t) == ContextPair::Side::Test && pair.reference_of(t) &&
+           t.name.rfind("ffn_moe_argsort-", 0) == 0;
+  };
+  auto add_router_choice = [&](const Tensor& t) {
+    auto choices = [&](const Tensor& sorted) {
+      std::vector<int32_t> all(sorted.nelements()), top;
+      tensor_read(sorted, all.data(), 0, all.size() * sizeof(int32_t));
+      for (int64_t r = 0; r < sorted.nrows(); ++r)
+        top.insert(top.end(), all.begin() + r * sorted.ne[0], all.begin() + r * sorted.ne[0] + n_used);
+      return top;
+    };
+    const int layer = std::atoi(t.name.c_str() + std::strlen("ffn_moe_argsort-"));
+    RouterAgreement& a = routers[layer];
+    a.layer = layer;
+    a.n_expert = t.ne[0];
+    a.n_used = n_used;
+    a.add(choices(*pair.reference_of(t)), choices(t));
+  };
+
   std::map<std::string, TapResult> host;  // the host-reduction path
   if (!opt.host_reductions) {
+    if (n_used > 0)
+      pair.scheduler().set_observe_callback([&](const Tensor& t, bool ask) {
+        if (!is_router_choice(t)) return false;
+        if (!ask) add_router_choice(t);
+        return true;
+      });
     pair.scheduler().set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
       const Role role = role_of(t);
       if (role == Role::None) return;
@@ -90,6 +122,10 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
     });
   } else {
     pair.scheduler().set_observe_callback([&](const Tensor& t, bool ask) {
+      if (is_router_choice(t)) {
+        if (!ask) add_router_choice(t);
+        return true;
+      }
       const Role role = role_of(t);
       if (ask) return role != Role::None;
       const std::string& label = pair.label(t);
@@ -133,6 +169,7 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
   }
   r.logits = logits.summary();
   r.growth = analyze_error_growth(r.nodes);
+  for (auto& [layer, a] : routers) r.routers.push_back(a);
   r.meta.ref_path = ref.path();
   r.meta.test_path = test.path();
   r.meta.n_ctx = n_ctx;

@@ -36,6 +36,7 @@ struct CompareResult {
   std::vector<NodeComparison> nodes;  // graph order
   LogitSummary logits;
   ErrorGrowth growth;
+  std::vector<RouterAgreement> routers;  // per MoE layer; empty for dense models
   double seconds = 0;
   double tokens_per_second = 0;  // tokens through both models
 };

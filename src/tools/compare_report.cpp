@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "core/json_writer.h"
+#include "core/text_table.h"
+#include "qlens/error.h"
 
 namespace qlens::tools {
 namespace {
@@ -440,8 +442,41 @@ void print_top_worst(std::ostream& out, const std::vector<NodeComparison>& worst
   }
 }
 
+void RouterAgreement::add(const std::vector<int32_t>& ref, const std::vector<int32_t>& test) {
+  if (ref.size() != test.size() || n_used <= 0 || ref.size() % n_used != 0)
+    throw Error("router agreement: the routers chose " + std::to_string(ref.size()) + " and " +
+                std::to_string(test.size()) + " experts, not a multiple of " + std::to_string(n_used));
+  for (size_t t = 0; t < ref.size() / n_used; ++t) {
+    const int32_t* r = ref.data() + t * n_used;
+    const int32_t* q = test.data() + t * n_used;
+    int64_t changed = 0;
+    for (int64_t u = 0; u < n_used; ++u) changed += std::find(r, r + n_used, q[u]) == r + n_used;
+    ++tokens;
+    experts_changed += changed;
+    set_differs += changed > 0;
+    top1_differs += r[0] != q[0];
+  }
+}
+
+void print_router_agreement(std::ostream& out, const std::vector<RouterAgreement>& routers) {
+  if (routers.empty()) return;
+  TextTable table({{"layer"}, {"experts"}, {"tokens"}, {"same set"}, {"same first"}, {"same selections"}});
+  for (const RouterAgreement& r : routers) {
+    char set[32], top[32], sel[32];
+    std::snprintf(set, sizeof set, "%.3f%%", 100 * r.set_agreement());
+    std::snprintf(top, sizeof top, "%.3f%%", 100 * r.top1_agreement());
+    std::snprintf(sel, sizeof sel, "%.3f%%", 100 * r.selection_agreement());
+    table.add_row({std::to_string(r.layer), std::to_string(r.n_used) + " of " + std::to_string(r.n_expert),
+                   std::to_string(r.tokens), set, top, sel});
+  }
+  table.print(out);
+  out << "same set: tokens routed to the same experts as by the reference; same first: the same top\n"
+         "expert; same selections: of all (token, expert) choices, those the reference made too.\n";
+}
+
 void write_compare_json(std::ostream& out, const CompareMeta& meta, const std::vector<NodeComparison>& nodes,
-                        const LogitSummary& logits, const ErrorGrowth& growth) {
+                        const LogitSummary& logits, const ErrorGrowth& growth,
+                        const std::vector<RouterAgreement>& routers) {
   JsonWriter w(out, /*pretty=*/true);
   w.begin_object();
   w.key("schema_version"); w.value(kCompareJsonSchemaVersion);
@@ -453,6 +488,20 @@ void write_compare_json(std::ostream& out, const CompareMeta& meta, const std::v
   for (const auto& node : nodes) write_node_json(w, node);
   w.end_array();
   w.key("growth"); write_growth_json(w, growth);
+  w.key("routers");
+  w.begin_array();
+  for (const RouterAgreement& r : routers) {
+    w.begin_object();
+    w.key("layer"); w.value(r.layer);
+    w.key("n_expert"); w.value(r.n_expert);
+    w.key("n_used"); w.value(r.n_used);
+    w.key("tokens"); w.value(r.tokens);
+    w.key("set_agreement"); w.value(r.set_agreement());
+    w.key("top1_agreement"); w.value(r.top1_agreement());
+    w.key("selection_agreement"); w.value(r.selection_agreement());
+    w.end_object();
+  }
+  w.end_array();
   w.end_object();
   out << "\n";
 }

@@ -118,6 +118,31 @@ void print_top_worst(std::ostream& out, const std::vector<NodeComparison>& worst
 
 // ---- files ----
 
+// A mixture of experts' router, reference against test model, per layer:
+// how often the test model sends a token to other experts than the
+// reference does (an error signal of its own: a changed expert changes the
+// whole feed-forward of that token, however small the router's error).
+struct RouterAgreement {
+  int layer = -1;
+  int64_t n_expert = 0, n_used = 0;
+  int64_t tokens = 0;
+  int64_t set_differs = 0;    // tokens whose set of selected experts differs
+  int64_t top1_differs = 0;   // tokens whose first choice differs
+  int64_t experts_changed = 0;  // selected experts not in the reference's set, over all tokens
+  double set_agreement() const { return tokens ? 1.0 - static_cast<double>(set_differs) / tokens : 1.0; }
+  double top1_agreement() const { return tokens ? 1.0 - static_cast<double>(top1_differs) / tokens : 1.0; }
+  // Of all selections (tokens x experts used), the share the reference also made.
+  double selection_agreement() const {
+    return tokens ? 1.0 - static_cast<double>(experts_changed) / (static_cast<double>(tokens) * n_used) : 1.0;
+  }
+  // Adds one batch: the two routers' choices, [n_used, tokens] each, best first.
+  void add(const std::vector<int32_t>& ref, const std::vector<int32_t>& test);
+};
+
+// One line per layer: agreement of the sets, of the first choices, of the
+// selections; nothing for a dense model.
+void print_router_agreement(std::ostream& out, const std::vector<RouterAgreement>& routers);
+
 struct CompareMeta {
   std::string ref_path, test_path, text_path;
   int64_t n_ctx = 0, n_batch = 0, n_chunks = 0, n_tokens = 0;
@@ -128,7 +153,8 @@ inline constexpr int kCompareJsonSchemaVersion = 1;
 // The whole comparison as one JSON object (docs/COMPARE.md gives the schema).
 // Non-finite numbers are written as null.
 void write_compare_json(std::ostream& out, const CompareMeta& meta, const std::vector<NodeComparison>& nodes,
-                        const LogitSummary& logits, const ErrorGrowth& growth);
+                        const LogitSummary& logits, const ErrorGrowth& growth,
+                        const std::vector<RouterAgreement>& routers = {});
 
 // A header line, then one line per node (graph order); see docs/COMPARE.md.
 void write_compare_csv(std::ostream& out, const std::vector<NodeComparison>& nodes);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/json_writer.h"
+#include "core/text_table.h"
 #include "qlens/error.h"
 
 namespace qlens::tools {
@@ -197,43 +198,6 @@ std::vector<ImatrixLayerStats> summarize_layers(const std::vector<ImatrixTensorS
 
 // ---- text output ----
 
-// Columns sized to their widest cell; names left-aligned, numbers right-aligned.
-class TextTable {
- public:
-  struct Column {
-    std::string header;
-    bool left_aligned = false;
-  };
-  explicit TextTable(std::vector<Column> columns) : columns_(std::move(columns)) {}
-  void add_row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
-
-  void print(std::ostream& out) const {
-    std::vector<size_t> widths(columns_.size());
-    for (size_t c = 0; c < columns_.size(); ++c) {
-      widths[c] = columns_[c].header.size();
-      for (const auto& row : rows_) widths[c] = std::max(widths[c], row[c].size());
-    }
-    std::vector<std::string> header;
-    for (const Column& c : columns_) header.push_back(c.header);
-    print_row(out, header, widths);
-    for (const auto& row : rows_) print_row(out, row, widths);
-  }
-
- private:
-  void print_row(std::ostream& out, const std::vector<std::string>& cells, const std::vector<size_t>& widths) const {
-    std::string line;
-    for (size_t c = 0; c < cells.size(); ++c) {
-      if (c > 0) line += "  ";
-      const std::string padding(widths[c] - cells[c].size(), ' ');
-      line += columns_[c].left_aligned ? cells[c] + padding : padding + cells[c];
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out << line << '\n';
-  }
-
-  std::vector<Column> columns_;
-  std::vector<std::vector<std::string>> rows_;
-};
 
 // Values are printed with fixed decimals or 4 significant digits; NaN as "-".
 std::string format_number(double x, const char* format) {
