@@ -9,6 +9,8 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,8 +22,13 @@
 #include "qlens/model.h"
 #include "test_util.h"
 #include "tools/chunks.h"
+#include "tools/compare.h"
 #include "tools/imatrix.h"
 #include "tools/imatrix_file.h"
+#include "tools/imatrix_stats.h"
+#include "tools/perplexity.h"
+#include "tools/quantize.h"
+#include "tools/sensitivity.h"
 
 namespace qlens {
 namespace {
@@ -220,6 +227,245 @@ TEST(MoeImatrix, PerExpertSumsAndCountsEqualBruteForce) {
         EXPECT_LT(worst, 1e-6) << weight;
       }
     }
+  }
+}
+
+
+// ---- quantizing with per-expert importance ---------------------------------
+
+tools::Imatrix collect(const Model& model, const std::vector<Token>& tokens, int64_t chunks) {
+  tools::ImatrixOptions opt;
+  opt.n_ctx = 128;
+  opt.max_chunks = chunks;
+  opt.n_threads = 2;
+  opt.compute_ppl = false;
+  tools::Imatrix m;
+  tools::collect_imatrix(model, tokens, opt, m);
+  return m;
+}
+
+std::vector<Token> tiny_stories(const Model& model, const std::string& path) {
+  return model.vocab().tokenize(read_text_file(path).substr(0, 200000), true);
+}
+
+// llama-quantize 0c1e570 with llama-imatrix's matrix of the same text (run
+// outside the repository): the type of every tensor that is not F32. The
+// router (ffn_gate_inp) stays F32; with 8 experts attn_k/attn_v are Q8_0 and
+// attn_output Q5_K (here its fallback Q5_1); ffn_down_exps follows ffn_down.
+struct MoeMix {
+  const char* model;
+  const char* mix;
+  const char* types;
+};
+const MoeMix kMoeMixes[] = {
+    {"qwen3moe", "Q4_K_M", "blk.0.attn_k.weight=Q8_0 blk.0.attn_output.weight=Q5_1 blk.0.attn_q.weight=Q5_0 blk.0.attn_v.weight=Q8_0 blk.0.ffn_down_exps.weight=Q5_0 blk.0.ffn_gate_exps.weight=Q5_0 blk.0.ffn_up_exps.weight=Q5_0 blk.1.attn_k.weight=Q8_0 blk.1.attn_output.weight=Q5_1 blk.1.attn_q.weight=Q5_0 blk.1.attn_v.weight=Q8_0 blk.1.ffn_down_exps.weight=Q8_0 blk.1.ffn_gate_exps.weight=Q5_0 blk.1.ffn_up_exps.weight=Q5_0 output.weight=Q8_0 token_embd.weight=Q5_0"},
+    {"qwen3moe", "Q4_0", "blk.0.attn_k.weight=Q8_0 blk.0.attn_output.weight=Q4_0 blk.0.attn_q.weight=Q4_0 blk.0.attn_v.weight=Q8_0 blk.0.ffn_down_exps.weight=Q4_0 blk.0.ffn_gate_exps.weight=Q4_0 blk.0.ffn_up_exps.weight=Q4_0 blk.1.attn_k.weight=Q8_0 blk.1.attn_output.weight=Q4_0 blk.1.attn_q.weight=Q4_0 blk.1.attn_v.weight=Q8_0 blk.1.ffn_down_exps.weight=Q4_0 blk.1.ffn_gate_exps.weight=Q4_0 blk.1.ffn_up_exps.weight=Q4_0 output.weight=Q8_0 token_embd.weight=Q4_0"},
+    {"mixtral", "Q4_K_M", "blk.0.attn_k.weight=Q5_0 blk.0.attn_output.weight=Q5_0 blk.0.attn_q.weight=Q5_0 blk.0.attn_v.weight=Q5_0 blk.0.ffn_down_exps.weight=Q5_0 blk.0.ffn_gate_exps.weight=Q5_0 blk.0.ffn_up_exps.weight=Q5_0 blk.1.attn_k.weight=Q5_0 blk.1.attn_output.weight=Q5_0 blk.1.attn_q.weight=Q5_0 blk.1.attn_v.weight=Q8_0 blk.1.ffn_down_exps.weight=Q8_0 blk.1.ffn_gate_exps.weight=Q5_0 blk.1.ffn_up_exps.weight=Q5_0 output.weight=Q8_0 token_embd.weight=Q5_0"},
+    {"mixtral", "Q4_0", "blk.0.attn_k.weight=Q4_0 blk.0.attn_output.weight=Q4_0 blk.0.attn_q.weight=Q4_0 blk.0.attn_v.weight=Q4_0 blk.0.ffn_down_exps.weight=Q4_0 blk.0.ffn_gate_exps.weight=Q4_0 blk.0.ffn_up_exps.weight=Q4_0 blk.1.attn_k.weight=Q4_0 blk.1.attn_output.weight=Q4_0 blk.1.attn_q.weight=Q4_0 blk.1.attn_v.weight=Q4_0 blk.1.ffn_down_exps.weight=Q4_0 blk.1.ffn_gate_exps.weight=Q4_0 blk.1.ffn_up_exps.weight=Q4_0 output.weight=Q8_0 token_embd.weight=Q4_0"},
+};
+
+bool python_gguf_available() { return test::run_command("python3 -c 'import gguf.quants, numpy'", nullptr) == 0; }
+
+// Q4_K_M and Q4_0 with the imatrix: llama.cpp's types; every expert's rows
+// are exactly what quantizing them with that expert's own importance gives
+// (and not what another expert's gives); gguf-py dequantizes the expert
+// tensors to qlens's values; the model runs within 15% of the F32 PPL.
+TEST(MoeQuantize, LlamaCppTypesAndEachExpertsOwnImportance) {
+  QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
+  const bool check_py = python_gguf_available();
+  const std::string dir = test::temp_dir();
+  for (const MoeMix& mix : kMoeMixes) {
+    SCOPED_TRACE(std::string(mix.model) + " " + mix.mix);
+    QLENS_REQUIRE_SHARED(path, synth(mix.model));
+    auto model = Model::load(path);
+    const auto tokens = tiny_stories(*model, text_path);
+    const tools::Imatrix im = collect(*model, tokens, 8);
+    tools::save_imatrix_gguf(im, dir + "/im.gguf");
+    tools::QuantizeOptions opt;
+    opt.mix = mix.mix;
+    opt.imatrix_path = dir + "/im.gguf";
+    const std::string out = dir + "/q.gguf";
+    std::ostringstream log;
+    tools::quantize_model(path, out, opt, log);
+    auto q = Model::load(out);
+    std::string types;
+    for (const auto& [name, t] : q->weights())
+      if (t->type != DType::F32) types += (types.empty() ? "" : " ") + name + "=" + std::string(type_name(t->type));
+    EXPECT_EQ(types, mix.types);
+    EXPECT_EQ(q->weights().at("blk.0.ffn_gate_inp.weight")->type, DType::F32);
+
+    const Tensor& src = *model->weights().at("blk.0.ffn_up_exps.weight");
+    const Tensor& dst = *q->weights().at("blk.0.ffn_up_exps.weight");
+    const int64_t K = src.ne[0], M = src.ne[1];
+    const size_t rb = row_bytes(dst.type, K);
+    for (int64_t e = 0; e < src.ne[2]; ++e) {
+      const float* x = reinterpret_cast<const float*>(src.data) + e * K * M;
+      std::vector<uint8_t> own(rb * M), other(rb * M);
+      type_traits(dst.type).quantize(x, own.data(), M, K, im.importance(src.name, K, e).data());
+      type_traits(dst.type).quantize(x, other.data(), M, K, im.importance(src.name, K, (e + 1) % src.ne[2]).data());
+      const uint8_t* got = static_cast<const uint8_t*>(dst.data) + e * rb * M;
+      EXPECT_EQ(std::memcmp(got, own.data(), own.size()), 0) << "expert " << e;
+      EXPECT_NE(std::memcmp(got, other.data(), other.size()), 0) << "expert " << e;
+    }
+    tools::PerplexityOptions popt;
+    popt.n_ctx = 128;
+    popt.max_chunks = 8;
+    const double ppl_f32 = tools::perplexity(*model, tokens, popt).ppl, ppl_q = tools::perplexity(*q, tokens, popt).ppl;
+    std::printf("%s %s: PPL %.2f, F32 %.2f\n", mix.model, mix.mix, ppl_q, ppl_f32);
+    EXPECT_LT(std::fabs(ppl_q / ppl_f32 - 1), 0.15);
+    if (!check_py) continue;
+    std::string args;
+    for (const char* name : {"blk.0.ffn_down_exps.weight", "blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight"}) {
+      const Tensor* t = q->weights().at(name);
+      std::vector<float> values(t->nelements());
+      type_traits(t->type).to_float(t->data, values.data(), t->nelements());
+      const std::string raw = dir + "/" + name + ".f32";
+      write_file_atomic(raw, std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+      args += std::string(" ") + name + "=" + raw;
+    }
+    std::string py;
+    EXPECT_EQ(test::run_command("python3 " QLENS_SOURCE_DIR "/tests/gguf_model_check.py " + out + args, &py), 0) << py;
+  }
+  if (!check_py) GTEST_SKIP() << "types and slices checked; the gguf-py check needs `pip install gguf numpy`";
+}
+
+// ---- a calibration text that leaves experts without tokens -----------------
+
+// "time time time ...": qwen3moe's router sends it to a few experts only
+// (layer 0: none to experts 0, 4, 6). The file keeps their zero counts, the
+// .dat stores 1s as llama.cpp's does, quantize gives them importance 1 and
+// says so, and the statistics name them.
+TEST(MoeImatrix, ExpertsNoTokenReachesAreNamedAndQuantizeWithImportanceOne) {
+  QLENS_REQUIRE_SHARED(path, synth("qwen3moe"));
+  auto model = Model::load(path);
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "time ";
+  const auto tokens = model->vocab().tokenize(text, true);
+  const tools::Imatrix im = collect(*model, tokens, 2);
+  const tools::ImatrixEntry& e = im.entries.at("blk.0.ffn_down_exps.weight");
+  std::vector<int64_t> unused;
+  for (int64_t x = 0; x < e.n_mat; ++x)
+    if (e.counts[x] == 0) unused.push_back(x);
+  ASSERT_FALSE(unused.empty()) << "every expert got a token: the test needs another text";
+  const int64_t dead = unused.front();
+  EXPECT_EQ(im.importance("blk.0.ffn_down_exps.weight", e.n_cols, dead),
+            std::vector<float>(e.n_cols, 1.0f));
+
+  const std::string dir = test::temp_dir();
+  tools::save_imatrix_gguf(im, dir + "/im.gguf");
+  tools::save_imatrix_dat(im, dir + "/im.dat");
+  const tools::Imatrix back = tools::load_imatrix(dir + "/im.gguf");
+  EXPECT_EQ(back.entries.at("blk.0.ffn_down_exps.weight").counts, e.counts);
+  tools::Imatrix dat = tools::load_imatrix(dir + "/im.dat");
+  tools::check_imatrix_matches_model(dat, *model);  // gives the flat .dat entry its experts' shape
+  const tools::ImatrixEntry& de = dat.entries.at("blk.0.ffn_down_exps.weight");
+  ASSERT_EQ(de.n_mat, e.n_mat);
+  for (int64_t k = 0; k < de.n_cols; ++k) EXPECT_FLOAT_EQ(de.sum2[dead * de.n_cols + k], de.counts[dead]);
+
+  const std::vector<std::string> lines = tools::describe_unrouted_experts(im);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.front().find("blk.0.ffn_down_exps.weight: " + std::to_string(unused.size()) + " of 8 experts"),
+            std::string::npos)
+      << lines.front();
+
+  const tools::ImatrixStatistics st = tools::compute_imatrix_statistics(im);
+  ASSERT_EQ(st.expert_usage.size(), 2u);
+  EXPECT_EQ(st.expert_usage[0].layer, 0);
+  EXPECT_EQ(st.expert_usage[0].unused, unused);
+  EXPECT_EQ(st.expert_usage[0].total, 2.0 * 128 * 2);
+  EXPECT_LT(st.expert_usage[0].normalized_entropy, 0.8);
+  std::ostringstream json, table;
+  tools::write_imatrix_statistics_json(json, st);
+  tools::print_imatrix_statistics(table, st);
+  EXPECT_NE(json.str().find("\"unused_experts\""), std::string::npos);
+  EXPECT_NE(table.str().find("Expert usage"), std::string::npos);
+
+  tools::QuantizeOptions opt;
+  opt.mix = "Q4_0";
+  opt.imatrix_path = dir + "/im.gguf";
+  std::ostringstream log;
+  tools::quantize_model(path, dir + "/q.gguf", opt, log);
+  EXPECT_NE(log.str().find("experts without imatrix data"), std::string::npos) << log.str();
+  auto q = Model::load(dir + "/q.gguf");
+  const Tensor& src = *model->weights().at("blk.0.ffn_down_exps.weight");
+  const Tensor& dst = *q->weights().at("blk.0.ffn_down_exps.weight");
+  const int64_t K = src.ne[0], M = src.ne[1];
+  std::vector<uint8_t> ones(row_bytes(dst.type, K) * M);
+  const std::vector<float> one(K, 1.0f);
+  type_traits(dst.type).quantize(reinterpret_cast<const float*>(src.data) + dead * K * M, ones.data(), M, K, one.data());
+  EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(dst.data) + dead * ones.size(), ones.data(), ones.size()), 0);
+}
+
+// ---- sensitivity and compare ------------------------------------------------
+
+TEST(MoeSensitivity, ExpertTensorsAreProbedAloneOrAsALayersGroup) {
+  QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
+  QLENS_REQUIRE_SHARED(path, synth("mixtral"));
+  auto model = Model::load(path);
+  const auto tokens = tiny_stories(*model, text_path);
+  tools::SensitivityOptions opt;
+  opt.n_ctx = 128;
+  opt.max_chunks = 1;
+  opt.n_threads = 2;
+  opt.types = {DType::Q4_0};
+  const tools::SensitivityResult per_tensor = tools::measure_sensitivity(*model, tokens, opt);
+  std::vector<std::string> names;
+  for (const auto& t : per_tensor.tensors) names.push_back(t.name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "blk.1.ffn_down_exps.weight"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "blk.1.ffn_gate_inp.weight"), names.end());  // never quantized
+  opt.group = tools::SensitivityGroup::Experts;
+  const tools::SensitivityResult grouped = tools::measure_sensitivity(*model, tokens, opt);
+  const tools::SensitivityTensor* experts = nullptr;
+  for (const auto& g : grouped.groups)
+    if (g.name == "layer 1 experts") experts = &g;
+  ASSERT_NE(experts, nullptr);
+  EXPECT_EQ(experts->members.size(), 3u);
+  ASSERT_EQ(experts->candidates.size(), 2u);
+  // Quantizing the three together costs more than any one of them.
+  double worst_alone = 0;
+  for (const auto& t : per_tensor.tensors)
+    if (t.layer == 1 && t.role.find("_exps") != std::string::npos)
+      worst_alone = std::max(worst_alone, t.candidates.back().delta_kld);
+  EXPECT_GT(experts->candidates.back().delta_kld, worst_alone);
+}
+
+TEST(MoeCompare, RouterAgreement) {
+  QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
+  QLENS_REQUIRE_SHARED(path, synth("qwen3moe"));
+  auto model = Model::load(path);
+  const auto tokens = tiny_stories(*model, text_path);
+  const std::string dir = test::temp_dir();
+  tools::QuantizeOptions qopt;
+  qopt.mix = "Q4_0";
+  qopt.pure = true;
+  std::ostringstream log;
+  tools::quantize_model(path, dir + "/q.gguf", qopt, log);
+  auto q = Model::load(dir + "/q.gguf");
+  tools::CompareOptions opt;
+  opt.n_ctx = 128;
+  opt.max_chunks = 2;
+  opt.n_threads = 2;
+  for (bool host : {false, true}) {
+    opt.host_reductions = host;
+    const auto self = tools::compare_models(*model, *model, tokens, opt);
+    ASSERT_EQ(self.routers.size(), 2u);
+    for (const auto& r : self.routers) {
+      EXPECT_EQ(r.tokens, 256);
+      EXPECT_EQ(r.set_agreement(), 1.0);
+    }
+    const auto diff = tools::compare_models(*model, *q, tokens, opt);
+    ASSERT_EQ(diff.routers.size(), 2u);
+    for (const auto& r : diff.routers) {
+      std::printf("layer %d: same set %.3f, same first %.3f, same selections %.3f\n", r.layer, r.set_agreement(),
+                  r.top1_agreement(), r.selection_agreement());
+      EXPECT_LT(r.set_agreement(), 1.0);
+      EXPECT_GT(r.selection_agreement(), 0.5);
+      EXPECT_LE(r.set_agreement(), r.selection_agreement());
+    }
+    // And the expert matmuls' outputs are compared node by node.
+    bool seen = false;
+    for (const auto& n : diff.nodes) seen |= n.name == "ffn_moe_down-1";
+    EXPECT_TRUE(seen);
   }
 }
 
