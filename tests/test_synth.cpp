@@ -87,7 +87,8 @@ TEST(Synth, SmallPresetsLoadWithTheTableAndTheirHyperParameters) {
       ASSERT_NE(w, nullptr) << t.name;
       EXPECT_EQ(w->name, t.name);
       EXPECT_EQ(w->ne, t.ne) << t.name;
-      EXPECT_EQ(w->type, role_info(t.role).reader == Op::Mul ? DType::F32 : DType::F16) << t.name;
+      const bool f32 = role_info(t.role).reader == Op::Mul || t.role == Role::FfnGateInp;  // norms and routers
+      EXPECT_EQ(w->type, f32 ? DType::F32 : DType::F16) << t.name;
     }
     EXPECT_EQ(m->output_is_tied(), p.tied_output);
     // The preset's hyper-parameters as Model reads them back; rope mode is
@@ -314,6 +315,29 @@ TEST(Synth, CliListsPresetsWithTheirArchitecture) {
   ASSERT_EQ(test::run_command(qlens + " synth --arch gemma3 --type F32 -o " + model, &out), 0) << out;
   EXPECT_TRUE(contains(out, "preset gemma3-tiny (gemma3)")) << out;
   EXPECT_EQ(Model::load(model)->hparams().arch, "gemma3");
+}
+
+// The tiny mixtures of experts have the shapes and expert keys of the shared
+// synthetic qwen3moe and mixtral models; the Qwen3-30B-A3B preset its layers.
+TEST(Synth, MoePresetsHaveTheSharedReferenceShapes) {
+  for (const auto& [preset, model] : {std::pair{"qwen3moe-tiny", "qwen3moe"}, std::pair{"mixtral-tiny", "mixtral"}}) {
+    QLENS_REQUIRE_SHARED(reference, std::string("reference/synth/") + model + ".gguf");
+    auto ref = gguf::File::open(reference);
+    auto synthetic = gguf::File::open(synth(preset));
+    EXPECT_EQ(shapes_by_name(*synthetic), shapes_by_name(*ref)) << preset;
+    const std::string a = *ref->try_string("general.architecture") + ".";
+    for (const char* key : {"expert_count", "expert_used_count", "feed_forward_length", "attention.head_count_kv"})
+      EXPECT_EQ(synthetic->try_int(a + key), ref->try_int(a + key)) << preset << " " << key;
+  }
+  const tools::SynthPreset& p = tools::find_synth_preset("qwen3-30b-a3b-4l");
+  std::map<std::string, Shape> shapes;
+  for (const auto& t : tools::synth_tensor_plan(tools::synth_hparams(p), p.tied_output)) shapes[t.name] = t.ne;
+  EXPECT_EQ(shapes.at("blk.3.ffn_gate_exps.weight"), (Shape{2048, 768, 128, 1}));
+  EXPECT_EQ(shapes.at("blk.3.ffn_down_exps.weight"), (Shape{768, 2048, 128, 1}));
+  EXPECT_EQ(shapes.at("blk.3.ffn_gate_inp.weight"), (Shape{2048, 128, 1, 1}));
+  EXPECT_EQ(shapes.at("blk.3.attn_q.weight"), (Shape{2048, 4096, 1, 1}));
+  EXPECT_EQ(shapes.at("blk.3.attn_k.weight"), (Shape{2048, 512, 1, 1}));
+  EXPECT_EQ(shapes.at("output.weight"), (Shape{2048, 151936, 1, 1}));
 }
 
 // The real-model presets have their models' published parameter counts

@@ -47,6 +47,19 @@ const std::vector<SynthPreset>& synth_presets() {
       {.name = "phi4-mini", .arch = "phi3", .n_embd = 3072, .n_ff = 8192, .n_layer = 32, .n_head = 24,
        .n_head_kv = 8, .n_vocab = 200064, .n_ctx = 131072, .tied_output = true, .rope_freq_base = 1e4f,
        .rms_eps = 1e-5f, .n_rot = 96},
+      // Mixtures of experts. Tiny ones in the shapes of ../shared/reference/synth:
+      {.name = "qwen3moe-tiny", .arch = "qwen3moe", .n_embd = 64, .n_ff = 192, .n_layer = 2, .n_head = 4,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .head_dim = 32, .rope_freq_base = 1e6f, .rms_eps = 1e-6f,
+       .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64},
+      {.name = "mixtral-tiny", .arch = "llama", .n_embd = 96, .n_ff = 128, .n_layer = 2, .n_head = 6,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .rope_freq_base = 1e6f, .n_expert = 4, .n_expert_used = 2,
+       .n_ff_exp = 128},
+      // Qwen/Qwen3-30B-A3B's layers (128 experts of 768, 8 used; 32 query heads
+      // of 128, 4 KV heads), 4 of its 48, for benchmarks that fit here: each
+      // layer holds 604M expert weights (1.2 GB in F16).
+      {.name = "qwen3-30b-a3b-4l", .arch = "qwen3moe", .n_embd = 2048, .n_ff = 6144, .n_layer = 4, .n_head = 32,
+       .n_head_kv = 4, .n_vocab = 151936, .n_ctx = 40960, .head_dim = 128, .rope_freq_base = 1e6f,
+       .rms_eps = 1e-6f, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768},
       {.name = "gemma3-1b", .arch = "gemma3", .n_embd = 1152, .n_ff = 6912, .n_layer = 26, .n_head = 4,
        .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
        .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},
@@ -117,6 +130,10 @@ HParams synth_hparams(const SynthPreset& p) {
   hp.n_rot = p.n_rot > 0 ? p.n_rot : hp.head_dim;
   hp.rms_eps = p.rms_eps;
   hp.rope_freq_base = p.rope_freq_base;
+  hp.n_expert = p.n_expert;
+  hp.n_expert_used = p.n_expert_used;
+  hp.n_ff_exp = p.n_ff_exp;
+  hp.expert_weights_norm = p.n_expert > 0;
   if (p.n_swa > 0) {
     if (p.swa_period < 1) throw Error("synth: preset '" + p.name + "' has a sliding window but no layer pattern");
     hp.n_swa = p.n_swa;
@@ -290,14 +307,16 @@ int64_t synth_model(const SynthOptions& opt, const std::string& path) {
       continue;
     }
     // A norm's scale (what the graph multiplies by element-wise) starts near
-    // 1 and stays F32, the type element-wise kernels read.
+    // 1 and stays F32, the type element-wise kernels read. The router stays
+    // F32 too, as llama.cpp's converter and quantize keep it.
     const bool is_norm = role_info(t.role).reader == Op::Mul;
+    const bool is_router = t.role == Role::FfnGateInp;
     // GPT-2-style initial scale for the embedding and the output: logits stay
     // small, so an untrained model's perplexity is near its vocabulary size.
     // Other matrices: N(0, 1/fan_in), so activations keep their scale.
     const bool is_vocab_matrix = t.role == Role::TokenEmbd || t.role == Role::Output;
     const float stddev = is_vocab_matrix ? 0.02f : 1.0f / std::sqrt(static_cast<float>(t.ne[0]));
-    const DType type = is_norm ? DType::F32 : opt.type;
+    const DType type = is_norm || is_router ? DType::F32 : opt.type;
     std::vector<float> values(n);
     for (float& v : values) v = is_norm ? 1.0f + 0.1f * rng.normal() : stddev * rng.normal();
     auto bytes = std::make_unique<std::vector<uint8_t>>(row_bytes(type, n));

@@ -34,6 +34,8 @@ struct SynthPreset {
   // converter computes it (factor 0: none).
   float rope_scaling_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
   int64_t rope_original_ctx = 8192;
+  // A mixture of experts (0 experts: a dense feed-forward of n_ff).
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 };
 
 // rope_freqs.weight of a preset with Llama 3 rope scaling: per frequency
