@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <regex>
@@ -20,6 +21,7 @@
 #include "qlens/backend.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
+#include "qlens/tap.h"
 #include "test_util.h"
 #include "tools/chunks.h"
 #include "tools/compare.h"
@@ -394,6 +396,48 @@ TEST(MoeImatrix, ExpertsNoTokenReachesAreNamedAndQuantizeWithImportanceOne) {
   const std::vector<float> one(K, 1.0f);
   type_traits(dst.type).quantize(reinterpret_cast<const float*>(src.data) + dead * K * M, ones.data(), M, K, one.data());
   EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(dst.data) + dead * ones.size(), ones.data(), ones.size()), 0);
+}
+
+// Non-finite sums are named by tensor and expert and leave the matrix as it
+// was; two halves of a run combine into the whole, expert by expert.
+TEST(MoeImatrix, NonFiniteSumsAreNamedAndHalvesCombine) {
+  tools::Imatrix m;
+  TapResult good;
+  good.kind = TapKind::ColumnSumSq;
+  good.column_sum_sq.assign(3 * 4, 1.0);
+  good.expert_rows = {2, 0, 1};
+  good.rows = 3;
+  tools::add_column_sums(m, {{"blk.0.ffn_down_exps.weight", good}});
+  TapResult bad = good;
+  bad.column_sum_sq[2 * 4 + 1] = std::numeric_limits<double>::infinity();
+  try {
+    tools::add_column_sums(m, {{"blk.0.ffn_down_exps.weight", bad}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.ffn_down_exps.weight, expert 2;"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(m.entries.at("blk.0.ffn_down_exps.weight").counts, (std::vector<double>{2, 0, 1}));
+
+  QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
+  QLENS_REQUIRE_SHARED(path, synth("mixtral"));
+  auto model = Model::load(path);
+  const auto tokens = tiny_stories(*model, text_path);
+  const tools::Imatrix whole = collect(*model, tokens, 4);
+  tools::ImatrixOptions opt;
+  opt.n_ctx = 128;
+  opt.n_threads = 2;
+  opt.compute_ppl = false;
+  tools::Imatrix a, b;
+  opt.max_chunks = 2;
+  tools::collect_imatrix(*model, tokens, opt, a);
+  opt.first_chunk = 2;
+  tools::collect_imatrix(*model, tokens, opt, b);
+  tools::combine_imatrix(a, b);
+  for (const auto& [name, e] : whole.entries) {
+    const tools::ImatrixEntry& c = a.entries.at(name);
+    EXPECT_EQ(c.counts, e.counts) << name;
+    for (size_t k = 0; k < e.sum2.size(); ++k) EXPECT_NEAR(c.sum2[k], e.sum2[k], 1e-5 * e.sum2[k]) << name;
+  }
 }
 
 // ---- sensitivity and compare ------------------------------------------------

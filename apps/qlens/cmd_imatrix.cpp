@@ -161,25 +161,37 @@ int cmd_imatrix(int argc, char** argv) {
   const bool bar = tools::Progress::enabled_by_default();
   double tokens_per_second = 0;
   int64_t processed = 0;
-  tools::collect_imatrix(*model, tokens, opt, m, [&](const tools::ImatrixChunkReport& r, const tools::Imatrix& cur) {
-    if (bar) {
-      char status[96];
-      if (opt.compute_ppl)
-        std::snprintf(status, sizeof status, "PPL %.4f, %.0f tok/s", r.ppl, r.tokens_per_second);
-      else
-        std::snprintf(status, sizeof status, "%.0f tok/s", r.tokens_per_second);
-      progress.update(r.done, status);
-    } else if (opt.compute_ppl) {
-      std::printf("[%lld]%.4f,", static_cast<long long>(r.chunk + 1), r.ppl);
-      std::fflush(stdout);
+  try {
+    tools::collect_imatrix(*model, tokens, opt, m, [&](const tools::ImatrixChunkReport& r, const tools::Imatrix& cur) {
+      if (bar) {
+        char status[96];
+        if (opt.compute_ppl)
+          std::snprintf(status, sizeof status, "PPL %.4f, %.0f tok/s", r.ppl, r.tokens_per_second);
+        else
+          std::snprintf(status, sizeof status, "%.0f tok/s", r.tokens_per_second);
+        progress.update(r.done, status);
+      } else if (opt.compute_ppl) {
+        std::printf("[%lld]%.4f,", static_cast<long long>(r.chunk + 1), r.ppl);
+        std::fflush(stdout);
+      }
+      tokens_per_second = r.tokens_per_second;
+      processed = r.done;
+      if (output_frequency > 0 && r.done % output_frequency == 0) save(cur, out_path, format);
+      if (save_frequency > 0 && r.done % save_frequency == 0)
+        tools::save_imatrix_gguf(cur, out_path + ".at_" + std::to_string(cur.chunk_count));
+      return true;
+    });
+  } catch (const Error&) {
+    // What was collected before the failure is kept (a checkpoint that
+    // --resume continues from the failing chunk).
+    if (m.chunk_count > 0) {
+      const std::string partial = out_path + ".partial.gguf";
+      tools::save_imatrix_gguf(m, partial);
+      std::fprintf(stderr, "saved the %lld chunks collected so far to %s\n", static_cast<long long>(m.chunk_count),
+                   partial.c_str());
     }
-    tokens_per_second = r.tokens_per_second;
-    processed = r.done;
-    if (output_frequency > 0 && r.done % output_frequency == 0) save(cur, out_path, format);
-    if (save_frequency > 0 && r.done % save_frequency == 0)
-      tools::save_imatrix_gguf(cur, out_path + ".at_" + std::to_string(cur.chunk_count));
-    return true;
-  });
+    throw;
+  }
   progress.finish();
   if (!bar && opt.compute_ppl) std::printf("\n");
   save(m, out_path, format);

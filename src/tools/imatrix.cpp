@@ -54,6 +54,25 @@ void check_imatrix_matches_model(Imatrix& m, const Model& model) {
 }
 
 void add_column_sums(Imatrix& m, const std::map<std::string, TapResult>& chunk) {
+  // Non-finite activations (an overflow, a broken weight) would poison the
+  // sums for good: named by tensor and expert before anything is added.
+  for (const auto& [name, r] : chunk) {
+    const size_t n_mat = r.expert_rows.empty() ? 1 : r.expert_rows.size();
+    const size_t n_cols = r.column_sum_sq.size() / n_mat;
+    std::string bad;
+    int64_t n_bad = 0;
+    for (size_t x = 0; x < n_mat; ++x)
+      for (size_t k = 0; k < n_cols; ++k)
+        if (!std::isfinite(r.column_sum_sq[x * n_cols + k])) {
+          if (n_bad++ < 8) bad += (bad.empty() ? "" : ", ") + std::to_string(x);
+          break;
+        }
+    if (n_bad > 0)
+      throw Error("non-finite activations (NaN or Inf) entering " + name +
+                  (n_mat > 1 ? ", expert" + std::string(n_bad > 1 ? "s " : " ") + bad + (n_bad > 8 ? ", ..." : "")
+                             : std::string()) +
+                  "; this chunk is not added");
+  }
   for (const auto& [name, r] : chunk) {
     if (r.rows == 0) continue;
     // Expert tensors: one matrix per expert, each with its own count.
@@ -125,19 +144,28 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
     ctx.clear();
     // Every row is needed through every layer, so all logits are computed.
     if (!ctx.decode(chunks.chunk(c), /*all_logits=*/true)) throw Error("imatrix: the computation was stopped");
+    ImatrixRunState chunk_run;  // added to m.run once the chunk's sums are in
     if (opt.compute_ppl)
       for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j) {
         const double v = token_nll(ctx.logits(j).data(), n_vocab, chunks.next(c, j));
-        m.run.nll_sum += v;
-        m.run.nll_sq_sum += v * v;
-        ++m.run.n_scored;
+        chunk_run.nll_sum += v;
+        chunk_run.nll_sq_sum += v * v;
+        ++chunk_run.n_scored;
       }
-    if (opt.collect == ImatrixCollect::Taps) {
-      add_column_sums(m, ctx.read_taps(/*reset=*/true));
-    } else {
-      add_column_sums(m, host_sums);
-      host_sums.clear();
+    try {
+      if (opt.collect == ImatrixCollect::Taps) {
+        add_column_sums(m, ctx.read_taps(/*reset=*/true));
+      } else {
+        add_column_sums(m, host_sums);
+        host_sums.clear();
+      }
+    } catch (const Error& e) {
+      throw Error("imatrix: chunk " + std::to_string(c) + " of " + model.path() + ": " + e.what() + " (" +
+                  std::to_string(m.chunk_count) + " chunks collected before it)");
     }
+    m.run.nll_sum += chunk_run.nll_sum;
+    m.run.nll_sq_sum += chunk_run.nll_sq_sum;
+    m.run.n_scored += chunk_run.n_scored;
     ++m.chunk_count;
     m.run.next_chunk = c + 1;
 
