@@ -1,19 +1,25 @@
 // The Vulkan backend op by op: each op on many shapes (odd sizes, batch
 // dims, permuted / transposed / strided views) runs through
 // Scheduler({&vulkan, &reference}) and is compared with the reference
-// backend alone. Also weights resident in device memory and the CPU
-// fallback for unsupported ops. The taps: test_vulkan_taps.cpp; errors:
+// backend alone; the mixture-of-experts ops (mul_mat_id, argsort / top-k,
+// batched get_rows, sum_rows, clamp, div) also as one MoE feed-forward block
+// with every node on the device. Also weights resident in device memory and
+// the CPU fallback for unsupported ops. The taps: test_vulkan_taps.cpp; errors:
 // test_vulkan_errors.cpp.
 //
 // Bounds (got = Vulkan, ref = reference, which sums in double):
 //  - NMSE = sum (got - ref)^2 / sum ref^2 <= 1e-7 for every op and every
-//    weight type of mul_mat / get_rows (kWeightTypes: F32, F16, BF16, the
+//    weight type of mul_mat / mul_mat_id / get_rows (kWeightTypes: F32, F16, BF16, the
 //    legacy quants, IQ4_NL, the K-quants Q2_K..Q6_K and IQ4_XS). The
 //    backend dequantizes weights exactly and keeps activations in F32 (no
 //    activation quantization), so a quantized or half weight costs no more
 //    than an F32 one: the only differences are float rounding of the sums
 //    (and of exp/sin/cos). Figures seen on lavapipe are printed ("nmse").
-//  - Cpy and Cont round once per element as the reference does: bitwise.
+//  - Cpy and Cont round once per element as the reference does: bitwise;
+//    so are Add, Mul, Clamp, GetRows (1-D and batched) and ArgSort (ties in
+//    index order, as the reference's stable sort). Div is held to the NMSE
+//    bound only (Vulkan allows 2.5 ulp; lavapipe's is exact), SumRows too
+//    (float sums where the device has no shaderFloat64).
 // Every test skips when qlens::vulkan::devices() is empty.
 #include <gtest/gtest.h>
 
@@ -249,6 +255,213 @@ TEST(Vulkan, MulMatAllTypesAndShapes) {
   }
   for (const auto& [t, w] : g_worst)
     std::printf("  worst nmse %-7s %.2e (mul_mat, get_rows)\n", std::string(type_name(t)).c_str(), w);
+}
+
+// Expert choices of N tokens as an argsort's rows [E, N]: each row a
+// permutation of the experts, of which an expert-id view takes the first U.
+// Skewed: expert 0 leads most rows (so that it gets more than a column tile
+// of pairs where N is large), and expert E - 1 comes last (unused while U < E).
+std::vector<int32_t> expert_rows(int64_t E, int64_t N, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> rows;
+  for (int64_t t = 0; t < N; ++t) {
+    std::vector<int32_t> perm;
+    for (int32_t e = 0; e < E - 1; ++e) perm.push_back(e);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const int32_t lead = t % 4 == 3 ? static_cast<int32_t>(t % (E - 1)) : 0;
+    std::iter_swap(perm.begin(), std::find(perm.begin(), perm.end(), lead));
+    perm.push_back(static_cast<int32_t>(E - 1));
+    rows.insert(rows.end(), perm.begin(), perm.end());
+  }
+  return rows;
+}
+
+// The first U of each row of an [E, N] I32 leaf: the strided view top_k makes.
+Tensor* expert_ids(Graph& g, Leaves& l, int64_t E, int64_t U, int64_t N, uint32_t seed) {
+  Tensor* rows = l.indices(g, expert_rows(E, N, seed), {E, N, 1, 1});
+  return view(g, rows, {U, N}, {rows->nb[1]}, 0);
+}
+
+TEST(Vulkan, MulMatIdAllTypesAndShapes) {
+  REQUIRE_VULKAN();
+  struct Case {
+    int64_t E, U, b1, N;  // experts, slots per token, activation rows per token (1 or U), tokens
+  };
+  // U * N <= 8: the matrix-vector path; else the tiled one (expert 0 with
+  // more than 64 pairs at N = 130).
+  const Case cases[] = {{4, 2, 1, 1}, {4, 2, 2, 3}, {8, 8, 8, 1}, {8, 3, 3, 40}, {4, 2, 1, 130}, {5, 1, 1, 130}};
+  std::map<DType, double> worst_of;
+  for (DType t : kWeightTypes) {
+    const int64_t bs = type_traits(t).block_size;
+    double& worst = worst_of[t];
+    for (int64_t K : bs == 1 ? std::vector<int64_t>{7, 64} : bs == 32 ? std::vector<int64_t>{32, 96}
+                                                                       : std::vector<int64_t>{256})
+      for (int64_t M : {3, 71})
+        for (const Case& c : cases) {
+          const std::string what = label("mul_mat_id", {K, M, c.E, 1}, type_label(t)) + " U=" + std::to_string(c.U) +
+                                   " b1=" + std::to_string(c.b1) + " N=" + std::to_string(c.N);
+          worst = std::max(worst, compare(what, [&](Graph& g, Leaves& l) {
+            Tensor* as = l.random(g, t, {K, M, c.E, 1});
+            Tensor* b = l.random(g, DType::F32, {K, c.b1, c.N, 1});
+            return std::vector<Tensor*>{mul_mat_id(g, as, b, expert_ids(g, l, c.E, c.U, c.N, 7))};
+          }));
+        }
+  }
+  for (const auto& [t, w] : worst_of)
+    std::printf("  worst nmse %-7s %.2e (mul_mat_id)\n", std::string(type_name(t)).c_str(), w);
+  // Activations and expert ids that are views with gaps, weights and ids in
+  // device memory, the result of a permuted source.
+  for (int64_t N : {2, 50})
+    compare("mul_mat_id of views, N=" + std::to_string(N), [&](Graph& g, Leaves& l) {
+      const int64_t K = 64, M = 40, E = 6, U = 3;
+      Tensor* as = l.random(g, DType::Q8_0, {K, M, E, 1}, 1.0f, true);
+      Tensor* x = l.random(g, DType::F32, {K + 3, N, U, 1});
+      Tensor* b = permute(g, view(g, x, {K, N, U}, {x->nb[1], x->nb[2]}, 2 * sizeof(float)), 0, 2, 1, 3);
+      Tensor* rows = l.indices(g, expert_rows(E, N, 3), {E, N, 1, 1}, true);
+      Tensor* ids = view(g, rows, {U, N}, {rows->nb[1]}, 2 * sizeof(int32_t));
+      return std::vector<Tensor*>{mul_mat_id(g, as, b, ids)};
+    });
+}
+
+// Expert ids out of range (from no argsort) give NaN rows on the device,
+// as out-of-range get_rows indices do; the other rows are computed.
+TEST(Vulkan, MulMatIdOutOfRangeIdsGiveNan) {
+  REQUIRE_VULKAN();
+  for (int64_t N : {1, 20}) {
+    Graph g;
+    Leaves l(9, vulkan_backend());
+    const int64_t K = 32, M = 5, E = 3, U = 2;
+    std::vector<int32_t> ids_values;
+    for (int64_t t = 0; t < N; ++t) ids_values.insert(ids_values.end(), {t == 0 ? -1 : 1, t == N - 1 ? 3 : 0});
+    Tensor* as = l.random(g, DType::F32, {K, M, E, 1}, 1.0f, true);
+    Tensor* b = l.random(g, DType::F32, {K, 1, N, 1}, 1.0f, true);
+    Tensor* y = mul_mat_id(g, as, b, l.indices(g, ids_values, {U, N, 1, 1}, true));
+    g.build(y);
+    Scheduler sched({vulkan_backend(), &reference()});
+    sched.allocate(g);
+    ASSERT_EQ(sched.compute(g), ComputeStatus::Done);
+    ASSERT_EQ(sched.backend_of(*y), vulkan_backend());
+    const std::vector<float> v = tensor_to_f32(*y);
+    for (int64_t t = 0; t < N; ++t)
+      for (int64_t u = 0; u < U; ++u) {
+        const bool bad = (u == 0 && t == 0) || (u == 1 && t == N - 1);
+        for (int64_t i = 0; i < M; ++i)
+          EXPECT_EQ(std::isnan(v[(t * U + u) * M + i]), bad) << "N " << N << " row (" << u << ", " << t << ")";
+      }
+  }
+}
+
+TEST(Vulkan, GetRowsBatched) {
+  REQUIRE_VULKAN();
+  // Indices [4, 3] as a view with gaps, at an offset, of a [7, 3] leaf.
+  const std::vector<int32_t> idx = {9, 0, 3, 3, 1, 7, 10, 2, 5, 0, 4, 6, 6, 1, 2, 10, 0, 3, 8, 8, 8};
+  for (DType t : kWeightTypes)
+    for (int64_t K : {1, 33, 32, 256}) {
+      if (K % type_traits(t).block_size != 0) continue;
+      compare(label("get_rows batched", {K, 11, 3, 1}, type_label(t)), [&](Graph& g, Leaves& l) {
+        Tensor* a = l.random(g, t, {K, 11, 3, 1});
+        Tensor* rows = l.indices(g, idx, {7, 3, 1, 1});
+        return std::vector<Tensor*>{get_rows(g, a, view(g, rows, {4, 3}, {rows->nb[1]}, sizeof(int32_t)))};
+      }, true);
+    }
+  // The router's form: each token's probabilities of its top-k experts.
+  compare("get_rows of top-k probabilities", [](Graph& g, Leaves& l) {
+    const int64_t E = 8, U = 2, N = 37;
+    Tensor* probs = soft_max(g, l.random(g, DType::F32, {E, N, 1, 1}, 2.0f), nullptr, 1.0f);
+    Tensor* top = top_k(g, probs, U);
+    return std::vector<Tensor*>{get_rows(g, reshape(g, probs, {1, E, N}), top), top};
+  });
+}
+
+TEST(Vulkan, ArgSortAndTopK) {
+  REQUIRE_VULKAN();
+  for (auto ne : {std::array<int64_t, 4>{1, 1, 1, 1}, {2, 3, 1, 1}, {8, 5, 1, 1}, {16, 7, 2, 1}, {33, 3, 2, 2},
+                  {257, 4, 1, 1}, {300, 2, 1, 1}}) {
+    compare(label("argsort", ne), [&](Graph& g, Leaves& l) {
+      return std::vector<Tensor*>{argsort_desc(g, l.random(g, DType::F32, ne))};
+    }, true);
+    // Many ties (values in steps of 0.5, some -0 next to 0): index order.
+    compare(label("argsort with ties", ne), [&](Graph& g, Leaves& l) {
+      Tensor* x = l.random(g, DType::F32, ne);
+      auto* v = static_cast<float*>(x->data);
+      for (int64_t i = 0; i < x->nelements(); ++i) v[i] = i % 7 == 3 ? -0.0f : std::round(v[i] * 2) / 2;
+      return std::vector<Tensor*>{argsort_desc(g, x), top_k(g, x, std::min<int64_t>(ne[0], 3))};
+    }, true);
+  }
+  compare("argsort of a transposed view", [](Graph& g, Leaves& l) {
+    return std::vector<Tensor*>{argsort_desc(g, transpose(g, l.random(g, DType::F32, {5, 19, 1, 1})))};
+  }, true);
+  // Rows longer than the shader takes stay with the CPU.
+  Graph probe;
+  Tensor* long_rows = argsort_desc(probe, probe.new_tensor(DType::F32, {5000, 2}));
+  EXPECT_FALSE(vulkan_backend()->supports_op(*long_rows));
+}
+
+TEST(Vulkan, SumRowsClampDiv) {
+  REQUIRE_VULKAN();
+  for (auto ne : {std::array<int64_t, 4>{1, 1, 1, 1}, {2, 7, 1, 1}, {257, 5, 2, 1}, {4096, 3, 1, 1}, {33, 2, 3, 2}})
+    compare(label("sum_rows", ne), [&](Graph& g, Leaves& l) {
+      return std::vector<Tensor*>{sum_rows(g, l.random(g, DType::F32, ne))};
+    });
+  compare("sum_rows of a transposed view", [](Graph& g, Leaves& l) {
+    return std::vector<Tensor*>{sum_rows(g, transpose(g, l.random(g, DType::F32, {6, 37, 1, 1})))};
+  });
+  // NaN becomes hi, as in ggml; Inf and -Inf the bounds.
+  for (auto ne : {std::array<int64_t, 4>{1, 1, 1, 1}, {257, 3, 1, 1}, {33, 7, 3, 2}})
+    compare(label("clamp", ne), [&](Graph& g, Leaves& l) {
+      Tensor* x = l.random(g, DType::F32, ne, 3.0f);
+      auto* v = static_cast<float*>(x->data);
+      const float specials[] = {NAN, INFINITY, -INFINITY, -0.0f};
+      for (int64_t i = 0; i < x->nelements(); i += 5) v[i] = specials[(i / 5) % 4];
+      return std::vector<Tensor*>{clamp(g, x, -1.0f, 2.0f), clamp(g, transpose(g, x), -0.5f, 0.25f)};
+    }, true);
+  compare("clamp from the smallest normal half", [](Graph& g, Leaves& l) {
+    return std::vector<Tensor*>{clamp(g, l.random(g, DType::F32, {1, 40, 1, 1}, 1e-4f), 6.103515625e-5f, INFINITY)};
+  }, true);
+  const std::array<std::array<int64_t, 4>, 2> cases[] = {
+      {{{1, 1, 1, 1}, {1, 1, 1, 1}}}, {{{33, 7, 3, 2}, {33, 1, 3, 1}}}, {{{7, 5, 4, 1}, {1, 5, 1, 1}}},
+      {{{2, 37, 1, 1}, {1, 37, 1, 1}}}, {{{4096, 3, 1, 1}, {4096, 3, 1, 1}}},
+  };
+  for (const auto& [na, nb] : cases)
+    compare(label("div", na) + " b " + label("", nb), [&](Graph& g, Leaves& l) {
+      Tensor* a = l.random(g, DType::F32, na);
+      Tensor* b = l.random(g, DType::F32, nb);
+      return std::vector<Tensor*>{div(g, a, b), div(g, transpose(g, a), transpose(g, mul(g, b, b)))};
+    });
+}
+
+// A mixture-of-experts feed-forward block as GraphBuilder::route and
+// experts build it (softmax router, top-k, the selected probabilities
+// renormalized by their clamped sum, up / gate / down expert matmuls, slots
+// summed), for prompts and generation: every node on the device.
+TEST(Vulkan, MoeFeedForwardBlock) {
+  REQUIRE_VULKAN();
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_K})
+    for (int64_t N : {1, 3, 70})
+      compare("moe block" + type_label(t) + " N=" + std::to_string(N), [&](Graph& g, Leaves& l) {
+        const int64_t D = 256, F = 256, E = 8, U = 2;
+        Tensor* router = l.random(g, DType::F32, {D, E, 1, 1}, 0.1f, true);
+        Tensor* w_up = l.random(g, t, {D, F, E, 1}, 0.1f, true);
+        Tensor* w_gate = l.random(g, t, {D, F, E, 1}, 0.1f, true);
+        Tensor* w_down = l.random(g, t, {F, D, E, 1}, 0.1f, true);
+        Tensor* cur = rms_norm(g, l.random(g, DType::F32, {D, N, 1, 1}), 1e-5f);
+        Tensor* probs = soft_max(g, mul_mat(g, router, cur), nullptr, 1.0f);
+        Tensor* selected = top_k(g, probs, U);
+        Tensor* w = reshape(g, get_rows(g, reshape(g, probs, {1, E, N}), selected), {U, N});
+        Tensor* sum = clamp(g, sum_rows(g, w), 6.103515625e-5f, INFINITY);
+        Tensor* weights = reshape(g, div(g, w, sum), {1, U, N});
+        Tensor* x = reshape(g, cur, {D, 1, N});
+        Tensor* up = mul_mat_id(g, w_up, x, selected);
+        Tensor* gate = silu(g, mul_mat_id(g, w_gate, x, selected));
+        Tensor* down = mul_mat_id(g, w_down, mul(g, gate, up), selected);
+        Tensor* weighted = mul(g, down, weights);
+        Tensor* out = nullptr;
+        for (int64_t u = 0; u < U; ++u) {
+          Tensor* slot = view(g, weighted, {D, N}, {weighted->nb[2]}, u * weighted->nb[1]);
+          out = out ? add(g, out, slot) : slot;
+        }
+        return std::vector<Tensor*>{out, selected};
+      });
 }
 
 TEST(Vulkan, MulMatAttentionViews) {

@@ -1,5 +1,6 @@
-// stories260K and Gemma 3 on the Vulkan backend (lavapipe in CI): logits,
-// greedy text, partial offload, imatrix, perplexity and compare against the CPU.
+// stories260K, Gemma 3, the dense and the mixture-of-experts synthetic
+// families on the Vulkan backend (lavapipe in CI): logits, greedy text,
+// partial offload, imatrix, perplexity and compare against the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -287,6 +288,111 @@ TEST(VulkanModel, DenseFamiliesPerplexityEqualsTheCpu) {
       EXPECT_EQ(ctx.n_offloaded_layers(), m->hparams().n_layer) << path;
       expect_vulkan_perplexity_equals_cpu(path, m->vocab().tokenize(text, true), 128, 8);
     }
+}
+
+// Where a fully offloaded context runs a decode's nodes: those before the
+// first node on the device (the token embedding's lookup in host memory, and
+// what the scheduler puts after it), those after it that run elsewhere
+// ("name (OP)": fallbacks), and the experts' matmuls, each checked to read
+// its experts from device memory.
+struct Placement {
+  std::vector<std::string> before_device, elsewhere;
+  int expert_matmuls = 0;
+  std::vector<std::string> host_experts;
+};
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+Placement placement_of_decode(Context& ctx, std::span<const Token> tokens) {
+  Placement p;
+  bool seen_device = false;
+  ctx.set_observe_callback([&](const Tensor& t, bool ask) {
+    if (!ask || op_is_view(t.op)) return false;
+    const bool on_device = ctx.scheduler().backend_of(t) == ctx.device();
+    if (!on_device) (seen_device ? p.elsewhere : p.before_device).push_back(t.name + " (" + op_name(t.op) + ")");
+    seen_device |= on_device;
+    if (t.op == Op::MulMatId) {
+      ++p.expert_matmuls;
+      const Tensor& experts = *t.src[0];
+      if (!experts.buffer || experts.buffer->is_host()) p.host_experts.push_back(experts.name);
+    }
+    return false;
+  });
+  EXPECT_TRUE(ctx.decode(tokens, false));
+  ctx.set_observe_callback(nullptr);
+  return p;
+}
+
+// The mixture-of-experts families (qwen3moe; mixtral, llama with experts),
+// F32 and F16, fully offloaded: the expert weights are in device memory and
+// every node from the first layer's attention on runs on the device, for a
+// prompt and for generation (the router's softmax, argsort, batched
+// get_rows, sum_rows, clamp and div, both paths of the expert matmuls);
+// perplexity (3 chunks of 128) equals the CPU's.
+TEST(VulkanModel, MoeFamiliesRunOnTheDeviceAndPerplexityEqualsTheCpu) {
+  QLENS_REQUIRE_VULKAN();
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  const std::string text = read_text_file(text_path).substr(0, 200000);
+  for (const char* name : {"qwen3moe", "mixtral"})
+    for (const char* variant : {"", ".f16"}) {
+      QLENS_REQUIRE_SHARED(path, std::string("reference/synth/") + name + variant + ".gguf");
+      SCOPED_TRACE(path);
+      auto m = Model::load(path);
+      const auto tokens = m->vocab().tokenize(text, true);
+      Context ctx(*m, opts("vulkan:0"));
+      const int64_t n_layer = m->hparams().n_layer;
+      EXPECT_EQ(ctx.n_offloaded_layers(), n_layer);
+      for (size_t n : {size_t{100}, size_t{1}}) {
+        const auto batch = std::span<const Token>(tokens).subspan(static_cast<size_t>(ctx.n_past()), n);
+        const Placement p = placement_of_decode(ctx, batch);
+        EXPECT_EQ(p.expert_matmuls, 3 * n_layer) << n << " tokens";
+        EXPECT_TRUE(p.host_experts.empty()) << "experts in host memory: " << joined(p.host_experts);
+        EXPECT_TRUE(p.elsewhere.empty()) << n << " tokens, not on the device: " << joined(p.elsewhere);
+        EXPECT_LE(p.before_device.size(), 2u) << joined(p.before_device);  // inp_embd, norm-0
+      }
+      expect_vulkan_perplexity_equals_cpu(path, tokens, 128, 3);
+    }
+}
+
+// imatrix on the MoE families fully offloaded, through the per-expert
+// ColumnSumSq taps on the device: the same entries as on the CPU, rows per
+// expert exact, sums within 1e-5 relative.
+TEST(VulkanModel, MoeImatrixEqualsTheCpu) {
+  const test::ScopedEnv exact("QLENS_CPU_ROUND_ACTIVATIONS", "0");
+  QLENS_REQUIRE_VULKAN();
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  const std::string text = read_text_file(text_path).substr(0, 200000);
+  for (const char* name : {"qwen3moe", "mixtral"}) {
+    QLENS_REQUIRE_SHARED(path, std::string("reference/synth/") + name + ".gguf");
+    SCOPED_TRACE(path);
+    auto m = Model::load(path);
+    const auto tokens = m->vocab().tokenize(text, true);
+    tools::ImatrixOptions io;
+    io.n_ctx = 128;
+    io.n_batch = 128;
+    io.max_chunks = 2;
+    io.n_threads = 2;
+    tools::Imatrix on_cpu, on_vk;
+    tools::collect_imatrix(*m, tokens, io, on_cpu);
+    io.device = "vulkan:0";
+    tools::collect_imatrix(*m, tokens, io, on_vk);
+    ASSERT_EQ(on_cpu.entries.size(), on_vk.entries.size());
+    int expert_entries = 0;
+    for (const auto& [tensor, e] : on_cpu.entries) {
+      const auto& v = on_vk.entries.at(tensor);
+      expert_entries += e.n_mat > 1;
+      EXPECT_EQ(v.n_mat, e.n_mat) << tensor;
+      EXPECT_EQ(v.counts, e.counts) << tensor;
+      ASSERT_EQ(v.sum2.size(), e.sum2.size()) << tensor;
+      for (size_t k = 0; k < e.sum2.size(); ++k)
+        ASSERT_LE(std::fabs(v.sum2[k] - e.sum2[k]), 1e-5 * std::fabs(e.sum2[k])) << tensor << " value " << k;
+    }
+    EXPECT_EQ(expert_entries, 3 * m->hparams().n_layer);
+  }
 }
 
 TEST(VulkanModel, RealGemma3PerplexityEqualsTheCpu) {

@@ -12,6 +12,7 @@
 #ifdef QLENS_VULKAN
 
 #include <cstdlib>
+#include <tuple>
 
 #include "backend/vulkan/vk_backend.h"
 #include "vulkan_test_util.h"
@@ -351,6 +352,80 @@ TEST(VulkanTaps, ColumnSumSqOnViews) {
     ASSERT_EQ(got.column_sum_sq.size(), static_cast<size_t>(K));
     for (int64_t k = 0; k < K; ++k)
       EXPECT_NEAR(got.column_sum_sq[k], want.column_sum_sq[k], 1e-5 * want.column_sum_sq[k]) << "column " << k;
+  }
+}
+
+// ColumnSumSq on MUL_MAT_ID nodes: per expert, over the (slot, token) pairs
+// routed to it, on one activation row for all slots (the experts' up
+// projection) and one per slot (the down projection, a permuted view), the
+// ids a top-k view of an argsort on the device; prompts and generation,
+// accumulated over two runs. Against tap_accumulate_host on the same graph
+// on the reference backend (the activations are leaves, so both see the same
+// values): rows per expert exact, sums within sum_tolerance().
+TEST(VulkanTaps, ColumnSumSqPerExpert) {
+  REQUIRE_VULKAN();
+  ASSERT_NE(vulkan_backend()->make_tap_state(TapKind::ColumnSumSq, 8), nullptr) << "no expert taps on the device";
+  constexpr int64_t K = 67, F = 64, E = 5, U = 2;
+  for (int64_t N : {1, 3, 90}) {
+    SCOPED_TRACE("N " + std::to_string(N));
+    struct MoeGraph {
+      Graph g;
+      Leaves leaves;
+      Tensor *up, *down;
+      MoeGraph(int64_t n, Backend* device) : leaves(41, device) {
+        Tensor* x = leaves.random(g, DType::F32, {K, 1, n, 1});
+        Tensor* router = leaves.random(g, DType::F32, {K, E, 1, 1}, 1.0f, true);
+        Tensor* probs = soft_max(g, mul_mat(g, router, reshape(g, x, {K, n})), nullptr, 1.0f);
+        Tensor* selected = top_k(g, probs, U);
+        up = named(mul_mat_id(g, leaves.random(g, DType::F16, {K, F, E, 1}, 1.0f, true), x, selected), "up");
+        Tensor* h = permute(g, leaves.random(g, DType::F32, {F, n, U, 1}), 0, 2, 1, 3);  // {F, U, n}
+        down = named(mul_mat_id(g, leaves.random(g, DType::Q8_0, {F, K, E, 1}, 1.0f, true), h, selected), "down");
+        g.build(up);
+        g.build(down);
+      }
+    };
+    MoeGraph vk(N, vulkan_backend()), ref(N, nullptr);
+    Scheduler sched({vulkan_backend(), &reference()});
+    sched.set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
+      if (&t == vk.up) r.push_back({TapKind::ColumnSumSq, "up", nullptr});
+      if (&t == vk.down) r.push_back({TapKind::ColumnSumSq, "down", nullptr});
+    });
+    sched.allocate(vk.g);
+    Scheduler alone(reference());
+    alone.allocate(ref.g);
+    TapResult want_up, want_down;
+    for (int run = 0; run < 2; ++run) {
+      ASSERT_EQ(sched.compute(vk.g), ComputeStatus::Done);
+      ASSERT_EQ(alone.compute(ref.g), ComputeStatus::Done);
+      tap_accumulate_host(TapKind::ColumnSumSq, *ref.up, nullptr, want_up);
+      tap_accumulate_host(TapKind::ColumnSumSq, *ref.down, nullptr, want_down);
+    }
+    for (const Tensor* n : vk.g.nodes()) {
+      if (!op_is_view(n->op)) EXPECT_EQ(sched.backend_of(*n), vulkan_backend()) << n->name;
+    }
+    const auto taps = sched.read_taps(true);
+    for (const auto& [key, want, columns] : {std::tuple{"up", &want_up, K}, std::tuple{"down", &want_down, F}}) {
+      SCOPED_TRACE(key);
+      const TapResult& got = taps.at(key);
+      EXPECT_EQ(got.rows, 2 * U * N);
+      EXPECT_EQ(got.rows, want->rows);
+      EXPECT_EQ(got.expert_rows, want->expert_rows);
+      ASSERT_EQ(got.column_sum_sq.size(), static_cast<size_t>(columns * E));
+      double worst = 0;
+      for (size_t k = 0; k < got.column_sum_sq.size(); ++k) {
+        const double w = want->column_sum_sq[k];
+        if (w == 0) {
+          EXPECT_EQ(got.column_sum_sq[k], 0.0) << "column " << k % columns << " of expert " << k / columns;
+          continue;
+        }
+        worst = std::max(worst, std::fabs(got.column_sum_sq[k] - w) / w);
+      }
+      std::printf("  %s, N=%ld: per-expert column_sum_sq worst relative difference %.2e\n", key,
+                  static_cast<long>(N), worst);
+      EXPECT_LE(worst, sum_tolerance());
+    }
+    // Reset: nothing accumulated after.
+    EXPECT_EQ(sched.read_taps(true).at("up").rows, 0);
   }
 }
 

@@ -59,10 +59,15 @@ class Leaves {
   }
 
   Tensor* indices(Graph& g, std::vector<int32_t> values) {
-    Tensor* t = g.new_tensor(DType::I32, {static_cast<int64_t>(values.size())}, "idx" + std::to_string(++count_));
+    return indices(g, values, {static_cast<int64_t>(values.size()), 1, 1, 1});
+  }
+  // I32 values of shape ne (dim 0 fastest), in host memory unless in_device.
+  Tensor* indices(Graph& g, const std::vector<int32_t>& values, std::array<int64_t, 4> ne, bool in_device = false) {
+    Tensor* t = g.new_tensor(DType::I32, ne, "idx" + std::to_string(++count_));
+    if (static_cast<int64_t>(values.size()) != t->nelements()) throw Error("indices: values do not fill the shape");
     std::vector<char> bytes(values.size() * 4);
     std::memcpy(bytes.data(), values.data(), bytes.size());
-    place(*t, bytes, false);
+    place(*t, bytes, in_device);
     return t;
   }
 

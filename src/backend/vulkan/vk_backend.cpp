@@ -155,15 +155,20 @@ bool has_kernel(const Tensor& node) {
   switch (node.op) {
     case Op::Add:
     case Op::Mul:
+    case Op::Div:
     case Op::Scale:
+    case Op::Clamp:
     case Op::Silu:
     case Op::Gelu:
     case Op::Cpy:
     case Op::Cont: return supports_elementwise(node);
     case Op::RmsNorm:
     case Op::SoftMax:
-    case Op::Rope: return supports_row_op(node);
+    case Op::Rope:
+    case Op::SumRows:
+    case Op::ArgSort: return supports_row_op(node);
     case Op::MulMat:
+    case Op::MulMatId:
     case Op::GetRows: return supports_matmul(node);
     default: return false;
   }
@@ -175,8 +180,11 @@ std::vector<ShaderUse> shaders_of(const Tensor& node, bool is_cpu, bool has_floa
   switch (node.op) {
     case Op::RmsNorm:
     case Op::SoftMax:
-    case Op::Rope: return row_op_shaders(node, is_cpu, has_float64);
+    case Op::Rope:
+    case Op::SumRows:
+    case Op::ArgSort: return row_op_shaders(node, is_cpu, has_float64);
     case Op::MulMat:
+    case Op::MulMatId:
     case Op::GetRows: return matmul_shaders(node, is_cpu);
     default: return elementwise_shaders(node);
   }
@@ -204,7 +212,9 @@ void record_node(Recorder& r, const Tensor& node) {
   switch (node.op) {
     case Op::Add:
     case Op::Mul:
+    case Op::Div:
     case Op::Scale:
+    case Op::Clamp:
     case Op::Silu:
     case Op::Gelu: record_elementwise(r, node); break;
     case Op::Cpy:
@@ -212,7 +222,10 @@ void record_node(Recorder& r, const Tensor& node) {
     case Op::RmsNorm: record_rms_norm(r, node); break;
     case Op::SoftMax: record_soft_max(r, node); break;
     case Op::Rope: record_rope(r, node); break;
+    case Op::SumRows: record_sum_rows(r, node); break;
+    case Op::ArgSort: record_argsort(r, node); break;
     case Op::MulMat: record_mul_mat(r, node); break;
+    case Op::MulMatId: record_mul_mat_id(r, node); break;
     case Op::GetRows: record_get_rows(r, node); break;
     default:
       throw Error(std::string("vulkan: no kernel for ") + op_name(node.op) + " (node '" + node.name + "')");
@@ -263,8 +276,8 @@ void VulkanBackend::compute_async(std::span<Tensor* const> nodes, std::span<cons
 std::unique_ptr<TapState> VulkanBackend::make_tap_state(TapKind kind, int64_t n_columns) {
   // A tap whose shader the driver cannot build is left to the scheduler's
   // host fallback (null), as a backend without taps.
-  const ShaderUse shader = tap_shader_use(kind, device_->is_cpu(), device_->has_float64());
-  if (!pipelines_->can_build(shader.name, shader.n_buffers)) return nullptr;
+  for (const ShaderUse& shader : tap_shaders(kind, device_->is_cpu(), device_->has_float64()))
+    if (!pipelines_->can_build(shader.name, shader.n_buffers)) return nullptr;
   return vulkan::make_tap_state(*this, kind, n_columns);
 }
 

@@ -1,5 +1,5 @@
-// Add, Mul, Scale, Silu, Gelu (shaders/elementwise.comp) and Cpy, Cont
-// (shaders/copy.comp): one thread per element, any strides.
+// Add, Mul, Div, Scale, Clamp, Silu, Gelu (shaders/elementwise.comp) and
+// Cpy, Cont (shaders/copy.comp): one thread per element, any strides.
 #include <limits>
 
 #include "backend/vulkan/vk_ops.h"
@@ -18,7 +18,7 @@ struct ElementwisePush {
   uint32_t b_nb[4];
   uint32_t d_nb[4];
   uint32_t a_off, b_off, d_off;
-  float param;
+  float param, param2;
 };
 
 struct CopyPush {
@@ -48,7 +48,9 @@ const char* elementwise_shader(Op op) {
   switch (op) {
     case Op::Add: return "add";
     case Op::Mul: return "mul";
+    case Op::Div: return "div";
     case Op::Scale: return "scale";
+    case Op::Clamp: return "clamp";
     case Op::Gelu: return "gelu";
     default: return "silu";
   }
@@ -88,9 +90,11 @@ bool supports_elementwise(const Tensor& node) {
   switch (node.op) {
     case Op::Add:
     case Op::Mul:
+    case Op::Div:
       return node.src[1] && a->type == DType::F32 && node.src[1]->type == DType::F32 && node.type == DType::F32 &&
              indexable(*a, 4) && indexable(*node.src[1], 4) && indexable(node, 4);
     case Op::Scale:
+    case Op::Clamp:
     case Op::Silu:
     case Op::Gelu: return a->type == DType::F32 && node.type == DType::F32 && indexable(*a, 4) && indexable(node, 4);
     case Op::Cpy: {
@@ -124,7 +128,8 @@ void record_elementwise(Recorder& r, const Tensor& node) {
   p.a_off = ba.offset_in(4, "'" + a.name + "'");
   p.b_off = bb.offset_in(4, "'" + b.name + "'");
   p.d_off = bd.offset_in(4, "'" + node.name + "'");
-  p.param = node.op == Op::Scale ? node.param_f(0) : 0.0f;
+  p.param = node.op == Op::Scale || node.op == Op::Clamp ? node.param_f(0) : 0.0f;
+  p.param2 = node.op == Op::Clamp ? node.param_f(1) : 0.0f;
   r.dispatch(elementwise_shader(node.op), {ba, bb, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
 }
 

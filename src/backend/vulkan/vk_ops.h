@@ -12,11 +12,12 @@
 namespace qlens::vulkan {
 
 // The activation rows up to which mul_mat takes the matrix-vector path
-// (= MAX_COLS in shaders/mul_mat_vec.comp).
+// (= MAX_COLS in shaders/mul_mat_vec.comp), and the (slot, token) pairs up
+// to which mul_mat_id does.
 constexpr int64_t kMulMatVecMaxCols = 8;
 
-// Whether mul_mat and get_rows read this weight type (weight_types.glsl),
-// and its shader-name suffix ("q8_0").
+// Whether mul_mat, mul_mat_id and get_rows read this weight type
+// (weight_types.glsl), and its shader-name suffix ("q8_0").
 bool is_weight_type(DType type);
 std::string weight_type_suffix(DType type);
 
@@ -32,23 +33,26 @@ struct ShaderUse {
 // the driver cannot build sends the op to the CPU instead of failing mid-graph.
 std::vector<ShaderUse> shaders_of(const Tensor& node, bool is_cpu, bool has_float64);
 
-// vk_elementwise.cpp: Add, Mul, Scale, Silu, Gelu, Cpy, Cont.
+// vk_elementwise.cpp: Add, Mul, Div, Scale, Clamp, Silu, Gelu, Cpy, Cont.
 bool supports_elementwise(const Tensor& node);
 std::vector<ShaderUse> elementwise_shaders(const Tensor& node);
 void record_elementwise(Recorder& r, const Tensor& node);
 void record_copy(Recorder& r, const Tensor& node);
 
-// vk_rows.cpp: RmsNorm, SoftMax, Rope.
+// vk_rows.cpp: RmsNorm, SoftMax, Rope, SumRows, ArgSort.
 bool supports_row_op(const Tensor& node);
 std::vector<ShaderUse> row_op_shaders(const Tensor& node, bool is_cpu, bool has_float64);
 void record_rms_norm(Recorder& r, const Tensor& node);
 void record_soft_max(Recorder& r, const Tensor& node);
 void record_rope(Recorder& r, const Tensor& node);
+void record_sum_rows(Recorder& r, const Tensor& node);
+void record_argsort(Recorder& r, const Tensor& node);
 
-// vk_matmul.cpp: MulMat and GetRows.
+// vk_matmul.cpp: MulMat, MulMatId and GetRows (1-D and batched indices).
 bool supports_matmul(const Tensor& node);
 std::vector<ShaderUse> matmul_shaders(const Tensor& node, bool is_cpu);
 void record_mul_mat(Recorder& r, const Tensor& node);
+void record_mul_mat_id(Recorder& r, const Tensor& node);
 void record_get_rows(Recorder& r, const Tensor& node);
 
 // Whether every stride of t is a whole number of elements and the tensor

@@ -1,5 +1,6 @@
 // Ops along rows: RmsNorm and SoftMax (a workgroup per row, reductions in
-// shared memory) and Rope (a thread per element).
+// shared memory), Rope (a thread per element), SumRows (a thread per row)
+// and ArgSort (a thread per element, counting the elements before it).
 #include <cmath>
 
 #include "backend/vulkan/vk_ops.h"
@@ -10,7 +11,11 @@ namespace qlens::vulkan {
 namespace {
 
 constexpr uint64_t kRopeGroup = 256;  // local_size_x of shaders/rope.comp
-constexpr uint64_t kRowsGroup = 64;   // local_size_x of the ROW_PER_INVOCATION variants
+constexpr uint64_t kRowsGroup = 64;   // local_size_x of the ROW_PER_INVOCATION variants and sum_rows
+constexpr uint64_t kArgSortGroup = 256;  // local_size_x of shaders/argsort.comp
+// ArgSort's invocations each read their whole row: longer rows (the cost
+// grows with the square of their length) stay with the CPU.
+constexpr int64_t kArgSortMaxRow = 4096;
 
 // RmsNorm and SoftMax: a workgroup per row, or on CPU devices (where
 // barriers are slow) an invocation per row.
@@ -22,6 +27,7 @@ void dispatch_rows(Recorder& r, const char* shader, std::initializer_list<Bound>
 }
 
 const char* rope_shader(bool has_float64) { return has_float64 ? "rope_f64" : "rope_f32"; }
+const char* sum_rows_shader(bool has_float64) { return has_float64 ? "sum_rows_f64" : "sum_rows_f32"; }
 
 struct RmsNormPush {
   uint32_t ne[4];
@@ -29,6 +35,14 @@ struct RmsNormPush {
   uint32_t d_nb[4];
   uint32_t a_off, d_off;
   float eps;
+};
+
+// SumRows and ArgSort.
+struct RowsPush {
+  uint32_t ne[4];
+  uint32_t a_nb[4];
+  uint32_t d_nb[4];
+  uint32_t a_off, d_off;
 };
 
 struct SoftMaxPush {
@@ -61,9 +75,12 @@ std::string quoted(const Tensor& t) { return "'" + t.name + "'"; }
 
 bool supports_row_op(const Tensor& node) {
   const Tensor* a = node.src[0];
-  if (!a || a->type != DType::F32 || node.type != DType::F32 || !indexable(*a, 4) || !indexable(node, 4)) return false;
+  if (!a || a->type != DType::F32 || !indexable(*a, 4) || !indexable(node, 4)) return false;
+  if (node.op == Op::ArgSort) return node.type == DType::I32 && a->ne[0] <= kArgSortMaxRow;
+  if (node.type != DType::F32) return false;
   switch (node.op) {
-    case Op::RmsNorm: return true;
+    case Op::RmsNorm:
+    case Op::SumRows: return true;
     case Op::SoftMax: return !node.src[1] || (node.src[1]->type == DType::F32 && indexable(*node.src[1], 4));
     case Op::Rope:
       return node.src[1] && node.src[1]->type == DType::I32 && indexable(*node.src[1], 4) &&
@@ -79,6 +96,8 @@ std::vector<ShaderUse> row_op_shaders(const Tensor& node, bool is_cpu, bool has_
     case Op::RmsNorm: return {{row_shader("rms_norm", is_cpu), 2}};
     case Op::SoftMax: return {{row_shader("soft_max", is_cpu), 3}};
     case Op::Rope: return {{rope_shader(has_float64), 4}};
+    case Op::SumRows: return {{sum_rows_shader(has_float64), 2}};
+    case Op::ArgSort: return {{"argsort", 2}};
     default: return {};
   }
 }
@@ -140,6 +159,33 @@ void record_rope(Recorder& r, const Tensor& node) {
   p.theta_scale_lo = static_cast<float>(theta_scale - static_cast<double>(p.theta_scale_hi));
   r.dispatch(rope_shader(r.has_float64()), {ba, bp, bf, bd}, p,
              ceil_div(static_cast<uint64_t>(node.nelements()), kRopeGroup));
+}
+
+namespace {
+
+RowsPush rows_push(const Tensor& node, const Bound& ba, const Bound& bd) {
+  const Tensor& a = *node.src[0];
+  RowsPush p{};
+  copy4(p.ne, shape_u32(a));
+  copy4(p.a_nb, element_strides(a, 4));
+  copy4(p.d_nb, element_strides(node, 4));
+  p.a_off = ba.offset_in(4, quoted(a));
+  p.d_off = bd.offset_in(4, quoted(node));
+  return p;
+}
+
+}  // namespace
+
+void record_sum_rows(Recorder& r, const Tensor& node) {
+  const Bound ba = r.bind(*node.src[0], "source"), bd = r.bind(node, "result");
+  r.dispatch(sum_rows_shader(r.has_float64()), {ba, bd}, rows_push(node, ba, bd),
+             ceil_div(static_cast<uint64_t>(node.nrows()), kRowsGroup));
+}
+
+void record_argsort(Recorder& r, const Tensor& node) {
+  const Bound ba = r.bind(*node.src[0], "source"), bd = r.bind(node, "result");
+  r.dispatch("argsort", {ba, bd}, rows_push(node, ba, bd),
+             ceil_div(static_cast<uint64_t>(node.nelements()), kArgSortGroup));
 }
 
 }  // namespace qlens::vulkan

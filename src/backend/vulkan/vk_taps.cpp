@@ -31,7 +31,9 @@ struct ColumnPush {
   uint32_t ne[4];
   uint32_t nb[4];
   uint32_t x_off;
-  uint32_t pairs;  // the _cpu variant
+  uint32_t pairs;                     // the _cpu variant
+  uint32_t ids_off, ids_nb0, ids_nb1;  // the _experts variant
+  uint32_t n_used, n_expert;
 };
 struct StatsPush {
   uint32_t ne[4];
@@ -80,15 +82,20 @@ void merge_dims(uint32_t (&ne)[4], uint32_t (&nb)[4]) {
 }
 
 // The shader variant of a tap kind: the CPU-device variant or the GPU one,
-// accumulating in double or float.
-std::string tap_shader(TapKind kind, bool is_cpu, bool f64) {
-  std::string name = kind == TapKind::ColumnSumSq ? (is_cpu ? "tap_column_sum_sq_cpu" : "tap_column_sum_sq")
+// accumulating in double or float; ColumnSumSq on a MulMatId node
+// (`experts`) has one variant for all devices.
+std::string tap_shader(TapKind kind, bool is_cpu, bool f64, bool experts = false) {
+  std::string name = kind == TapKind::ColumnSumSq ? (experts  ? "tap_column_sum_sq_experts"
+                                                     : is_cpu ? "tap_column_sum_sq_cpu"
+                                                              : "tap_column_sum_sq")
                      : kind == TapKind::Stats     ? (is_cpu ? "tap_stats_segments" : "tap_stats")
                                                   : (is_cpu ? "tap_error_stats_rows" : "tap_error_stats");
   return name + (f64 ? "_f64" : "_f32");
 }
 
-uint32_t tap_buffers(TapKind kind) { return kind == TapKind::ColumnSumSq ? 2 : kind == TapKind::Stats ? 3 : 4; }
+uint32_t tap_buffers(TapKind kind, bool experts = false) {
+  return kind == TapKind::ColumnSumSq ? (experts ? 4 : 2) : kind == TapKind::Stats ? 3 : 4;
+}
 
 class VulkanTapState final : public TapState {
  public:
@@ -97,9 +104,11 @@ class VulkanTapState final : public TapState {
     const size_t acc_values = kind == TapKind::ColumnSumSq ? static_cast<size_t>(n_columns)
                               : kind == TapKind::Stats     ? kTapSlots * kStatsAcc
                                                            : kTapSlots * kErrorAcc;
-    const size_t count_values = kind == TapKind::Stats ? kTapSlots * kStatsCounts
+    // ColumnSumSq: the rows of each expert on a MulMatId (n_columns = K
+    // times the experts: never fewer than they).
+    const size_t count_values = kind == TapKind::Stats        ? kTapSlots * kStatsCounts
                                 : kind == TapKind::ErrorStats ? kErrorHistogram + LogHistogram::kBuckets
-                                                              : 1;
+                                                              : std::max<size_t>(static_cast<size_t>(n_columns), 1);
     acc = backend.device().create_buffer(acc_values * acc_bytes(), false, std::string(tap_kind_name(kind)) + " tap");
     counts = backend.device().create_buffer(count_values * 4, false, std::string(tap_kind_name(kind)) + " tap");
     clear();
@@ -164,12 +173,18 @@ class VulkanTapState final : public TapState {
   bool f64;
   DeviceBuffer acc, counts;
   int64_t rows = 0;  // ColumnSumSq: known when recording
+  // ColumnSumSq: the experts of the nodes it was recorded on (0 on MulMat),
+  // -1 before the first.
+  int64_t experts = -1;
 };
 
 }  // namespace
 
-ShaderUse tap_shader_use(TapKind kind, bool is_cpu, bool has_float64) {
-  return {tap_shader(kind, is_cpu, has_float64), tap_buffers(kind)};
+std::vector<ShaderUse> tap_shaders(TapKind kind, bool is_cpu, bool has_float64) {
+  std::vector<ShaderUse> out{{tap_shader(kind, is_cpu, has_float64), tap_buffers(kind)}};
+  if (kind == TapKind::ColumnSumSq)
+    out.push_back({tap_shader(kind, is_cpu, has_float64, true), tap_buffers(kind, true)});
+  return out;
 }
 
 std::unique_ptr<TapState> make_tap_state(VulkanBackend& backend, TapKind kind, int64_t n_columns) {
@@ -186,6 +201,10 @@ void read_tap(VulkanBackend& backend, TapState& state, TapResult& into, bool res
   if (st->kind == TapKind::ColumnSumSq) {
     mine.column_sum_sq = acc;
     mine.rows = st->rows;
+    if (st->experts > 0) {
+      const std::vector<uint32_t> counts = st->read_counts();
+      mine.expert_rows.assign(counts.begin(), counts.begin() + st->experts);
+    }
   } else {
     const std::vector<uint32_t> counts = st->read_counts();
     for (uint32_t s = 0; s < kTapSlots; ++s) {
@@ -225,6 +244,70 @@ void read_tap(VulkanBackend& backend, TapState& state, TapResult& into, bool res
   if (reset) st->clear();
 }
 
+namespace {
+
+// Per expert on a MulMatId node: a thread per column and expert, over the
+// (slot, token) pairs routed to it; its column 0 counts them.
+void record_expert_column_sum_sq(Recorder& r, VulkanTapState& st, const Tensor& node, const auto& fail) {
+  const Tensor& x = *node.src[1];
+  const Tensor* ids = node.src[2];
+  const int64_t experts = tap_experts(node);
+  if (!ids || ids->type != DType::I32 || !indexable(*ids, 4)) fail("needs I32 expert ids");
+  if (x.ne[0] * experts != st.columns)
+    fail(std::to_string(experts) + " experts of " + std::to_string(x.ne[0]) + " columns, the tap has " +
+         std::to_string(st.columns) + " columns");
+  const Bound bx = r.bind(x, "activations"), bi = r.bind(*ids, "expert ids");
+  ColumnPush p{};
+  copy4(p.ne, shape_u32(x));
+  copy4(p.nb, element_strides(x, 4));
+  p.x_off = bx.offset_in(4, "'" + x.name + "'");
+  const auto ids_nb = element_strides(*ids, 4);
+  p.ids_off = bi.offset_in(4, "'" + ids->name + "'");
+  p.ids_nb0 = ids_nb[0];
+  p.ids_nb1 = ids_nb[1];
+  p.n_used = static_cast<uint32_t>(ids->ne[0]);
+  p.n_expert = static_cast<uint32_t>(experts);
+  r.dispatch(tap_shader(TapKind::ColumnSumSq, r.is_cpu(), st.f64, true), {bx, r.bind(st.acc), bi, r.bind(st.counts)},
+             p, ceil_div(static_cast<uint64_t>(st.columns), kColumnGroup));
+  st.rows += ids->ne[0] * ids->ne[1];
+}
+
+void record_column_sum_sq(Recorder& r, VulkanTapState& st, const Tensor& node, const auto& fail) {
+  const Tensor* x = node.src[1];
+  if ((node.op != Op::MulMat && node.op != Op::MulMatId) || !x || x->type != DType::F32)
+    fail("needs a MUL_MAT or MUL_MAT_ID with F32 activations");
+  const int64_t experts = tap_experts(node);
+  if (st.experts >= 0 && st.experts != experts)
+    fail("the tap was recorded on " + std::to_string(st.experts) + " experts, the node has " + std::to_string(experts));
+  st.experts = experts;
+  if (node.op == Op::MulMatId) {
+    record_expert_column_sum_sq(r, st, node, fail);
+    return;
+  }
+  if (x->ne[0] != st.columns)
+    fail(std::to_string(x->ne[0]) + " columns, the tap has " + std::to_string(st.columns));
+  const Bound bx = r.bind(*x, "activations"), bacc = r.bind(st.acc);
+  ColumnPush p{};
+  copy4(p.ne, shape_u32(*x));
+  copy4(p.nb, element_strides(*x, 4));
+  p.x_off = bx.offset_in(4, "'" + x->name + "'");
+  // On CPU devices the _cpu variant: workgroups of 8 invocations with
+  // kColumnUnitsCpu units of columns each, a unit two columns where it
+  // accumulates in double, dim 0 is contiguous and every row starts 8-byte
+  // aligned (the window, x_off and the strides), else one.
+  const bool cpu = r.is_cpu();
+  p.pairs = cpu && st.f64 && p.nb[0] == 1 && p.x_off % 2 == 0 && bx.window.offset % 8 == 0;
+  for (int i = 1; i < 4; ++i) p.pairs = p.pairs && (p.ne[i] == 1 || p.nb[i] % 2 == 0);
+  const uint64_t columns = static_cast<uint64_t>(x->ne[0]);
+  const uint64_t groups =
+      cpu ? std::max<uint64_t>(ceil_div(p.pairs ? columns / 2 : columns, kColumnGroupCpu * kColumnUnitsCpu), 1)
+          : ceil_div(columns, kColumnGroup);
+  r.dispatch(tap_shader(TapKind::ColumnSumSq, cpu, st.f64), {bx, bacc}, p, groups);
+  st.rows += x->nrows();
+}
+
+}  // namespace
+
 void record_tap(Recorder& r, const TapWork& tap, const Tensor& node) {
   auto fail = [&](const std::string& what) {
     throw Error(r.device_name() + ": " + tap_kind_name(tap.kind) + " tap on '" + node.name + "': " + what);
@@ -234,31 +317,7 @@ void record_tap(Recorder& r, const TapWork& tap, const Tensor& node) {
   if (st->kind != tap.kind) fail("state of another kind");
   const std::string shader = tap_shader(tap.kind, r.is_cpu(), st->f64);
   switch (tap.kind) {
-    case TapKind::ColumnSumSq: {
-      const Tensor* x = node.src[1];
-      if (node.op != Op::MulMat || !x || x->type != DType::F32) fail("needs a MUL_MAT with F32 activations");
-      if (x->ne[0] != st->columns)
-        fail(std::to_string(x->ne[0]) + " columns, the tap has " + std::to_string(st->columns));
-      const Bound bx = r.bind(*x, "activations"), bacc = r.bind(st->acc);
-      ColumnPush p{};
-      copy4(p.ne, shape_u32(*x));
-      copy4(p.nb, element_strides(*x, 4));
-      p.x_off = bx.offset_in(4, "'" + x->name + "'");
-      // On CPU devices the _cpu variant: workgroups of 8 invocations with
-      // kColumnUnitsCpu units of columns each, a unit two columns where it
-      // accumulates in double, dim 0 is contiguous and every row starts 8-byte
-      // aligned (the window, x_off and the strides), else one.
-      const bool cpu = r.is_cpu();
-      p.pairs = cpu && st->f64 && p.nb[0] == 1 && p.x_off % 2 == 0 && bx.window.offset % 8 == 0;
-      for (int i = 1; i < 4; ++i) p.pairs = p.pairs && (p.ne[i] == 1 || p.nb[i] % 2 == 0);
-      const uint64_t columns = static_cast<uint64_t>(x->ne[0]);
-      const uint64_t groups =
-          cpu ? std::max<uint64_t>(ceil_div(p.pairs ? columns / 2 : columns, kColumnGroupCpu * kColumnUnitsCpu), 1)
-              : ceil_div(columns, kColumnGroup);
-      r.dispatch(shader, {bx, bacc}, p, groups);
-      st->rows += x->nrows();
-      break;
-    }
+    case TapKind::ColumnSumSq: record_column_sum_sq(r, *st, node, fail); break;
     case TapKind::Stats: {
       if (node.type != DType::F32 || !indexable(node, 4)) fail("needs an F32 node");
       const Bound bx = r.bind(node, "node");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "backend/vulkan/vk_ops.h"
 #include "backend/vulkan/vk_recorder.h"
@@ -14,9 +15,10 @@ namespace qlens::vulkan {
 
 class VulkanBackend;
 
-// The shader a tap kind runs on such a device (VulkanBackend::make_tap_state
-// builds it first: if the driver cannot, the tap falls back to the host).
-ShaderUse tap_shader_use(TapKind kind, bool is_cpu, bool has_float64);
+// The shaders a tap kind may run on such a device (ColumnSumSq: on MulMat
+// and on MulMatId nodes); VulkanBackend::make_tap_state builds them first:
+// if the driver cannot, the tap falls back to the host.
+std::vector<ShaderUse> tap_shaders(TapKind kind, bool is_cpu, bool has_float64);
 std::unique_ptr<TapState> make_tap_state(VulkanBackend& backend, TapKind kind, int64_t n_columns);
 void read_tap(VulkanBackend& backend, TapState& state, TapResult& into, bool reset);
 // Throws Error when the tap cannot run on the node (kind, types, shapes,

@@ -11,7 +11,9 @@ file(MAKE_DIRECTORY ${QLENS_VK_OUT})
 set(QLENS_VK_VARIANTS
   "add|elementwise.comp|-DOP_ADD"
   "mul|elementwise.comp|-DOP_MUL"
+  "div|elementwise.comp|-DOP_DIV"
   "scale|elementwise.comp|-DOP_SCALE"
+  "clamp|elementwise.comp|-DOP_CLAMP"
   "silu|elementwise.comp|-DOP_SILU"
   "gelu|elementwise.comp|-DOP_GELU"
   "rms_norm|rms_norm.comp|"
@@ -20,6 +22,9 @@ set(QLENS_VK_VARIANTS
   "soft_max_rows|soft_max.comp|-DROW_PER_INVOCATION"
   "rope_f32|rope.comp|"
   "rope_f64|rope.comp|-DROPE_F64"
+  "argsort|argsort.comp|"
+  "sum_rows_f32|sum_rows.comp|"
+  "sum_rows_f64|sum_rows.comp|-DSUM_F64"
 )
 foreach(src F32 F16 BF16)
   foreach(dst F32 F16 BF16)
@@ -27,16 +32,19 @@ foreach(src F32 F16 BF16)
     list(APPEND QLENS_VK_VARIANTS "${name}|copy.comp|-DSRC_${src} -DDST_${dst}")
   endforeach()
 endforeach()
-# The weight types of mul_mat and get_rows: one line per type here and one
-# section in shaders/weight_types.glsl (and a row in kWeightTypes of
-# vk_matmul.cpp).
+# The weight types of mul_mat, mul_mat_id and get_rows: one line per type
+# here and one section in shaders/weight_types.glsl (and a row in
+# kWeightTypes of vk_matmul.cpp).
 foreach(type F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS)
   string(TOLOWER ${type} t)
   list(APPEND QLENS_VK_VARIANTS
     "get_rows_${t}|get_rows.comp|-DTYPE_${type}"
     "mul_mat_vec_${t}|mul_mat_vec.comp|-DTYPE_${type}"
     "mul_mat_${t}|mul_mat.comp|-DTYPE_${type}"
-    "mul_mat_direct_${t}|mul_mat.comp|-DTYPE_${type} -DDIRECT")
+    "mul_mat_direct_${t}|mul_mat.comp|-DTYPE_${type} -DDIRECT"
+    "mul_mat_id_vec_${t}|mul_mat_vec.comp|-DTYPE_${type} -DMUL_MAT_ID"
+    "mul_mat_id_${t}|mul_mat.comp|-DTYPE_${type} -DMUL_MAT_ID"
+    "mul_mat_id_direct_${t}|mul_mat.comp|-DTYPE_${type} -DDIRECT -DMUL_MAT_ID")
 endforeach()
 foreach(tap column_sum_sq stats error_stats)
   list(APPEND QLENS_VK_VARIANTS
@@ -49,7 +57,9 @@ list(APPEND QLENS_VK_VARIANTS
   "tap_stats_segments_f32|tap_stats.comp|-DSEGMENTS"
   "tap_stats_segments_f64|tap_stats.comp|-DACC_F64 -DSEGMENTS"
   "tap_column_sum_sq_cpu_f32|tap_column_sum_sq.comp|-DCPU_DEVICE"
-  "tap_column_sum_sq_cpu_f64|tap_column_sum_sq.comp|-DACC_F64 -DCPU_DEVICE")
+  "tap_column_sum_sq_cpu_f64|tap_column_sum_sq.comp|-DACC_F64 -DCPU_DEVICE"
+  "tap_column_sum_sq_experts_f32|tap_column_sum_sq.comp|-DEXPERTS"
+  "tap_column_sum_sq_experts_f64|tap_column_sum_sq.comp|-DACC_F64 -DEXPERTS")
 
 file(GLOB QLENS_VK_SHADER_SOURCES CONFIGURE_DEPENDS ${QLENS_VK_SHADER_DIR}/*.comp ${QLENS_VK_SHADER_DIR}/*.glsl)
 set(QLENS_VK_SPV)

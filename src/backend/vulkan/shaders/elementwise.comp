@@ -1,6 +1,6 @@
-// Add, Mul (b broadcast over a), Scale, Silu and Gelu: one thread per element
-// of the result; every tensor may have any strides. Variants: OP_ADD, OP_MUL,
-// OP_SCALE, OP_SILU, OP_GELU.
+// Add, Mul, Div (b broadcast over a), Scale, Clamp, Silu and Gelu: one thread
+// per element of the result; every tensor may have any strides. Variants:
+// OP_ADD, OP_MUL, OP_DIV, OP_SCALE, OP_CLAMP, OP_SILU, OP_GELU.
 #version 450
 #include "common.glsl"
 
@@ -18,7 +18,7 @@ layout(push_constant) uniform Params {
   uvec4 b_nb;
   uvec4 d_nb;
   uint a_off, b_off, d_off;
-  float param;  // Scale: the factor
+  float param, param2;  // Scale: the factor; Clamp: lo, hi
 } p;
 
 void main() {
@@ -30,8 +30,15 @@ void main() {
   const float y = x + b[p.b_off + offset4(i % p.b_ne, p.b_nb)];
 #elif defined(OP_MUL)
   const float y = x * b[p.b_off + offset4(i % p.b_ne, p.b_nb)];
+#elif defined(OP_DIV)
+  const float y = x / b[p.b_off + offset4(i % p.b_ne, p.b_nb)];
 #elif defined(OP_SCALE)
   const float y = x * p.param;
+#elif defined(OP_CLAMP)
+  // As ggml's MAX(MIN(x, hi), lo), comparisons rather than min/max (whose
+  // result GLSL leaves undefined for NaN): NaN becomes hi.
+  const float m = x < p.param2 ? x : p.param2;
+  const float y = m > p.param ? m : p.param;
 #elif defined(OP_SILU)
   const float y = x / (1.0 + exp(-x));
 #elif defined(OP_GELU)

@@ -8,11 +8,16 @@
 // several loads in flight), a unit being one column or, with ACC_F64 and
 // `pairs` (dim 0 contiguous, every row and the binding 8-byte aligned), two
 // read at once as a double's bits (the last column of an odd K apart).
+// EXPERTS (the _experts variants, on a MUL_MAT_ID's activations x [K, b1,
+// n_tokens] with its expert ids [n_used, n_tokens]): one invocation per
+// expert e and column k, summing x_k^2 over the (slot, token) pairs routed to
+// e, slot u reading x's row u % b1, in the host's order (tokens, then slots);
+// the expert's column 0 also counts its pairs.
 #version 450
 #include "common.glsl"
 #include "tap_common.glsl"
 
-#if defined(CPU_DEVICE)
+#if defined(CPU_DEVICE) && !defined(EXPERTS)
 const uint WG = 8u, UNITS = 4u;
 #else
 const uint WG = 64u;
@@ -24,12 +29,18 @@ layout(binding = 0) readonly buffer X { float x[]; };
 layout(binding = 0) readonly buffer X2 { double x2[]; };  // the same buffer, as pairs of floats
 #endif
 layout(binding = 1) buffer Acc { ACC acc[]; };
+#if defined(EXPERTS)
+layout(binding = 2) readonly buffer Ids { int ids[]; };
+layout(binding = 3) buffer Counts { uint counts[]; };
+#endif
 
 layout(push_constant) uniform Params {
   uvec4 ne;
   uvec4 nb;  // floats
   uint x_off;
   uint pairs;  // CPU_DEVICE with ACC_F64
+  uint ids_off, ids_nb0, ids_nb1;  // EXPERTS: the ids [n_used, ne.z], ints
+  uint n_used, n_expert;
 } p;
 
 // Column k's sum over the rows.
@@ -44,7 +55,24 @@ ACC column_sum_sq(uint k) {
   return sum;
 }
 
-#if defined(CPU_DEVICE)
+#if defined(EXPERTS)
+void main() {
+  const uint c = group_index() * WG + gl_LocalInvocationID.x;  // e K + k: the accumulators' order
+  if (c >= p.ne.x * p.n_expert) return;
+  const uint e = c / p.ne.x, k = c % p.ne.x;
+  ACC sum = ACC(0);
+  uint rows = 0u;
+  for (uint t = 0u; t < p.ne.z; ++t)
+    for (uint u = 0u; u < p.n_used; ++u)
+      if (ids[p.ids_off + u * p.ids_nb0 + t * p.ids_nb1] == int(e)) {
+        const ACC v = ACC(x[p.x_off + offset4(uvec4(k, u % p.ne.y, t, 0u), p.nb)]);
+        sum += v * v;
+        ++rows;
+      }
+  acc[c] += sum;
+  if (k == 0u) counts[e] += rows;
+}
+#elif defined(CPU_DEVICE)
 uint u[UNITS];  // this invocation's units
 ACC s0[UNITS], s1[UNITS];  // their sums (s1: the second column of a pair)
 
