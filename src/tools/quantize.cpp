@@ -421,11 +421,11 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
         if (w.empty()) break;
         importance.insert(importance.end(), w.begin(), w.end());
       }
-      if (!importance.empty() && t.ne[2] > 1) {
+      const auto entry = imatrix->entries.find(t.name);
+      if (!importance.empty() && t.ne[2] > 1 && entry->second.n_mat == t.ne[2]) {
         std::vector<int64_t> unrouted;
         for (int64_t e = 0; e < t.ne[2]; ++e)
-          if (!(imatrix->entries.at(t.name).counts[std::min<int64_t>(e, imatrix->entries.at(t.name).n_mat - 1)] > 0))
-            unrouted.push_back(e);
+          if (!(entry->second.counts[e] > 0)) unrouted.push_back(e);
         if (!unrouted.empty()) {
           log << "(experts without imatrix data, importance 1 for every column as in llama.cpp:";
           for (int64_t e : unrouted) log << " " << e;

@@ -99,7 +99,7 @@ void matmul_id(const Tensor& node, const KernelCtx& c) {
   const Tensor& ids = *node.src[2];
   const IdShape s = id_shape(node);
   if (s.rows() == 0 || s.M == 0) return;
-  const IdLayout lay(s, 0);
+  const IdLayout lay(s, 0);  // the offsets (the sub-products' scratch comes last, sized by the caller)
   int64_t* start = reinterpret_cast<int64_t*>(c.shared + lay.start);
   int64_t* count = reinterpret_cast<int64_t*>(c.shared + lay.count);
   auto* counter = reinterpret_cast<std::atomic<int64_t>*>(c.shared + lay.counter);
@@ -140,7 +140,7 @@ void matmul_id(const Tensor& node, const KernelCtx& c) {
     if (count[e] == 0) continue;
     SubProduct p(as, s, e, count[e], x + start[e] * s.K, y + start[e] * s.M);
     KernelCtx sub = c;
-    sub.shared = c.shared + IdLayout(s, 0).sub;
+    sub.shared = c.shared + lay.sub;
     sub.counter = &counter[e];
     matmul(p.y, sub);
     c.barrier();
