@@ -49,7 +49,7 @@ done
 for m in f16 Q8_0 Q4_0 Q4_K_M; do
   "$qlens" bench -m "$models/$m.gguf" --device "$device" -p 512 -n 128 -r 3 2>&1 | grep -E '^\|' | tail -2 |
     sed "s/^/$m /" | tee "$out/bench_$m.txt" | tee -a "$summary"
-  tg=$(grep -E '\| tg128 \|' "$out/bench_$m.txt" | awk -F'|' '{print $6}' | awk '{print $1}')
+  tg=$(grep -E '\| tg128 \|' "$out/bench_$m.txt" | awk -F'|' '{print $7}' | awk '{print $1}')
   bytes=$(stat -c %s "$models/$m.gguf")
   [ -n "$tg" ] && note "$m generation: $(awk -v b="$bytes" -v t="$tg" 'BEGIN { printf "%.0f GB/s of weights read", b * t / 1e9 }')"
 done

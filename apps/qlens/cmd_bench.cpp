@@ -29,11 +29,11 @@ int cmd_bench(int argc, char** argv) {
   if (model_path.empty()) throw Error("qlens bench: -m MODEL is required");
   auto model = Model::load(model_path);
   auto r = tools::bench(*model, opt);
-  std::printf("| model | params | threads | test | tokens/s |\n|---|---|---|---|---|\n");
+  std::printf("| model | params | backend | threads | test | tokens/s |\n|---|---|---|---|---|---|\n");
   const int threads = opt.n_threads > 0 ? opt.n_threads : default_threads();
   auto row = [&](const char* kind, int64_t n, const tools::BenchFigure& f) {
-    std::printf("| %s | %.1fM | %d | %s%lld | %.2f ± %.2f |\n", model_path.c_str(), model->n_params() / 1e6, threads,
-                kind, static_cast<long long>(n), f.mean, f.stddev);
+    std::printf("| %s | %.1fM | %s | %d | %s%lld | %.2f ± %.2f |\n", model_path.c_str(), model->n_params() / 1e6,
+                r.backend.c_str(), threads, kind, static_cast<long long>(n), f.mean, f.stddev);
   };
   if (opt.n_prompt > 0) row("pp", opt.n_prompt, r.prompt);
   if (opt.n_gen > 0) row("tg", opt.n_gen, r.generation);

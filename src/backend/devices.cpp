@@ -2,6 +2,7 @@
 #include <fstream>
 #include <thread>
 
+#include "backend/cpu/isa.h"
 #include "qlens/backend.h"
 #include "qlens/error.h"
 #ifdef QLENS_VULKAN
@@ -29,7 +30,8 @@ std::vector<DeviceInfo> list_devices() {
   std::vector<DeviceInfo> out;
   DeviceInfo cpu;
   cpu.id = "cpu";
-  cpu.name = cpu_name() + " (" + std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " threads)";
+  cpu.name = cpu_name() + " (" + std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " threads, " +
+             cpu::isa_name(cpu::best_isa()) + " kernels)";
   cpu.kind = "cpu";
   out.push_back(cpu);
 #ifdef QLENS_VULKAN

@@ -63,7 +63,9 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
       tg.push_back(opt.n_gen / seconds_since(t0));
     }
   }
-  return {summarize(pp), summarize(tg)};
+  BenchResult r{summarize(pp), summarize(tg), ctx.backend().name()};
+  if (ctx.device()) r.backend = ctx.device()->name() + " + " + r.backend;
+  return r;
 }
 
 }  // namespace qlens::tools

@@ -25,6 +25,7 @@ struct BenchFigure {
 
 struct BenchResult {
   BenchFigure prompt, generation;
+  std::string backend;  // what ran: "cpu-avx512", or the device's name then "+ cpu-..."
 };
 
 BenchResult bench(const Model& model, const BenchOptions& opt);
