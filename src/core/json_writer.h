@@ -47,6 +47,13 @@ class JsonWriter {
       value_uint(static_cast<uint64_t>(v));
   }
   void null();
+  // An array of the range's values.
+  template <class Range>
+  void array(const Range& values) {
+    begin_array();
+    for (const auto& v : values) value(v);
+    end_array();
+  }
 
   // True once the top-level value is complete.
   bool done() const { return stack_.empty() && wrote_top_; }

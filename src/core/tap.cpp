@@ -212,23 +212,14 @@ void tap_accumulate_host(TapKind kind, const Tensor& node, const Tensor* other, 
       if (node.op == Op::MulMatId && x && node.src[2]) {
         require_f32(*x, "activations");
         const Tensor& ids = *node.src[2];
-        const int64_t K = x->ne[0], E = tap_experts(node);
-        if (acc.column_sum_sq.empty()) acc.column_sum_sq.assign(K * E, 0.0);
-        if (acc.expert_rows.empty()) acc.expert_rows.assign(E, 0);
-        if (static_cast<int64_t>(acc.column_sum_sq.size()) != K * E || static_cast<int64_t>(acc.expert_rows.size()) != E)
-          throw Error("tap: '" + node.name + "' has " + std::to_string(E) + " experts of " + std::to_string(K) +
-                      " columns, the tap another shape");
+        std::vector<float> values;
+        for_each_index(*x, [&](int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+          values.push_back(value_at(*x, i0, i1, i2, i3));
+        });
+        std::vector<int32_t> chosen;
         for (int64_t t = 0; t < ids.ne[1]; ++t)
-          for (int64_t u = 0; u < ids.ne[0]; ++u) {
-            const int32_t e = *reinterpret_cast<const int32_t*>(ids.at(u, t));
-            if (e < 0 || e >= E) throw Error("tap: '" + node.name + "' routes to expert " + std::to_string(e));
-            for (int64_t k = 0; k < K; ++k) {
-              const double v = value_at(*x, k, u % x->ne[1], t, 0);
-              acc.column_sum_sq[e * K + k] += v * v;
-            }
-            ++acc.expert_rows[e];
-            ++acc.rows;
-          }
+          for (int64_t u = 0; u < ids.ne[0]; ++u) chosen.push_back(*reinterpret_cast<const int32_t*>(ids.at(u, t)));
+        tap_accumulate_expert_values(values, x->ne[0], x->ne[1], chosen, ids.ne[0], tap_experts(node), acc);
         break;
       }
       if (node.op != Op::MulMat || !x) throw Error("tap: column sums need a MUL_MAT node, '" + node.name + "' is not");

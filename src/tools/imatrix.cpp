@@ -64,7 +64,10 @@ void add_column_sums(Imatrix& m, const std::map<std::string, TapResult>& chunk) 
     for (size_t x = 0; x < n_mat; ++x)
       for (size_t k = 0; k < n_cols; ++k)
         if (!std::isfinite(r.column_sum_sq[x * n_cols + k])) {
-          if (n_bad++ < 8) bad += (bad.empty() ? "" : ", ") + std::to_string(x);
+          if (n_bad++ < 8) {
+            if (!bad.empty()) bad += ", ";
+            bad += std::to_string(x);
+          }
           break;
         }
     if (n_bad > 0)

@@ -154,6 +154,16 @@ std::vector<float> Imatrix::importance(const std::string& tensor, int64_t n_cols
   return w;
 }
 
+std::vector<float> Imatrix::tensor_importance(const std::string& tensor, int64_t n_cols, int64_t n_mat) const {
+  std::vector<float> all;
+  for (int64_t e = 0; e < n_mat; ++e) {
+    const std::vector<float> one = importance(tensor, n_cols, n_mat > 1 ? e : 0);
+    if (one.empty()) return {};
+    all.insert(all.end(), one.begin(), one.end());
+  }
+  return all;
+}
+
 void convert_counts_to_rows(Imatrix& m, int64_t chunk_size) {
   if (!m.counts_in_chunks) return;
   if (chunk_size <= 0) throw Error(m.path + ": a .dat matrix needs a chunk size to be combined with row counts");

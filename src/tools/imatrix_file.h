@@ -46,6 +46,10 @@ struct Imatrix {
   // Per-column importance (mean of x^2) of a weight, matrix `mat`, or empty when
   // the tensor is absent. Throws Error when present with another row length.
   std::vector<float> importance(const std::string& tensor, int64_t n_cols, int64_t mat = 0) const;
+  // The importance of a whole weight of n_mat matrices (a 3-D expert
+  // tensor's experts, 1 for a matrix): each matrix's n_cols values, one after
+  // the other; empty when the tensor is absent.
+  std::vector<float> tensor_importance(const std::string& tensor, int64_t n_cols, int64_t n_mat) const;
 };
 
 // Gives a matrix read from a .dat the units of one collected in rows, given

@@ -260,7 +260,10 @@ std::string id_list(const std::vector<int64_t>& ids) {
   if (ids.empty()) return "-";
   std::string out;
   const size_t shown = std::min<size_t>(ids.size(), 12);
-  for (size_t i = 0; i < shown; ++i) out += (i ? " " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < shown; ++i) {
+    if (i) out += ' ';
+    out += std::to_string(ids[i]);
+  }
   if (shown < ids.size()) out += " ... (" + std::to_string(ids.size()) + ")";
   return out;
 }
@@ -542,9 +545,7 @@ void write_imatrix_statistics_json(std::ostream& out, const ImatrixStatistics& s
   w.begin_object();
   w.key("file"); w.value(s.path);
   w.key("datasets");
-  w.begin_array();
-  for (const std::string& d : s.datasets) w.value(d);
-  w.end_array();
+  w.array(s.datasets);
   w.key("chunk_count"); w.value(s.chunk_count);
   w.key("chunk_size"); w.value(s.chunk_size);
   w.key("active_threshold_relative_to_mean"); w.value(kImatrixActiveRelativeThreshold);
@@ -565,18 +566,12 @@ void write_imatrix_statistics_json(std::ostream& out, const ImatrixStatistics& s
     w.key("tensor"); w.value(u.tensor);
     w.key("n_expert"); w.value(u.n_expert);
     w.key("rows");
-    w.begin_array();
-    for (double r : u.rows) w.value(r);
-    w.end_array();
+    w.array(u.rows);
     w.key("total_rows"); w.value(u.total);
     w.key("unused_experts");
-    w.begin_array();
-    for (int64_t e : u.unused) w.value(e);
-    w.end_array();
+    w.array(u.unused);
     w.key("rare_experts");
-    w.begin_array();
-    for (int64_t e : u.rare) w.value(e);
-    w.end_array();
+    w.array(u.rare);
     w.key("entropy"); w.value(u.entropy);
     w.key("normalized_entropy"); w.value(u.normalized_entropy);
     w.key("max_over_even"); w.value(u.max_over_even);
@@ -584,9 +579,7 @@ void write_imatrix_statistics_json(std::ostream& out, const ImatrixStatistics& s
   }
   w.end_array();
   w.key("skipped_tensors");
-  w.begin_array();
-  for (const std::string& name : s.skipped) w.value(name);
-  w.end_array();
+  w.array(s.skipped);
   w.end_object();
   out << '\n';
 }

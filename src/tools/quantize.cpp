@@ -416,11 +416,7 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
     bool used_imatrix = false;
     if (imatrix && type_traits(p.to).is_quantized) {
       // Each expert of a 3-D expert tensor quantizes with its own slice.
-      for (int64_t e = 0; e < t.ne[2]; ++e) {
-        const std::vector<float> w = imatrix->importance(t.name, t.ne[0], t.ne[2] > 1 ? e : 0);
-        if (w.empty()) break;
-        importance.insert(importance.end(), w.begin(), w.end());
-      }
+      importance = imatrix->tensor_importance(t.name, t.ne[0], t.ne[2]);
       const auto entry = imatrix->entries.find(t.name);
       if (!importance.empty() && t.ne[2] > 1 && entry->second.n_mat == t.ne[2]) {
         std::vector<int64_t> unrouted;

@@ -181,14 +181,7 @@ bool fits(DType type, const Tensor& w) {
 // The importance of a weight's columns: [K], or [n_expert][K] for a 3-D
 // expert tensor (each expert's own); empty without an imatrix entry.
 std::vector<float> weight_importance(const Imatrix* imatrix, const Tensor& w) {
-  std::vector<float> all;
-  if (!imatrix) return all;
-  for (int64_t e = 0; e < w.ne[2]; ++e) {
-    const std::vector<float> one = imatrix->importance(w.name, w.ne[0], w.ne[2] > 1 ? e : 0);
-    if (one.empty()) return {};
-    all.insert(all.end(), one.begin(), one.end());
-  }
-  return all;
+  return imatrix ? imatrix->tensor_importance(w.name, w.ne[0], w.ne[2]) : std::vector<float>{};
 }
 
 // Element i's importance: its column's, in its matrix (expert) when the
@@ -489,15 +482,11 @@ std::string sensitivity_json(const SensitivityResult& r) {
     w.key("layer"); w.value(t.layer);
     w.key("n_elements"); w.value(t.n_elements);
     w.key("shape");
-    w.begin_array();
-    for (int64_t d : t.shape) w.value(d);
-    w.end_array();
+    w.array(t.shape);
     w.key("source_type"); w.value(std::string(type_name(t.source_type)));
     if (!t.members.empty()) {
       w.key("members");
-      w.begin_array();
-      for (const std::string& m : t.members) w.value(m);
-      w.end_array();
+      w.array(t.members);
     }
     if (r.mode == SensitivityMode::Noise) {
       w.key("noise_fit");

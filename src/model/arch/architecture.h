@@ -45,8 +45,14 @@ void read_expert_hparams(const gguf::File& f, HParams& hp, bool required, int64_
 // Table rows most architectures share: the token embedding, the final norm
 // and the output matrix (optional: tied when absent).
 std::vector<TensorSpec> global_tensors(const HParams& hp);
-// A layer's mixture of experts: the router and the three expert tensors.
-std::vector<TensorSpec> expert_tensors(const HParams& hp);
+// A layer's attention: attn_norm, the q, k, v and output projections, and
+// with qk_norm the per-head q and k norms.
+std::vector<TensorSpec> attention_tensors(const HParams& hp, bool qk_norm);
+// A layer's feed-forward: ffn_norm, then gate, up and down, or with experts
+// (n_expert > 0) the router and the three expert tensors.
+std::vector<TensorSpec> ffn_tensors(const HParams& hp);
+// Appends `more` to `rows`.
+void append(std::vector<TensorSpec>& rows, const std::vector<TensorSpec>& more);
 
 // The architectures (one file each).
 const Architecture& llama_architecture();

@@ -106,12 +106,33 @@ std::vector<TensorSpec> global_tensors(const HParams& hp) {
           {Role::Output, {E, hp.n_vocab, 1, 1}, false}};
 }
 
-std::vector<TensorSpec> expert_tensors(const HParams& hp) {
-  const int64_t E = hp.n_embd, F = hp.n_ff_exp, X = hp.n_expert;
-  return {{Role::FfnGateInp, {E, X, 1, 1}},
-          {Role::FfnGateExps, {E, F, X, 1}},
-          {Role::FfnUpExps, {E, F, X, 1}},
-          {Role::FfnDownExps, {F, E, X, 1}}};
+std::vector<TensorSpec> attention_tensors(const HParams& hp, bool qk_norm) {
+  const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), D = hp.head_dim;
+  std::vector<TensorSpec> t = {{Role::AttnNorm, {E, 1, 1, 1}}, {Role::AttnQ, {E, Q, 1, 1}},
+                               {Role::AttnK, {E, KV, 1, 1}},   {Role::AttnV, {E, KV, 1, 1}},
+                               {Role::AttnOutput, {Q, E, 1, 1}}};
+  if (qk_norm) append(t, {{Role::AttnQNorm, {D, 1, 1, 1}}, {Role::AttnKNorm, {D, 1, 1, 1}}});
+  return t;
+}
+
+std::vector<TensorSpec> ffn_tensors(const HParams& hp) {
+  const int64_t E = hp.n_embd;
+  std::vector<TensorSpec> t = {{Role::FfnNorm, {E, 1, 1, 1}}};
+  if (hp.n_expert > 0) {
+    const int64_t F = hp.n_ff_exp, X = hp.n_expert;
+    append(t, {{Role::FfnGateInp, {E, X, 1, 1}},
+               {Role::FfnGateExps, {E, F, X, 1}},
+               {Role::FfnUpExps, {E, F, X, 1}},
+               {Role::FfnDownExps, {F, E, X, 1}}});
+  } else {
+    const int64_t F = hp.n_ff;
+    append(t, {{Role::FfnGate, {E, F, 1, 1}}, {Role::FfnUp, {E, F, 1, 1}}, {Role::FfnDown, {F, E, 1, 1}}});
+  }
+  return t;
+}
+
+void append(std::vector<TensorSpec>& rows, const std::vector<TensorSpec>& more) {
+  rows.insert(rows.end(), more.begin(), more.end());
 }
 
 void write_common_hparams(gguf::Writer& w, const HParams& hp) {

@@ -62,14 +62,15 @@ class Gemma3 final : public Architecture {
   }
 
   std::vector<TensorSpec> tensors(const HParams& hp, int il) const override {
-    const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff, D = hp.head_dim;
+    const int64_t E = hp.n_embd;
     if (il < 0) return global_tensors(hp);
-    return {{Role::AttnNorm, {E, 1, 1, 1}},     {Role::AttnQ, {E, Q, 1, 1}},     {Role::AttnK, {E, KV, 1, 1}},
-            {Role::AttnV, {E, KV, 1, 1}},       {Role::AttnOutput, {Q, E, 1, 1}}, {Role::AttnQNorm, {D, 1, 1, 1}},
-            {Role::AttnKNorm, {D, 1, 1, 1}},    {Role::AttnPostNorm, {E, 1, 1, 1}}, {Role::FfnNorm, {E, 1, 1, 1}},
-            {Role::FfnGate, {E, F, 1, 1}},      {Role::FfnUp, {E, F, 1, 1}},     {Role::FfnDown, {F, E, 1, 1}},
-            {Role::FfnPostNorm, {E, 1, 1, 1}}};
+    std::vector<TensorSpec> t = attention_tensors(hp, /*qk_norm=*/true);
+    t.push_back({Role::AttnPostNorm, {E, 1, 1, 1}});
+    append(t, ffn_tensors(hp));
+    t.push_back({Role::FfnPostNorm, {E, 1, 1, 1}});
+    return t;
   }
+
 
   Tensor* embed(GraphBuilder& b) const override {
     Tensor* x = b.token_embedding();

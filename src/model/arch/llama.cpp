@@ -22,24 +22,16 @@ class Llama final : public Architecture {
   void write_hparams(gguf::Writer&, const HParams&) const override {}
 
   std::vector<TensorSpec> tensors(const HParams& hp, int il) const override {
-    const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff;
     if (il < 0) {
       std::vector<TensorSpec> t = global_tensors(hp);
       t.push_back({Role::RopeFreqs, {hp.n_rot / 2, 1, 1, 1}, false});
       return t;
     }
-    std::vector<TensorSpec> t = {{Role::AttnNorm, {E, 1, 1, 1}}, {Role::AttnQ, {E, Q, 1, 1}},
-                                 {Role::AttnK, {E, KV, 1, 1}},   {Role::AttnV, {E, KV, 1, 1}},
-                                 {Role::AttnOutput, {Q, E, 1, 1}}, {Role::FfnNorm, {E, 1, 1, 1}}};
-    if (hp.n_expert > 0) {
-      for (const TensorSpec& s : expert_tensors(hp)) t.push_back(s);
-      return t;
-    }
-    for (TensorSpec s : {TensorSpec{Role::FfnGate, {E, F, 1, 1}}, TensorSpec{Role::FfnUp, {E, F, 1, 1}},
-                         TensorSpec{Role::FfnDown, {F, E, 1, 1}}})
-      t.push_back(s);
+    std::vector<TensorSpec> t = attention_tensors(hp, /*qk_norm=*/false);
+    append(t, ffn_tensors(hp));  // experts where the file has expert keys (Mixtral)
     return t;
   }
+
 
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
     return b.pre_norm_block(in, il, {}, FfnActivation::Silu);

@@ -16,13 +16,12 @@ class Qwen3 final : public Architecture {
   void write_hparams(gguf::Writer&, const HParams&) const override {}
 
   std::vector<TensorSpec> tensors(const HParams& hp, int il) const override {
-    const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff, D = hp.head_dim;
     if (il < 0) return global_tensors(hp);
-    return {{Role::AttnNorm, {E, 1, 1, 1}},  {Role::AttnQ, {E, Q, 1, 1}},      {Role::AttnK, {E, KV, 1, 1}},
-            {Role::AttnV, {E, KV, 1, 1}},    {Role::AttnOutput, {Q, E, 1, 1}}, {Role::AttnQNorm, {D, 1, 1, 1}},
-            {Role::AttnKNorm, {D, 1, 1, 1}}, {Role::FfnNorm, {E, 1, 1, 1}},    {Role::FfnGate, {E, F, 1, 1}},
-            {Role::FfnUp, {E, F, 1, 1}},     {Role::FfnDown, {F, E, 1, 1}}};
+    std::vector<TensorSpec> t = attention_tensors(hp, /*qk_norm=*/true);
+    append(t, ffn_tensors(hp));
+    return t;
   }
+
 
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
     GraphBuilder::Attention attn;
