@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -133,6 +134,89 @@ TEST(Sensitivity, GroupsQuantizeEveryMemberAtOnce) {
     EXPECT_LT(find(t, DType::Q4_0)->delta_kld, find(*by_name["attn_v"], DType::Q4_0)->delta_kld) << t.name;
   const auto back = tools::sensitivity_from_json(tools::sensitivity_json(r), "groups.json");
   EXPECT_EQ(tools::sensitivity_json(back), tools::sensitivity_json(r));
+}
+
+// Layer-range decoding composes: the stream leaving layers [0, L) fed to
+// layers [L, n_layer) gives the logits of one whole pass, bit for bit, at
+// every L, also across batches (the later batches' attention reads the keys
+// the range's layers wrote), on llama and on Gemma 3 (sliding window, tied
+// output, scaled embedding, softcap).
+TEST(Sensitivity, LayerRangesComposeToTheWholeModel) {
+  for (const char* name : {kStories, "reference/synth/gemma3.gguf", "reference/synth/qwen3moe.gguf"}) {
+    QLENS_REQUIRE_SHARED(model_path, name);
+    auto model = Model::load(model_path);
+    ContextOptions co;
+    co.n_ctx = 96;
+    co.n_batch = 40;
+    co.n_threads = 2;
+    Context ctx(*model, co);
+    std::vector<Token> tokens(96);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<Token>((i * 7919 + 3) % model->hparams().n_vocab);
+    ASSERT_TRUE(ctx.decode(tokens, true));
+    std::vector<float> whole;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const auto l = ctx.logits(static_cast<int64_t>(i));
+      whole.insert(whole.end(), l.begin(), l.end());
+    }
+    const int n_layer = static_cast<int>(model->hparams().n_layer);
+    for (int split = 0; split <= n_layer; ++split) {
+      std::vector<float> stream;
+      ctx.clear();
+      ASSERT_TRUE(ctx.decode_layers(tokens, 0, split, nullptr, &stream));
+      ASSERT_EQ(stream.size(), tokens.size() * model->hparams().n_embd);
+      ctx.clear();
+      ASSERT_TRUE(ctx.decode_layers(tokens, split, n_layer, stream.data(), nullptr));
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        const auto l = ctx.logits(static_cast<int64_t>(i));
+        ASSERT_EQ(0, std::memcmp(l.data(), &whole[i * l.size()], l.size() * sizeof(float)))
+            << name << ": split at layer " << split << ", token " << i;
+      }
+    }
+    // The logits of the later tokens only: the output matrix on fewer rows
+    // gives the same rows (first_logit inside the second batch, and past it).
+    for (int64_t first_logit : {50, 81}) {
+      ctx.clear();
+      ASSERT_TRUE(ctx.decode_layers(tokens, 0, n_layer, nullptr, nullptr, first_logit));
+      EXPECT_THROW(ctx.logits(first_logit - 1), Error);
+      for (size_t i = first_logit; i < tokens.size(); ++i) {
+        const auto l = ctx.logits(static_cast<int64_t>(i));
+        ASSERT_EQ(0, std::memcmp(l.data(), &whole[i * l.size()], l.size() * sizeof(float)))
+            << name << ": logits from " << first_logit << ", token " << i;
+      }
+    }
+    EXPECT_THROW(ctx.decode_layers(tokens, 1, 1, nullptr, nullptr), Error);
+    EXPECT_THROW(ctx.decode_layers(tokens, 1, n_layer, nullptr, nullptr), Error);
+    EXPECT_THROW(ctx.decode_layers(tokens, 0, n_layer + 1, nullptr, nullptr), Error);
+  }
+}
+
+// The residual cache changes what is computed, not the result: every probe
+// (tensors of each layer and the output, noise, layer groups) equals the
+// full passes' bit for bit.
+TEST(Sensitivity, LayerCacheGivesTheResultsOfFullPasses) {
+  QLENS_REQUIRE_SHARED(model_path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  auto model = Model::load(model_path);
+  const auto tokens = model->vocab().tokenize(read_text_file(text_path), true);
+  tools::SensitivityOptions opt = small_options();
+  opt.n_batch = 48;  // several batches per chunk
+  opt.types = {DType::Q4_0, DType::Q8_0};
+  auto both = [&](tools::SensitivityOptions o) {
+    o.layer_cache = false;
+    const std::string full = tools::sensitivity_json(tools::measure_sensitivity(*model, tokens, o));
+    o.layer_cache = true;
+    const std::string cached = tools::sensitivity_json(tools::measure_sensitivity(*model, tokens, o));
+    EXPECT_EQ(cached, full);
+  };
+  opt.tensors_regex = "blk\\.[024]\\.attn_[qv]|blk\\.4\\.ffn_up|^output|token_embd";
+  both(opt);
+  opt.mode = tools::SensitivityMode::Noise;
+  both(opt);
+  opt.mode = tools::SensitivityMode::Quant;
+  opt.tensors_regex = "";
+  opt.max_chunks = 1;
+  opt.group = tools::SensitivityGroup::Layer;
+  both(opt);
 }
 
 TEST(Sensitivity, ResumedRunEqualsAFreshOne) {

@@ -72,9 +72,14 @@ int cmd_sensitivity(int argc, char** argv) {
   p.add({"--top-k"}, &opt.top_k, "K", "reference log-probabilities kept per token (default 256)");
   p.add({"--json"}, &json_path, "FILE", "write the result as JSON; also the checkpoint, rewritten after each tensor");
   p.add_switch({"--resume"}, &resume, "continue from the --json file of an interrupted run");
+  bool no_layer_cache = false;
+  p.add_switch({"--no-layer-cache"}, &no_layer_cache,
+               "run every probe through the whole model (by default a probe of layer L starts from the\n"
+               "cached residual stream entering L: same results, less work)");
   p.add({"--top"}, &top, "N", "rows of the ranking shown (default 20; 0: all)");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
   if (!p.parse(argc, argv)) return 0;
+  opt.layer_cache = !no_layer_cache;
   if (model_path.empty()) throw Error("qlens sensitivity: -m MODEL is required");
   if (text_path.empty()) throw Error("qlens sensitivity: -f TEXT is required");
   if (mode != "quant" && mode != "noise") throw Error("qlens sensitivity: --mode must be quant or noise, got '" + mode + "'");
@@ -119,6 +124,11 @@ int cmd_sensitivity(int argc, char** argv) {
                                         }
                                       });
   if (bar) bar->finish();
+  if (r.n_probes > 0 && r.reference_seconds > 0)
+    std::fprintf(stderr, "sensitivity: %lld probes, %.2f s each on average, %.0f%% of a full pass (%.2f s)%s\n",
+                 static_cast<long long>(r.n_probes), r.probe_seconds / r.n_probes,
+                 100.0 * r.probe_seconds / r.n_probes / r.reference_seconds, r.reference_seconds,
+                 opt.layer_cache ? "" : "; --no-layer-cache");
   r.text_path = text_path;
   tools::print_sensitivity(std::cout, r, static_cast<size_t>(top));
   if (!json_path.empty()) write_file_atomic(json_path, tools::sensitivity_json(r));

@@ -218,7 +218,11 @@ class GraphBuilder {
   GraphBuilder(const Context& ctx, Graph& g, const GraphInputs& in, bool all_logits);
   Tensor* embed();        // the embedded batch
   Tensor* layer(int il);  // returns "l_out-il"
-  Tensor* output();       // "result_output" (kFlagOutput)
+  Tensor* output(int64_t first_row = 0);  // "result_output" (kFlagOutput) of rows first_row..
+  // Starts from a given residual stream instead of the embedding: the input
+  // "inp_residual", F32 [n_embd, N] (layer-range decoding).
+  Tensor* residual_input();
+  Tensor* current() const { return cur_; }
 
   // ---- for architecture files ----
   Graph& graph() const { return g_; }
@@ -295,6 +299,18 @@ class Context {
   // batch being computed is then not part of the sequence (n_past() is that
   // of the batches finished before it) and its logits are not available.
   bool decode(std::span<const Token> tokens, bool all_logits);
+  // Decodes `tokens` through layers [first, last) only (0 <= first <= last <=
+  // n_layer, first < last unless first is 0 or n_layer): how sensitivity
+  // reuses what the unmodified model computes before the layer a probe
+  // changes. `in` holds the residual stream entering layer `first`, tokens x
+  // n_embd floats (unused when first is 0: the embedding is computed). With
+  // `out`, the stream leaving layer last - 1 (the embedding when last is 0)
+  // goes there and no logits are computed; without, last must be n_layer and
+  // the logits of tokens first_logit onwards are (logits(i) for those i; the
+  // output matrix is applied to those rows only). The KV cache of the other
+  // layers is not written.
+  bool decode_layers(std::span<const Token> tokens, int first, int last, const float* in, std::vector<float>* out,
+                     int64_t first_logit = 0);
   // Logits of the i-th token of the last decode (i < number of rows computed).
   std::span<const float> logits(int64_t i) const;
   // Logits of the last token of the last decode.
@@ -337,7 +353,15 @@ class Context {
   void advance(int64_t n_tokens) { n_past_ += n_tokens; }
 
  private:
-  bool decode_batch(std::span<const Token> tokens, bool all_logits);
+  // The layers [first, last) of one batch (decode: all of them); see decode_layers.
+  struct LayerRange {
+    int first = 0, last = 0;
+    const float* in = nullptr;   // the batch's rows of the stream entering `first`
+    float* out = nullptr;        // the batch's rows of the stream leaving last - 1
+    int64_t first_logit = 0;     // out null: logits of the batch's rows from this one on (none past the batch)
+  };
+  bool decode_batch(std::span<const Token> tokens, bool all_logits, const LayerRange* range = nullptr);
+  void check_tokens(std::span<const Token> tokens) const;
 
   const Model& model_;
   ContextOptions options_;
@@ -365,6 +389,7 @@ class Context {
   std::unique_ptr<KvCache> kv_;
   std::vector<float> logits_;
   int64_t logits_rows_ = 0;
+  int64_t logits_first_ = 0;  // the token of the last decode whose logits are logits_'s first row
   GraphObserver observer_;
 };
 

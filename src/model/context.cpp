@@ -168,7 +168,7 @@ Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const 
   return b.output();
 }
 
-bool Context::decode(std::span<const Token> tokens, bool all_logits) {
+void Context::check_tokens(std::span<const Token> tokens) const {
   if (tokens.empty()) throw Error("decode: no tokens");
   const int64_t n_vocab = model_.hparams().n_vocab;
   for (Token t : tokens)
@@ -178,8 +178,13 @@ bool Context::decode(std::span<const Token> tokens, bool all_logits) {
   if (n_past_ + static_cast<int64_t>(tokens.size()) > n_ctx_)
     throw Error("decode: " + std::to_string(n_past_ + tokens.size()) + " tokens exceed the context size " +
                 std::to_string(n_ctx_) + " (-c)");
+}
+
+bool Context::decode(std::span<const Token> tokens, bool all_logits) {
+  check_tokens(tokens);
   logits_.clear();
   logits_rows_ = 0;
+  logits_first_ = 0;
   for (size_t start = 0; start < tokens.size(); start += options_.n_batch) {
     const size_t n = std::min<size_t>(options_.n_batch, tokens.size() - start);
     if (!all_logits) {  // only the very last row survives
@@ -195,10 +200,54 @@ bool Context::decode(std::span<const Token> tokens, bool all_logits) {
   return true;
 }
 
-bool Context::decode_batch(std::span<const Token> tokens, bool all_logits) {
+bool Context::decode_layers(std::span<const Token> tokens, int first, int last, const float* in,
+                            std::vector<float>* out, int64_t first_logit) {
+  const int n_layer = static_cast<int>(model_.hparams().n_layer);
+  if (first < 0 || last > n_layer || first > last || (first == last && first != 0 && first != n_layer))
+    throw Error("decode_layers: no layer range [" + std::to_string(first) + ", " + std::to_string(last) +
+                ") in a model of " + std::to_string(n_layer) + " layers");
+  if (first > 0 && !in) throw Error("decode_layers: starting at layer " + std::to_string(first) + " needs its input");
+  if (last < n_layer && !out) throw Error("decode_layers: stopping before the output needs a place for the stream");
+  if (first == n_layer && out) throw Error("decode_layers: no layer to compute");
+  check_tokens(tokens);
+  if (!out && (first_logit < 0 || first_logit >= static_cast<int64_t>(tokens.size())))
+    throw Error("decode_layers: logits from token " + std::to_string(first_logit) + " of a batch of " +
+                std::to_string(tokens.size()));
+  const int64_t n_embd = model_.hparams().n_embd;
+  if (out) out->resize(tokens.size() * n_embd);
+  logits_.clear();
+  logits_rows_ = 0;
+  logits_first_ = out ? 0 : first_logit;
+  for (size_t start = 0; start < tokens.size(); start += options_.n_batch) {
+    const size_t n = std::min<size_t>(options_.n_batch, tokens.size() - start);
+    const LayerRange range{first, last, in ? in + start * n_embd : nullptr, out ? out->data() + start * n_embd : nullptr,
+                           std::max<int64_t>(0, first_logit - static_cast<int64_t>(start))};
+    if (!decode_batch(tokens.subspan(start, n), true, &range)) {
+      logits_.clear();
+      logits_rows_ = 0;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Context::decode_batch(std::span<const Token> tokens, bool all_logits, const LayerRange* range) {
   const int64_t N = static_cast<int64_t>(tokens.size());
+  const int n_layer = static_cast<int>(model_.hparams().n_layer);
+  const LayerRange whole{0, n_layer, nullptr, nullptr};
+  const LayerRange& r = range ? *range : whole;
+  if (r.first == n_layer && !r.out && r.first_logit >= N) {  // only the output, of no row of this batch
+    n_past_ += N;
+    return true;
+  }
   Graph g;
-  Tensor* out = build_graph(g, N, all_logits);
+  GraphBuilder b(*this, g, GraphInputs::make(g, N, n_past_ + N, model_.hparams().has_swa()), all_logits);
+  Tensor* residual = r.first > 0 ? b.residual_input() : b.embed();
+  for (int il = r.first; il < r.last; ++il) b.layer(il);
+  // A batch wholly before the first wanted logit computes its layers only.
+  const bool logits = r.out == nullptr && r.first_logit < N;
+  Tensor* out = logits ? b.output(r.first_logit) : b.current();
+  out->flags |= kFlagOutput;
   if (options_.keep_intermediates)
     for (Tensor* node : g.nodes()) node->flags |= kFlagOutput;
   sched_->allocate(g);
@@ -209,11 +258,16 @@ bool Context::decode_batch(std::span<const Token> tokens, bool all_logits) {
   in.mask = g.find("KQ_mask");
   in.mask_swa = g.find("KQ_mask_swa");
   in.write(tokens, n_past_, model_.hparams().n_swa);
+  if (r.first > 0) tensor_write(*residual, r.in, 0, residual->nbytes());
 
   if (sched_->compute(g) == ComputeStatus::Stopped) return false;
   if (observer_) observer_(g);
   n_past_ += N;
 
+  if (!logits) {
+    if (r.out) tensor_read(*out, r.out, 0, out->nbytes());
+    return true;
+  }
   const int64_t rows = out->ne[1], n_vocab = out->ne[0];
   const size_t old = logits_.size();
   logits_.resize(old + rows * n_vocab);
@@ -224,10 +278,11 @@ bool Context::decode_batch(std::span<const Token> tokens, bool all_logits) {
 
 std::span<const float> Context::logits(int64_t i) const {
   const int64_t n_vocab = model_.hparams().n_vocab;
-  if (i < 0 || i >= logits_rows_) throw Error("logits: row " + std::to_string(i) + " was not computed");
-  return {logits_.data() + i * n_vocab, static_cast<size_t>(n_vocab)};
+  const int64_t row = i - logits_first_;
+  if (row < 0 || row >= logits_rows_) throw Error("logits: row " + std::to_string(i) + " was not computed");
+  return {logits_.data() + row * n_vocab, static_cast<size_t>(n_vocab)};
 }
 
-std::span<const float> Context::last_logits() const { return logits(logits_rows_ - 1); }
+std::span<const float> Context::last_logits() const { return logits(logits_first_ + logits_rows_ - 1); }
 
 }  // namespace qlens

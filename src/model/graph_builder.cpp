@@ -21,21 +21,24 @@ GraphInputs GraphInputs::make(Graph& g, int64_t n_tokens, int64_t n_kv, bool swa
 }
 
 void GraphInputs::write(std::span<const Token> batch, int64_t n_past, int64_t n_swa) const {
+  // An input the graph does not read (a graph of a layer range) is null.
   const int64_t N = static_cast<int64_t>(batch.size());
-  const int64_t n_kv = mask->ne[0];
-  if (tokens->ne[0] != N || n_kv != n_past + N)
+  const int64_t n_kv = n_past + N;
+  if ((tokens && tokens->ne[0] != N) || (positions && positions->ne[0] != N) || (mask && mask->ne[0] != n_kv))
     throw Error("graph inputs: a batch of " + std::to_string(N) + " at position " + std::to_string(n_past) +
-                " does not fit inputs of " + std::to_string(tokens->ne[0]) + " tokens and " + std::to_string(n_kv) +
-                " positions");
-  tensor_write(*tokens, batch.data(), 0, N * sizeof(Token));
-  std::vector<int32_t> pos(N);
-  for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(n_past + i);
-  tensor_write(*positions, pos.data(), 0, N * sizeof(int32_t));
+                " does not fit the graph's inputs");
+  if (tokens) tensor_write(*tokens, batch.data(), 0, N * sizeof(Token));
+  if (positions) {
+    std::vector<int32_t> pos(N);
+    for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(n_past + i);
+    tensor_write(*positions, pos.data(), 0, N * sizeof(int32_t));
+  }
+  if (!mask && !mask_swa) return;
   constexpr float kHidden = -std::numeric_limits<float>::infinity();
   std::vector<float> m(N * n_kv);
   for (int64_t i = 0; i < N; ++i)
     for (int64_t j = 0; j < n_kv; ++j) m[i * n_kv + j] = j <= n_past + i ? 0.0f : kHidden;
-  tensor_write(*mask, m.data(), 0, m.size() * sizeof(float));
+  if (mask) tensor_write(*mask, m.data(), 0, m.size() * sizeof(float));
   if (!mask_swa) return;
   // llama.cpp's standard window: a key n_swa or more positions back is hidden.
   for (int64_t i = 0; i < N; ++i)
@@ -63,13 +66,21 @@ Tensor* GraphBuilder::embed() {
   return cur_;
 }
 
+Tensor* GraphBuilder::residual_input() {
+  cur_ = g_.new_tensor(DType::F32, {hparams().n_embd, n_tokens_}, "inp_residual");
+  cur_->flags |= kFlagInput;
+  return cur_;
+}
+
 Tensor* GraphBuilder::layer(int il) {
   cur_ = ctx_.model().arch().layer(*this, il, cur_);
   g_.build(cur_);
   return cur_;
 }
 
-Tensor* GraphBuilder::output() {
+Tensor* GraphBuilder::output(int64_t first_row) {
+  if (first_row > 0)
+    cur_ = view(g_, cur_, {cur_->ne[0], cur_->ne[1] - first_row}, {cur_->nb[1]}, first_row * cur_->nb[1]);
   cur_ = ctx_.model().arch().output(*this, cur_);
   cur_->flags |= kFlagOutput;
   g_.build(cur_);

@@ -1,6 +1,7 @@
 #include "tools/sensitivity.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -13,6 +14,7 @@
 
 #include "core/json_reader.h"
 #include "core/json_writer.h"
+#include "core/parallel.h"
 #include "qlens/error.h"
 #include "tools/chunks.h"
 #include "tools/imatrix_file.h"
@@ -54,12 +56,16 @@ struct Reference {
   std::vector<double> nll;       // [tokens]
 };
 
-void log_softmax(std::span<const float> logits, std::vector<double>& out) {
-  out.resize(logits.size());
+double log_sum_exp(std::span<const float> logits) {
   const double mx = *std::max_element(logits.begin(), logits.end());
   double sum = 0;
   for (size_t i = 0; i < logits.size(); ++i) sum += std::exp(logits[i] - mx);
-  const double lse = mx + std::log(sum);
+  return mx + std::log(sum);
+}
+
+void log_softmax(std::span<const float> logits, std::vector<double>& out) {
+  out.resize(logits.size());
+  const double lse = log_sum_exp(logits);
   for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
 }
 
@@ -81,72 +87,131 @@ class Runner {
   Context& context() { return *ctx_; }
   int64_t n_chunks() const { return n_chunks_; }
 
-  // Runs every chunk; for each scored token calls score(logits, the token it predicts).
+  // Runs every chunk from layer `first` (0: the whole model) and calls
+  // score(t, logits, the token it predicts, worker) for each scored token t
+  // (numbered across the chunks), on the tools' threads. From a later layer,
+  // the chunks' residual stream entering it comes from the cache, which
+  // advance_cache must have brought there.
   template <class F>
-  void run(F&& score) {
+  void run(F&& score, int first = 0) {
+    if (first > 0 && first != cache_layer_)
+      throw Error("sensitivity: internal: the cache is at layer " + std::to_string(cache_layer_) + ", not " +
+                  std::to_string(first));
+    const int64_t first_scored = chunks_.first_scored(), per_chunk = opt_.n_ctx - 1 - first_scored;
     for (int64_t c = 0; c < n_chunks_; ++c) {
       ctx_->clear();
-      if (!ctx_->decode(chunks_.chunk(c), true)) throw Error("sensitivity: the computation was stopped");
-      for (int64_t j = chunks_.first_scored(); j < opt_.n_ctx - 1; ++j) score(ctx_->logits(j), chunks_.next(c, j));
+      // Logits only where they are scored: the output matrix on half the rows.
+      const bool ok = ctx_->decode_layers(chunks_.chunk(c), first, n_layer_, first > 0 ? cache_[c].data() : nullptr,
+                                          nullptr, first_scored);
+      if (!ok) throw Error("sensitivity: the computation was stopped");
+      parallel_for(per_chunk, opt_.n_threads, [&](int64_t i, int worker) {
+        const int64_t j = first_scored + i;
+        score(c * per_chunk + i, ctx_->logits(j), chunks_.next(c, j), worker);
+      });
     }
   }
+  int64_t n_scored() const { return n_chunks_ * (opt_.n_ctx - 1 - chunks_.first_scored()); }
+  int n_workers() const { return opt_.n_threads > 0 ? opt_.n_threads : default_thread_count(); }
+
+  // The residual stream of every chunk entering layer `layer` (n_layer: the
+  // output norm), computed with the model as it is now (call it with no
+  // replacement set). Probes of a tensor of layer L then recompute only
+  // layers L onwards: the layers before give what they gave the reference.
+  // Moving forward costs the layers in between once; moving back starts over.
+  // Returns false (full passes) when caching is off or layer is 0.
+  bool advance_cache(int layer) {
+    if (!opt_.layer_cache || layer <= 0) return false;
+    if (layer < cache_layer_) cache_layer_ = 0;
+    if (cache_layer_ == layer) return true;
+    cache_.resize(n_chunks_);
+    std::vector<float> next;
+    for (int64_t c = 0; c < n_chunks_; ++c) {
+      ctx_->clear();
+      if (!ctx_->decode_layers(chunks_.chunk(c), cache_layer_, layer, cache_layer_ > 0 ? cache_[c].data() : nullptr,
+                               &next))
+        throw Error("sensitivity: the computation was stopped");
+      cache_[c].swap(next);
+    }
+    cache_layer_ = layer;
+    return true;
+  }
+  size_t cache_bytes() const {
+    return static_cast<size_t>(n_chunks_) * opt_.n_ctx * model_.hparams().n_embd * sizeof(float);
+  }
+
+  double probe_seconds() const { return probe_seconds_; }
+  int64_t n_probes() const { return n_probes_; }
+  double reference_seconds() const { return reference_seconds_; }
 
   void make_reference() {
-    const int64_t n_vocab = model_.hparams().n_vocab;
-    ref_.k = std::min<int64_t>(std::max<int64_t>(opt_.top_k, 1), n_vocab);
-    std::vector<double> lp;
-    std::vector<int32_t> order(n_vocab);
-    run([&](std::span<const float> logits, Token next) {
-      log_softmax(logits, lp);
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + ref_.k, order.end(),
-                        [&](int32_t a, int32_t b) { return lp[a] > lp[b]; });
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t n_vocab = model_.hparams().n_vocab, n = n_scored();
+    const int64_t k = ref_.k = std::min<int64_t>(std::max<int64_t>(opt_.top_k, 1), n_vocab);
+    ref_.index.resize(n * k);
+    ref_.logp.resize(n * k);
+    ref_.log_rest.resize(n);
+    ref_.nll.resize(n);
+    std::vector<std::vector<double>> lp(n_workers());
+    std::vector<std::vector<int32_t>> order(n_workers(), std::vector<int32_t>(n_vocab));
+    run([&](int64_t t, std::span<const float> logits, Token next, int worker) {
+      std::vector<double>& l = lp[worker];
+      std::vector<int32_t>& o = order[worker];
+      log_softmax(logits, l);
+      std::iota(o.begin(), o.end(), 0);
+      std::partial_sort(o.begin(), o.begin() + k, o.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
       double mass = 0;
-      for (int64_t i = 0; i < ref_.k; ++i) {
-        ref_.index.push_back(order[i]);
-        ref_.logp.push_back(static_cast<float>(lp[order[i]]));
-        mass += std::exp(lp[order[i]]);
+      for (int64_t i = 0; i < k; ++i) {
+        ref_.index[t * k + i] = o[i];
+        ref_.logp[t * k + i] = static_cast<float>(l[o[i]]);
+        mass += std::exp(l[o[i]]);
       }
-      ref_.log_rest.push_back(log_complement(mass));
-      ref_.nll.push_back(-lp[next]);
+      ref_.log_rest[t] = log_complement(mass);
+      ref_.nll[t] = -l[next];
     });
+    reference_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   double reference_ppl() const {
     return std::exp(std::accumulate(ref_.nll.begin(), ref_.nll.end(), 0.0) / std::max<size_t>(1, ref_.nll.size()));
   }
-  int64_t n_scored() const { return static_cast<int64_t>(ref_.nll.size()); }
 
-  // KLD(reference ‖ current) over the reference's top-K and the rest.
-  Evaluation evaluate() {
-    std::vector<double> lq;
-    size_t t = 0;
-    double sum = 0, sum_sq = 0, nll = 0;
-    run([&](std::span<const float> logits, Token next) {
-      log_softmax(logits, lq);
+  // KLD(reference ‖ current) over the reference's top-K and the rest, the
+  // chunks run from layer `first` (see run).
+  Evaluation evaluate(int first = 0) {
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t n = n_scored();
+    std::vector<double> kld(n), nll(n);
+    run([&](int64_t t, std::span<const float> logits, Token next, int) {
+      const double lse = log_sum_exp(logits);  // log q_j = logits_j - lse
       const int32_t* idx = &ref_.index[t * ref_.k];
       const float* lp = &ref_.logp[t * ref_.k];
-      double kld = 0, q_mass = 0;
+      double d = 0, q_mass = 0;
       for (int64_t i = 0; i < ref_.k; ++i) {
         const double p = std::exp(static_cast<double>(lp[i]));
-        kld += p * (lp[i] - lq[idx[i]]);
-        q_mass += std::exp(lq[idx[i]]);
+        const double lq = logits[idx[i]] - lse;
+        d += p * (lp[i] - lq);
+        q_mass += std::exp(lq);
       }
-      if (ref_.k < static_cast<int64_t>(lq.size())) {
+      if (ref_.k < static_cast<int64_t>(logits.size())) {
         const double p_rest = std::exp(ref_.log_rest[t]);
-        kld += p_rest * (ref_.log_rest[t] - log_complement(q_mass));
+        d += p_rest * (ref_.log_rest[t] - log_complement(q_mass));
       }
-      kld = std::max(kld, 0.0);  // rounding around an exact match
-      sum += kld;
-      sum_sq += kld * kld;
-      nll += -lq[next];
-      ++t;
-    });
+      kld[t] = std::max(d, 0.0);  // rounding around an exact match
+      nll[t] = -(logits[next] - lse);
+    }, first);
+    double sum = 0, sum_sq = 0, nll_sum = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      sum += kld[t];
+      sum_sq += kld[t] * kld[t];
+      nll_sum += nll[t];
+    }
     Evaluation e;
-    const double n = static_cast<double>(t);
-    e.kld_mean = sum / n;
-    e.kld_error = t > 1 ? std::sqrt(std::max(0.0, sum_sq / n - e.kld_mean * e.kld_mean) / (n - 1)) : 0;
-    e.nll_mean = nll / n;
+    const double nd = static_cast<double>(n);
+    e.kld_mean = sum / nd;
+    e.kld_error = n > 1 ? std::sqrt(std::max(0.0, sum_sq / nd - e.kld_mean * e.kld_mean) / (nd - 1)) : 0;
+    e.nll_mean = nll_sum / nd;
+    probe_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++n_probes_;
     return e;
   }
 
@@ -157,6 +222,11 @@ class Runner {
   int64_t n_chunks_ = 0;
   std::unique_ptr<Context> ctx_;
   Reference ref_;
+  int n_layer_ = static_cast<int>(model_.hparams().n_layer);
+  int cache_layer_ = 0;                   // 0: no cache
+  double reference_seconds_ = 0, probe_seconds_ = 0;
+  int64_t n_probes_ = 0;
+  std::vector<std::vector<float>> cache_;  // [chunk][n_ctx * n_embd]
 };
 
 // A host tensor of the weight's shape holding `bytes` of type `type`.
@@ -230,6 +300,23 @@ double weighted_error(const std::vector<float>& x, const std::vector<float>& y, 
   return imp_sum > 0 ? num / imp_sum : 0.0;
 }
 
+// The first layer whose result changes when these weights change: their
+// block's, n_layer for the output matrix (only the output is recomputed),
+// 0 for the token embedding (also when tied to the output) and the rest.
+int first_layer_reading(const Model& model, const std::vector<Tensor*>& weights) {
+  const int n_layer = static_cast<int>(model.hparams().n_layer);
+  int first = n_layer;
+  for (const Tensor* w : weights) {
+    const int layer = layer_of(w->name);
+    const std::vector<Role> roles = model.roles_of(w);
+    const bool output_only = !roles.empty() && std::all_of(roles.begin(), roles.end(), [](Role r) {
+      return r == Role::Output || r == Role::OutputNorm;
+    });
+    first = std::min(first, layer >= 0 ? layer : output_only ? n_layer : 0);
+  }
+  return first;
+}
+
 }  // namespace
 
 SensitivityResult measure_sensitivity(
@@ -290,8 +377,17 @@ SensitivityResult measure_sensitivity(
                                                                 : "layer " + std::to_string(layer))]
           .push_back(w);
     }
+    // In the order of the first layer each group changes, so that the
+    // cache only moves forward ("layer 2" before "layer 10").
+    std::vector<std::pair<const std::string, std::vector<Tensor*>>*> order;
+    for (auto& m : members) order.push_back(&m);
+    std::stable_sort(order.begin(), order.end(), [&](const auto* a, const auto* b) {
+      return first_layer_reading(model, a->second) < first_layer_reading(model, b->second);
+    });
     int64_t done = 0;
-    for (const auto& [name, group] : members) {
+    for (const auto* member : order) {
+      const std::string& name = member->first;
+      const std::vector<Tensor*>& group = member->second;
       SensitivityTensor st;
       st.name = name;
       st.role = opt.group == SensitivityGroup::Role      ? name
@@ -310,6 +406,8 @@ SensitivityResult measure_sensitivity(
       source.type = group.front()->type;
       source.bpw = 8.0 * source.bytes / st.n_elements;
       st.candidates.push_back(source);
+      int first = first_layer_reading(model, group);
+      if (!runner.advance_cache(first)) first = 0;
       for (DType type : types) {
         if (!std::all_of(group.begin(), group.end(), [&](Tensor* w) { return w->type != type && fits(type, *w); }))
           continue;
@@ -324,7 +422,7 @@ SensitivityResult measure_sensitivity(
           reps.push_back(std::make_unique<Replacement>(*w, type, std::move(q)));
           runner.context().replace_weight(w, &reps.back()->tensor);
         }
-        const Evaluation e = runner.evaluate();
+        const Evaluation e = runner.evaluate(first);
         for (Tensor* w : group) runner.context().restore_weight(w);
         c.bpw = 8.0 * c.bytes / st.n_elements;
         c.delta_kld = e.kld_mean;
@@ -337,6 +435,9 @@ SensitivityResult measure_sensitivity(
       if (on_tensor) on_tensor(r, ++done, static_cast<int64_t>(members.size()));
     }
     r.complete = true;
+    r.reference_seconds = runner.reference_seconds();
+    r.probe_seconds = runner.probe_seconds();
+    r.n_probes = runner.n_probes();
     return r;
   }
 
@@ -356,6 +457,8 @@ SensitivityResult measure_sensitivity(
     std::vector<float> x(w->nelements());
     type_traits(w->type).to_float(w->data, x.data(), w->nelements());
     const std::vector<float> importance = weight_importance(imatrix.get(), *w);
+    int first = first_layer_reading(model, {w});
+    if (!runner.advance_cache(first)) first = 0;
 
     // The source type itself: free of error.
     SensitivityCandidate source;
@@ -378,7 +481,7 @@ SensitivityResult measure_sensitivity(
       if (opt.mode == SensitivityMode::Quant) {
         Replacement rep(*w, type, std::move(q));
         runner.context().replace_weight(w, &rep.tensor);
-        const Evaluation e = runner.evaluate();
+        const Evaluation e = runner.evaluate(first);
         runner.context().restore_weight(w);
         c.delta_kld = e.kld_mean;
         c.delta_kld_error = e.kld_error;
@@ -424,7 +527,7 @@ SensitivityResult measure_sensitivity(
         std::memcpy(bytes.data(), noisy.data(), bytes.size());
         Replacement rep(*w, DType::F32, std::move(bytes));
         runner.context().replace_weight(w, &rep.tensor);
-        const Evaluation e = runner.evaluate();
+        const Evaluation e = runner.evaluate(first);
         runner.context().restore_weight(w);
         st.noise_points.emplace_back(energy, e.kld_mean);
       }
@@ -447,6 +550,9 @@ SensitivityResult measure_sensitivity(
     if (on_tensor) on_tensor(r, ++n_done, static_cast<int64_t>(probed.size()));
   }
   r.complete = true;
+  r.reference_seconds = runner.reference_seconds();
+  r.probe_seconds = runner.probe_seconds();
+  r.n_probes = runner.n_probes();
   return r;
 }
 

@@ -47,6 +47,10 @@ struct SensitivityOptions {
   int64_t top_k = 256;       // reference log-probabilities kept per token
   std::string tensors_regex;  // only these weights (default: every matrix and expert tensor but the router)
   uint64_t seed = 1;
+  // Keep the residual stream entering the probed tensor's layer for the
+  // chunks, so that a probe recomputes only that layer onwards (results
+  // identical to full passes; costs n_chunks x n_ctx x n_embd floats).
+  bool layer_cache = true;
 };
 
 struct SensitivityCandidate {
@@ -83,6 +87,10 @@ struct SensitivityResult {
   std::vector<SensitivityTensor> tensors;  // --group tensor
   std::vector<SensitivityTensor> groups;   // --group layer|role: name "layer 3" / "attn_v"
   bool complete = false;
+  // What the run cost (not in the JSON): the reference's full passes over
+  // the chunks, and the probes' passes (each from its tensor's layer).
+  double reference_seconds = 0, probe_seconds = 0;
+  int64_t n_probes = 0;
 };
 
 // The default candidate types (those that fit a tensor's rows are used).
