@@ -574,6 +574,26 @@ TEST(KQuantImportance, ZeroImportanceSubBlock) {
   }
 }
 
+// The scale searches' AVX2 loops give the plain loops' bytes, for every
+// type with and without importance (the quantized file must not depend on the
+// CPU), on Gaussian rows, rows with outliers and rows of repeated values.
+TEST(KQuantSearch, SimdLoopsGiveThePlainLoopsBytes) {
+  std::vector<float> x = gaussian(QK * 6, 91);
+  for (int i = 0; i < QK; i += 7) x[QK + i] *= 40;  // outliers in row 1
+  for (int i = 0; i < QK; ++i) x[2 * QK + i] = static_cast<float>(i % 5) * 0.25f;  // repeated levels in row 2
+  const std::vector<float> imp = importance(QK, 93);
+  for (DType t : kWeightTypes)
+    for (const float* w : {static_cast<const float*>(nullptr), imp.data()}) {
+      SCOPED_TRACE(std::string(type_name(t)) + (w ? " with importance" : ""));
+      const bool before = quant::kq::set_search_simd(false);
+      const auto plain = quantize(t, x, 6, w);
+      quant::kq::set_search_simd(true);
+      const auto simd = quantize(t, x, 6, w);
+      quant::kq::set_search_simd(before);
+      EXPECT_EQ(plain, simd);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Edge cases
 

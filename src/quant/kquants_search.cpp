@@ -5,7 +5,14 @@
 #include <bit>
 #include <cassert>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define QLENS_SEARCH_X86 1
+#endif
 
 #include "quant/kquants.h"
 #include "quant/registry.h"
@@ -64,17 +71,137 @@ void refine_levels(int n, const float* x, const float* w, Level* L, int lo, int 
   }
 }
 
+// The searches below try many scales per group; their inner loops (levels
+// for one scale and the least-squares sums) have an AVX2 version. Both sum in
+// four interleaved lanes, lane c taking elements 4i + c, with the same
+// operations (no fused multiply-add), so they give the same bits: the
+// quantized file does not depend on the CPU. QLENS_CPU_ISA=scalar keeps the
+// plain loops (as it does for the CPU backend's kernels).
+bool search_simd_enabled() {
+#ifdef QLENS_SEARCH_X86
+  static const bool enabled = [] {
+    const char* isa = std::getenv("QLENS_CPU_ISA");
+    return __builtin_cpu_supports("avx2") && !(isa && std::string_view(isa) == "scalar");
+  }();
+  return enabled;
+#else
+  return false;
+#endif
+}
+bool g_search_simd_allowed = true;
+
+bool use_search_simd() { return g_search_simd_allowed && search_simd_enabled(); }
+
+double lane_sum(const double p[4]) { return (p[0] + p[1]) + (p[2] + p[3]); }
+
 // Symmetric levels for one inverse scale: L_i = clamp(round(iscale x_i)) and
-// the least-squares sums.
+// the least-squares sums sumlx = Σ w x L, suml2 = Σ w L^2 (n % 4 == 0).
+void symmetric_fit_scalar(int n, int nmax, const float* x, const float* w, float iscale, int8_t* L, double& sumlx,
+                          double& suml2) {
+  double plx[4] = {}, pl2[4] = {};
+  for (int i = 0; i < n; i += 4)
+    for (int c = 0; c < 4; ++c) {
+      const int l = std::clamp(nearest_int(iscale * x[i + c]), -nmax, nmax - 1);
+      L[i + c] = static_cast<int8_t>(l);
+      const double wl = static_cast<double>(w[i + c]) * l;
+      plx[c] += wl * x[i + c];
+      pl2[c] += wl * l;
+    }
+  sumlx = lane_sum(plx);
+  suml2 = lane_sum(pl2);
+}
+
+// Affine levels for one inverse scale from the offset lo: L_i = clamp(round(
+// iscale (x_i - lo)), 0, nmax), and Σ w L, Σ w L^2, Σ w x L.
+struct AffineSums {
+  double l, l2, xl;
+};
+AffineSums affine_fit_scalar(int n, int nmax, const float* x, const float* w, float lo, float iscale, uint8_t* L) {
+  double pl[4] = {}, pl2[4] = {}, pxl[4] = {};
+  for (int i = 0; i < n; i += 4)
+    for (int c = 0; c < 4; ++c) {
+      const int l = std::clamp(nearest_int(iscale * (x[i + c] - lo)), 0, nmax);
+      L[i + c] = static_cast<uint8_t>(l);
+      const double wl = static_cast<double>(w[i + c]) * l;
+      pl[c] += wl;
+      pl2[c] += wl * l;
+      pxl[c] += wl * x[i + c];
+    }
+  return {lane_sum(pl), lane_sum(pl2), lane_sum(pxl)};
+}
+
+#ifdef QLENS_SEARCH_X86
+// nearest_int of four floats (the same clamp and rounding trick).
+__attribute__((target("avx2"))) __m128i nearest_int4(__m128 v) {
+  const __m128 limit = _mm_set1_ps(4194303.0f);
+  v = _mm_min_ps(_mm_max_ps(v, _mm_sub_ps(_mm_setzero_ps(), limit)), limit);
+  const __m128i bits = _mm_castps_si128(_mm_add_ps(v, _mm_set1_ps(12582912.0f)));
+  return _mm_sub_epi32(_mm_and_si128(bits, _mm_set1_epi32(0x007fffff)), _mm_set1_epi32(0x00400000));
+}
+
+__attribute__((target("avx2"))) void store_levels4(__m128i l, int8_t* out) {
+  const __m128i bytes = _mm_packs_epi16(_mm_packs_epi32(l, l), _mm_setzero_si128());
+  const int32_t v = _mm_cvtsi128_si32(bytes);
+  std::memcpy(out, &v, 4);
+}
+
+__attribute__((target("avx2"))) void symmetric_fit_avx2(int n, int nmax, const float* x, const float* w, float iscale,
+                                                        int8_t* L, double& sumlx, double& suml2) {
+  const __m128 vis = _mm_set1_ps(iscale);
+  const __m128i lo = _mm_set1_epi32(-nmax), hi = _mm_set1_epi32(nmax - 1);
+  __m256d plx = _mm256_setzero_pd(), pl2 = _mm256_setzero_pd();
+  for (int i = 0; i < n; i += 4) {
+    const __m128 xv = _mm_loadu_ps(x + i);
+    const __m128i l = _mm_min_epi32(_mm_max_epi32(nearest_int4(_mm_mul_ps(vis, xv)), lo), hi);
+    store_levels4(l, L + i);
+    const __m256d ld = _mm256_cvtepi32_pd(l);
+    const __m256d wl = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + i)), ld);
+    plx = _mm256_add_pd(plx, _mm256_mul_pd(wl, _mm256_cvtps_pd(xv)));
+    pl2 = _mm256_add_pd(pl2, _mm256_mul_pd(wl, ld));
+  }
+  double a[4], b[4];
+  _mm256_storeu_pd(a, plx);
+  _mm256_storeu_pd(b, pl2);
+  sumlx = lane_sum(a);
+  suml2 = lane_sum(b);
+}
+
+__attribute__((target("avx2"))) AffineSums affine_fit_avx2(int n, int nmax, const float* x, const float* w, float lo,
+                                                           float iscale, uint8_t* L) {
+  const __m128 vis = _mm_set1_ps(iscale), vlo = _mm_set1_ps(lo);
+  const __m128i zero = _mm_setzero_si128(), top = _mm_set1_epi32(nmax);
+  __m256d pl = _mm256_setzero_pd(), pl2 = _mm256_setzero_pd(), pxl = _mm256_setzero_pd();
+  for (int i = 0; i < n; i += 4) {
+    const __m128 xv = _mm_loadu_ps(x + i);
+    const __m128i l = _mm_min_epi32(_mm_max_epi32(nearest_int4(_mm_mul_ps(vis, _mm_sub_ps(xv, vlo))), zero), top);
+    store_levels4(l, reinterpret_cast<int8_t*>(L + i));  // 0..nmax <= 127: the same bytes
+    const __m256d ld = _mm256_cvtepi32_pd(l);
+    const __m256d wl = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + i)), ld);
+    pl = _mm256_add_pd(pl, wl);
+    pl2 = _mm256_add_pd(pl2, _mm256_mul_pd(wl, ld));
+    pxl = _mm256_add_pd(pxl, _mm256_mul_pd(wl, _mm256_cvtps_pd(xv)));
+  }
+  double a[4], b[4], c[4];
+  _mm256_storeu_pd(a, pl);
+  _mm256_storeu_pd(b, pl2);
+  _mm256_storeu_pd(c, pxl);
+  return {lane_sum(a), lane_sum(b), lane_sum(c)};
+}
+#endif
+
 void symmetric_fit(int n, int nmax, const float* x, const float* w, float iscale, int8_t* L, double& sumlx,
                    double& suml2) {
-  sumlx = suml2 = 0;
-  for (int i = 0; i < n; ++i) {
-    const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-    L[i] = static_cast<int8_t>(l);
-    sumlx += static_cast<double>(w[i]) * x[i] * l;
-    suml2 += static_cast<double>(w[i]) * l * l;
-  }
+#ifdef QLENS_SEARCH_X86
+  if (use_search_simd()) return symmetric_fit_avx2(n, nmax, x, w, iscale, L, sumlx, suml2);
+#endif
+  symmetric_fit_scalar(n, nmax, x, w, iscale, L, sumlx, suml2);
+}
+
+AffineSums affine_fit(int n, int nmax, const float* x, const float* w, float lo, float iscale, uint8_t* L) {
+#ifdef QLENS_SEARCH_X86
+  if (use_search_simd()) return affine_fit_avx2(n, nmax, x, w, lo, iscale, L);
+#endif
+  return affine_fit_scalar(n, nmax, x, w, lo, iscale, L);
 }
 
 // Weighted error of y = scale * L + offset (offset <= 0), squared or absolute.
@@ -101,6 +228,12 @@ inline int iq4_index(float v) {
 }
 
 }  // namespace
+
+bool set_search_simd(bool allowed) {
+  const bool previous = g_search_simd_allowed;
+  g_search_simd_allowed = allowed;
+  return previous;
+}
 
 int nearest_int(float v) {
   // Adding 1.5 * 2^23 leaves the rounded integer in the low mantissa bits
@@ -178,22 +311,8 @@ float make_qkx_quants(int n, int nmax, const float* x, const float* w, uint8_t* 
     // Unlike ggml, the grid stays anchored at the data minimum (ggml moves it to
     // the best offset found so far).
     iscale = (rmin + rdelta * k + nmax) / range;
-    // Four interleaved partial sums keep the additions independent (about 3x
-    // faster than one chain); the order of summation is fixed.
-    double pl[4] = {}, pl2[4] = {}, pxl[4] = {};
-    for (int i = 0; i < n; i += 4) {
-      for (int c = 0; c < 4; ++c) {
-        const int l = std::clamp(nearest_int(iscale * (x[i + c] - lo)), 0, nmax);
-        trial[i + c] = static_cast<uint8_t>(l);
-        const double wl = static_cast<double>(w[i + c]) * l;
-        pl[c] += wl;
-        pl2[c] += wl * l;
-        pxl[c] += wl * x[i + c];
-      }
-    }
-    const double sum_l = (pl[0] + pl[1]) + (pl[2] + pl[3]);
-    const double sum_l2 = (pl2[0] + pl2[1]) + (pl2[2] + pl2[3]);
-    const double sum_xl = (pxl[0] + pxl[1]) + (pxl[2] + pxl[3]);
+    const AffineSums sums = affine_fit(n, nmax, x, w, lo, iscale, trial);
+    const double sum_l = sums.l, sum_l2 = sums.l2, sum_xl = sums.xl;
     const double det = sum_w * sum_l2 - sum_l * sum_l;
     if (!(det > 0)) continue;
     double s = (sum_w * sum_xl - sum_x * sum_l) / det;
