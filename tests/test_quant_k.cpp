@@ -34,6 +34,7 @@
 #include "qlens/tensor.h"
 #include "qlens/types.h"
 #include "quant/kquants.h"
+#include "quant/search_simd.h"
 #include "test_util.h"
 
 namespace qlens {
@@ -585,11 +586,11 @@ TEST(KQuantSearch, SimdLoopsGiveThePlainLoopsBytes) {
   for (DType t : kWeightTypes)
     for (const float* w : {static_cast<const float*>(nullptr), imp.data()}) {
       SCOPED_TRACE(std::string(type_name(t)) + (w ? " with importance" : ""));
-      const bool before = quant::kq::set_search_simd(false);
+      const bool before = quant::set_search_simd(false);
       const auto plain = quantize(t, x, 6, w);
-      quant::kq::set_search_simd(true);
+      quant::set_search_simd(true);
       const auto simd = quantize(t, x, 6, w);
-      quant::kq::set_search_simd(before);
+      quant::set_search_simd(before);
       EXPECT_EQ(plain, simd);
     }
 }

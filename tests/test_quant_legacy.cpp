@@ -38,6 +38,7 @@
 #include "qlens/types.h"
 #include "quant/legacy.h"
 #include "quant/registry.h"
+#include "quant/search_simd.h"
 #include "test_util.h"
 
 namespace qlens {
@@ -124,6 +125,29 @@ void put16(std::vector<uint8_t>& b, size_t at, uint16_t v) {
 }
 
 // ---- registry -----------------------------------------------------------------
+
+// The searches' AVX2 loops give the plain loops' bytes (a quantized file must
+// not depend on the CPU), with and without importance, on Gaussian rows, rows
+// with outliers, and exact grid levels (ties).
+TEST(QuantLegacy, SimdSearchGivesThePlainSearchsBytes) {
+  std::mt19937 rng(17);
+  const int64_t n = 256;
+  std::vector<float> x = gaussian(rng, n * 4);
+  const std::vector<float> out = with_outliers(rng, n * 2);
+  x.insert(x.end(), out.begin(), out.end());
+  for (int64_t i = 0; i < n; ++i) x.push_back(static_cast<float>(i % 16 - 8) * 0.5f);
+  const std::vector<float> imp = random_importance(rng, n);
+  for (DType t : kTypes)
+    for (const float* w : {static_cast<const float*>(nullptr), imp.data()}) {
+      SCOPED_TRACE(std::string(type_name(t)) + (w ? " with importance" : ""));
+      const bool before = quant::set_search_simd(false);
+      const auto plain = quantize(t, x, n, w);
+      quant::set_search_simd(true);
+      const auto simd = quantize(t, x, n, w);
+      quant::set_search_simd(before);
+      EXPECT_EQ(plain, simd);
+    }
+}
 
 TEST(QuantLegacy, Registry) {
   const std::map<DType, std::pair<size_t, DType>> expect = {

@@ -89,9 +89,6 @@ static_assert(sizeof(BlockIQ4XS) == 136);
 // Round to nearest, ties to even (as ggml's nearest_int); |v| is clamped to
 // 2^22 - 1 first, NaN gives an unspecified value without undefined behaviour.
 int nearest_int(float v);
-// Whether the scale searches may use their AVX2 loops (default true; they
-// give the same bits as the plain ones). Returns the previous value (tests).
-bool set_search_simd(bool allowed);
 
 // Symmetric levels L_i in [-nmax, nmax - 1] with y_i = scale * L_i. Tries the
 // scales -(nmax + 0.1 k) / max for k = -9..9 (max: the value of largest

@@ -5,16 +5,14 @@
 #include <bit>
 #include <cassert>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define QLENS_SEARCH_X86 1
-#endif
 
 #include "quant/kquants.h"
+#include "quant/search_simd.h"
+
+#ifdef QLENS_SEARCH_X86
+#include <immintrin.h>
+#endif
 #include "quant/registry.h"
 
 namespace qlens::quant::kq {
@@ -71,27 +69,7 @@ void refine_levels(int n, const float* x, const float* w, Level* L, int lo, int 
   }
 }
 
-// The searches below try many scales per group; their inner loops (levels
-// for one scale and the least-squares sums) have an AVX2 version. Both sum in
-// four interleaved lanes, lane c taking elements 4i + c, with the same
-// operations (no fused multiply-add), so they give the same bits: the
-// quantized file does not depend on the CPU. QLENS_CPU_ISA=scalar keeps the
-// plain loops (as it does for the CPU backend's kernels).
-bool search_simd_enabled() {
-#ifdef QLENS_SEARCH_X86
-  static const bool enabled = [] {
-    const char* isa = std::getenv("QLENS_CPU_ISA");
-    return __builtin_cpu_supports("avx2") && !(isa && std::string_view(isa) == "scalar");
-  }();
-  return enabled;
-#else
-  return false;
-#endif
-}
-bool g_search_simd_allowed = true;
-
-bool use_search_simd() { return g_search_simd_allowed && search_simd_enabled(); }
-
+// The inner loops of the searches have AVX2 versions (see search_simd.h).
 double lane_sum(const double p[4]) { return (p[0] + p[1]) + (p[2] + p[3]); }
 
 // Symmetric levels for one inverse scale: L_i = clamp(round(iscale x_i)) and
@@ -228,12 +206,6 @@ inline int iq4_index(float v) {
 }
 
 }  // namespace
-
-bool set_search_simd(bool allowed) {
-  const bool previous = g_search_simd_allowed;
-  g_search_simd_allowed = allowed;
-  return previous;
-}
 
 int nearest_int(float v) {
   // Adding 1.5 * 2^23 leaves the rounded integer in the low mantissa bits

@@ -15,10 +15,16 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "qlens/error.h"
 #include "quant/legacy.h"
 #include "quant/registry.h"
+#include "quant/search_simd.h"
+
+#ifdef QLENS_SEARCH_X86
+#include <immintrin.h>
+#endif
 
 namespace qlens::quant {
 namespace {
@@ -154,6 +160,59 @@ struct Iq4nlGrid {
 
 constexpr Iq4nlGrid kIq4nlGrid{};
 
+// The nearest codes of id * xs on the grid, and Σ ws q xs, Σ ws q^2 of their
+// levels q, in eight lanes (lane u takes elements 8i + u; the AVX2 loop for
+// the integer grids has the same lanes and operations: search_simd.h).
+template <class Grid>
+void grid_fit_plain(const Grid& g, const float* xs, const float* ws, float id, uint8_t* codes, float& qx, float& q2) {
+  float pqx[8] = {}, pq2[8] = {};
+  for (int j = 0; j < QK; j += 8)
+    for (int u = 0; u < 8; ++u) {
+      const int c = g.code(id * xs[j + u]);
+      codes[j + u] = static_cast<uint8_t>(c);
+      const float q = g.level(c);
+      pqx[u] += ws[j + u] * q * xs[j + u];
+      pq2[u] += ws[j + u] * q * q;
+    }
+  qx = ((pqx[0] + pqx[1]) + (pqx[2] + pqx[3])) + ((pqx[4] + pqx[5]) + (pqx[6] + pqx[7]));
+  q2 = ((pq2[0] + pq2[1]) + (pq2[2] + pq2[3])) + ((pq2[4] + pq2[5]) + (pq2[6] + pq2[7]));
+}
+
+#ifdef QLENS_SEARCH_X86
+__attribute__((target("avx2"))) void int_grid_fit_avx2(const IntGrid& g, const float* xs, const float* ws, float id,
+                                                       uint8_t* codes, float& qx, float& q2) {
+  const __m256 vid = _mm256_set1_ps(id), lo = _mm256_set1_ps(g.lowest()), hi = _mm256_set1_ps(g.highest());
+  const __m256 round = _mm256_set1_ps(12582912.0f);
+  __m256 pqx = _mm256_setzero_ps(), pq2 = _mm256_setzero_ps();
+  for (int j = 0; j < QK; j += 8) {
+    const __m256 x = _mm256_loadu_ps(xs + j), w = _mm256_loadu_ps(ws + j);
+    // clampf (max then min keep its NaN -> lo), then round_clamp's rounding.
+    const __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(vid, x), lo), hi);
+    const __m256 q = _mm256_sub_ps(_mm256_add_ps(v, round), round);
+    alignas(32) int32_t c[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c), _mm256_sub_epi32(_mm256_cvttps_epi32(q), _mm256_set1_epi32(g.lo)));
+    for (int u = 0; u < 8; ++u) codes[j + u] = static_cast<uint8_t>(c[u]);
+    const __m256 wq = _mm256_mul_ps(w, q);
+    pqx = _mm256_add_ps(pqx, _mm256_mul_ps(wq, x));
+    pq2 = _mm256_add_ps(pq2, _mm256_mul_ps(wq, q));
+  }
+  alignas(32) float a[8], b[8];
+  _mm256_store_ps(a, pqx);
+  _mm256_store_ps(b, pq2);
+  qx = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  q2 = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
+}
+#endif
+
+template <class Grid>
+void grid_fit(const Grid& g, const float* xs, const float* ws, float id, uint8_t* codes, float& qx, float& q2) {
+#ifdef QLENS_SEARCH_X86
+  if constexpr (std::is_same_v<Grid, IntGrid>)
+    if (use_search_simd()) return int_grid_fit_avx2(g, xs, ws, id, codes, qx, q2);
+#endif
+  grid_fit_plain(g, xs, ws, id, codes, qx, q2);
+}
+
 // Chooses codes and one scale d minimizing sum_j w_j (x_j - d * level(code_j))^2.
 //  1. Candidate assignments: nearest codes of x / d for d mapping the element of
 //     largest magnitude onto the lowest or the highest level, each nudged by
@@ -195,14 +254,8 @@ uint16_t fit_scaled(const float* x, const float* w, const Grid& g, uint8_t* code
   uint8_t cand[QK];
   // Assigns the nearest codes for inverse scale id; keeps them when they score better.
   auto try_inverse = [&](float id) {
-    float qx = 0.0f, q2 = 0.0f;
-    for (int j = 0; j < QK; ++j) {
-      const int c = g.code(id * xs[j]);
-      cand[j] = static_cast<uint8_t>(c);
-      const float q = g.level(c);
-      qx += ws[j] * q * xs[j];
-      q2 += ws[j] * q * q;
-    }
+    float qx, q2;
+    grid_fit(g, xs, ws, id, cand, qx, q2);
     if (!(q2 > 0.0f)) return false;
     const float score = qx * qx / q2;
     if (!(score > best_score)) return false;
