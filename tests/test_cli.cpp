@@ -97,6 +97,44 @@ TEST(Cli, QuantizeDryRunAndErrors) {
   ASSERT_EQ(qlens("generate -m " + dir + "/o.gguf -p 'the cat' -n 4 --temp 0 --no-stats", &out), 0) << out;
 }
 
+// An output that is one of the inputs (by inode: another spelling, a hard
+// link) is refused before any work, and the input is left as it was; so are
+// outputs in a missing folder or naming a directory.
+TEST(Cli, OutputsNeverOverwriteInputs) {
+  QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const std::string dir = test::temp_dir();
+  const std::string m = dir + "/m.gguf", text = dir + "/t.txt", sens = dir + "/s.json";
+  std::filesystem::copy_file(model, m);
+  { std::ofstream(text) << "Once upon a time there was a little dog."; }
+  { std::ofstream(sens) << "{}"; }
+  std::filesystem::create_hard_link(m, dir + "/hard.gguf");
+  const std::string same_m = dir + "/./m.gguf";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"quantize " + m + " " + same_m + " Q8_0", "IN"},
+      {"quantize " + m + " " + dir + "/hard.gguf Q8_0", "IN"},
+      {"imatrix -m " + m + " -f " + text + " -o " + same_m, "-m"},
+      {"imatrix -m " + m + " -f " + text + " -o " + text, "-f"},
+      {"perplexity -m " + m + " -f " + text + " --json " + same_m, "-m"},
+      {"perplexity -m " + m + " -f " + text + " --kl-divergence-base " + text, "-f"},
+      {"compare --ref " + m + " -m " + m + " -f " + text + " --json " + text, "-f"},
+      {"sensitivity -m " + m + " -f " + text + " --json " + same_m, "-m"},
+      {"plan --sensitivity " + sens + " --target-bpw 5 -o " + sens, "--sensitivity"},
+      {"quantize-stats " + m + " --json " + same_m, "MODEL"},
+  };
+  const auto before = read_text_file(m);
+  for (const auto& [args, input] : cases) {
+    std::string out;
+    EXPECT_NE(qlens(args, &out), 0) << args;
+    EXPECT_NE(out.find("is the same file as the input " + input), std::string::npos) << args << "\n" << out;
+  }
+  EXPECT_EQ(read_text_file(m), before);
+  std::string out;
+  EXPECT_NE(qlens("quantize " + m + " " + dir + "/missing/q.gguf Q8_0", &out), 0);
+  EXPECT_NE(out.find("does not exist"), std::string::npos) << out;
+  EXPECT_NE(qlens("quantize " + m + " " + dir + " Q8_0", &out), 0);
+  EXPECT_NE(out.find("is a directory"), std::string::npos) << out;
+}
+
 TEST(Cli, GreedyStoriesContinuation) {
   QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
   std::string out;

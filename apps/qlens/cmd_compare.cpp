@@ -2,6 +2,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/output_path.h"
 #include "args.h"
 #include "commands.h"
 #include "core/text_file.h"
@@ -54,6 +55,9 @@ int cmd_compare(int argc, char** argv) {
   if (test_path.empty()) throw Error("qlens compare: -m TEST.gguf is required");
   if (text_path.empty()) throw Error("qlens compare: -f TEXT is required");
   if (metric != "nmse" && metric != "sqnr") throw Error("qlens compare: --metric must be nmse or sqnr, got '" + metric + "'");
+  const std::vector<NamedPath> inputs = {{"--ref", ref_path}, {"-m", test_path}, {"-f", text_path}};
+  check_output_path("qlens compare", {"--json", json_path}, inputs);
+  check_output_path("qlens compare", {"--csv", csv_path}, inputs);
   resolve_device(p, dev);
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;

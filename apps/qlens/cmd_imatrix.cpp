@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/output_path.h"
 #include "args.h"
 #include "commands.h"
 #include "core/text_file.h"
@@ -30,15 +31,6 @@ void save(const tools::Imatrix& m, const std::string& path, const std::string& f
 }
 
 // Fails before hours of work when the output cannot be written.
-void check_writable(const std::string& path) {
-  const std::string probe = path + ".tmp";
-  {
-    std::ofstream f(probe, std::ios::binary);
-    if (!f) throw Error("qlens imatrix: cannot write the output -o " + path + " (its folder is missing or read-only)");
-  }
-  std::remove(probe.c_str());
-}
-
 }  // namespace
 
 int cmd_imatrix(int argc, char** argv) {
@@ -97,6 +89,10 @@ int cmd_imatrix(int argc, char** argv) {
   opt.n_gpu_layers = dev.n_gpu_layers;
   if (output_frequency < 0 || save_frequency < 0)
     throw Error("qlens imatrix: --output-frequency and --save-frequency must not be negative");
+  std::vector<NamedPath> inputs = {{"-m", model_path}, {"-f", text_path}, {"--resume", resume_path}};
+  for (const auto& f : in_files) inputs.push_back({"--in-file", f});
+  if (show_statistics) check_output_path("qlens imatrix", {"--json", json_path}, inputs);
+  else check_output_path("qlens imatrix", {"-o", out_path}, inputs);
 
   // Statistics and combining need no model.
   if (show_statistics) {
@@ -116,7 +112,6 @@ int cmd_imatrix(int argc, char** argv) {
   }
   if (model_path.empty() && text_path.empty()) {
     if (in_files.empty()) throw Error("qlens imatrix: -m MODEL and -f TEXT are required (or --in-file to combine)");
-    check_writable(out_path);
     tools::Imatrix m = tools::combine_imatrix_files(in_files);
     save(m, out_path, format);
     std::fprintf(stderr, "combined %zu files: %zu tensors, %lld chunks -> %s\n", in_files.size(), m.entries.size(),
@@ -128,8 +123,6 @@ int cmd_imatrix(int argc, char** argv) {
   if (!resume_path.empty() && !in_files.empty())
     throw Error("qlens imatrix: --resume continues a checkpoint, which already holds its --in-file data; "
                 "drop --in-file");
-  check_writable(out_path);
-
   auto model = Model::load(model_path);
   const std::string text = read_text_file(text_path);
   const auto tokens = model->vocab().tokenize(text, /*add_special=*/true, parse_special);

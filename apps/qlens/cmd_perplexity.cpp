@@ -4,6 +4,7 @@
 #include <memory>
 #include <sstream>
 
+#include "core/output_path.h"
 #include "args.h"
 #include "commands.h"
 #include "core/json_writer.h"
@@ -45,6 +46,10 @@ int cmd_perplexity(int argc, char** argv) {
   opt.n_gpu_layers = dev.n_gpu_layers;
   if (model_path.empty()) throw Error("qlens perplexity: -m MODEL is required");
   if (kld && kld_base.empty()) throw Error("qlens perplexity: --kl-divergence needs --kl-divergence-base FILE");
+  const std::vector<NamedPath> inputs = {{"-m", model_path}, {"-f", text_path}};
+  check_output_path("qlens perplexity", {"--json", json_path},
+                    kld ? std::vector<NamedPath>{{"-m", model_path}, {"--kl-divergence-base", kld_base}} : inputs);
+  if (!kld) check_output_path("qlens perplexity", {"--kl-divergence-base", kld_base}, inputs);
   if (kld) {
     auto model = Model::load(model_path);
     const auto base = tools::LlamaLogitsFile::load(kld_base);
@@ -63,8 +68,6 @@ int cmd_perplexity(int argc, char** argv) {
     return 0;
   }
   if (text_path.empty()) throw Error("qlens perplexity: -f TEXT is required");
-  if (!kld_base.empty() && (kld_base == model_path || kld_base == text_path))
-    throw Error("qlens perplexity: --kl-divergence-base " + kld_base + " would overwrite an input");
   if (opt.n_batch < opt.n_ctx && opt.n_batch > 0 && opt.n_ctx % opt.n_batch != 0)
     throw Error("qlens perplexity: -c " + std::to_string(opt.n_ctx) + " must be a multiple of -b " +
                 std::to_string(opt.n_batch));

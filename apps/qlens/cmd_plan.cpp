@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "core/output_path.h"
 #include "args.h"
 #include "commands.h"
 #include "core/text_file.h"
@@ -93,6 +94,8 @@ int cmd_plan(int argc, char** argv) {
   if ((target_bpw > 0) == !target_size.empty())
     throw Error("qlens plan: give exactly one of --target-bpw and --target-size");
 
+  check_output_path("qlens plan", {"-o", out_path},
+                    {{"--sensitivity", sens_path}, {"-m", model_path}, {"-f", vopt.text_path}, {"--imatrix", vopt.imatrix_path}});
   tools::SensitivityTable table = tools::load_sensitivity_json(sens_path);
   if (!table.complete)
     std::fprintf(stderr, "warning: %s is from an interrupted run: only its %zu tensors are planned\n",

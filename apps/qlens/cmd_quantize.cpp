@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "core/output_path.h"
 #include "args.h"
 #include "commands.h"
 #include "core/text_file.h"
@@ -40,6 +41,8 @@ int cmd_quantize(int argc, char** argv) {
     out_path.clear();
   }
   if (mix.empty()) throw Error("qlens quantize: missing TYPE (usage: qlens quantize IN.gguf OUT.gguf TYPE)");
+  check_output_path("qlens quantize", {"OUT", out_path},
+                    {{"IN", in_path}, {"--imatrix", imatrix}, {"--tensor-type-file", rules_file}});
   opt.mix = mix;
   opt.imatrix_path = imatrix;
   if (!rules_file.empty()) opt.tensor_types = tools::parse_tensor_type_rules(read_text_file(rules_file), rules_file);

@@ -1,6 +1,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/output_path.h"
 #include "args.h"
 #include "commands.h"
 #include "core/text_file.h"
@@ -23,6 +24,7 @@ int cmd_quantize_stats(int argc, char** argv) {
   p.add({"--json"}, &json_path, "FILE", "also write the figures as JSON");
   p.add({"-t", "--threads"}, &threads, "N", "threads (default: one per core)");
   if (!p.parse(argc, argv)) return 0;
+  check_output_path("qlens quantize-stats", {"--json", json_path}, {{"MODEL", model}, {"--imatrix", imatrix}});
   tools::QuantizeStatsOptions opt;
   for (const auto& n : type_names) {
     auto t = type_from_name(n);

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/output_path.h"
 #include "args.h"
 #include "commands.h"
 #include "core/text_file.h"
@@ -90,6 +91,8 @@ int cmd_sensitivity(int argc, char** argv) {
               : group == "experts" ? tools::SensitivityGroup::Experts
                                    : tools::SensitivityGroup::Role;
   if (resume && json_path.empty()) throw Error("qlens sensitivity: --resume needs --json FILE");
+  check_output_path("qlens sensitivity", {"--json", json_path},
+                    {{"-m", model_path}, {"-f", text_path}, {"--imatrix", opt.imatrix_path}});
   opt.mode = mode == "quant" ? tools::SensitivityMode::Quant : tools::SensitivityMode::Noise;
   opt.types = parse_types(types);
   opt.noise_levels = parse_levels(levels);

@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/output_path.h"
 #include "args.h"
 #include "commands.h"
 #include "qlens/error.h"
@@ -60,6 +61,7 @@ int cmd_synth(int argc, char** argv) {
   p.add_note("presets:\n" + presets);
   if (!p.parse(argc, argv)) return 0;
   if (out.empty()) throw Error("qlens synth: -o FILE is required");
+  check_output_path("qlens synth", {"-o", out}, {{"--vocab", vocab}});
   auto type = type_from_name(type_name_arg);
   if (!type) throw Error("qlens synth: --type: unknown type '" + type_name_arg + "'");
   const tools::SynthPreset& chosen = tools::find_synth_preset(preset, arch);
