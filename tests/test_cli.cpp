@@ -135,6 +135,41 @@ TEST(Cli, OutputsNeverOverwriteInputs) {
   EXPECT_NE(out.find("is a directory"), std::string::npos) << out;
 }
 
+// Shared flags mean the same on every command, and meaningless values are
+// refused before any work with a message naming the flag; filters that
+// match nothing are errors, not empty results.
+TEST(Cli, MeaninglessValuesAreRefused) {
+  QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  QLENS_REQUIRE_SHARED(text, "data/tinystories/tinystories_val.txt");
+  const std::string run = "perplexity -m " + model + " -f " + text + " -c 128 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {run + "-b 0", "-b 0: the batch size must be 1 or more"},
+      {run + "-c -5", "-c -5: the context size must be positive"},
+      {run + "--chunks 0", "--chunks 0: the number of chunks must be 1 or more (-1: all of them)"},
+      {run + "--chunks -7", "--chunks -7"},
+      {run + "-ngl -2", "-ngl -2: the number of layers must be 0 or more"},
+      {"sensitivity -m " + model + " -f " + text + " --chunks 0", "--chunks 0"},
+      {"imatrix -m " + model + " -f " + text + " -b 0", "-b 0"},
+      {"plan --sensitivity x.json --target-bpw 0", "--target-bpw 0: the budget must be above 0"},
+      {"plan --sensitivity x.json --target-bpw 100", "--target-bpw 100"},
+      {"sensitivity -m " + model + " -f " + text + " -c 128 --chunks 1 --tensors zzz",
+       "--tensors 'zzz' matches no matrix"},
+      {"compare --ref " + model + " -m " + model + " -f " + text + " -c 128 --chunks 2 --nodes zzz",
+       "--nodes 'zzz' matches no node"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::string out;
+    EXPECT_NE(qlens(args, &out), 0) << args;
+    EXPECT_TRUE(contains(out, message)) << args << "\n" << out;
+  }
+  // -1 chunks: all of them, as in llama.cpp (of a short text).
+  const std::string short_text = test::temp_dir() + "/short.txt";
+  { std::ofstream(short_text) << read_text_file(text).substr(0, 6000); }
+  std::string out;
+  ASSERT_EQ(qlens("perplexity -m " + model + " -f " + short_text + " -c 128 --chunks -1", &out), 0) << out;
+  EXPECT_TRUE(contains(out, "Final estimate: PPL")) << out;
+}
+
 TEST(Cli, GreedyStoriesContinuation) {
   QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
   std::string out;

@@ -4,6 +4,7 @@
 
 #include "qlens/backend.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -49,17 +50,36 @@ void ArgParser::add(std::vector<std::string> names,
   options_.push_back({std::move(names), std::move(metavar), std::move(help), std::move(set)});
 }
 
+// The flags every command shares mean the same everywhere, and values that
+// mean nothing are refused before any work (llama.cpp's meaning kept where it
+// has one: -t 0 or less is one thread per core, -ngl -1 the default).
+static void check_shared_flag(const std::string& command, const std::vector<std::string>& names, const std::string& given,
+                       int64_t v) {
+  auto has = [&](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  auto fail = [&](const std::string& why) {
+    throw Error("qlens " + command + ": " + given + " " + std::to_string(v) + ": " + why);
+  };
+  if (has("-b") && v < 1) fail("the batch size must be 1 or more");
+  if (has("-c") && v < 0) fail("the context size must be positive (0: the model's training context where allowed)");
+  if (has("--chunks") && (v == 0 || v < -1)) fail("the number of chunks must be 1 or more (-1: all of them)");
+  if (has("-ngl") && v < -1) fail("the number of layers must be 0 or more (-1: the default, all)");
+}
+
 void ArgParser::add(std::vector<std::string> names, int64_t* out, std::string metavar, std::string help) {
+  const std::vector<std::string> all = names;
   options_.push_back({std::move(names), std::move(metavar), std::move(help),
-                      [this, out](const std::string& n, const std::string& v) {
+                      [this, out, all](const std::string& n, const std::string& v) {
                         *out = parse_number<int64_t>(command_, n, v);
+                        check_shared_flag(command_, all, n, *out);
                       }});
 }
 
 void ArgParser::add(std::vector<std::string> names, int* out, std::string metavar, std::string help) {
+  const std::vector<std::string> all = names;
   options_.push_back({std::move(names), std::move(metavar), std::move(help),
-                      [this, out](const std::string& n, const std::string& v) {
+                      [this, out, all](const std::string& n, const std::string& v) {
                         *out = parse_number<int>(command_, n, v);
+                        check_shared_flag(command_, all, n, *out);
                       }});
 }
 

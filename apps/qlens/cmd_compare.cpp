@@ -34,7 +34,8 @@ int cmd_compare(int argc, char** argv) {
   p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512)");
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 512, at most CTX)");
   p.add({"--chunks"}, &opt.max_chunks, "N", "at most N chunks (default: all)");
-  p.add({"--nodes"}, &opt.nodes_regex, "REGEX", "only nodes whose name matches (e.g. 'l_out|ffn_out')");
+  p.add({"--nodes"}, &opt.nodes_regex, "REGEX", "only nodes whose name matches (e.g. 'l_out|ffn_out'; one must)");
+  p.add_switch({"--logits-only"}, &opt.logits_only, "compare the output distributions only (KLD, top tokens), no node");
   p.add({"--top"}, &top, "N", "list the N worst nodes (default 10)");
   p.add({"--metric"}, &metric, "nmse|sqnr", "the layer table's cells (default nmse)");
   p.add({"--json"}, &json_path, "FILE", "write everything as JSON (schema: docs/COMPARE.md)");

@@ -18,6 +18,14 @@
 namespace qlens::cli {
 
 namespace {
+std::string format_number(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+}  // namespace
+
+namespace {
 
 // "123456", "250K", "1.5M", "2G" (powers of 1024; "KiB"/"MiB"/"GiB" and "B" accepted).
 uint64_t parse_size(const std::string& text) {
@@ -91,6 +99,9 @@ int cmd_plan(int argc, char** argv) {
   p.add({"-t", "--threads"}, &vopt.n_threads, "N", "threads (default: one per core)");
   if (!p.parse(argc, argv)) return 0;
   if (sens_path.empty()) throw Error("qlens plan: --sensitivity FILE is required");
+  if (p.was_set("--target-bpw") && !(target_bpw > 0 && target_bpw <= 32))
+    throw Error("qlens plan: --target-bpw " + format_number(target_bpw) +
+                ": the budget must be above 0 and at most 32 bits per weight");
   if ((target_bpw > 0) == !target_size.empty())
     throw Error("qlens plan: give exactly one of --target-bpw and --target-size");
 

@@ -61,7 +61,7 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
   std::map<std::string, bool> label_wanted;
   auto accepts = [&](const std::string& label) {
     auto [it, fresh] = label_wanted.try_emplace(label, false);
-    if (fresh) it->second = opt.nodes_regex.empty() || std::regex_search(label, filter);
+    if (fresh) it->second = !opt.logits_only && (opt.nodes_regex.empty() || std::regex_search(label, filter));
     return it->second;
   };
   enum class Role { None, Ref, Test };
@@ -154,6 +154,15 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
     if (!pair.decode(chunks.chunk(c))) throw Error("compare: the computation was stopped");
     for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j)
       logits.add_token(pair.ref_logits(j), pair.test_logits(j), chunks.next(c, j));
+    if (c == 0 && order.empty() && !opt.nodes_regex.empty() && !opt.logits_only) {
+      // Said after one chunk, not at the end of the run, with labels to choose from.
+      std::string some;
+      int shown = 0;
+      for (const auto& [label, wanted] : label_wanted)
+        if (shown < 8 && label.find('-') != std::string::npos) some += (shown++ ? ", " : "") + label;
+      throw Error("compare: --nodes '" + opt.nodes_regex + "' matches no node of the graph (" +
+                  std::to_string(label_wanted.size()) + " nodes, e.g. " + some + ")");
+    }
     if (on_chunk) on_chunk(c + 1, n_chunks, logits.summary().kld_mean.value);
   }
 

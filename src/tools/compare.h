@@ -23,6 +23,7 @@ struct CompareOptions {
   int64_t max_chunks = -1;  // < 0: every whole chunk
   int n_threads = 0;
   std::string nodes_regex;  // only nodes whose label matches (ECMAScript, searched); empty: all
+  bool logits_only = false; // no node at all: the output distributions only
   std::string device_ref = "cpu", device = "cpu";
   int n_gpu_layers = -1;    // for each model on its device
   DType cache_type = DType::F16;  // KV cache: F16 (default), F32, BF16

@@ -344,6 +344,11 @@ SensitivityResult measure_sensitivity(
     else
       r.fixed_bytes += w->nbytes();
   }
+  if (probed.empty())
+    throw Error(opt.tensors_regex.empty()
+                    ? "sensitivity: " + model.path() + " has no matrix to probe"
+                    : "sensitivity: --tensors '" + opt.tensors_regex + "' matches no matrix of " + model.path() +
+                          " (names look like blk.0.attn_q.weight, output.weight)");
   std::stable_sort(probed.begin(), probed.end(), [](const Tensor* a, const Tensor* b) {
     const int la = layer_of(a->name), lb = layer_of(b->name);
     if (la != lb) return (la < 0 ? 1 << 30 : la) < (lb < 0 ? 1 << 30 : lb);
