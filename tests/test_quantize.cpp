@@ -150,7 +150,9 @@ TEST(QuantizePlan, RulesFlagsAndOneDimensionalTensors) {
   opt.token_embedding_type = DType::F32;
   plan = tools::plan_quantization(*in, opt);
   EXPECT_EQ(find(plan, "blk.0.ffn_up.weight").to, DType::BF16);
-  EXPECT_EQ(find(plan, "blk.1.ffn_up.weight").to, DType::F32);  // last match wins
+  EXPECT_EQ(find(plan, "blk.1.ffn_up.weight").to, DType::BF16);  // the first match wins, as in llama.cpp
+  opt.tensor_types = {{"blk\\.1\\.ffn_up", "F32"}, {"ffn_.*", "BF16"}};
+  EXPECT_EQ(find(tools::plan_quantization(*in, opt), "blk.1.ffn_up.weight").to, DType::F32);
   EXPECT_EQ(find(plan, "blk.1.attn_q.weight").to, DType::F16);
   EXPECT_EQ(find(plan, "token_embd.weight").to, DType::F32);
   EXPECT_EQ(find(plan, "blk.0.attn_norm.weight").to, DType::F32);
@@ -231,6 +233,43 @@ TEST(QuantizeModel, DryRunTotalMatchesTheWrittenFile) {
     ctx.decode(tokens, false);
     for (float v : ctx.last_logits()) ASSERT_TRUE(std::isfinite(v)) << mix;
   }
+}
+
+// llama-quantize's habits: the llama_ftype id for the type, the thread count
+// as a fourth argument, --leave-output-tensor, and a plan that covers every
+// matrix needing no TYPE (general.file_type then names the commonest type).
+TEST(QuantizeModel, LlamaCppHabits) {
+  EXPECT_EQ(tools::find_mix("15")->name, "Q4_K_M");
+  EXPECT_EQ(tools::find_mix("7")->name, "Q8_0");
+  EXPECT_FALSE(tools::find_mix("99").has_value());
+  const std::string in = synth_f32("160m");
+  auto in_file = gguf::File::open(in);
+  tools::QuantizeOptions opt;
+  opt.mix = "Q4_0";
+  opt.leave_output_tensor = true;
+  opt.output_type = DType::Q8_0;  // --leave-output-tensor comes first, as in llama.cpp
+  EXPECT_EQ(find(tools::plan_quantization(*in_file, opt), "output.weight").to, DType::F32);
+
+  // A plan for every matrix: most of the weights Q4_0, the attention Q8_0.
+  tools::QuantizeOptions rules_only;
+  rules_only.mix = "";
+  rules_only.tensor_types = {{"attn_", "Q8_0"}, {".*", "Q4_0"}};
+  const auto plan = tools::plan_quantization(*in_file, rules_only);
+  EXPECT_EQ(find(plan, "blk.0.attn_q.weight").to, DType::Q8_0);
+  EXPECT_EQ(find(plan, "blk.0.ffn_up.weight").to, DType::Q4_0);
+  const std::string dir = test::temp_dir();
+  std::ostringstream log;
+  tools::quantize_model(in, dir + "/plan.gguf", rules_only, log);
+  EXPECT_EQ(gguf::File::open(dir + "/plan.gguf")->get_int("general.file_type"), 2);  // MOSTLY_Q4_0
+  rules_only.tensor_types = {{"attn_", "Q8_0"}};
+  EXPECT_THROW(tools::plan_quantization(*in_file, rules_only), Error);  // ffn tensors have no type
+
+  std::string out;
+  ASSERT_EQ(test::run_command(std::string(QLENS_BINARY) + " quantize " + in + " " + dir + "/q.gguf 7 2", &out), 0)
+      << out;
+  EXPECT_EQ(gguf::File::open(dir + "/q.gguf")->get_int("general.file_type"), 7);
+  EXPECT_NE(test::run_command(std::string(QLENS_BINARY) + " quantize " + in + " " + dir + "/q.gguf Q8_0 two", &out), 0);
+  EXPECT_NE(out.find("NTHREADS must be a thread count"), std::string::npos) << out;
 }
 
 TEST(QuantizeModel, RequantizingNeedsPermission) {

@@ -1,5 +1,6 @@
 #include "tools/quantize.h"
 
+#include <map>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -179,9 +180,26 @@ std::string shape_text(const std::array<int64_t, 4>& ne, int n_dims) {
 
 std::optional<QuantMix> find_mix(const std::string& name) {
   const std::string n = canonical_mix_name(name);
+  // llama-quantize also takes the llama_ftype id: "15" is Q4_K_M.
+  const bool numeric = !n.empty() && n.find_first_not_of("0123456789") == std::string::npos && n.size() < 6;
   for (const auto& m : mixes())
-    if (m.name == n) return m;
+    if (m.name == n || (numeric && m.file_type == static_cast<uint32_t>(std::stoul(n)))) return m;
   return std::nullopt;
+}
+
+static uint32_t file_type_of(const QuantizePlan& plan) {
+  // The plain type holding the most elements among the quantized matrices
+  // (llama.cpp's "mostly" types), when no mix rule set the tensors' types.
+  std::map<DType, int64_t> elements;
+  for (const TensorPlan& t : plan.tensors)
+    if (t.ne[1] > 1) elements[t.to] += t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+  DType most = plan.mix.base;
+  int64_t best = -1;
+  for (const auto& [type, n] : elements)
+    if (n > best) most = type, best = n;
+  for (const auto& m : mixes())
+    if (m.base == most && m.name == type_name(most)) return m.file_type;
+  return plan.mix.file_type;
 }
 
 std::vector<std::string> mix_names() {
@@ -211,7 +229,9 @@ std::vector<std::pair<std::string, std::string>> parse_tensor_type_rules(const s
 
 QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt) {
   QuantizePlan plan;
-  auto mix = find_mix(opt.mix);
+  // No TYPE: the rules (a plan of qlens plan) must give every matrix its type.
+  const bool rules_only = opt.mix.empty();
+  auto mix = rules_only ? std::optional<QuantMix>(QuantMix{"rules", DType::F32, 0}) : find_mix(opt.mix);
   if (!mix) {
     std::string names;
     for (const auto& n : mix_names()) names += (names.empty() ? "" : ", ") + n;
@@ -255,30 +275,42 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
       p.reason = "router: kept";
     } else {
       const Role role = role_of(t.name);
+      // llama.cpp 0c1e570's precedence: --token-embedding-type and
+      // --output-tensor-type (and --leave-output-tensor), then the first
+      // --tensor-type rule that matches, then the mix's role rules.
       DType want = mix->base;
       p.reason = "mix " + mix->name;
-      // As llama.cpp: the mixes' rules are for quantized types only.
-      if (!opt.pure && type_traits(mix->base).is_quantized)
-        want = role_type(*mix, role, t.ne[0], facts, has_imatrix, &p.reason);
+      const Rule* rule = nullptr;
+      for (const Rule& r : rules)
+        if (!rule && std::regex_search(t.name, r.re)) rule = &r;
       if (role.name == "token_embd" && opt.token_embedding_type) {
         want = *opt.token_embedding_type;
         p.reason = "--token-embedding-type";
-      }
-      if (role.name == "output" && opt.output_type) {
+      } else if (role.name == "output" && opt.leave_output_tensor) {
+        want = t.type;
+        p.reason = "--leave-output-tensor";
+      } else if (role.name == "output" && opt.output_type) {
         want = *opt.output_type;
         p.reason = "--output-tensor-type";
+      } else if (rule) {
+        want = rule->type;
+        p.reason = "rule " + rule->text;
+      } else if (rules_only) {
+        throw Error("no TYPE given, and no --tensor-type rule gives " + t.name +
+                    " its type: give TYPE for the tensors the rules leave out");
+      } else {
+        plan.from_mix = plan.from_mix || type_traits(mix->base).is_quantized;
+        // As llama.cpp: the mixes' rules are for quantized types only.
+        if (!opt.pure && type_traits(mix->base).is_quantized)
+          want = role_type(*mix, role, t.ne[0], facts, has_imatrix, &p.reason);
       }
-      for (const Rule& r : rules)
-        if (std::regex_search(t.name, r.re)) {
-          want = r.type;
-          p.reason = "rule " + r.text;
-        }
       if (t.ne[0] % type_traits(want).block_size != 0) {
         const DType fb = fallback_type(want, t.ne[0]);
         p.reason = "fallback from " + std::string(type_name(want)) + ": row length " + std::to_string(t.ne[0]) +
                    " is not a multiple of " + std::to_string(type_traits(want).block_size);
         want = fb;
       }
+      if (want == t.type) p.reason += ": kept";
       if (type_traits(t.type).is_quantized && want != t.type && !opt.allow_requantize)
         throw Error(in.path() + ": tensor '" + t.name + "' is already " + std::string(type_name(t.type)) +
                     "; quantizing it again loses quality (use --allow-requantize to do it anyway)");
@@ -384,7 +416,7 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
 
   gguf::Writer w;
   for (const auto& kv : in->metadata()) w.set(kv.key, kv.value);
-  w.set("general.file_type", gguf::Value::make_u32(plan.mix.file_type));
+  w.set("general.file_type", gguf::Value::make_u32(plan.from_mix ? plan.mix.file_type : file_type_of(plan)));
   w.set("general.quantization_version", gguf::Value::make_u32(2));
   w.set("quantize.qlens_version", gguf::Value::make_string(QLENS_VERSION));
   if (imatrix) {

@@ -23,6 +23,7 @@ struct QuantMix {
   DType base;         // the type of tensors no rule mentions
   uint32_t file_type;  // general.file_type (llama_ftype)
 };
+// By name, or by llama_ftype id ("15": Q4_K_M) as llama-quantize takes it.
 std::optional<QuantMix> find_mix(const std::string& name);
 std::vector<std::string> mix_names();
 
@@ -30,9 +31,10 @@ struct QuantizeOptions {
   std::string mix = "Q4_K_M";
   std::string imatrix_path;
   bool imatrix_strict = false;
-  std::vector<std::pair<std::string, std::string>> tensor_types;  // REGEX, TYPE; last match wins
+  std::vector<std::pair<std::string, std::string>> tensor_types;  // REGEX, TYPE; the first match wins (llama.cpp)
   std::optional<DType> output_type;
   std::optional<DType> token_embedding_type;
+  bool leave_output_tensor = false;  // output.weight keeps its type
   bool pure = false;              // no role rules: every 2-D weight gets the base type
   bool allow_requantize = false;  // quantized inputs may be quantized again
   double clip_sigma = 0;          // > 0: clip weights beyond K standard deviations per block
@@ -54,6 +56,7 @@ struct TensorPlan {
 
 struct QuantizePlan {
   QuantMix mix;
+  bool from_mix = false;  // some matrix took its type from the mix (else general.file_type is the commonest type's)
   std::vector<TensorPlan> tensors;
   size_t total_bytes = 0;
   int64_t total_elements = 0;
