@@ -168,6 +168,33 @@ void MulMatPathArgs(benchmark::internal::Benchmark* bm) {
 }
 BENCHMARK(BM_MulMatPath)->Apply(MulMatPathArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// The GEMM path for quantized weights at N = 512 and the 1.1B shapes, on the
+// int8 panels (path 1, where the instruction set has them: VNNI) or on the
+// dequantized F32 panels (path 0): args type, K, M, N, path.
+void BM_MulMatInt8(benchmark::State& state) {
+  const bool prev = cpu::matmul_set_int8(state.range(4) != 0);
+  BM_MulMat(state);
+  cpu::matmul_set_int8(prev);
+}
+void MulMatInt8Args(benchmark::internal::Benchmark* bm) {
+  bm->ArgNames({"type", "K", "M", "N", "int8"});
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL, DType::Q2_K,
+                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
+    for (auto [k, m] : {std::pair<int64_t, int64_t>{2048, 5632}, {5632, 2048}})
+      for (int64_t path : {0, 1}) bm->Args({static_cast<int64_t>(t), k, m, 512, path});
+}
+BENCHMARK(BM_MulMatInt8)->Apply(MulMatInt8Args)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Where the int8 GEMM path meets the dot path (args type, K, M, N, path: 0
+// dot, 1 GEMM), K = 2048, M = 2048: the measurements behind the int8 min_n.
+void MulMatInt8SmallN(benchmark::internal::Benchmark* bm) {
+  bm->ArgNames({"type", "K", "M", "N", "path"});
+  for (DType t : {DType::Q4_0, DType::Q4_K, DType::Q6_K})
+    for (int64_t n : {4, 8, 12, 16, 24, 32})
+      for (int64_t path : {0, 1}) bm->Args({static_cast<int64_t>(t), 2048, 2048, n, path});
+}
+BENCHMARK(BM_MulMatPath)->Name("BM_MulMatInt8SmallN")->Apply(MulMatInt8SmallN)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // Attention products of the 1.1B model (32 query heads, 4 KV heads of 64,
 // F16 cache): args n_kv, tokens, 0 = scores (K x Q), 1 = values (V x scores).
 void BM_Attention(benchmark::State& state) {

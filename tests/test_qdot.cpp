@@ -28,12 +28,15 @@
 //    path, which rounds activations through the same quantizer, against the
 //    dequantized weights times the dequantized activations with test_ops'
 //    bound 1e-5 * sum |w||x|.
-//    Odd N (1, 5, 13, 64), K = 32, 96, 4096, and GQA-style broadcast.
+//    Odd N (1, 5, 13, 64, 100), K = 32, 96, 4096, and GQA-style broadcast.
+//    The int8 GEMM path (VNNI; gemm_int8.h), whose integer sums are the dot
+//    kernels', against the quantized product within the dot kernels' bound;
+//    N >= 64 must take it where it exists.
 //  - The K types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; QdotK.*) with Q8_K
 //    activations: the same three checks, the dot bound being (nb + 8) * 2^-23
 //    * S with nb = K / 256 and S = sum_e |x_e| (|w_e| + 2 |dmin m_j|) (see
-//    ref_dot_k); K = 256 .. 8192, mul_mat with N = 1, 5 (dot) and 13 (GEMM),
-//    K = 256, 4096.
+//    ref_dot_k); K = 256 .. 8192, mul_mat with N = 1, 5 (dot) and 13, 64, 100
+//    (GEMM), K = 256, 768, 4096.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -500,8 +503,9 @@ using RefDotFn = RefDot (*)(DType, const uint8_t*, const uint8_t*, int64_t);
 // mul_mat of each type in `types` on every CPU instruction set (1, 2, 3
 // threads, bitwise equal) against the references (see the top of the file);
 // ref: the quantized product of one weight row and one activation row.
+// M: weight rows of the plain case (the GQA case has 7).
 void check_mul_mat(std::mt19937& rng, const std::vector<DType>& types, const std::vector<int64_t>& Ks,
-                   const std::vector<int64_t>& Ns, RefDotFn ref) {
+                   const std::vector<int64_t>& Ns, RefDotFn ref, int64_t M = 19) {
   std::vector<std::vector<std::unique_ptr<Backend>>> cpus;  // [isa][threads - 1]
   const std::vector<Isa> all = isas();
   for (Isa isa : all) {
@@ -514,7 +518,7 @@ void check_mul_mat(std::mt19937& rng, const std::vector<DType>& types, const std
     for (int64_t K : Ks)
       for (int64_t N : Ns)
         for (bool gqa : {false, true}) {
-          const Case c = gqa ? Case{K, 7, N, 2, 6} : Case{K, 19, N};
+          const Case c = gqa ? Case{K, 7, N, 2, 6} : Case{K, M, N};
           SCOPED_TRACE(name_of(t) + " K=" + std::to_string(K) + " N=" + std::to_string(N) + (gqa ? " gqa" : ""));
           std::vector<float> wf(K * c.M * c.A2), x(K * N * c.B2);
           for (float& v : wf) v = n(rng);
@@ -552,20 +556,28 @@ void check_mul_mat(std::mt19937& rng, const std::vector<DType>& types, const std
           for (size_t ii = 0; ii < all.size(); ++ii) {
             SCOPED_TRACE(cpu::isa_name(all[ii]));
             MatMulGraph run(t, c, w, x);
-            const bool gemm = cpu::matmul_uses_gemm(*run.r, all[ii]);
+            const bool int8 = cpu::matmul_uses_int8(*run.r, all[ii]);
+            // Where the instruction set has the type's int8 kernels (VNNI),
+            // the larger N take them.
+            if (N >= 64 && cpu::gemm_kernels(all[ii]).i8[static_cast<int>(t)].pack_w) {
+              EXPECT_TRUE(int8);
+            }
+            const bool gemm = cpu::matmul_uses_gemm(*run.r, all[ii]) && !int8;
             const std::vector<float> one = run.compute(*cpus[ii][0]);
             size_t bad = 0;
-            // Both paths compute the product with the activations quantized to
-            // the partner type (the GEMM path rounds them through it, as ggml's
-            // kernels quantize them): the dot path against the quantized
-            // product, the GEMM path against dequantized weights times the
-            // dequantized activations (Q8_1's stored sum is not used there).
+            // Every path computes the product with the activations quantized
+            // to the partner type (the F32 GEMM path rounds them through it,
+            // as ggml's kernels quantize them): the dot path against the
+            // quantized product, the F32 GEMM path against dequantized weights
+            // times the dequantized activations (Q8_1's stored sum is not used
+            // there), the int8 GEMM path (the dot kernels' integer sums, its
+            // own float order) as the dot path, within the dot bound.
             for (size_t o = 0; o < one.size(); ++o) {
               const double want = gemm ? want_g[o] : want_q[o];
               const double bound = gemm ? bound_f[o] : bound_q[o];
               if (!(std::fabs(one[o] - want) <= bound) && bad++ < 3)
-                ADD_FAILURE() << (gemm ? "gemm" : "dot") << " element " << o << " got " << one[o] << " want "
-                              << want << " bound " << bound;
+                ADD_FAILURE() << (int8 ? "int8" : gemm ? "gemm" : "dot") << " element " << o << " got " << one[o]
+                              << " want " << want << " bound " << bound;
             }
             EXPECT_EQ(bad, 0u);
             for (int nth = 2; nth <= 3; ++nth) {
@@ -580,16 +592,27 @@ void check_mul_mat(std::mt19937& rng, const std::vector<DType>& types, const std
 
 TEST(Qdot, MulMatMatchesReferences) {
   std::mt19937 rng(23);
-  check_mul_mat(rng, std::vector<DType>(std::begin(kTypes), std::end(kTypes)), {32, 96, 4096}, {1, 5, 13, 64},
+  check_mul_mat(rng, std::vector<DType>(std::begin(kTypes), std::end(kTypes)), {32, 96, 4096}, {1, 5, 13, 64, 100},
                 ref_dot);
 }
 
 // The K types: Q8_K activations on the dot path (N = 1, 5), the GEMM path
-// from N = 13 on AVX2.
+// from N = 13 on AVX2 (the int8 one with AVX-VNNI), from 64 on AVX-512 (with
+// VNNI: int8). K = 768: a partial K block of the int8 path's.
 TEST(QdotK, MulMatMatchesReferences) {
   std::mt19937 rng(29);
-  check_mul_mat(rng, std::vector<DType>(std::begin(kKTypes), std::end(kKTypes)), {256, 4096}, {1, 5, 13},
+  check_mul_mat(rng, std::vector<DType>(std::begin(kKTypes), std::end(kKTypes)), {256, 768, 4096}, {1, 5, 13, 64, 100},
                 ref_dot_k);
+}
+
+// The int8 GEMM path on every type with more weight rows than one work item
+// takes (several chunks of several panels, the last one partial: 300 = 9 *
+// 32 + 12) and activation rows past one panel's edge: bitwise equal for 1,
+// 2 and 3 threads, and the references as above.
+TEST(Int8Gemm, ManyRowsMatchReferencesAndThreadCounts) {
+  std::mt19937 rng(31);
+  check_mul_mat(rng, std::vector<DType>(std::begin(kTypes), std::end(kTypes)), {512}, {70}, ref_dot, 300);
+  check_mul_mat(rng, std::vector<DType>(std::begin(kKTypes), std::end(kKTypes)), {512}, {70}, ref_dot_k, 300);
 }
 
 }  // namespace

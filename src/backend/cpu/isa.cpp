@@ -41,6 +41,22 @@ bool isa_supported(Isa isa) {
 // QLENS_CPU_ISA=avx2|scalar caps the choice.
 constexpr bool kAvx512ByDefault = true;
 
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  return isa_supported(Isa::Avx512) && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  return isa_supported(Isa::Avx2) && __builtin_cpu_supports("avxvnni");
+#else
+  return false;
+#endif
+}
+
 Isa best_isa() {
   Isa cap = kAvx512ByDefault ? Isa::Avx512 : Isa::Avx2;
   if (const char* env = std::getenv("QLENS_CPU_ISA")) {

@@ -17,4 +17,10 @@ bool isa_supported(Isa isa);
 // avx512 in the environment sets the cap.
 Isa best_isa();
 
+// Extensions the kernels of an instruction set use where the CPU has them
+// (the int8 GEMM path's dot instructions): AVX-512 VNNI (512-bit vpdpbusd)
+// and AVX-VNNI (its VEX-encoded 256-bit form).
+bool cpu_has_avx512_vnni();
+bool cpu_has_avx_vnni();
+
 }  // namespace qlens::cpu

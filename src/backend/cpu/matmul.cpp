@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cpu/elem.h"
+#include "backend/cpu/gemm_int8.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/qdot.h"
 #include "backend/cpu/qdot_k.h"
@@ -295,10 +296,13 @@ size_t gemm_shared_bytes(const Shape& s, int nth, const GemmKernels& gk) {
 // quantize activations for every batch size (kc is a multiple of 256: the
 // partner's blocks never straddle a segment).
 void pack_activation_panel(const Tensor& b, int64_t i12, int64_t i13, int64_t N, int64_t p0, int64_t pc,
-                           int64_t kc, const GemmKernels& gk, DType partner, float* panel) {
+                           int64_t kc, const GemmKernels& gk, DType partner, const VecOps& vo, float* panel) {
   const int mr = gk.mr;
   if (partner != DType::F32) {
-    const TypeTraits& pt = type_traits(partner);
+    // The instruction set's conversions (the rounding costs as much as the
+    // products for the F16 cache's attention matmuls with scalar ones).
+    const FromFloatFn from_float = vo.from_float[static_cast<int>(partner)];
+    const ToFloatFn to_float = vo.to_float[static_cast<int>(partner)];
     const int64_t stride = static_cast<int64_t>(b.nb[0] / sizeof(float));
     float seg[256];
     alignas(64) uint8_t quantized[256 * 4];
@@ -309,8 +313,8 @@ void pack_activation_panel(const Tensor& b, int64_t i12, int64_t i13, int64_t N,
       }
       const float* src = reinterpret_cast<const float*>(b.at(0, p0 + r, i12, i13)) + pc * stride;
       for (int64_t k = 0; k < kc; ++k) seg[k] = src[k * stride];
-      pt.from_float(seg, quantized, kc);
-      pt.to_float(quantized, seg, kc);
+      from_float(seg, quantized, kc);
+      to_float(quantized, seg, kc);
       for (int64_t k = 0; k < kc; ++k) panel[k * mr + r] = seg[k];
     }
     return;
@@ -412,7 +416,7 @@ void gemm_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gem
       const int64_t pc = (t / npanels % nblocks) * gk.kc;
       const int64_t p0 = t % npanels * gk.mr;
       const int64_t kc = std::min(gk.kc, s.K - pc);
-      pack_activation_panel(b, batch % s.B2, batch / s.B2, s.N, p0, pc, kc, gk, partner,
+      pack_activation_panel(b, batch % s.B2, batch / s.B2, s.N, p0, pc, kc, gk, partner, vo,
                             shared + batch * np * s.K + pc * np + p0 * kc);
     }
     c.barrier();
@@ -432,7 +436,7 @@ void gemm_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gem
     for (int64_t pc = 0; pc < s.K; pc += gk.kc) {
       const int64_t kc = std::min(gk.kc, s.K - pc);
       for (int64_t p0 = 0; p0 < np; p0 += gk.mr)
-        pack_activation_panel(b, i12, i13, s.N, p0, pc, kc, gk, partner, sc.bp + p0 * kc);
+        pack_activation_panel(b, i12, i13, s.N, p0, pc, kc, gk, partner, vo, sc.bp + p0 * kc);
       gemm_block(a, node, s, i12, i13, m0, m1, pc, kc, sc.bp, sc, gk, vo);
     }
   });
@@ -463,12 +467,20 @@ const GemmKernels& gemm_kernels(Isa isa) {
 
 bool matmul_uses_gemm(const Tensor& node, Isa isa) { return uses_gemm(node, gemm_kernels(isa)); }
 
+bool matmul_uses_int8(const Tensor& node, Isa isa) {
+  const GemmKernels& gk = gemm_kernels(isa);
+  return uses_gemm(node, gk) && int8_applies(node, gk);
+}
+
+size_t int8_max_shared() { return g_max_shared.load(std::memory_order_relaxed); }
+
 size_t matmul_set_max_shared(size_t bytes) { return g_max_shared.exchange(bytes); }
 
 int64_t matmul_set_min_n(DType type, int64_t n) { return g_min_n[static_cast<int>(type)].exchange(n); }
 
 size_t matmul_scratch(const Tensor& node, int nth, Isa isa) {
   const GemmKernels& gk = gemm_kernels(isa);
+  if (uses_gemm(node, gk) && int8_applies(node, gk)) return int8_scratch(node, gk);
   if (uses_gemm(node, gk)) return gemm_scratch_layout(shape_of(node), nth, gk, nullptr, nullptr);
   return dot_scratch(node, gk);
 }
@@ -476,19 +488,25 @@ size_t matmul_scratch(const Tensor& node, int nth, Isa isa) {
 size_t matmul_scratch_bound(const Tensor& node, int nth, Isa isa) {
   const GemmKernels& gk = gemm_kernels(isa);
   const size_t dot = dot_scratch(node, gk);
-  return gk.micro ? std::max(dot, gemm_scratch_layout(shape_of(node), nth, gk, nullptr, nullptr)) : dot;
+  if (!gk.micro) return dot;
+  const size_t i8 = int8_applies(node, gk) ? int8_scratch(node, gk) : 0;
+  return std::max({dot, i8, gemm_scratch_layout(shape_of(node), nth, gk, nullptr, nullptr)});
 }
 
 size_t matmul_shared_scratch_bound(const Tensor& node, int nth, Isa isa) {
   const GemmKernels& gk = gemm_kernels(isa);
   const Shape s = shape_of(node);
-  if (!gk.micro || s.nbatch() >= nth) return 0;
+  if (!gk.micro) return 0;
+  // The int8 path packs activations into shared scratch for any batch count.
+  const size_t i8 = int8_applies(node, gk) ? int8_shared_scratch(node, gk) : 0;
+  if (s.nbatch() >= nth) return i8;
   const size_t packed = static_cast<size_t>(s.nbatch() * packed_rows(s, gk) * s.K) * sizeof(float);
-  return align_up(std::min(packed, g_max_shared.load(std::memory_order_relaxed)));
+  return std::max(i8, align_up(std::min(packed, g_max_shared.load(std::memory_order_relaxed))));
 }
 
 size_t matmul_shared_scratch(const Tensor& node, int nth, Isa isa) {
   const GemmKernels& gk = gemm_kernels(isa);
+  if (uses_gemm(node, gk) && int8_applies(node, gk)) return int8_shared_scratch(node, gk);
   return uses_gemm(node, gk) ? gemm_shared_bytes(shape_of(node), nth, gk) : 0;
 }
 
@@ -504,7 +522,9 @@ void matmul(const Tensor& node, const KernelCtx& c) {
             for (int64_t i = 0; i < s.M; ++i) *reinterpret_cast<float*>(node.at(i, j, i2, i3)) = 0.0f;
     return;
   }
-  if (uses_gemm(node, gk))
+  if (uses_gemm(node, gk) && int8_applies(node, gk))
+    int8_gemm(node, c, gk);
+  else if (uses_gemm(node, gk))
     gemm_path(node, s, c, gk);
   else
     dot_path(node, s, c, gk);

@@ -8,6 +8,10 @@
 //  - GEMM path (N >= GemmKernels::min_n): weights are converted to F32 into
 //    packed panels (nr rows interleaved, k-major), activations into panels of
 //    mr rows, and a register-blocked micro-kernel computes mr x nr tiles.
+//    For the quantized types, where the instruction set has VNNI
+//    (GemmKernels::i8), the int8 variant of it instead: weights repacked into
+//    interleaved int8 panels, activations quantized to the vec_dot_type, and
+//    integer dot products (gemm_int8.h, simd_gemm_int8.h).
 //
 // Work is handed out in items from a shared counter (so a thread that gets
 // less CPU time does less of the work): chunks of weight rows of each batch.
@@ -65,6 +69,28 @@ using PackFn = void (*)(const char* row0, size_t row_stride, int64_t nrows, int6
 using PackActFn = void (*)(const char* row0, size_t row_stride, int64_t nrows, int64_t k0, int64_t kc,
                            float* panel);
 
+// The int8 GEMM path (gemm_int8.h): weights repacked into interleaved int8
+// panels of nr rows, activations (quantized to the weight type's
+// vec_dot_type) into panels of mr rows, both in units of `unit` elements (a
+// legacy block of 32 or a K super-block of 256), multiplied with integer dot
+// instructions.
+// Repacks weight rows [0, nrows) (nrows <= nr; zeros past them), units
+// [u0, u0 + nu), into a panel; row i starts at row0 + i * row_stride.
+using I8PackWFn = void (*)(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, int64_t nu, uint8_t* panel);
+// Packs one quantized activation row (nu units) into slot r (< mr) of a panel.
+using I8PackXFn = void (*)(const char* xrow, int r, int64_t nu, uint8_t* panel);
+// For r < mr, i < nr: c[r*ldc + i] = (accumulate ? c[r*ldc + i] : 0) + the
+// product of nu units of a weight panel and an activation panel.
+using I8MicroFn = void (*)(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_t ldc, bool accumulate);
+struct Int8Gemm {
+  I8PackWFn pack_w;  // nullptr: no int8 path for the type
+  I8PackXFn pack_x;
+  I8MicroFn micro;
+  int unit;             // elements per unit
+  size_t w_unit_bytes;  // bytes of one unit of a weight panel (nr rows)
+  size_t x_unit_bytes;  // bytes of one unit of an activation panel (mr rows)
+};
+
 // A plain aggregate (see VecOps for why): build value-initialized.
 struct GemmKernels {
   MicroFn micro;   // nullptr: no GEMM path
@@ -74,13 +100,15 @@ struct GemmKernels {
   int64_t mc;      // weight rows per packed block (a multiple of nr)
   int64_t nc;      // activation rows per inner block (a multiple of mr)
   int64_t min_n;   // the GEMM path is used from this many activation rows on
-  // Per weight type, overriding min_n where not 0 (the quantized types whose
-  // integer dot kernels beat dequantized panels up to a larger N).
+  // Per weight type, overriding min_n where not 0 (the quantized types with
+  // int8 GEMM kernels, which beat the dot kernels from a smaller N).
   int64_t min_n_type[kDTypeCount];
   VecDotFn dot[kDTypeCount];  // by weight type; nullptr: convert the row to F32
   VecDotRowsFn dot_rows[kDTypeCount];  // by weight type; nullptr: dot row by row
   PackFn pack[kDTypeCount];   // by weight type; nullptr: convert rows, then transpose
   PackActFn pack_act;         // nullptr: element by element
+  Int8Gemm i8[kDTypeCount];   // by weight type; pack_w nullptr: F32 panels
+  int i8_mr, i8_nr;           // the int8 micro-tile
 };
 
 const GemmKernels& gemm_kernels(Isa isa);
@@ -111,5 +139,10 @@ size_t matmul_set_max_shared(size_t bytes);
 // GEMM path (0: the kernels' own choice) and returns the previous value; for
 // benchmarks that compare the two paths.
 int64_t matmul_set_min_n(DType type, int64_t n);
+// Whether the node would take the int8 GEMM path (for tests and benchmarks).
+bool matmul_uses_int8(const Tensor& node, Isa isa);
+// Turns the int8 GEMM path off (false: quantized weights take the F32
+// panels) and returns the previous setting; for tests and benchmarks.
+bool matmul_set_int8(bool on);
 
 }  // namespace qlens::cpu

@@ -9,6 +9,7 @@
 #include "backend/cpu/elem.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/simd.h"
+#include "backend/cpu/simd_gemm_int8.h"
 #include "backend/cpu/simd_qdot.h"
 #include "backend/cpu/simd_qdot_k.h"
 #include "qlens/types.h"
@@ -194,6 +195,7 @@ GemmKernels make_gemm_kernels() {
   g.pack_act = pack_act_panel<V::kMr>;
   add_quant_kernels<NR>(g);
   add_kquant_kernels<NR>(g);
+  add_int8_kernels(g);
   return g;
 }
 

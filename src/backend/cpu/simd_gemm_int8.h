@@ -1,0 +1,469 @@
+// The int8 GEMM path's kernels (see gemm_int8.h for the driver and the panel
+// layouts): weight repacking per type, activation packing per family, and
+// one micro-kernel template per family written over an integer-vector
+// wrapper (AVX-512 VNNI: 16 lanes; AVX-VNNI: 8 lanes). Included only by the
+// per-instruction-set files (through simd_matmul.h); internal linkage.
+//
+// The weights enter as unsigned 8-bit codes u (the u8 operand of vpdpbusd),
+// the activations as their Q8 int8 values q (the s8 operand, broadcast 4 at a
+// time). A weight's integer level is v = u - b for a per-type bias b (Q4_0:
+// 8, Q5_0: 16, Q3_K: 4, Q6_K: 32, the signed types Q8_0 / IQ4_NL / IQ4_XS
+// stored as v + 128: 128; the unsigned-code types: 0), so
+//   sum v q = sum u q - b sum q,
+// and -b sum q, per activation row and group, is where each group's int32
+// accumulator starts (computed when activations are packed): the integer sums
+// are those of the dot kernels exactly (|sum u q| <= 32 * 255 * 127 < 2^21).
+// Per group (a legacy block, or a K sub-block of 16 / 32) the int32 sums are
+// converted once to float and scaled:
+//   legacy: acc += (float(isum) * d_w) * d_x  (+ m_w * s_x for Q4_1 / Q5_1)
+//   K:      sb  += float(isum) * (d * s_j)
+//           and once per super-block  c += (sb - dmin * float(sum_j m_j B_j)) * d_x
+// with d * s_j computed as to_float computes it, and the mins' sum (Q2_K,
+// Q4_K, Q5_K; B_j the activations' sum over sub-block j, from the Q8_K
+// bsums) exact in int32 as well, with vpdpwssd on int16 pairs (m_j, m_j+1) x
+// (B_j, B_j+1) (|B_j| <= 32 * 127, m_j <= 63), as ggml's dot kernels do.
+// The float sums differ from the dot kernels' only in their order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/qdot.h"
+#include "backend/cpu/qdot_k.h"
+#include "backend/cpu/simd.h"
+#include "backend/cpu/simd_qdot.h"
+#include "backend/cpu/simd_qdot_k.h"
+
+namespace qlens::cpu {
+namespace {
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+// ---- the per-type table ----------------------------------------------------
+
+// unit: elements per panel unit (a legacy block, a K super-block); group:
+// elements per integer scale; mins: a min term (legacy: m_w * s_x per block;
+// K: the mins' sum above); bias: b above.
+struct I8Format {
+  bool legacy;
+  int unit, group;
+  bool mins;
+  int bias;
+  constexpr int groups() const { return unit / group; }
+};
+
+template <DType T>
+constexpr I8Format i8_format() {
+  if constexpr (T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 || T == DType::Q5_1 ||
+                T == DType::Q8_0 || T == DType::IQ4_NL) {
+    using F = QFormat<T>;
+    const bool is_signed = F::kBits == 8 || F::kTable;
+    return {true, quant::kLegacyBlock, quant::kLegacyBlock, F::kOffset, is_signed ? 128 : F::kBias};
+  } else {
+    using K = KBlock<T>;
+    return {false, quant::kq::kQK, KCodec<T>::type::kSub, K::kMins && !K::kFold, K::kSigned ? 128 : K::kLevel};
+  }
+}
+
+// Bytes of the min fields of a unit, per row of a panel: legacy m_w (f32); K
+// the int16 pairs of m_j [groups / 2] and -dmin (f32).
+constexpr size_t i8_min_bytes(I8Format f) {
+  return !f.mins ? 0 : f.legacy ? 4 : 2 * static_cast<size_t>(f.groups()) + 4;
+}
+// Bytes of one unit of a weight panel of nr rows: codes [unit / 4][nr][4],
+// scales [groups][nr] floats, then the mins (where the type has them):
+// legacy [nr] floats; K pairs [groups / 2][nr] int16 x 2, -dmin [nr] floats.
+constexpr size_t i8_w_unit_bytes(I8Format f, int nr) {
+  return (static_cast<size_t>(f.unit) + 4 * static_cast<size_t>(f.groups()) + i8_min_bytes(f)) * nr;
+}
+// Bytes of one unit of an activation panel of mr rows: codes [unit / 4][mr][4],
+// d_x [mr] floats, group starts [groups][mr] int32, then the min factors
+// where the type has mins: legacy s_x [mr] floats; K the int16 pairs of B_j
+// [groups / 2][mr].
+constexpr size_t i8_x_unit_bytes(I8Format f, int mr) {
+  const size_t mins = !f.mins ? 0 : f.legacy ? 4 : 2 * static_cast<size_t>(f.groups());
+  return (static_cast<size_t>(f.unit) + 4 + 4 * static_cast<size_t>(f.groups()) + mins) * mr;
+}
+
+// ---- weight repacking --------------------------------------------------------
+
+inline __m256i flip_sign(__m256i v) { return _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))); }
+
+// Codes u of the 32 elements of a legacy block.
+template <DType T>
+__m256i legacy_codes(const char* blk) {
+  if constexpr (i8_format<T>().bias == 128) {
+    return flip_sign(decode_block<T>(blk));
+  } else {
+    return decode_codes<T>(blk);  // unsigned codes (biased or offset types)
+  }
+}
+
+// Interleaves 8 rows' 32 codes (r[t]: row t) as [8 dwords][nr][4 bytes] at
+// dst (the group of 8 rows at row offset g8 within the nr rows).
+template <int NR>
+inline void interleave8(__m256i* r, uint8_t* dst, int g8) {
+  __m256 f[8];
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) f[t] = _mm256_castsi256_ps(r[t]);
+  Avx2::transpose8(f);  // f[j] = dword j of rows 0..7
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(reinterpret_cast<float*>(dst + (j * NR + g8) * 4), f[j]);
+}
+
+// I8PackWFn for a legacy type: rows [0, nrows) (zeros past them), blocks
+// [u0, u0 + nu).
+template <DType T, int NR>
+void i8_pack_legacy(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, int64_t nu, uint8_t* out) {
+  constexpr I8Format f = i8_format<T>();
+  using B = typename QFormat<T>::Block;
+  const float* f16 = fp16_table();
+  for (int64_t u = 0; u < nu; ++u, out += i8_w_unit_bytes(f, NR)) {
+    float* scale = reinterpret_cast<float*>(out + f.unit * NR);
+    float* mins = scale + NR;
+    for (int g8 = 0; g8 < NR; g8 += 8) {
+      __m256i r[8];
+      for (int t = 0; t < 8; ++t) {
+        const int64_t i = g8 + t;
+        if (i >= nrows) {
+          r[t] = _mm256_setzero_si256();
+          scale[i] = 0.0f;
+          if constexpr (f.mins) mins[i] = 0.0f;
+          continue;
+        }
+        const char* blk = row0 + i * row_stride + (u0 + u) * sizeof(B);
+        r[t] = legacy_codes<T>(blk);
+        scale[i] = f16[load_u16(blk + offsetof(B, d))];
+        if constexpr (f.mins) mins[i] = f16[load_u16(blk + offsetof(B, m))];
+      }
+      interleave8<NR>(r, out, g8);
+    }
+  }
+}
+
+// The integer sub-block mins of a K super-block as int16 (Q4_K, Q5_K: 8;
+// Q2_K: 16).
+template <DType T>
+__m256i int_mins(const KBlock<T>& kb) {
+  if constexpr (T == DType::Q2_K) {
+    return _mm256_cvtepu8_epi16(kb.m);
+  } else {
+    return _mm256_castsi128_si256(kb.m);
+  }
+}
+
+// I8PackWFn for a K type: super-blocks [u0, u0 + nu).
+template <DType T, int NR>
+void i8_pack_k(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, int64_t nu, uint8_t* out) {
+  constexpr I8Format f = i8_format<T>();
+  constexpr int G = f.groups();
+  using K = KBlock<T>;
+  using B = typename KCodec<T>::type::Block;
+  const float* f16 = fp16_table();
+  for (int64_t u = 0; u < nu; ++u, out += i8_w_unit_bytes(f, NR)) {
+    float* scale = reinterpret_cast<float*>(out + f.unit * NR);
+    uint32_t* pairs = reinterpret_cast<uint32_t*>(scale + G * NR);
+    float* dmin = reinterpret_cast<float*>(pairs + G / 2 * NR);
+    for (int g8 = 0; g8 < NR; g8 += 8) {
+      __m256i codes[8][8];  // [chunk of 32][row]
+      for (int t = 0; t < 8; ++t) {
+        const int64_t i = g8 + t;
+        if (i >= nrows) {
+          for (int c = 0; c < 8; ++c) codes[c][t] = _mm256_setzero_si256();
+          for (int j = 0; j < G; ++j) scale[j * NR + i] = 0.0f;
+          if constexpr (f.mins) {
+            for (int p = 0; p < G / 2; ++p) pairs[p * NR + i] = 0;
+            dmin[i] = 0.0f;
+          }
+          continue;
+        }
+        const K kb(row0 + i * row_stride + (u0 + u) * sizeof(B), f16);
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) codes[c][t] = K::kSigned ? flip_sign(kb.codes(c)) : kb.codes(c);
+        alignas(32) float dl[16], ml[16];
+        kb.sub_scales(dl, ml);
+        for (int j = 0; j < G; ++j) scale[j * NR + i] = dl[j];
+        if constexpr (f.mins) {
+          alignas(32) uint32_t m[8];  // the int16 mins, two per dword
+          _mm256_store_si256(reinterpret_cast<__m256i*>(m), int_mins(kb));
+          for (int p = 0; p < G / 2; ++p) pairs[p * NR + i] = m[p];
+          dmin[i] = -kb.dmin;
+        }
+      }
+      for (int c = 0; c < 8; ++c) interleave8<NR>(codes[c], out + c * 32 * NR, g8);
+    }
+  }
+}
+
+// ---- activation packing --------------------------------------------------------
+
+// I8PackXFn for a legacy type: one Q8_0 / Q8_1 row (nu blocks) into slot r of
+// an activation panel of MR rows (the other slots untouched).
+template <DType T, int MR>
+void i8_pack_x_legacy(const char* xrow, int r, int64_t nu, uint8_t* out) {
+  constexpr I8Format f = i8_format<T>();
+  using XB = typename QFormat<T>::XBlock;
+  const float* f16 = fp16_table();
+  for (int64_t u = 0; u < nu; ++u, out += i8_x_unit_bytes(f, MR)) {
+    const char* xb = xrow + u * sizeof(XB);
+    const auto* q = reinterpret_cast<const int8_t*>(xb + qs_offset<XB>());
+    int sum = 0;
+    for (int k = 0; k < 32; ++k) sum += q[k];
+    for (int k4 = 0; k4 < 8; ++k4) std::memcpy(out + (k4 * MR + r) * 4, q + 4 * k4, 4);
+    float* dx = reinterpret_cast<float*>(out + f.unit * MR);
+    dx[r] = f16[load_u16(xb + offsetof(XB, d))];
+    reinterpret_cast<int32_t*>(dx + MR)[r] = -f.bias * sum;
+    if constexpr (f.mins) dx[2 * MR + r] = f16[load_u16(xb + offsetof(XB, s))];
+  }
+}
+
+// I8PackXFn for a K type: one Q8_K row (nu super-blocks).
+template <DType T, int MR>
+void i8_pack_x_k(const char* xrow, int r, int64_t nu, uint8_t* out) {
+  constexpr I8Format f = i8_format<T>();
+  constexpr int G = f.groups();
+  using XB = quant::kq::BlockQ8K;
+  for (int64_t u = 0; u < nu; ++u, out += i8_x_unit_bytes(f, MR)) {
+    const char* xb = xrow + u * sizeof(XB);
+    for (int k4 = 0; k4 < f.unit / 4; ++k4) std::memcpy(out + (k4 * MR + r) * 4, xb + offsetof(XB, qs) + 4 * k4, 4);
+    float* dx = reinterpret_cast<float*>(out + f.unit * MR);
+    std::memcpy(dx + r, xb + offsetof(XB, d), sizeof(float));
+    int16_t bsums[16];
+    std::memcpy(bsums, xb + offsetof(XB, bsums), sizeof bsums);
+    int32_t* start = reinterpret_cast<int32_t*>(dx + MR);
+    auto* pairs = reinterpret_cast<int16_t*>(start + G * MR);  // [G / 2][MR][2]
+    for (int j = 0; j < G; ++j) {
+      int b = 0;
+      for (int s = 0; s < f.group / 16; ++s) b += bsums[j * f.group / 16 + s];
+      start[j * MR + r] = -f.bias * b;
+      if constexpr (f.mins) pairs[(j / 2 * MR + r) * 2 + j % 2] = static_cast<int16_t>(b);
+    }
+  }
+}
+
+// ---- the micro-kernel ------------------------------------------------------------
+
+inline int32_t load_i32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// The integer-vector wrapper of this file's instruction set, I8Vnni. Its
+// dpbusd is a VNNI instruction, which the files' flags (AVX-512 F/BW/VL/DQ,
+// or AVX2) do not enable: the wrapper and the micro-kernel are compiled with
+// it added (AVX-512 VNNI, or AVX-VNNI), and registered only where the CPU
+// reports it (isa.h).
+#pragma GCC push_options
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+#pragma GCC target("avx512vnni")
+struct I8Vnni {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int L = 16;
+  static constexpr int kMr = 6, kNv = 2;  // 12 int32 + 12 float accumulators, 2 weight vectors
+  static bool available() { return cpu_has_avx512_vnni(); }
+  static I iset1(int32_t x) { return _mm512_set1_epi32(x); }
+  static I iload(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static I dpbusd(I acc, I u, I s) { return _mm512_dpbusd_epi32(acc, u, s); }
+  static I dpwssd(I acc, I a, I b) { return _mm512_dpwssd_epi32(acc, a, b); }
+  static I izero() { return _mm512_setzero_si512(); }
+  static F cvt(I x) { return _mm512_cvtepi32_ps(x); }
+  static F fzero() { return _mm512_setzero_ps(); }
+  static F fset1(float x) { return _mm512_set1_ps(x); }
+  static F fload(const float* p) { return _mm512_loadu_ps(p); }
+  static void fstore(float* p, F x) { _mm512_storeu_ps(p, x); }
+  static F fadd(F a, F b) { return _mm512_add_ps(a, b); }
+  static F fmul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+};
+#else
+#pragma GCC target("avxvnni")
+struct I8Vnni {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int L = 8;
+  static constexpr int kMr = 3, kNv = 2;  // 6 + 6 accumulators, 2 weight vectors of 16 registers
+  static bool available() { return cpu_has_avx_vnni(); }
+  static I iset1(int32_t x) { return _mm256_set1_epi32(x); }
+  static I iload(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static I dpbusd(I acc, I u, I s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
+  static I dpwssd(I acc, I a, I b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
+  static I izero() { return _mm256_setzero_si256(); }
+  static F cvt(I x) { return _mm256_cvtepi32_ps(x); }
+  static F fzero() { return _mm256_setzero_ps(); }
+  static F fset1(float x) { return _mm256_set1_ps(x); }
+  static F fload(const float* p) { return _mm256_loadu_ps(p); }
+  static void fstore(float* p, F x) { _mm256_storeu_ps(p, x); }
+  static F fadd(F a, F b) { return _mm256_add_ps(a, b); }
+  static F fmul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+};
+#endif
+
+// For r < MR, i < NV * L: c[r * ldc + i] = (accumulate ? c[r * ldc + i] : 0) +
+// the products of weight panel wp (rows i) and activation panel xp (rows r)
+// over nu units of format F (see the top of the file); MR x NR = I8Vnni's
+// kMr x kNv * L.
+template <I8Format F>
+void i8_micro(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_t ldc, bool accumulate) {
+  using Q = I8Vnni;
+  using I = Q::I;
+  using R = Q::F;
+  constexpr int MR = Q::kMr, NV = Q::kNv, L = Q::L, NR = NV * L, G = F.groups(), S = F.group / 4;
+  R acc[MR][NV];  // legacy: the products so far; K: the current super-block's
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = Q::fzero();
+  for (int64_t u = 0; u < nu; ++u) {
+    const float* ws = reinterpret_cast<const float*>(wp + F.unit * NR);
+    const float* dx = reinterpret_cast<const float*>(xp + F.unit * MR);
+    const int32_t* start = reinterpret_cast<const int32_t*>(dx + MR);
+    const float* xmin = dx + MR + G * MR;
+    for (int g = 0; g < G; ++g) {
+      I isum[MR][NV];
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) isum[r][v] = Q::iset1(start[g * MR + r]);
+#pragma GCC unroll 8
+      for (int s = 0; s < S; ++s) {
+        const int k4 = g * S + s;
+        I w[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) w[v] = Q::iload(wp + (k4 * NR + v * L) * 4);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+          const I x = Q::iset1(load_i32(xp + (k4 * MR + r) * 4));
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) isum[r][v] = Q::dpbusd(isum[r][v], w[v], x);
+        }
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          const R p = Q::cvt(isum[r][v]);
+          const R scale = Q::fload(ws + g * NR + v * L);
+          if constexpr (F.legacy) {
+            acc[r][v] = Q::fma(Q::fmul(p, scale), Q::fset1(dx[r]), acc[r][v]);
+          } else {
+            acc[r][v] = Q::fma(p, scale, acc[r][v]);
+          }
+          if constexpr (F.legacy && F.mins)
+            acc[r][v] = Q::fma(Q::fload(ws + NR + v * L), Q::fset1(xmin[r]), acc[r][v]);
+        }
+    }
+    if constexpr (!F.legacy && F.mins) {  // - dmin * sum_j m_j B_j
+      const uint8_t* wpairs = reinterpret_cast<const uint8_t*>(ws + G * NR);
+      const float* wdmin = reinterpret_cast<const float*>(wpairs + G / 2 * NR * 4);
+      const uint8_t* xpairs = reinterpret_cast<const uint8_t*>(xmin);
+      I msum[MR][NV];
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) msum[r][v] = Q::izero();
+#pragma GCC unroll 8
+      for (int p = 0; p < G / 2; ++p) {
+        I m[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) m[v] = Q::iload(wpairs + (p * NR + v * L) * 4);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+          const I b = Q::iset1(load_i32(xpairs + (p * MR + r) * 4));
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) msum[r][v] = Q::dpwssd(msum[r][v], m[v], b);
+        }
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[r][v] = Q::fma(Q::cvt(msum[r][v]), Q::fload(wdmin + v * L), acc[r][v]);
+    }
+    if constexpr (!F.legacy) {  // the super-block's sums times d_x, into c
+      const bool add = accumulate || u > 0;
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          float* p = c + r * ldc + v * L;
+          const R prod = Q::fmul(acc[r][v], Q::fset1(dx[r]));
+          Q::fstore(p, add ? Q::fadd(Q::fload(p), prod) : prod);
+          acc[r][v] = Q::fzero();
+        }
+    }
+    wp += i8_w_unit_bytes(F, NR);
+    xp += i8_x_unit_bytes(F, MR);
+  }
+  if constexpr (F.legacy) {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        float* p = c + r * ldc + v * L;
+        Q::fstore(p, accumulate ? Q::fadd(Q::fload(p), acc[r][v]) : acc[r][v]);
+      }
+  }
+}
+
+#pragma GCC pop_options
+
+// ---- registration ------------------------------------------------------------------
+
+// One table row per type: its repacking, its family's activation packing and
+// micro-kernel, and the panel sizes.
+template <DType T>
+Int8Gemm int8_entry() {
+  constexpr I8Format f = i8_format<T>();
+  constexpr int MR = I8Vnni::kMr, NR = I8Vnni::kNv * I8Vnni::L;
+  Int8Gemm e{};
+  if constexpr (f.legacy) {
+    e.pack_w = i8_pack_legacy<T, NR>;
+    e.pack_x = i8_pack_x_legacy<T, MR>;
+  } else {
+    e.pack_w = i8_pack_k<T, NR>;
+    e.pack_x = i8_pack_x_k<T, MR>;
+  }
+  e.micro = i8_micro<I8Format{f.legacy, f.unit, f.group, f.mins, 0}>;  // the bias is the packing's only
+  e.unit = f.unit;
+  e.w_unit_bytes = i8_w_unit_bytes(f, NR);
+  e.x_unit_bytes = i8_x_unit_bytes(f, MR);
+  return e;
+}
+
+// Fills g.i8 for every quantized type when the CPU has the dot instruction;
+// otherwise leaves it empty (the F32 panels serve).
+inline void add_int8_kernels(GemmKernels& g) {
+  if (!I8Vnni::available()) return;
+  g.i8_mr = I8Vnni::kMr;
+  g.i8_nr = I8Vnni::kNv * I8Vnni::L;
+  // The crossover with the dot path (K = M = 2048, 2 threads, weights from
+  // memory below N = 16; dev-2c 2026-12-02): legacy types between N = 4 and
+  // 8 (Q4_0 at 8: int8 GEMM 1.5-1.7x faster), K types between 8 and 12 (Q4_K
+  // at 8: dot 1.35x faster with AVX-512, equal with AVX2; at 12 int8 1.15 /
+  // 1.4x faster), on both instruction sets.
+  auto add = [&]<DType T>() {
+    g.i8[static_cast<int>(T)] = int8_entry<T>();
+    g.min_n_type[static_cast<int>(T)] = i8_format<T>().legacy ? 6 : 10;
+  };
+  add.template operator()<DType::Q4_0>();
+  add.template operator()<DType::Q4_1>();
+  add.template operator()<DType::Q5_0>();
+  add.template operator()<DType::Q5_1>();
+  add.template operator()<DType::Q8_0>();
+  add.template operator()<DType::IQ4_NL>();
+  add.template operator()<DType::Q2_K>();
+  add.template operator()<DType::Q3_K>();
+  add.template operator()<DType::Q4_K>();
+  add.template operator()<DType::Q5_K>();
+  add.template operator()<DType::Q6_K>();
+  add.template operator()<DType::IQ4_XS>();
+}
+
+#endif
+
+}  // namespace
+}  // namespace qlens::cpu
