@@ -9,6 +9,7 @@
 
 #include "qlens/backend.h"
 #include "qlens/context_pair.h"
+#include "core/parallel.h"
 #include "qlens/error.h"
 #include "tools/chunks.h"
 #include "tools/user_regex.h"
@@ -148,12 +149,20 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
   }
 
   LogitComparison logits;
+  std::vector<std::pair<std::vector<double>, std::vector<double>>> scratch(
+      opt.n_threads > 0 ? opt.n_threads : default_thread_count());
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t c = 0; c < n_chunks; ++c) {
     pair.clear();
     if (!pair.decode(chunks.chunk(c))) throw Error("compare: the computation was stopped");
-    for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j)
-      logits.add_token(pair.ref_logits(j), pair.test_logits(j), chunks.next(c, j));
+    // Measured on every thread, added in order.
+    const int64_t first = chunks.first_scored(), n_scored = n_ctx - 1 - first;
+    std::vector<LogitComparison::TokenStats> measured(n_scored);
+    parallel_for(n_scored, opt.n_threads, [&](int64_t i, int worker) {
+      measured[i] = LogitComparison::measure(pair.ref_logits(first + i), pair.test_logits(first + i),
+                                             chunks.next(c, first + i), scratch[worker].first, scratch[worker].second);
+    });
+    for (const auto& t : measured) logits.add(t);
     if (c == 0 && order.empty() && !opt.nodes_regex.empty() && !opt.logits_only) {
       // Said after one chunk, not at the end of the run, with labels to choose from.
       std::string some;

@@ -101,6 +101,13 @@ void print_probability_block(std::ostream& out, const LogitSummary& s) {
 
 void LogitComparison::add_token(std::span<const float> ref_logits, std::span<const float> test_logits,
                                 int32_t next_token) {
+  thread_local std::vector<double> scratch_ref, scratch_test;
+  add(measure(ref_logits, test_logits, next_token, scratch_ref, scratch_test));
+}
+
+LogitComparison::TokenStats LogitComparison::measure(std::span<const float> ref_logits,
+                                                std::span<const float> test_logits, int32_t next_token,
+                                                std::vector<double>& log_p_ref, std::vector<double>& log_p_test) {
   if (ref_logits.size() != test_logits.size())
     throw Error("compare: the models' vocabularies differ (" + std::to_string(ref_logits.size()) + " vs " +
                 std::to_string(test_logits.size()) + " logits)");
@@ -109,14 +116,20 @@ void LogitComparison::add_token(std::span<const float> ref_logits, std::span<con
     throw Error("compare: next token " + std::to_string(next_token) + " is outside the vocabulary of " +
                 std::to_string(ref_logits.size()));
 
-  const std::vector<double> log_p_ref = log_softmax(ref_logits);
-  const std::vector<double> log_p_test = log_softmax(test_logits);
-  const double kld = kl_divergence(log_p_ref, log_p_test);
+  log_softmax_into(ref_logits, log_p_ref);
+  log_softmax_into(test_logits, log_p_test);
+  TokenStats t;
+  t.kld = kl_divergence(log_p_ref, log_p_test);
+  t.nll_ref = -log_p_ref[next_token];
+  t.nll_test = -log_p_test[next_token];
+  t.same_top = argmax(ref_logits) == argmax(test_logits);
+  return t;
+}
+
+void LogitComparison::add(const TokenStats& t) {
+  const double kld = t.kld, nll_ref = t.nll_ref, nll_test = t.nll_test;
   kld_values_.push_back(static_cast<float>(kld));
   kld_.add(kld);
-
-  const double nll_ref = -log_p_ref[next_token];
-  const double nll_test = -log_p_test[next_token];
   nll_ref_.add(nll_ref);
   nll_test_.add(nll_test);
   nll_diff_.add(nll_test - nll_ref);
@@ -128,7 +141,7 @@ void LogitComparison::add_token(std::span<const float> ref_logits, std::span<con
   delta_p_min_ = std::min(delta_p_min_, delta_p);
   delta_p_max_ = std::max(delta_p_max_, delta_p);
 
-  if (argmax(ref_logits) == argmax(test_logits)) ++n_same_top_;
+  if (t.same_top) ++n_same_top_;
 }
 
 void LogitComparison::merge(const LogitComparison& other) {
@@ -218,14 +231,19 @@ void print_logit_summary(std::ostream& out, const LogitSummary& s) {
   print_probability_block(out, s);
 }
 
-std::vector<double> log_softmax(std::span<const float> logits) {
+void log_softmax_into(std::span<const float> logits, std::vector<double>& out) {
   double max_logit = -std::numeric_limits<double>::infinity();
   for (float x : logits) max_logit = std::max(max_logit, static_cast<double>(x));
   double sum_exp = 0;
   for (float x : logits) sum_exp += std::exp(static_cast<double>(x) - max_logit);
   const double log_normalizer = max_logit + std::log(sum_exp);
-  std::vector<double> out(logits.size());
+  out.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_normalizer;
+}
+
+std::vector<double> log_softmax(std::span<const float> logits) {
+  std::vector<double> out;
+  log_softmax_into(logits, out);
   return out;
 }
 

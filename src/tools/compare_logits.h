@@ -73,6 +73,17 @@ class LogitComparison {
   // differ in size, are empty, or next_token is outside them.
   void add_token(std::span<const float> ref_logits, std::span<const float> test_logits, int32_t next_token);
 
+  // add_token in two steps, so that tokens can be measured on several
+  // threads and added in order (the same sums whatever the thread count).
+  struct TokenStats {
+    double kld = 0, nll_ref = 0, nll_test = 0;
+    bool same_top = false;
+  };
+  // Pure but for the scratch buffers (one pair per thread).
+  static TokenStats measure(std::span<const float> ref_logits, std::span<const float> test_logits, int32_t next_token,
+                       std::vector<double>& scratch_ref, std::vector<double>& scratch_test);
+  void add(const TokenStats& t);
+
   // Adds another comparison's tokens (after this one's).
   void merge(const LogitComparison& other);
 
@@ -117,6 +128,8 @@ double percentile_of_sorted(const std::vector<float>& sorted, double fraction);
 
 // log-softmax of a row of logits in double (max-subtracted).
 std::vector<double> log_softmax(std::span<const float> logits);
+// The same into `out` (resized): no allocation once it is large enough.
+void log_softmax_into(std::span<const float> logits, std::vector<double>& out);
 
 // The figures as llama.cpp's KL divergence block shows them ("Mean KLD",
 // "99.0%   KLD", "Same top p", "RMS Δp", "Mean ln(PPL(Q)/PPL(base))", ...),
