@@ -170,6 +170,24 @@ TEST(Cli, MeaninglessValuesAreRefused) {
   EXPECT_TRUE(contains(out, "Final estimate: PPL")) << out;
 }
 
+// Not on a terminal (a log file), long runs still say how much there is to
+// do and write plain progress lines with rate and ETA; QLENS_PROGRESS=0
+// silences them.
+TEST(Cli, ProgressLinesWhenNotATerminal) {
+  QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  QLENS_REQUIRE_SHARED(text, "data/tinystories/tinystories_val.txt");
+  const std::string short_text = test::temp_dir() + "/short.txt";
+  { std::ofstream(short_text) << read_text_file(text).substr(0, 20000); }
+  const std::string run = "perplexity -m " + model + " -f " + short_text + " -c 128 --chunks 6";
+  std::string out;
+  ASSERT_EQ(qlens(run, &out), 0) << out;
+  EXPECT_TRUE(contains(out, "perplexity: 6 chunks to do")) << out;
+  EXPECT_TRUE(contains(out, "perplexity: 6/6 chunks (100%)")) << out;
+  EXPECT_TRUE(contains(out, "ETA")) << out;
+  ASSERT_EQ(test::run_command("QLENS_PROGRESS=0 " + std::string(QLENS_BINARY) + " " + run, &out), 0) << out;
+  EXPECT_FALSE(contains(out, "chunks to do")) << out;
+}
+
 TEST(Cli, GreedyStoriesContinuation) {
   QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
   std::string out;

@@ -151,19 +151,18 @@ int cmd_imatrix(int argc, char** argv) {
                resume_path.empty() ? "" : " (resumed)");
 
   tools::Progress progress("imatrix", range.end - range.first, "chunks");
-  const bool bar = tools::Progress::enabled_by_default();
+  const bool bar = tools::Progress::default_mode() == tools::Progress::Mode::Bar;
   double tokens_per_second = 0;
   int64_t processed = 0;
   try {
     tools::collect_imatrix(*model, tokens, opt, m, [&](const tools::ImatrixChunkReport& r, const tools::Imatrix& cur) {
-      if (bar) {
-        char status[96];
-        if (opt.compute_ppl)
-          std::snprintf(status, sizeof status, "PPL %.4f, %.0f tok/s", r.ppl, r.tokens_per_second);
-        else
-          std::snprintf(status, sizeof status, "%.0f tok/s", r.tokens_per_second);
-        progress.update(r.done, status);
-      } else if (opt.compute_ppl) {
+      char status[96];
+      if (opt.compute_ppl)
+        std::snprintf(status, sizeof status, "PPL %.4f, %.0f tok/s", r.ppl, r.tokens_per_second);
+      else
+        std::snprintf(status, sizeof status, "%.0f tok/s", r.tokens_per_second);
+      progress.update(r.done, status);
+      if (!bar && opt.compute_ppl) {  // llama.cpp's running estimates too
         std::printf("[%lld]%.4f,", static_cast<long long>(r.chunk + 1), r.ppl);
         std::fflush(stdout);
       }

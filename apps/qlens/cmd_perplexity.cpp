@@ -87,13 +87,12 @@ int cmd_perplexity(int argc, char** argv) {
     opt.on_scored_logits = [&](std::span<const float> l) { writer->add_position(l); };
   }
   tools::Progress progress("perplexity", planned, "chunks");
-  const bool bar = tools::Progress::enabled_by_default();
+  const bool bar = tools::Progress::default_mode() == tools::Progress::Mode::Bar;
   auto r = tools::perplexity(*model, tokens, opt, [&](int64_t i, double ppl) {
-    if (bar) {
-      char status[64];
-      std::snprintf(status, sizeof status, "PPL %.4f", ppl);
-      progress.update(i + 1, status);
-    } else {
+    char status[64];
+    std::snprintf(status, sizeof status, "PPL %.4f", ppl);
+    progress.update(i + 1, status);
+    if (!bar) {  // llama.cpp's running estimates too
       std::printf("[%lld]%.4f,", static_cast<long long>(i + 1), ppl);
       std::fflush(stdout);
     }

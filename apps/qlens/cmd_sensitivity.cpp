@@ -113,7 +113,6 @@ int cmd_sensitivity(int argc, char** argv) {
     std::fprintf(stderr, "resuming: %zu tensors already measured\n", previous->tensors.size());
   }
 
-  tools::Progress progress("sensitivity", 1, "tensors");
   std::unique_ptr<tools::Progress> bar;
   auto r = tools::measure_sensitivity(*model, tokens, opt, previous.get(),
                                       [&](const tools::SensitivityResult& partial, int64_t done, int64_t total) {

@@ -1,6 +1,8 @@
 #include "tools/progress.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <unistd.h>
 
 namespace qlens::tools {
@@ -18,18 +20,48 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-bool Progress::enabled_by_default() { return isatty(STDERR_FILENO) == 1; }
+Progress::Mode Progress::default_mode() {
+  if (const char* v = std::getenv("QLENS_PROGRESS")) {
+    if (std::string_view(v) == "0") return Mode::Off;
+    if (std::string_view(v) == "1") return Mode::Lines;
+  }
+  return isatty(STDERR_FILENO) == 1 ? Mode::Bar : Mode::Lines;
+}
 
 Progress::Progress(std::string label, int64_t total, std::string unit)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total), enabled_(enabled_by_default()) {
+    : label_(std::move(label)), unit_(std::move(unit)), total_(total), mode_(default_mode()) {
   start_ = last_draw_ = std::chrono::steady_clock::now();
+  if (mode_ == Mode::Lines && total_ > 0)
+    std::fprintf(stderr, "%s: %lld %s to do\n", label_.c_str(), static_cast<long long>(total_), unit_.c_str());
 }
 
 Progress::~Progress() { finish(); }
 
+void Progress::line(int64_t done, const std::string& status, std::chrono::steady_clock::time_point now) {
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const double rate = elapsed > 0 ? done / elapsed : 0;
+  const double eta = rate > 0 ? (total_ - done) / rate : -1;
+  std::fprintf(stderr, "%s: %lld/%lld %s (%d%%), %.2f %s/s, %s elapsed, ETA %s%s%s\n", label_.c_str(),
+               static_cast<long long>(done), static_cast<long long>(total_), unit_.c_str(),
+               total_ > 0 ? static_cast<int>(100.0 * done / total_) : 0, rate, unit_.c_str(),
+               format_duration(elapsed).c_str(), format_duration(eta).c_str(), status.empty() ? "" : ", ",
+               status.c_str());
+  std::fflush(stderr);
+}
+
 void Progress::update(int64_t done, const std::string& status) {
-  if (!enabled_ || finished_) return;
+  if (mode_ == Mode::Off || finished_) return;
+  done_ = done;
   auto now = std::chrono::steady_clock::now();
+  if (mode_ == Mode::Lines) {
+    const int step = total_ > 0 ? static_cast<int>(20 * done / total_) : 0;  // 5% steps
+    if (step > last_step_ || now - last_draw_ >= std::chrono::seconds(60)) {
+      last_step_ = step;
+      last_draw_ = now;
+      line(done, status, now);
+    }
+    return;
+  }
   if (done < total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
@@ -47,8 +79,12 @@ void Progress::update(int64_t done, const std::string& status) {
 }
 
 void Progress::finish() {
-  if (!enabled_ || finished_) return;
+  if (mode_ == Mode::Off || finished_) return;
   finished_ = true;
+  if (mode_ == Mode::Lines) {
+    if (last_step_ < 20 && done_ > 0) line(done_, "", std::chrono::steady_clock::now());
+    return;
+  }
   std::fprintf(stderr, "\r\033[K");
   std::fflush(stderr);
 }

@@ -1,5 +1,8 @@
-// A progress bar with rate and ETA on stderr, for long runs. Silent when
-// stderr is not a terminal (logs and CI stay clean) unless forced.
+// Progress with rate and ETA on stderr, for long runs: a bar redrawn in
+// place on a terminal; otherwise (a log file, nohup, CI) plain lines, as log
+// files want: one saying up front how much there is to do, then one per 5%
+// of the work or per minute, whichever comes first, and one at the end.
+// QLENS_PROGRESS=0 silences both, =1 forces the lines.
 #pragma once
 
 #include <chrono>
@@ -15,13 +18,18 @@ class Progress {
   // Sets the number of units done; `status` is shown after the bar.
   void update(int64_t done, const std::string& status = {});
   void finish();
-  static bool enabled_by_default();
+  enum class Mode { Off, Bar, Lines };
+  static Mode default_mode();
 
  private:
+  void line(int64_t done, const std::string& status, std::chrono::steady_clock::time_point now);
+
   std::string label_, unit_;
   int64_t total_;
-  bool enabled_;
+  Mode mode_;
   bool finished_ = false;
+  int64_t done_ = 0;
+  int last_step_ = 0;  // Lines: the last 5% step written
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 
