@@ -188,6 +188,32 @@ TEST(Cli, ProgressLinesWhenNotATerminal) {
   EXPECT_FALSE(contains(out, "chunks to do")) << out;
 }
 
+// qlens plan > plan.txt is a tensor-type file (the table goes to stderr), and
+// a plan that covers every matrix quantizes without a TYPE.
+TEST(Cli, PlanOnStdoutIsATensorTypeFile) {
+  QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  QLENS_REQUIRE_SHARED(text, "data/tinystories/tinystories_val.txt");
+  const std::string dir = test::temp_dir();
+  std::string out;
+  ASSERT_EQ(qlens("sensitivity -m " + model + " -f " + text + " -c 128 --chunks 1 --types Q4_0,Q8_0 --json " + dir +
+                      "/s.json",
+                  &out),
+            0)
+      << out;
+  // (in a subshell: run_command's 2>&1 then takes its stderr, not the file)
+  ASSERT_EQ(test::run_command("(" + std::string(QLENS_BINARY) + " plan --sensitivity " + dir +
+                                  "/s.json --target-bpw 12 > " + dir + "/plan.txt)",
+                              &out),
+            0)
+      << out;
+  EXPECT_TRUE(contains(out, "predicted ΔKLD")) << out;  // the table, on stderr
+  const std::string plan = read_text_file(dir + "/plan.txt");
+  EXPECT_FALSE(contains(plan, "predicted")) << plan;
+  EXPECT_EQ(plan.front(), '^') << plan;
+  ASSERT_EQ(qlens("quantize " + model + " " + dir + "/q.gguf --tensor-type-file " + dir + "/plan.txt", &out), 0)
+      << out;
+}
+
 TEST(Cli, GreedyStoriesContinuation) {
   QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
   std::string out;

@@ -114,12 +114,17 @@ int cmd_plan(int argc, char** argv) {
   if (!types.empty()) restrict_types(table, types);
   const uint64_t budget = target_bpw > 0 ? tools::budget_from_bpw(table, target_bpw) : parse_size(target_size);
   const tools::Plan plan = tools::solve_plan(table, budget);
-  tools::print_plan(std::cout, table, plan);
+  // Without -o the rules are the output: stdout holds them alone, so that
+  // `qlens plan ... > plan.txt` is a valid tensor-type file; the table for
+  // the reader goes to stderr then.
   const std::string rules = tools::tensor_type_file(table, plan);
-  if (out_path.empty())
-    std::cout << "\n" << rules;
-  else
+  if (out_path.empty()) {
+    tools::print_plan(std::cerr, table, plan);
+    std::cout << rules;
+  } else {
+    tools::print_plan(std::cout, table, plan);
     write_file_atomic(out_path, rules);
+  }
 
   if (validate) {
     if (vopt.text_path.empty()) throw Error("qlens plan: --validate needs -f HELD_OUT.txt");
