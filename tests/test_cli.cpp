@@ -268,5 +268,20 @@ TEST(Cli, WithoutAVulkanDeviceEverythingRunsOnTheCpu) {
   EXPECT_NE(out.find("Final estimate: PPL"), std::string::npos) << out;
 }
 
+// A software Vulkan device (lavapipe) is never chosen implicitly: -ngl 99
+// without --device runs on the CPU and says so; --device picks it.
+TEST(Cli, SoftwareVulkanIsUsedOnlyWhenNamed) {
+  QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  QLENS_REQUIRE_SHARED(text, "data/tinystories/tinystories_val.txt");
+  std::string out;
+  ASSERT_EQ(test::run_command(std::string(QLENS_BINARY) + " devices", &out), 0) << out;
+  if (out.find("software vulkan") == std::string::npos || out.find("gpu") != std::string::npos)
+    GTEST_SKIP() << "needs a machine whose only Vulkan device is a software one:\n" << out;
+  const std::string run = std::string(QLENS_BINARY) + " perplexity -m " + model + " -f " + text + " -c 128 --chunks 1 ";
+  ASSERT_EQ(test::run_command(run + "-ngl 99", &out), 0) << out;
+  EXPECT_NE(out.find("running on the CPU (software Vulkan devices are used only with --device)"), std::string::npos)
+      << out;
+}
+
 }  // namespace
 }  // namespace qlens

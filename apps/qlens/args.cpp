@@ -223,12 +223,21 @@ void resolve_device(const ArgParser& p, DeviceFlags& flags) {
   }
   flags.device = "cpu";
   if (!ngl_set || flags.n_gpu_layers == 0) return;
-  for (const DeviceInfo& d : list_devices())
-    if (d.id != "cpu") {
-      flags.device = d.id;
-      return;
+  // A software Vulkan device (lavapipe) runs on the CPU cores, slower than
+  // the CPU backend: it is used only when named with --device.
+  bool software = false;
+  for (const DeviceInfo& d : list_devices()) {
+    if (d.id == "cpu") continue;
+    if (d.kind.find("software") != std::string::npos || d.kind.rfind("cpu", 0) == 0) {
+      software = true;
+      continue;
     }
-  std::fprintf(stderr, "note: -ngl %d: no GPU device found, running on the CPU\n", flags.n_gpu_layers);
+    flags.device = d.id;
+    std::fprintf(stderr, "note: -ngl %d: running on %s (%s)\n", flags.n_gpu_layers, d.id.c_str(), d.name.c_str());
+    return;
+  }
+  std::fprintf(stderr, "note: -ngl %d: no GPU device found, running on the CPU%s\n", flags.n_gpu_layers,
+               software ? " (software Vulkan devices are used only with --device)" : "");
 }
 
 int default_threads() {

@@ -97,7 +97,12 @@ int cmd_plan(int argc, char** argv) {
   p.add({"--chunks"}, &vopt.max_chunks, "N", "--validate: chunks compared (default 16)");
   p.add({"--work-dir"}, &work_dir, "DIR", "--validate: where the quantized files go (default: next to -o, or .)");
   p.add({"-t", "--threads"}, &vopt.n_threads, "N", "threads (default: one per core)");
+  DeviceFlags dev;
+  add_device_options(p, &dev);
   if (!p.parse(argc, argv)) return 0;
+  resolve_device(p, dev);
+  vopt.device = dev.device;
+  vopt.n_gpu_layers = dev.n_gpu_layers;
   if (sens_path.empty()) throw Error("qlens plan: --sensitivity FILE is required");
   if (p.was_set("--target-bpw") && !(target_bpw > 0 && target_bpw <= 32))
     throw Error("qlens plan: --target-bpw " + format_number(target_bpw) +

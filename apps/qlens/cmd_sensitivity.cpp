@@ -73,6 +73,8 @@ int cmd_sensitivity(int argc, char** argv) {
   p.add({"--top-k"}, &opt.top_k, "K", "reference log-probabilities kept per token (default 256)");
   p.add({"--json"}, &json_path, "FILE", "write the result as JSON; also the checkpoint, rewritten after each tensor");
   p.add_switch({"--resume"}, &resume, "continue from the --json file of an interrupted run");
+  DeviceFlags dev;
+  add_device_options(p, &dev);
   bool no_layer_cache = false;
   p.add_switch({"--no-layer-cache"}, &no_layer_cache,
                "run every probe through the whole model (by default a probe of layer L starts from the\n"
@@ -81,6 +83,9 @@ int cmd_sensitivity(int argc, char** argv) {
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
   if (!p.parse(argc, argv)) return 0;
   opt.layer_cache = !no_layer_cache;
+  resolve_device(p, dev);
+  opt.device = dev.device;
+  opt.n_gpu_layers = dev.n_gpu_layers;
   if (model_path.empty()) throw Error("qlens sensitivity: -m MODEL is required");
   if (text_path.empty()) throw Error("qlens sensitivity: -f TEXT is required");
   if (mode != "quant" && mode != "noise") throw Error("qlens sensitivity: --mode must be quant or noise, got '" + mode + "'");

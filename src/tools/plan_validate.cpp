@@ -98,6 +98,8 @@ std::vector<ValidationRow> validate_plan(const SensitivityTable& table, const Pl
     copt.n_batch = opt.n_ctx;
     copt.max_chunks = opt.max_chunks;
     copt.n_threads = opt.n_threads;
+    copt.device = copt.device_ref = opt.device;
+    copt.n_gpu_layers = opt.n_gpu_layers;
     copt.logits_only = true;  // the logits are what is validated
     log << "comparing " << c.name << " with " << opt.model_path << " on " << opt.text_path << "\n";
     const CompareResult r = compare_models(*ref, *test, tokens, copt);

@@ -19,6 +19,8 @@ struct ValidateOptions {
   int64_t n_ctx = 512;
   int64_t max_chunks = 16;
   int n_threads = 0;
+  std::string device = "cpu";  // both models run there (see ContextOptions)
+  int n_gpu_layers = -1;
   std::string work_dir;     // where the quantized files go (kept)
   // Uniform mixes to consider; the nearest below and above the plan's size are run.
   std::vector<std::string> mixes = {"Q2_K", "Q3_K_S", "Q3_K_M", "Q4_0", "IQ4_NL", "Q4_K_S",

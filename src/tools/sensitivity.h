@@ -51,6 +51,8 @@ struct SensitivityOptions {
   // chunks, so that a probe recomputes only that layer onwards (results
   // identical to full passes; costs n_chunks x n_ctx x n_embd floats).
   bool layer_cache = true;
+  std::string device = "cpu";  // see ContextOptions
+  int n_gpu_layers = -1;
 };
 
 struct SensitivityCandidate {
