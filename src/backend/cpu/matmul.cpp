@@ -51,20 +51,10 @@ GemmKernels make_scalar() {
   g.dot[static_cast<int>(DType::F32)] = dot_scalar<DType::F32>;
   g.dot[static_cast<int>(DType::F16)] = dot_scalar<DType::F16>;
   g.dot[static_cast<int>(DType::BF16)] = dot_scalar<DType::BF16>;
-  // The legacy quantized types: integer dots with Q8_0 / Q8_1 activations.
-  g.dot[static_cast<int>(DType::Q4_0)] = qdot_scalar<DType::Q4_0>;
-  g.dot[static_cast<int>(DType::Q4_1)] = qdot_scalar<DType::Q4_1>;
-  g.dot[static_cast<int>(DType::Q5_0)] = qdot_scalar<DType::Q5_0>;
-  g.dot[static_cast<int>(DType::Q5_1)] = qdot_scalar<DType::Q5_1>;
-  g.dot[static_cast<int>(DType::Q8_0)] = qdot_scalar<DType::Q8_0>;
-  g.dot[static_cast<int>(DType::IQ4_NL)] = qdot_scalar<DType::IQ4_NL>;
-  // The K types: integer dots with Q8_K activations.
-  g.dot[static_cast<int>(DType::Q2_K)] = qdot_k_scalar<DType::Q2_K>;
-  g.dot[static_cast<int>(DType::Q3_K)] = qdot_k_scalar<DType::Q3_K>;
-  g.dot[static_cast<int>(DType::Q4_K)] = qdot_k_scalar<DType::Q4_K>;
-  g.dot[static_cast<int>(DType::Q5_K)] = qdot_k_scalar<DType::Q5_K>;
-  g.dot[static_cast<int>(DType::Q6_K)] = qdot_k_scalar<DType::Q6_K>;
-  g.dot[static_cast<int>(DType::IQ4_XS)] = qdot_k_scalar<DType::IQ4_XS>;
+  // The quantized types: integer dots with Q8_0 / Q8_1 (legacy) or Q8_K
+  // (K types) activations.
+  for_each_legacy_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scalar<T>; });
+  for_each_k_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_k_scalar<T>; });
   return g;
 }
 

@@ -150,5 +150,17 @@ void qdot_scalar(int64_t k, const void* w, const void* x, size_t x_stride, int n
   }
 }
 
+// Calls f.template operator()<T>() for every legacy quantized weight type: the one list
+// every kernel table registers them from.
+template <class F>
+void for_each_legacy_qtype(F&& f) {
+  f.template operator()<DType::Q4_0>();
+  f.template operator()<DType::Q4_1>();
+  f.template operator()<DType::Q5_0>();
+  f.template operator()<DType::Q5_1>();
+  f.template operator()<DType::Q8_0>();
+  f.template operator()<DType::IQ4_NL>();
+}
+
 }  // namespace
 }  // namespace qlens::cpu

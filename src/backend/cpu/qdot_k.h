@@ -93,5 +93,17 @@ void qdot_k_scalar(int64_t k, const void* w, const void* x, size_t x_stride, int
   for (int c = 0; c < nc; ++c) out[c] = sum[c];
 }
 
+// Calls f.template operator()<T>() for every K-quant weight type (Q8_K activations): the one list
+// every kernel table registers them from.
+template <class F>
+void for_each_k_qtype(F&& f) {
+  f.template operator()<DType::Q2_K>();
+  f.template operator()<DType::Q3_K>();
+  f.template operator()<DType::Q4_K>();
+  f.template operator()<DType::Q5_K>();
+  f.template operator()<DType::Q6_K>();
+  f.template operator()<DType::IQ4_XS>();
+}
+
 }  // namespace
 }  // namespace qlens::cpu

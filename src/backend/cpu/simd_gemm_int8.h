@@ -449,18 +449,8 @@ inline void add_int8_kernels(GemmKernels& g) {
     g.i8[static_cast<int>(T)] = int8_entry<T>();
     g.min_n_type[static_cast<int>(T)] = i8_format<T>().legacy ? 6 : 10;
   };
-  add.template operator()<DType::Q4_0>();
-  add.template operator()<DType::Q4_1>();
-  add.template operator()<DType::Q5_0>();
-  add.template operator()<DType::Q5_1>();
-  add.template operator()<DType::Q8_0>();
-  add.template operator()<DType::IQ4_NL>();
-  add.template operator()<DType::Q2_K>();
-  add.template operator()<DType::Q3_K>();
-  add.template operator()<DType::Q4_K>();
-  add.template operator()<DType::Q5_K>();
-  add.template operator()<DType::Q6_K>();
-  add.template operator()<DType::IQ4_XS>();
+  for_each_legacy_qtype(add);
+  for_each_k_qtype(add);
 }
 
 #endif

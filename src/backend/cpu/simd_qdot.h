@@ -297,12 +297,7 @@ void add_quant_kernels(GemmKernels& g) {
     g.dot_rows[static_cast<int>(T)] = qdot_rows_simd<T>;
     g.pack[static_cast<int>(T)] = pack_quant_panel<T, NR>;
   };
-  add.template operator()<DType::Q4_0>();
-  add.template operator()<DType::Q4_1>();
-  add.template operator()<DType::Q5_0>();
-  add.template operator()<DType::Q5_1>();
-  add.template operator()<DType::Q8_0>();
-  add.template operator()<DType::IQ4_NL>();
+  for_each_legacy_qtype(add);
 }
 
 #endif

@@ -394,12 +394,7 @@ void add_kquant_kernels(GemmKernels& g) {
     g.dot[static_cast<int>(T)] = qdot_k_simd<T>;
     g.pack[static_cast<int>(T)] = pack_k_panel<T, NR>;
   };
-  add.template operator()<DType::Q2_K>();
-  add.template operator()<DType::Q3_K>();
-  add.template operator()<DType::Q4_K>();
-  add.template operator()<DType::Q5_K>();
-  add.template operator()<DType::Q6_K>();
-  add.template operator()<DType::IQ4_XS>();
+  for_each_k_qtype(add);
 }
 
 #endif
