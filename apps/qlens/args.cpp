@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/parallel.h"
 #include "qlens/error.h"
 
 namespace qlens::cli {
@@ -240,9 +241,6 @@ void resolve_device(const ArgParser& p, DeviceFlags& flags) {
                software ? " (software Vulkan devices are used only with --device)" : "");
 }
 
-int default_threads() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
+int default_threads() { return default_thread_count(); }
 
 }  // namespace qlens::cli

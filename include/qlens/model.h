@@ -341,9 +341,6 @@ class Context {
   void replace_weight(const Tensor* model_weight, Tensor* replacement);
   void restore_weight(const Tensor* model_weight) { replaced_.erase(model_weight); }
 
-  // Builds the graph for a batch of `n_tokens` at the current position, with
-  // inputs named inp_tokens, inp_pos and KQ_mask (exposed for tests and tools).
-  Tensor* build_graph(Graph& g, int64_t n_tokens, bool all_logits) const;
   const ContextOptions& options() const { return options_; }
   // The cache graphs of this context read and write (the cache is the
   // context's state, not part of what a const Context promises to keep).

@@ -161,13 +161,6 @@ Context::~Context() = default;
 
 void Context::clear() { n_past_ = 0; }
 
-Tensor* Context::build_graph(Graph& g, int64_t n_tokens, bool all_logits) const {
-  GraphBuilder b(*this, g, GraphInputs::make(g, n_tokens, n_past_ + n_tokens, model_.hparams().has_swa()), all_logits);
-  b.embed();
-  for (int il = 0; il < model_.hparams().n_layer; ++il) b.layer(il);
-  return b.output();
-}
-
 void Context::check_tokens(std::span<const Token> tokens) const {
   if (tokens.empty()) throw Error("decode: no tokens");
   const int64_t n_vocab = model_.hparams().n_vocab;

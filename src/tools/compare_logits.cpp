@@ -231,12 +231,16 @@ void print_logit_summary(std::ostream& out, const LogitSummary& s) {
   print_probability_block(out, s);
 }
 
-void log_softmax_into(std::span<const float> logits, std::vector<double>& out) {
+double log_sum_exp(std::span<const float> logits) {
   double max_logit = -std::numeric_limits<double>::infinity();
   for (float x : logits) max_logit = std::max(max_logit, static_cast<double>(x));
   double sum_exp = 0;
   for (float x : logits) sum_exp += std::exp(static_cast<double>(x) - max_logit);
-  const double log_normalizer = max_logit + std::log(sum_exp);
+  return max_logit + std::log(sum_exp);
+}
+
+void log_softmax_into(std::span<const float> logits, std::vector<double>& out) {
+  const double log_normalizer = log_sum_exp(logits);
   out.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_normalizer;
 }

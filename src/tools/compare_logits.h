@@ -128,6 +128,8 @@ double percentile_of_sorted(const std::vector<float>& sorted, double fraction);
 
 // log-softmax of a row of logits in double (max-subtracted).
 std::vector<double> log_softmax(std::span<const float> logits);
+// log Σ exp(logits), in double (log p_i = logits_i - this).
+double log_sum_exp(std::span<const float> logits);
 // The same into `out` (resized): no allocation once it is large enough.
 void log_softmax_into(std::span<const float> logits, std::vector<double>& out);
 

@@ -1,3 +1,4 @@
+#include "core/parallel.h"
 #include "tools/quantize.h"
 
 #include <map>
@@ -412,7 +413,7 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
   QuantizePlan plan = plan_quantization(*in, opt);
   std::optional<Imatrix> imatrix;
   if (!opt.imatrix_path.empty()) imatrix = load_imatrix(opt.imatrix_path);
-  const int n_threads = opt.n_threads > 0 ? opt.n_threads : std::max(1u, std::thread::hardware_concurrency());
+  const int n_threads = opt.n_threads > 0 ? opt.n_threads : default_thread_count();
 
   gguf::Writer w;
   for (const auto& kv : in->metadata()) w.set(kv.key, kv.value);

@@ -1,3 +1,4 @@
+#include "core/parallel.h"
 #include "tools/quantize_stats.h"
 
 #include <algorithm>
@@ -108,7 +109,7 @@ QuantizeStatsResult quantize_stats(const std::string& model_path, const Quantize
   if (!opt.imatrix_path.empty()) imatrix = load_imatrix(opt.imatrix_path);
   const std::regex filter =
       user_regex(opt.tensor_filter.empty() ? std::string(".*") : opt.tensor_filter, "quantize-stats: --include");
-  const int n_threads = opt.n_threads > 0 ? opt.n_threads : std::max(1u, std::thread::hardware_concurrency());
+  const int n_threads = opt.n_threads > 0 ? opt.n_threads : default_thread_count();
 
   QuantizeStatsResult r;
   std::map<DType, std::pair<int64_t, Sums>> totals;

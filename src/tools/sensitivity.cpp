@@ -17,6 +17,7 @@
 #include "core/parallel.h"
 #include "qlens/error.h"
 #include "tools/chunks.h"
+#include "tools/compare_logits.h"
 #include "tools/imatrix_file.h"
 #include "tools/user_regex.h"
 
@@ -56,18 +57,6 @@ struct Reference {
   std::vector<double> nll;       // [tokens]
 };
 
-double log_sum_exp(std::span<const float> logits) {
-  const double mx = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (size_t i = 0; i < logits.size(); ++i) sum += std::exp(logits[i] - mx);
-  return mx + std::log(sum);
-}
-
-void log_softmax(std::span<const float> logits, std::vector<double>& out) {
-  out.resize(logits.size());
-  const double lse = log_sum_exp(logits);
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
-}
 
 // log(1 - exp(log_mass)) for a mass below 1, kept finite.
 double log_complement(double mass) { return std::log(std::max(1.0 - mass, 1e-30)); }
@@ -138,9 +127,6 @@ class Runner {
     cache_layer_ = layer;
     return true;
   }
-  size_t cache_bytes() const {
-    return static_cast<size_t>(n_chunks_) * opt_.n_ctx * model_.hparams().n_embd * sizeof(float);
-  }
 
   double probe_seconds() const { return probe_seconds_; }
   int64_t n_probes() const { return n_probes_; }
@@ -159,7 +145,7 @@ class Runner {
     run([&](int64_t t, std::span<const float> logits, Token next, int worker) {
       std::vector<double>& l = lp[worker];
       std::vector<int32_t>& o = order[worker];
-      log_softmax(logits, l);
+      log_softmax_into(logits, l);
       std::iota(o.begin(), o.end(), 0);
       std::partial_sort(o.begin(), o.begin() + k, o.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
       double mass = 0;
