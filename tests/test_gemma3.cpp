@@ -144,11 +144,15 @@ const char* const kGreedyText =
 // Greedy text is chaotic on this model: a last-bit difference anywhere flips
 // Q8_0 activation codes downstream, and llama.cpp's own logits move by up to
 // 0.48 between its flash-attention and plain paths (0.07 between F16 and F32
-// caches). Its margins at steps 11 and 18 are 0.16 and 0.0006 logits. So the
-// whole text is checked step by step, each step on llama.cpp's own prefix:
-// llama.cpp's token must be qlens's top one or within 0.15 logits of it (measured: 0.038)
-// (where llama.cpp's lead is smaller than that), and the free-running text
-// must agree up to step 11.
+// caches). Its margins at steps 11 and 18 are 0.16 and 0.0006 logits, and
+// decoding token by token (other kernels than a whole batch's) leaves steps
+// with three candidates within 0.1 logits ("country", "French", "United" at
+// step 4 with the AVX2 kernels). So the whole text is checked step by step,
+// each step on llama.cpp's own prefix: llama.cpp's token must be qlens's top
+// one or within 0.15 logits of it (measured: 0.038); and the free-running
+// text, decoded as generation decodes it, must agree with llama.cpp's until a
+// step where llama.cpp's token is within 0.15 logits of qlens's choice (a
+// near tie: either is right), and tools::generate must write that text.
 TEST(Gemma3, GreedyTextMatchesLlamaCpp) {
   QLENS_REQUIRE_CACHED(path, kGemma3);
   auto m = Model::load(path);
@@ -173,13 +177,30 @@ TEST(Gemma3, GreedyTextMatchesLlamaCpp) {
   }
   std::printf("llama.cpp's greedy token is qlens's top token at %d of 48 steps; largest gap %.4f logits\n", n_top, worst);
 
+  // Free-running: the prompt as one batch, then one token at a time.
+  Context free_ctx(*m, opt);
+  free_ctx.decode(prompt, false);
+  std::string agreed;
+  size_t steps = 0;
+  for (; steps < text.size(); ++steps) {
+    const auto logits = free_ctx.last_logits();
+    const Token choice = static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (choice != text[steps]) {
+      const double gap = logits[choice] - logits[text[steps]];
+      std::printf("free-running: qlens chooses '%s' at step %zu, llama.cpp '%s', %.4f logits behind\n",
+                  m->vocab().token_to_piece(choice).c_str(), steps, m->vocab().token_to_piece(text[steps]).c_str(), gap);
+      EXPECT_LE(gap, 0.15) << "step " << steps << ": not a near tie";
+      break;
+    }
+    agreed += m->vocab().token_to_piece(choice);
+    free_ctx.decode(std::vector<Token>{choice}, false);
+  }
   tools::GenerateOptions gen;
   gen.n_predict = 48;
   gen.sampler.temperature = 0;
   const auto r = tools::generate(*m, kGreedyPrompt, gen);
-  const std::string common = " the capital of the country of France. It is the";
-  EXPECT_EQ(r.text.substr(0, common.size()), common) << r.text;
-  std::printf("free-running: %s%s\n", r.text == kGreedyText ? "the same text" : "diverges: ", r.text == kGreedyText ? "" : r.text.c_str());
+  EXPECT_EQ(r.text.substr(0, agreed.size()), agreed) << r.text;
+  std::printf("free-running: %zu of 48 steps as llama.cpp's: %s\n", steps, r.text.c_str());
 }
 
 TEST(Gemma3, PerplexityMatchesLlamaCpp) {

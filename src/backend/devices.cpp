@@ -31,7 +31,7 @@ std::vector<DeviceInfo> list_devices() {
   DeviceInfo cpu;
   cpu.id = "cpu";
   cpu.name = cpu_name() + " (" + std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " threads, " +
-             cpu::isa_name(cpu::best_isa()) + " kernels)";
+             cpu::isa_name(cpu::best_isa()) + " kernels, int8 GEMM: " + cpu::int8_kernel_name(cpu::best_isa()) + ")";
   cpu.kind = "cpu";
   out.push_back(cpu);
 #ifdef QLENS_VULKAN

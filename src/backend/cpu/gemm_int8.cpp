@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/ops.h"
@@ -13,7 +14,13 @@ namespace qlens::cpu {
 
 namespace {
 
-std::atomic<bool> g_int8_on{true};
+// QLENS_CPU_INT8=0 turns the path off (the F32 panels serve), to set its
+// results beside theirs.
+bool int8_on_by_default() {
+  const char* env = std::getenv("QLENS_CPU_INT8");
+  return !env || std::strcmp(env, "0") != 0;
+}
+std::atomic<bool> g_int8_on{int8_on_by_default()};
 
 constexpr size_t kAlign = 64;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }

@@ -41,9 +41,16 @@ bool isa_supported(Isa isa) {
 // QLENS_CPU_ISA=avx2|scalar caps the choice.
 constexpr bool kAvx512ByDefault = true;
 
+// QLENS_CPU_VNNI=0 acts as a CPU without VNNI (the int8 GEMM's AVX2 maddubs
+// kernels, tested on every machine with AVX2).
+static bool vnni_allowed() {
+  const char* env = std::getenv("QLENS_CPU_VNNI");
+  return !env || std::strcmp(env, "0") != 0;
+}
+
 bool cpu_has_avx512_vnni() {
 #if defined(__x86_64__) || defined(__i386__)
-  return isa_supported(Isa::Avx512) && __builtin_cpu_supports("avx512vnni");
+  return vnni_allowed() && isa_supported(Isa::Avx512) && __builtin_cpu_supports("avx512vnni");
 #else
   return false;
 #endif
@@ -51,10 +58,19 @@ bool cpu_has_avx512_vnni() {
 
 bool cpu_has_avx_vnni() {
 #if defined(__x86_64__) || defined(__i386__)
-  return isa_supported(Isa::Avx2) && __builtin_cpu_supports("avxvnni");
+  return vnni_allowed() && isa_supported(Isa::Avx2) && __builtin_cpu_supports("avxvnni");
 #else
   return false;
 #endif
+}
+
+const char* int8_kernel_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "none";
+    case Isa::Avx2: return cpu_has_avx_vnni() ? "vnni" : "maddubs";
+    case Isa::Avx512: return cpu_has_avx512_vnni() ? "vnni" : "none";
+  }
+  return "none";
 }
 
 Isa best_isa() {

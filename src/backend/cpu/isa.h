@@ -22,5 +22,8 @@ Isa best_isa();
 // and AVX-VNNI (its VEX-encoded 256-bit form).
 bool cpu_has_avx512_vnni();
 bool cpu_has_avx_vnni();
+// The int8 GEMM's kernels with the kernels of `isa` on this CPU: "vnni",
+// "maddubs" (AVX2 without VNNI) or "none" (the F32 panels serve).
+const char* int8_kernel_name(Isa isa);
 
 }  // namespace qlens::cpu

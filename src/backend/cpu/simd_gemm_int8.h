@@ -45,25 +45,37 @@ namespace {
 
 // unit: elements per panel unit (a legacy block, a K super-block); group:
 // elements per integer scale; mins: a min term (legacy: m_w * s_x per block;
-// K: the mins' sum above); bias: b above.
+// K: the mins' sum above); bias: b above; sign: the codes are the signed
+// levels v themselves (bias 0), for the maddubs kernels' sign trick (below);
+// umax: the largest |code| the kernels see.
 struct I8Format {
   bool legacy;
   int unit, group;
   bool mins;
   int bias;
+  bool sign;
+  int umax;
   constexpr int groups() const { return unit / group; }
 };
 
-template <DType T>
+// The format of type T; signed_codes: the kernel takes the signed types'
+// levels as they are (the maddubs kernels) instead of as v + 128 (vpdpbusd).
+template <DType T, bool signed_codes>
 constexpr I8Format i8_format() {
   if constexpr (T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 || T == DType::Q5_1 ||
                 T == DType::Q8_0 || T == DType::IQ4_NL) {
     using F = QFormat<T>;
     const bool is_signed = F::kBits == 8 || F::kTable;
-    return {true, quant::kLegacyBlock, quant::kLegacyBlock, F::kOffset, is_signed ? 128 : F::kBias};
+    const bool sign = is_signed && signed_codes;
+    return {true,  quant::kLegacyBlock, quant::kLegacyBlock, F::kOffset, is_signed ? (sign ? 0 : 128) : F::kBias,
+            sign,  is_signed ? 128 : (1 << F::kBits) - 1};
   } else {
     using K = KBlock<T>;
-    return {false, quant::kq::kQK, KCodec<T>::type::kSub, K::kMins && !K::kFold, K::kSigned ? 128 : K::kLevel};
+    const bool sign = K::kSigned && signed_codes;
+    // Unsigned codes: 2 bits (Q2_K), 3 (Q3_K), 4 (Q4_K), 5 (Q5_K), 6 (Q6_K).
+    const int bits = T == DType::Q2_K ? 2 : T == DType::Q3_K ? 3 : T == DType::Q4_K ? 4 : T == DType::Q5_K ? 5 : 6;
+    return {false, quant::kq::kQK, KCodec<T>::type::kSub, K::kMins && !K::kFold,
+            K::kSigned ? (sign ? 0 : 128) : K::kLevel, sign, K::kSigned ? 128 : (1 << bits) - 1};
   }
 }
 
@@ -91,10 +103,13 @@ constexpr size_t i8_x_unit_bytes(I8Format f, int mr) {
 
 inline __m256i flip_sign(__m256i v) { return _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))); }
 
-// Codes u of the 32 elements of a legacy block.
-template <DType T>
+// Codes of the 32 elements of a legacy block (format i8_format<T, SC>).
+template <DType T, bool SC>
 __m256i legacy_codes(const char* blk) {
-  if constexpr (i8_format<T>().bias == 128) {
+  constexpr I8Format f = i8_format<T, SC>();
+  if constexpr (f.sign) {
+    return decode_block<T>(blk);  // the signed levels
+  } else if constexpr (f.bias == 128) {
     return flip_sign(decode_block<T>(blk));
   } else {
     return decode_codes<T>(blk);  // unsigned codes (biased or offset types)
@@ -115,9 +130,9 @@ inline void interleave8(__m256i* r, uint8_t* dst, int g8) {
 
 // I8PackWFn for a legacy type: rows [0, nrows) (zeros past them), blocks
 // [u0, u0 + nu).
-template <DType T, int NR>
+template <DType T, int NR, bool SC>
 void i8_pack_legacy(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, int64_t nu, uint8_t* out) {
-  constexpr I8Format f = i8_format<T>();
+  constexpr I8Format f = i8_format<T, SC>();
   using B = typename QFormat<T>::Block;
   const float* f16 = fp16_table();
   for (int64_t u = 0; u < nu; ++u, out += i8_w_unit_bytes(f, NR)) {
@@ -134,7 +149,7 @@ void i8_pack_legacy(const char* row0, size_t row_stride, int64_t nrows, int64_t 
           continue;
         }
         const char* blk = row0 + i * row_stride + (u0 + u) * sizeof(B);
-        r[t] = legacy_codes<T>(blk);
+        r[t] = legacy_codes<T, SC>(blk);
         scale[i] = f16[load_u16(blk + offsetof(B, d))];
         if constexpr (f.mins) mins[i] = f16[load_u16(blk + offsetof(B, m))];
       }
@@ -155,9 +170,9 @@ __m256i int_mins(const KBlock<T>& kb) {
 }
 
 // I8PackWFn for a K type: super-blocks [u0, u0 + nu).
-template <DType T, int NR>
+template <DType T, int NR, bool SC>
 void i8_pack_k(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, int64_t nu, uint8_t* out) {
-  constexpr I8Format f = i8_format<T>();
+  constexpr I8Format f = i8_format<T, SC>();
   constexpr int G = f.groups();
   using K = KBlock<T>;
   using B = typename KCodec<T>::type::Block;
@@ -181,7 +196,7 @@ void i8_pack_k(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, i
         }
         const K kb(row0 + i * row_stride + (u0 + u) * sizeof(B), f16);
 #pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c) codes[c][t] = K::kSigned ? flip_sign(kb.codes(c)) : kb.codes(c);
+        for (int c = 0; c < 8; ++c) codes[c][t] = K::kSigned && !f.sign ? flip_sign(kb.codes(c)) : kb.codes(c);
         alignas(32) float dl[16], ml[16];
         kb.sub_scales(dl, ml);
         for (int j = 0; j < G; ++j) scale[j * NR + i] = dl[j];
@@ -201,9 +216,9 @@ void i8_pack_k(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, i
 
 // I8PackXFn for a legacy type: one Q8_0 / Q8_1 row (nu blocks) into slot r of
 // an activation panel of MR rows (the other slots untouched).
-template <DType T, int MR>
+template <DType T, int MR, bool SC>
 void i8_pack_x_legacy(const char* xrow, int r, int64_t nu, uint8_t* out) {
-  constexpr I8Format f = i8_format<T>();
+  constexpr I8Format f = i8_format<T, SC>();
   using XB = typename QFormat<T>::XBlock;
   const float* f16 = fp16_table();
   for (int64_t u = 0; u < nu; ++u, out += i8_x_unit_bytes(f, MR)) {
@@ -220,9 +235,9 @@ void i8_pack_x_legacy(const char* xrow, int r, int64_t nu, uint8_t* out) {
 }
 
 // I8PackXFn for a K type: one Q8_K row (nu super-blocks).
-template <DType T, int MR>
+template <DType T, int MR, bool SC>
 void i8_pack_x_k(const char* xrow, int r, int64_t nu, uint8_t* out) {
-  constexpr I8Format f = i8_format<T>();
+  constexpr I8Format f = i8_format<T, SC>();
   constexpr int G = f.groups();
   using XB = quant::kq::BlockQ8K;
   for (int64_t u = 0; u < nu; ++u, out += i8_x_unit_bytes(f, MR)) {
@@ -251,11 +266,23 @@ inline int32_t load_i32(const uint8_t* p) {
   return v;
 }
 
-// The integer-vector wrapper of this file's instruction set, I8Vnni. Its
-// dpbusd is a VNNI instruction, which the files' flags (AVX-512 F/BW/VL/DQ,
-// or AVX2) do not enable: the wrapper and the micro-kernel are compiled with
-// it added (AVX-512 VNNI, or AVX-VNNI), and registered only where the CPU
-// reports it (isa.h).
+// The integer-vector wrappers of this file's instruction set.
+//
+// I8Vnni: one vpdpbusd per 4 code x activation pairs. It is a VNNI
+// instruction, which the files' flags (AVX-512 F/BW/VL/DQ, or AVX2) do not
+// enable: the wrapper and the micro-kernel are compiled with it added
+// (AVX-512 VNNI, or AVX-VNNI), and chosen only where the CPU reports it
+// (isa.h). The maddubs instantiations of the micro-kernel (below) are compiled
+// with the same flags but contain no VNNI instruction: only the wrappers'
+// intrinsics emit vector integer instructions.
+//
+// I8Madd (plain AVX2): vpmaddubsw multiplies codes by activations and adds
+// pairs into int16 (saturating), vpmaddwd with ones adds int16 pairs into
+// int32. Saturation never happens: codes are at most umax, |q| <= 127, and an
+// int16 lane sums at most 2 * i8_span(F) products (2 * span * umax * 127 <=
+// 32767); the signed types enter as their levels v, as |v| times q with v's
+// sign (vpsignb), as ggml's dot kernels do. The integer sums are those of
+// I8Vnni and the dot kernels.
 #pragma GCC push_options
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
 #pragma GCC target("avx512vnni")
@@ -264,6 +291,7 @@ struct I8Vnni {
   using F = __m512;
   static constexpr int L = 16;
   static constexpr int kMr = 6, kNv = 2;  // 12 int32 + 12 float accumulators, 2 weight vectors
+  static constexpr bool kMaddubs = false;
   static bool available() { return cpu_has_avx512_vnni(); }
   static I iset1(int32_t x) { return _mm512_set1_epi32(x); }
   static I iload(const uint8_t* p) { return _mm512_loadu_si512(p); }
@@ -281,16 +309,13 @@ struct I8Vnni {
 };
 #else
 #pragma GCC target("avxvnni")
-struct I8Vnni {
+// The float and int32 operations both AVX2 wrappers share.
+struct I8Avx2Common {
   using I = __m256i;
   using F = __m256;
   static constexpr int L = 8;
-  static constexpr int kMr = 3, kNv = 2;  // 6 + 6 accumulators, 2 weight vectors of 16 registers
-  static bool available() { return cpu_has_avx_vnni(); }
   static I iset1(int32_t x) { return _mm256_set1_epi32(x); }
   static I iload(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-  static I dpbusd(I acc, I u, I s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
-  static I dpwssd(I acc, I a, I b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
   static I izero() { return _mm256_setzero_si256(); }
   static F cvt(I x) { return _mm256_cvtepi32_ps(x); }
   static F fzero() { return _mm256_setzero_ps(); }
@@ -301,18 +326,108 @@ struct I8Vnni {
   static F fmul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
 };
+struct I8Vnni : I8Avx2Common {
+  static constexpr int kMr = 3, kNv = 2;  // 6 + 6 accumulators, 2 weight vectors of 16 registers
+  static constexpr bool kMaddubs = false;
+  static bool available() { return cpu_has_avx_vnni(); }
+  static I dpbusd(I acc, I u, I s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
+  static I dpwssd(I acc, I a, I b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
+};
+struct I8Madd : I8Avx2Common {
+  // 4 int32 sums, 4 int16 partial sums and 4 float accumulators; 1 weight
+  // vector (2 for the signed types: the levels and their magnitudes).
+  static constexpr int kMr = 4, kNv = 1;
+  static constexpr bool kMaddubs = true;
+  static bool available() { return true; }
+  static I maddubs(I u, I s) { return _mm256_maddubs_epi16(u, s); }
+  // The saturating add, exact here (no sum saturates): GCC reassociates the
+  // plain one's vector additions into a tree that keeps every product live.
+  static I add16(I a, I b) { return _mm256_adds_epi16(a, b); }
+  static I widen_add(I acc, I p16) { return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1))); }
+  static I abs8(I v) { return _mm256_abs_epi8(v); }
+  static I sign8(I x, I v) { return _mm256_sign_epi8(x, v); }
+  static I dpwssd(I acc, I a, I b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+};
 #endif
+
+// Steps of 4 elements whose maddubs products an int16 lane may sum (see
+// I8Madd): the largest divisor of a group's steps that cannot saturate.
+constexpr int i8_span(I8Format f) {
+  const int steps = f.group / 4;
+  int span = 1;
+  for (int d = 1; d <= steps; ++d)
+    if (steps % d == 0 && 2 * d * f.umax * 127 <= 32767) span = d;
+  return span;
+}
+
+// isum[r][v] = start[r] + the integer products of group g's codes (weight
+// panel wp, rows v * L ..) and activations (xp, rows r), by wrapper Q.
+template <class Q, I8Format F>
+inline void i8_group_sums(const uint8_t* wp, const uint8_t* xp, int g, const int32_t* start,
+                          typename Q::I (&isum)[Q::kMr][Q::kNv]) {
+  using I = typename Q::I;
+  constexpr int MR = Q::kMr, NV = Q::kNv, L = Q::L, NR = NV * L, S = F.group / 4;
+  if constexpr (!Q::kMaddubs) {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) isum[r][v] = Q::iset1(start[r]);
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const int k4 = g * S + s;
+      I w[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) w[v] = Q::iload(wp + (k4 * NR + v * L) * 4);
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const I x = Q::iset1(load_i32(xp + (k4 * MR + r) * 4));
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) isum[r][v] = Q::dpbusd(isum[r][v], w[v], x);
+      }
+    }
+  } else {
+    // The int32 sums start at the first span's end, so that a single-span
+    // group (the 4-bit types) holds only the int16 sums in registers.
+    constexpr int SP = i8_span(F);
+#pragma GCC unroll 8
+    for (int s0 = 0; s0 < S; s0 += SP) {
+      I p16[MR][NV];
+#pragma GCC unroll 8
+      for (int s = s0; s < s0 + SP; ++s) {
+        const int k4 = g * S + s;
+        I w[NV], u[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          w[v] = Q::iload(wp + (k4 * NR + v * L) * 4);
+          u[v] = F.sign ? Q::abs8(w[v]) : w[v];
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+          const I x = Q::iset1(load_i32(xp + (k4 * MR + r) * 4));
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) {
+            const I prod = Q::maddubs(u[v], F.sign ? Q::sign8(x, w[v]) : x);
+            p16[r][v] = s == s0 ? prod : Q::add16(p16[r][v], prod);
+          }
+        }
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) isum[r][v] = Q::widen_add(s0 == 0 ? Q::iset1(start[r]) : isum[r][v], p16[r][v]);
+    }
+  }
+}
 
 // For r < MR, i < NV * L: c[r * ldc + i] = (accumulate ? c[r * ldc + i] : 0) +
 // the products of weight panel wp (rows i) and activation panel xp (rows r)
-// over nu units of format F (see the top of the file); MR x NR = I8Vnni's
-// kMr x kNv * L.
-template <I8Format F>
+// over nu units of format F (see the top of the file); MR x NR = Q's kMr x
+// kNv * L.
+template <class Q, I8Format F>
 void i8_micro(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_t ldc, bool accumulate) {
-  using Q = I8Vnni;
-  using I = Q::I;
-  using R = Q::F;
-  constexpr int MR = Q::kMr, NV = Q::kNv, L = Q::L, NR = NV * L, G = F.groups(), S = F.group / 4;
+  using I = typename Q::I;
+  using R = typename Q::F;
+  constexpr int MR = Q::kMr, NV = Q::kNv, L = Q::L, NR = NV * L, G = F.groups();
   R acc[MR][NV];  // legacy: the products so far; K: the current super-block's
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
@@ -325,23 +440,7 @@ void i8_micro(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_
     const float* xmin = dx + MR + G * MR;
     for (int g = 0; g < G; ++g) {
       I isum[MR][NV];
-#pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) isum[r][v] = Q::iset1(start[g * MR + r]);
-#pragma GCC unroll 8
-      for (int s = 0; s < S; ++s) {
-        const int k4 = g * S + s;
-        I w[NV];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) w[v] = Q::iload(wp + (k4 * NR + v * L) * 4);
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; ++r) {
-          const I x = Q::iset1(load_i32(xp + (k4 * MR + r) * 4));
-#pragma GCC unroll 4
-          for (int v = 0; v < NV; ++v) isum[r][v] = Q::dpbusd(isum[r][v], w[v], x);
-        }
-      }
+      i8_group_sums<Q, F>(wp, xp, g, start + g * MR, isum);
 #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
@@ -414,43 +513,55 @@ void i8_micro(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_
 // ---- registration ------------------------------------------------------------------
 
 // One table row per type: its repacking, its family's activation packing and
-// micro-kernel, and the panel sizes.
-template <DType T>
+// micro-kernel, and the panel sizes, for wrapper Q.
+template <class Q, DType T>
 Int8Gemm int8_entry() {
-  constexpr I8Format f = i8_format<T>();
-  constexpr int MR = I8Vnni::kMr, NR = I8Vnni::kNv * I8Vnni::L;
+  constexpr bool SC = Q::kMaddubs;
+  constexpr I8Format f = i8_format<T, SC>();
+  constexpr int MR = Q::kMr, NR = Q::kNv * Q::L;
   Int8Gemm e{};
   if constexpr (f.legacy) {
-    e.pack_w = i8_pack_legacy<T, NR>;
-    e.pack_x = i8_pack_x_legacy<T, MR>;
+    e.pack_w = i8_pack_legacy<T, NR, SC>;
+    e.pack_x = i8_pack_x_legacy<T, MR, SC>;
   } else {
-    e.pack_w = i8_pack_k<T, NR>;
-    e.pack_x = i8_pack_x_k<T, MR>;
+    e.pack_w = i8_pack_k<T, NR, SC>;
+    e.pack_x = i8_pack_x_k<T, MR, SC>;
   }
-  e.micro = i8_micro<I8Format{f.legacy, f.unit, f.group, f.mins, 0}>;  // the bias is the packing's only
+  // The bias is the packing's only: one kernel per family and code range.
+  e.micro = i8_micro<Q, I8Format{f.legacy, f.unit, f.group, f.mins, 0, f.sign, Q::kMaddubs ? f.umax : 0}>;
   e.unit = f.unit;
   e.w_unit_bytes = i8_w_unit_bytes(f, NR);
   e.x_unit_bytes = i8_x_unit_bytes(f, MR);
   return e;
 }
 
-// Fills g.i8 for every quantized type when the CPU has the dot instruction;
-// otherwise leaves it empty (the F32 panels serve).
+template <class Q>
+void add_int8_kernels_of(GemmKernels& g, int min_n_legacy, int min_n_k) {
+  g.i8_mr = Q::kMr;
+  g.i8_nr = Q::kNv * Q::L;
+  auto add = [&]<DType T>() {
+    g.i8[static_cast<int>(T)] = int8_entry<Q, T>();
+    g.min_n_type[static_cast<int>(T)] = i8_format<T, false>().legacy ? min_n_legacy : min_n_k;
+  };
+  for_each_legacy_qtype(add);
+  for_each_k_qtype(add);
+}
+
+// Fills g.i8 for every quantized type: with the dot instruction where the CPU
+// has it, else (AVX2) with maddubs; AVX-512 without VNNI keeps the F32 panels.
 inline void add_int8_kernels(GemmKernels& g) {
-  if (!I8Vnni::available()) return;
-  g.i8_mr = I8Vnni::kMr;
-  g.i8_nr = I8Vnni::kNv * I8Vnni::L;
   // The crossover with the dot path (K = M = 2048, 2 threads, weights from
   // memory below N = 16; dev-2c 2026-12-02): legacy types between N = 4 and
   // 8 (Q4_0 at 8: int8 GEMM 1.5-1.7x faster), K types between 8 and 12 (Q4_K
   // at 8: dot 1.35x faster with AVX-512, equal with AVX2; at 12 int8 1.15 /
   // 1.4x faster), on both instruction sets.
-  auto add = [&]<DType T>() {
-    g.i8[static_cast<int>(T)] = int8_entry<T>();
-    g.min_n_type[static_cast<int>(T)] = i8_format<T>().legacy ? 6 : 10;
-  };
-  for_each_legacy_qtype(add);
-  for_each_k_qtype(add);
+  if (I8Vnni::available()) {
+    add_int8_kernels_of<I8Vnni>(g, 6, 10);
+    return;
+  }
+#if !(defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__))
+  add_int8_kernels_of<I8Madd>(g, 6, 10);
+#endif
 }
 
 #endif
