@@ -163,6 +163,7 @@ TEST(ContextPair, MismatchedModelsNameTheFirstDifference) {
 #include <sstream>
 
 #include "core/text_file.h"
+#include "tools/llama_logits.h"
 
 namespace qlens {
 namespace {
@@ -236,6 +237,41 @@ TEST_F(CompareStories, AModelWithItselfIsExactlyEqual) {
     EXPECT_EQ(row.at("max_abs"), 0.0) << name;
     EXPECT_EQ(row.at("cosine"), 1.0) << name;
   }
+}
+
+double figure(const std::string& out, const std::string& label) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(label + R"(\s*:\s+([0-9.eE+-]+))"))) return -1;
+  return std::stod(m[1]);
+}
+
+// compare --kl-divergence-base: with --ref it writes the reference's
+// log-probabilities in llama.cpp's format; without, it reads them as the
+// reference. The test model's perplexity is the same either way (the same
+// chunks), and the KLD differs only by the file's 16-bit rounding of log p.
+TEST_F(CompareStories, KlDivergenceBaseFileIsWrittenAndRead) {
+  const std::string q = quantized("Q4_0");
+  const std::string base = dir_ + "/ref.kld";
+  const std::string live = compare(q, "--chunks 4 --top 0 --kl-divergence-base " + base);
+  const auto file = tools::LlamaLogitsFile::load(base);
+  EXPECT_EQ(file.n_ctx(), 128);
+  EXPECT_EQ(file.n_chunk(), 4);
+  std::string out;
+  ASSERT_EQ(qlens_cli("compare -m " + q + " --kl-divergence-base " + base + " -t 2 --json " + dir_ + "/file.json", &out), 0)
+      << out;
+  EXPECT_NE(out.find("252 tokens scored against " + base), std::string::npos) << out;
+  const double kld_live = mean_kld(live), kld_file = mean_kld(out);
+  ASSERT_GT(kld_live, 0) << live;
+  EXPECT_NEAR(kld_file, kld_live, 0.02 * kld_live + 2e-5) << out;
+  EXPECT_NEAR(figure(out, R"(Mean PPL\(Q\))"), figure(live, R"(Mean PPL\(Q\))"), 1e-4 * figure(live, R"(Mean PPL\(Q\))"));
+  EXPECT_NEAR(figure(out, "Same top p"), figure(live, "Same top p"), 1.0);  // percent
+  const std::string json = read_text_file(dir_ + "/file.json");
+  EXPECT_NE(json.find(base), std::string::npos) << json.substr(0, 400);
+  // A model of another vocabulary, --csv (no nodes) and a missing file are errors.
+  EXPECT_NE(qlens_cli("compare -m " + q + " --kl-divergence-base " + base + " --csv " + dir_ + "/x.csv", &out), 0);
+  EXPECT_NE(out.find("--csv"), std::string::npos) << out;
+  EXPECT_NE(qlens_cli("compare -m " + q + " --kl-divergence-base " + dir_ + "/none.kld", &out), 0);
+  EXPECT_NE(out.find("none.kld"), std::string::npos) << out;
 }
 
 TEST_F(CompareStories, MeanKldOrdersAsTheBitsDo) {

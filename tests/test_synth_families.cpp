@@ -227,6 +227,30 @@ TEST_P(SynthFamily, WritesLlamaCppsLogProbabilityFile) {
   EXPECT_NE(out.find("is the same file as the input -m"), std::string::npos) << out;
 }
 
+// qlens compare -m F16 --kl-divergence-base <m>.kld reads llama.cpp's file
+// as the reference: the file's own perplexity is a property of the file (as
+// llama.cpp printed it, to its 6 digits), the F16 model's as llama.cpp's
+// --kl-divergence run of it within 1e-4, and the KLD as small.
+TEST_P(SynthFamily, CompareReadsLlamaCppsLogProbabilityFile) {
+  QLENS_REQUIRE_SHARED(f16, synth(GetParam(), ".f16.gguf"));
+  QLENS_REQUIRE_SHARED(kld, synth(GetParam(), ".kld"));
+  QLENS_REQUIRE_SHARED(f16_log, synth(GetParam(), ".f16.kld.log"));
+  const F16NearTie tie(GetParam());
+  std::string out;
+  ASSERT_EQ(qlens_cli("compare -m " + f16 + " --kl-divergence-base " + kld + " -t 2", &out), 0) << out;
+  const auto ours = [&](const char* pattern) {
+    std::smatch m;
+    if (!std::regex_search(out, m, std::regex(pattern))) throw std::runtime_error(out + ": no " + pattern);
+    return std::stod(m[1]);
+  };
+  const char* const base_ppl = R"(Mean PPL\(base\)\s*: ([0-9.]+))";
+  const double want_base = logged_figure(f16_log, base_ppl), want_q = logged_figure(f16_log, kMeanPplQ);
+  EXPECT_NEAR(ours(base_ppl), want_base, 2e-6 * want_base) << out;
+  EXPECT_NEAR(ours(kMeanPplQ), want_q, 1e-4 * want_q) << out;
+  EXPECT_LT(std::fabs(ours(R"(Mean\s+KLD:\s+(-?[0-9.]+))")), 1e-4) << out;
+  EXPECT_NE(out.find("504 tokens scored against"), std::string::npos) << out;
+}
+
 int qlens_cli(const std::string& args, std::string* out) {
   return test::run_command(std::string(QLENS_BINARY) + " " + args, out);
 }

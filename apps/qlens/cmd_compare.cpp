@@ -1,5 +1,7 @@
 #include <cstdio>
+#include <algorithm>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "core/output_path.h"
@@ -9,26 +11,83 @@
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "tools/compare.h"
+#include "tools/llama_logits.h"
 #include "tools/progress.h"
 
 namespace qlens::cli {
+
+namespace {
+
+// compare -m TEST --kl-divergence-base FILE: the logits of TEST against
+// llama.cpp's (or qlens's) log-probability file, on the file's tokens.
+int compare_with_logits_file(const std::string& test_path, const std::string& base_path, const std::string& json_path,
+                             const std::string& text_path, const std::string& csv_path, const tools::CompareOptions& opt,
+                             DeviceFlags dev, const ArgParser& p) {
+  if (test_path.empty()) throw Error("qlens compare: -m TEST.gguf is required");
+  if (!csv_path.empty())
+    throw Error("qlens compare: --csv holds one row per node; a log-probability file has logits only (give --ref)");
+  if (!text_path.empty())
+    std::fprintf(stderr, "note: -f %s is not read: the tokens are those of %s\n", text_path.c_str(), base_path.c_str());
+  const std::vector<NamedPath> inputs = {{"-m", test_path}, {"--kl-divergence-base", base_path}};
+  check_output_path("qlens compare", {"--json", json_path}, inputs);
+  resolve_device(p, dev);
+  auto test = Model::load(test_path);
+  const auto base = tools::LlamaLogitsFile::load(base_path);
+  tools::KldOptions ko;
+  ko.max_chunks = opt.max_chunks;
+  ko.n_threads = opt.n_threads;
+  ko.device = dev.device;
+  ko.n_gpu_layers = dev.n_gpu_layers;
+  ko.cache_type = opt.cache_type;
+  const int64_t planned = ko.max_chunks >= 0 ? std::min(ko.max_chunks, base.n_chunk()) : base.n_chunk();
+  std::fprintf(stderr, "%s: %lld chunks of %lld tokens, the reference's log-probabilities; test on %s\n",
+               base_path.c_str(), static_cast<long long>(planned), static_cast<long long>(base.n_ctx()),
+               ko.device.c_str());
+  tools::Progress progress("compare", planned, "chunks");
+  const auto r = tools::kld_against_file(*test, base, ko, [&](int64_t done, int64_t, double kld) {
+    char status[64];
+    std::snprintf(status, sizeof status, "mean KLD %.6f", kld);
+    progress.update(done, status);
+  });
+  progress.finish();
+  std::cout << "\n== Logits (" << r.n_scored << " tokens scored against " << base_path << ") ==\n";
+  tools::print_logit_summary(std::cout, r.summary);
+  std::cout.flush();
+  if (!json_path.empty()) {
+    tools::CompareMeta meta;
+    meta.ref_path = base_path;
+    meta.test_path = test_path;
+    meta.n_ctx = meta.n_batch = base.n_ctx();
+    meta.n_chunks = planned;
+    meta.n_tokens = planned * base.n_ctx();
+    std::ostringstream s;
+    tools::write_compare_json(s, meta, {}, r.summary, tools::analyze_error_growth({}));
+    s << "\n";
+    write_file_atomic(json_path, s.str());
+  }
+  return 0;
+}
+
+}  // namespace
 
 int cmd_compare(int argc, char** argv) {
   std::string ref_path, test_path, text_path, json_path, csv_path, metric = "nmse";
   int64_t top = 10;
   tools::CompareOptions opt;
   DeviceFlags dev;
-  std::string device_ref;
+  std::string device_ref, kld_base;
   ArgParser p("compare",
               "qlens compare --ref REF.gguf -m TEST.gguf -f TEXT [-c CTX] [-b BATCH] [--chunks N] [--nodes REGEX]\n"
-              "                     [--top N] [--json FILE] [--csv FILE] [--device-ref D] [--device D]",
+              "                     [--top N] [--json FILE] [--csv FILE] [--device-ref D] [--device D]\n"
+              "                     [--kl-divergence-base FILE]\n"
+              "       qlens compare -m TEST.gguf --kl-divergence-base FILE [--chunks N] [--json FILE]",
               "Runs a reference model and a test model (a quantization of it, or the same file on another\n"
               "device) on the same chunks of text and shows where their intermediate results deviate: per\n"
               "named node (Qcur-3, ffn_out-3, l_out-3, ...) each model's statistics and the error between\n"
               "them (NMSE, SQNR, RMSE, max |a-b|, cosine, per-token error median and p99), a table by layer,\n"
               "where the error grows, the worst nodes; and on the logits llama.cpp's KL-divergence figures,\n"
               "from one run of both models (no base-logits file). Reductions run on the backends.");
-  p.add({"--ref"}, &ref_path, "FILE", "the reference model (required)");
+  p.add({"--ref"}, &ref_path, "FILE", "the reference model (required unless --kl-divergence-base reads one)");
   p.add({"-m", "--model"}, &test_path, "FILE", "the model to compare with it (required)");
   p.add({"-f", "--file"}, &text_path, "FILE", "text (required)");
   p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512)");
@@ -40,6 +99,9 @@ int cmd_compare(int argc, char** argv) {
   p.add({"--metric"}, &metric, "nmse|sqnr", "the layer table's cells (default nmse)");
   p.add({"--json"}, &json_path, "FILE", "write everything as JSON (schema: docs/COMPARE.md)");
   p.add({"--csv"}, &csv_path, "FILE", "write one row per node as CSV");
+  p.add({"--kl-divergence-base"}, &kld_base, "FILE",
+        "llama.cpp's log-probability file (llama-perplexity --kl-divergence-base): with --ref, write the\n"
+        "reference's; without, read it as the reference and compare -m's logits with it (its tokens; no -f)");
   p.add({"--device-ref"}, &device_ref, "ID", "device for the reference (default cpu)");
   add_device_options(p, &dev);
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
@@ -52,13 +114,16 @@ int cmd_compare(int argc, char** argv) {
       "(each reference node is kept until its partner is computed). Both models must have the same\n"
       "architecture, layers, shapes and vocabulary; the first difference is named otherwise.");
   if (!p.parse(argc, argv)) return 0;
-  if (ref_path.empty()) throw Error("qlens compare: --ref REF.gguf is required");
+  if (ref_path.empty() && !kld_base.empty()) return compare_with_logits_file(test_path, kld_base, json_path, text_path,
+                                                                             csv_path, opt, dev, p);
+  if (ref_path.empty()) throw Error("qlens compare: --ref REF.gguf is required (or --kl-divergence-base FILE to compare with llama.cpp's logits)");
   if (test_path.empty()) throw Error("qlens compare: -m TEST.gguf is required");
   if (text_path.empty()) throw Error("qlens compare: -f TEXT is required");
   if (metric != "nmse" && metric != "sqnr") throw Error("qlens compare: --metric must be nmse or sqnr, got '" + metric + "'");
   const std::vector<NamedPath> inputs = {{"--ref", ref_path}, {"-m", test_path}, {"-f", text_path}};
   check_output_path("qlens compare", {"--json", json_path}, inputs);
   check_output_path("qlens compare", {"--csv", csv_path}, inputs);
+  check_output_path("qlens compare", {"--kl-divergence-base", kld_base}, inputs);
   resolve_device(p, dev);
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
@@ -78,6 +143,12 @@ int cmd_compare(int argc, char** argv) {
                tokens.size(), static_cast<long long>(planned), static_cast<long long>(opt.n_ctx),
                opt.device_ref.c_str(), opt.device.c_str());
 
+  std::unique_ptr<tools::LlamaLogitsWriter> writer;
+  if (!kld_base.empty()) {
+    writer = std::make_unique<tools::LlamaLogitsWriter>(opt.n_ctx, ref->hparams().n_vocab);
+    opt.on_chunk_tokens = [&](std::span<const Token> t) { writer->add_chunk(t); };
+    opt.on_ref_scored_logits = [&](std::span<const float> l) { writer->add_position(l); };
+  }
   tools::Progress progress("compare", planned, "chunks");
   auto r = tools::compare_models(*ref, *test, tokens, opt, [&](int64_t done, int64_t, double kld) {
     char status[64];
@@ -115,6 +186,11 @@ int cmd_compare(int argc, char** argv) {
     std::ostringstream s;
     tools::write_compare_csv(s, r.nodes);
     write_file_atomic(csv_path, s.str());
+  }
+  if (writer) {
+    writer->write(kld_base);
+    std::fprintf(stderr, "wrote %s: the reference's log-probabilities (llama.cpp's --kl-divergence-base format)\n",
+                 kld_base.c_str());
   }
   return 0;
 }

@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <sstream>
 
@@ -59,12 +61,18 @@ int cmd_perplexity(int argc, char** argv) {
     ko.device = opt.device;
     ko.n_gpu_layers = opt.n_gpu_layers;
     ko.cache_type = opt.cache_type;
-    const auto r = tools::kld_against_file(*model, base, ko);
+    const int64_t planned = ko.max_chunks >= 0 ? std::min(ko.max_chunks, base.n_chunk()) : base.n_chunk();
+    tools::Progress progress("kl-divergence", planned, "chunks");
+    const auto r = tools::kld_against_file(*model, base, ko, [&](int64_t done, int64_t, double kld) {
+      char status[64];
+      std::snprintf(status, sizeof status, "mean KLD %.6f", kld);
+      progress.update(done, status);
+    });
+    progress.finish();
     std::printf("%lld positions of %s (n_ctx %lld)\n", static_cast<long long>(r.n_scored), kld_base.c_str(),
                 static_cast<long long>(base.n_ctx()));
-    std::printf("Mean PPL(Q)    : %.6f\nMean PPL(base) : %.6f\n", r.ppl, r.ppl_base);
-    std::printf("Mean    KLD: %10.6f\nMaximum KLD: %10.6f\nSame top p: %7.3f %%\n", r.mean_kld, r.max_kld,
-                100 * r.same_top);
+    std::fflush(stdout);
+    tools::print_logit_summary(std::cout, r.summary);
     return 0;
   }
   if (text_path.empty()) throw Error("qlens perplexity: -f TEXT is required");

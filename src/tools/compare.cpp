@@ -163,6 +163,9 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
                                              chunks.next(c, first + i), scratch[worker].first, scratch[worker].second);
     });
     for (const auto& t : measured) logits.add(t);
+    if (opt.on_chunk_tokens) opt.on_chunk_tokens(std::span<const Token>(tokens).subspan(c * n_ctx, n_ctx));
+    if (opt.on_ref_scored_logits)
+      for (int64_t i = 0; i < n_scored; ++i) opt.on_ref_scored_logits(pair.ref_logits(first + i));
     if (c == 0 && order.empty() && !opt.nodes_regex.empty() && !opt.logits_only) {
       // Said after one chunk, not at the end of the run, with labels to choose from.
       std::string some;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,11 @@ struct CompareOptions {
   // How the per-node reductions are made: on the backends (taps), or by
   // copying every node to the host (the oracle; slow).
   bool host_reductions = false;
+  // Called per chunk with its n_ctx text tokens, then per scored position with
+  // the reference's logits, in order (what llama.cpp's --kl-divergence-base
+  // file of the reference holds: LlamaLogitsWriter).
+  std::function<void(std::span<const Token>)> on_chunk_tokens;
+  std::function<void(std::span<const float>)> on_ref_scored_logits;
 };
 
 struct CompareResult {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <span>
 
+#include "core/parallel.h"
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "tools/chunks.h"
@@ -116,7 +117,24 @@ void LlamaLogitsWriter::write(const std::string& path) const {
   write_file_atomic(path, out);
 }
 
-KldResult kld_against_file(const Model& model, const LlamaLogitsFile& base, const KldOptions& opt) {
+static LogitComparison::TokenStats measure_against_file(std::span<const float> logits, const std::vector<double>& log_p_base,
+                                                       Token next, std::vector<double>& log_p) {
+  // llama.cpp's file clips log-probabilities below this: tokens under it are
+  // left out of the KLD sum, as llama-perplexity leaves them out.
+  constexpr double kMinLogP = -16.0;
+  log_softmax_into(logits, log_p);
+  LogitComparison::TokenStats t;
+  for (size_t i = 0; i < log_p.size(); ++i)
+    if (log_p_base[i] >= kMinLogP) t.kld += std::exp(log_p_base[i]) * (log_p_base[i] - log_p[i]);
+  t.same_top = std::max_element(log_p.begin(), log_p.end()) - log_p.begin() ==
+               std::max_element(log_p_base.begin(), log_p_base.end()) - log_p_base.begin();
+  t.nll_ref = -log_p_base[next];
+  t.nll_test = -log_p[next];
+  return t;
+}
+
+KldResult kld_against_file(const Model& model, const LlamaLogitsFile& base, const KldOptions& opt,
+                           const std::function<void(int64_t, int64_t, double)>& on_chunk) {
   if (base.n_vocab() != model.hparams().n_vocab)
     throw Error("kl-divergence: the base file has a vocabulary of " + std::to_string(base.n_vocab()) +
                 " tokens, the model " + model.path() + " " + std::to_string(model.hparams().n_vocab));
@@ -128,36 +146,32 @@ KldResult kld_against_file(const Model& model, const LlamaLogitsFile& base, cons
   copt.cache_type = opt.cache_type;
   Context ctx(model, copt);
   const Token bos = model.vocab().add_bos() ? model.vocab().bos() : -1;
-  KldResult r;
-  double sum_kld = 0, nll = 0, nll_base = 0;
-  int64_t same = 0;
-  const double min_log_p = -16.0;
+  LogitComparison comparison;
+  const int64_t n_scored = base.n_scored_per_chunk();
+  std::vector<std::vector<double>> scratch(opt.n_threads > 0 ? opt.n_threads : default_thread_count());
+  std::vector<LogitComparison::TokenStats> measured(n_scored);
   for (int64_t c = 0; c < n_chunks; ++c) {
     std::vector<Token> tokens = base.chunk_tokens(c);
     const std::vector<Token> text = tokens;
     if (bos >= 0) tokens[0] = bos;
     ctx.clear();
     ctx.decode(tokens, /*all_logits=*/true);
-    for (int64_t k = 0; k < base.n_scored_per_chunk(); ++k) {
+    // Measured on every thread, added in order: the sums of one thread.
+    parallel_for(n_scored, opt.n_threads, [&](int64_t k, int worker) {
       const int64_t j = base.first_scored() + k;
-      const std::vector<double> lp = log_softmax(ctx.logits(j));
-      const std::vector<double> lb = base.log_probs(c, k);
-      double kld = 0;
-      for (size_t i = 0; i < lp.size(); ++i)
-        if (lb[i] >= min_log_p) kld += std::exp(lb[i]) * (lb[i] - lp[i]);
-      sum_kld += kld;
-      r.max_kld = std::max(r.max_kld, kld);
-      same += std::max_element(lp.begin(), lp.end()) - lp.begin() == std::max_element(lb.begin(), lb.end()) - lb.begin();
-      const Token next = text[j + 1];
-      nll -= lp[next];
-      nll_base -= lb[next];
-      ++r.n_scored;
-    }
+      measured[k] = measure_against_file(ctx.logits(j), base.log_probs(c, k), text[j + 1], scratch[worker]);
+    });
+    for (const auto& t : measured) comparison.add(t);
+    if (on_chunk) on_chunk(c + 1, n_chunks, comparison.summary().kld_mean.value);
   }
-  r.mean_kld = sum_kld / static_cast<double>(r.n_scored);
-  r.same_top = static_cast<double>(same) / static_cast<double>(r.n_scored);
-  r.ppl = std::exp(nll / static_cast<double>(r.n_scored));
-  r.ppl_base = std::exp(nll_base / static_cast<double>(r.n_scored));
+  KldResult r;
+  r.summary = comparison.summary();
+  r.n_scored = comparison.n_tokens();
+  r.mean_kld = r.summary.kld_mean.value;
+  r.max_kld = r.summary.kld_max;
+  r.same_top = r.summary.same_top.value;
+  r.ppl = r.summary.ppl_test.value;
+  r.ppl_base = r.summary.ppl_ref.value;
   return r;
 }
 

@@ -12,11 +12,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "qlens/model.h"
+#include "tools/compare_logits.h"
 
 namespace qlens::tools {
 
@@ -70,6 +72,9 @@ struct KldOptions {
 
 struct KldResult {
   int64_t n_scored = 0;
+  // llama-perplexity --kl-divergence's whole block, the file as the reference.
+  LogitSummary summary;
+  // Its headline figures.
   double mean_kld = 0, max_kld = 0;
   double same_top = 0;  // fraction of positions whose most likely token is the file's
   double ppl = 0;       // of the model on the file's tokens
@@ -77,7 +82,9 @@ struct KldResult {
 };
 
 // KLD(file || model) per position over the tokens with p_file >= e^-16 (as
-// llama.cpp, whose file clips below that), averaged over every scored position.
-KldResult kld_against_file(const Model& model, const LlamaLogitsFile& base, const KldOptions& opt);
+// llama.cpp, whose file clips below that), averaged over every scored
+// position. Calls on_chunk(done, total, running mean KLD) after each chunk.
+KldResult kld_against_file(const Model& model, const LlamaLogitsFile& base, const KldOptions& opt,
+                           const std::function<void(int64_t, int64_t, double)>& on_chunk = {});
 
 }  // namespace qlens::tools
