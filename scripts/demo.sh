@@ -5,7 +5,11 @@
 # `qlens synth`:
 #   imatrix on calibration text -> sensitivity of every tensor -> a plan at a
 #   size budget -> quantize with the plan and with the uniform mix of the same
-#   size -> compare both with the original on held-out text -> the verdict.
+#   size -> compare both with the original on held-out text -> the verdict ->
+#   one HTML report of it all (qlens report).
+# The files go to $QLENS_DEMO_DIR when set (kept), else to a temporary folder
+# removed at exit; the report then survives as $QLENS_CACHE/demo-report.html
+# (~/.cache/qlens, beside the models), never in the current directory.
 set -euo pipefail
 qlens=${1:-build/qlens}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,6 +60,9 @@ step "qlens imatrix: importance of every weight's input columns, on the calibrat
 "$qlens" imatrix -m "$model" -f "$work/calibration.txt" -c "$ctx" -b "$ctx" --chunks "$chunks" -t "$threads" \
   --no-ppl -o "$work/imatrix.gguf"
 
+"$qlens" imatrix --in-file "$work/imatrix.gguf" --show-statistics --json "$work/imatrix-stats.json" \
+  > "$work/imatrix-stats.txt"
+
 step "qlens sensitivity: ΔKLD of the output when only one tensor is quantized, per tensor and type"
 "$qlens" sensitivity -m "$model" -f "$work/calibration.txt" -c "$sens_ctx" -b "$sens_ctx" --chunks "$sens_chunks" \
   --mode "$sens_mode" ${sens_types:+--types "$sens_types"} -t "$threads" \
@@ -63,12 +70,28 @@ step "qlens sensitivity: ΔKLD of the output when only one tensor is quantized, 
 
 step "qlens plan --target-bpw $bpw --validate: the plan, then the plan against uniform mixes of its size"
 "$qlens" plan --sensitivity "$work/sensitivity.json" --target-bpw "$bpw" -o "$work/plan.txt" \
-  --validate -f "$work/held-out.txt" -c "$ctx" --chunks "$val_chunks" --imatrix "$work/imatrix.gguf" -t "$threads" \
-  --work-dir "$work" | sed -n '/^size:/,$p'
+  --json "$work/plan.json" --validate -f "$work/held-out.txt" -c "$ctx" --chunks "$val_chunks" \
+  --imatrix "$work/imatrix.gguf" -t "$threads" --work-dir "$work" | sed -n '/^size:/,$p'
 
 step "qlens compare: where the plan's model deviates from the original (held-out text)"
 "$qlens" compare --ref "$model" -m "$work/validate-plan.gguf" -f "$work/held-out.txt" -c "$ctx" \
   --chunks "$(( val_chunks < 20 ? val_chunks : 20 ))" \
-  -t "$threads" --top 5 | sed -n '/Where the error grows/,$p'
-echo
-echo "(files of this run: $work; set QLENS_DEMO_DIR to keep them)"
+  -t "$threads" --top 5 --json "$work/compare.json" | sed -n '/Where the error grows/,$p'
+
+step "qlens report: the run as one HTML page (charts of every step above)"
+"$qlens" report --compare "$work/compare.json" --sensitivity "$work/sensitivity.json" --plan "$work/plan.json" \
+  --imatrix-stats "$work/imatrix-stats.json" -o "$work/report.html"
+report="$work/report.html"
+if [ -z "${QLENS_DEMO_DIR:-}" ]; then
+  # The folder goes at exit: keep the page beside the models.
+  mkdir -p "$cache"
+  cp "$work/report.html" "$cache/demo-report.html"
+  report="$cache/demo-report.html"
+  echo
+  echo "(files of this run: $work, removed at exit; set QLENS_DEMO_DIR to keep them)"
+else
+  echo
+  echo "(files of this run: $work)"
+fi
+echo "report: $report"
+echo "        open file://$report in a browser (it loads nothing from the network)"

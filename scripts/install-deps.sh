@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qlens builds and tests with, when missing, and
 # the Python packages the reference tests use (PyPI's gguf and numpy: optional,
-# tests that need them skip when they are absent).
+# tests that need them skip when they are absent), and Debian's chromium for
+# the report's browser test (optional too: that test skips without it).
 set -euo pipefail
 
 # Vulkan: headers and loader, the shader compiler, and Mesa's lavapipe (a CPU
@@ -12,12 +13,23 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+updated=0
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
+  updated=1
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# Headless Chromium renders `qlens report`'s page in ctest's
+# ReportBrowser.* test (no console errors, every chart drawn).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "installing (optional, for the report's browser test): chromium"
+  { [ "$updated" = 1 ] || $SUDO apt-get update -qq; } &&
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium ||
+    echo "note: could not install chromium; the report's browser test will skip"
 fi
 
 if ! python3 -c 'import gguf, numpy' >/dev/null 2>&1; then

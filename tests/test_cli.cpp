@@ -19,7 +19,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 TEST(Cli, HelpOnEverySubcommand) {
   std::string out;
   EXPECT_EQ(qlens("--help", &out), 0);
-  for (const char* cmd : {"inspect", "generate", "perplexity", "synth", "bench", "quantize", "quantize-stats", "imatrix", "devices"}) {
+  for (const char* cmd : {"inspect", "generate", "perplexity", "synth", "bench", "quantize", "quantize-stats", "imatrix", "devices", "report"}) {
     EXPECT_TRUE(contains(out, cmd)) << cmd;
     std::string help;
     EXPECT_EQ(qlens(std::string(cmd) + " --help", &help), 0) << cmd;
@@ -119,6 +119,8 @@ TEST(Cli, OutputsNeverOverwriteInputs) {
       {"compare --ref " + m + " -m " + m + " -f " + text + " --json " + text, "-f"},
       {"sensitivity -m " + m + " -f " + text + " --json " + same_m, "-m"},
       {"plan --sensitivity " + sens + " --target-bpw 5 -o " + sens, "--sensitivity"},
+      {"plan --sensitivity " + sens + " --target-bpw 5 --json " + sens, "--sensitivity"},
+      {"report --sensitivity " + sens + " -o " + sens, "--sensitivity"},
       {"quantize-stats " + m + " --json " + same_m, "MODEL"},
   };
   const auto before = read_text_file(m);

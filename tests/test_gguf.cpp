@@ -1284,6 +1284,7 @@ TEST(Inspect, JsonIsValidAndSummarizesLongArrays) {
   const char* script = R"PY(
 import json, sys
 d = json.load(open(sys.argv[1]))
+assert d["tool"] == "qlens inspect" and d["schema_version"] == 1 and d["inputs"]["file"].endswith(".gguf"), d["inputs"]
 assert d["version"] == 3 and d["alignment"] == 32, d["version"]
 m = d["metadata"]
 assert len(m) == 19, len(m)
@@ -1295,7 +1296,7 @@ assert tok["type"] == "array[string]", tok
 assert tok["value"]["type"] == "string" and tok["value"]["count"] == 512, tok
 assert tok["value"]["head"][:3] == ["<unk>", "<s>", "</s>"], tok
 assert len(d["tensors"]) == 48
-t = [x for x in d["tensors"] if x["name"] == "token_embd.weight"][0]
+t = [x for x in d["tensors"] if x["tensor"] == "token_embd.weight"][0]
 assert t["shape"] == [64, 512] and t["type"] == "F32" and t["bytes"] == 131072 and t["bits_per_weight"] == 32, t
 tot = d["totals"]
 assert tot["tensor_count"] == 48 and tot["bits_per_weight"] == 32

@@ -94,6 +94,16 @@ TEST(ImatrixStats, KnownSmallVectorByHand) {
   EXPECT_DOUBLE_EQ(t.active_fraction, 1.0);
 }
 
+TEST(ImatrixStats, TopColumnsLargestFirstTiesByIndex) {
+  const auto s = statistics_of_one({1, 7, 3, 7, 10, 0, 2, 5, 4, 6, 8});
+  const auto& top = s.tensors.at(0).top_columns;
+  ASSERT_EQ(top.size(), tools::kImatrixTopColumns);
+  const std::vector<int64_t> expected = {4, 10, 1, 3, 9, 7, 8, 2};  // 10, 8, 7 (col 1 before 3), 7, 6, 5, 4, 3
+  for (size_t i = 0; i < top.size(); ++i) EXPECT_EQ(top[i].index, expected[i]) << i;
+  EXPECT_DOUBLE_EQ(top[0].value, 10.0);
+  EXPECT_EQ(statistics_of_one({2, 1}).tensors.at(0).top_columns.size(), 2u);  // fewer columns than kept
+}
+
 TEST(ImatrixStats, ActiveIsRelativeToTheMean) {
   // mean = (1 + 1 + 1e-9 + 0) / 4 ~ 0.5: 1e-9 and 0 fall below 1e-5 x mean.
   const auto s = statistics_of_one({1, 1, 1e-9, 0});
@@ -380,7 +390,8 @@ TEST(ImatrixReport, JsonHasTheFiguresAndNullForMissingValues) {
   for (const char* key : {"\"file\"", "\"datasets\"", "\"chunk_count\": 12", "\"chunk_size\": 512", "\"tensors\"",
                           "\"layers\"", "\"skipped_tensors\"", "\"normalized_entropy\"", "\"zscore_above_1_fraction\"",
                           "\"cosine_prev_layer\": null", "\"cosine_prev_layer\": 1", "\"mean_cosine_prev_layer\"",
-                          "\"sum_act2\": 20", "\"layer\": null", "\"blk.1.attn_k.weight\""})
+                          "\"sum_act2\": 20", "\"layer\": null", "\"blk.1.attn_k.weight\"", "\"top_columns\"",
+                          "\"column\": 0"})
     EXPECT_TRUE(contains(json, key)) << key << "\n" << json;
   EXPECT_EQ(json.front(), '{');
   EXPECT_EQ(json.substr(json.size() - 2), "}\n");

@@ -18,7 +18,10 @@
 
 #include "qlens/error.h"
 #include "test_util.h"
+#include "core/json_reader.h"
+#include "core/text_file.h"
 #include "tools/plan.h"
+#include "tools/plan_json.h"
 #include "tools/quantize.h"
 
 namespace qlens {
@@ -487,6 +490,107 @@ TEST(Plan, IncompleteRunsAreNoted) {
   ASSERT_EQ(table.notes.size(), 1u);
   EXPECT_TRUE(contains(table.notes[0], "interrupted"));
   EXPECT_EQ(table.n_weights_total, 1);  // no n_weights_total: the planned elements
+}
+
+// qlens plan --json: every tensor, the totals, the header, and the
+// validation rows (null where unknown), as qlens report reads them.
+TEST(Plan, JsonHasEveryTensorTheTotalsAndTheValidation) {
+  const SensitivityTable table = three_tensor_problem();
+  const Plan plan = tools::solve_plan(table, 200);
+  tools::PlanJsonContext context;
+  context.sensitivity_path = "sens.json";
+  context.model_path = "m.gguf";
+  context.tensor_type_file = "plan.txt";
+  context.target_bits_per_weight = 1.6;
+  context.types = {"Q4_K", "Q8_0"};
+  std::vector<tools::ValidationRow> rows(2);
+  rows[0].name = "plan";
+  rows[0].bytes = 200;
+  rows[0].bpw = 1.6;
+  rows[0].predicted_kld = plan.predicted_delta_kld;
+  rows[0].measured_kld = 0.25;
+  rows[0].measured_kld_error = 0.01;
+  rows[0].same_top = 0.9;
+  rows[0].ppl = 4.5;
+  rows[1].name = "Q4_K_M";
+  rows[1].predicted_kld = std::numeric_limits<double>::quiet_NaN();  // a type not probed
+  const JsonValue doc = parse_json(tools::plan_json(table, plan, context, &rows), "plan.json");
+  EXPECT_EQ(doc.at("tool").as_string(), "qlens plan");
+  EXPECT_EQ(doc.at("schema_version").as_int(), 1);
+  EXPECT_FALSE(doc.at("qlens_version").as_string().empty());
+  EXPECT_EQ(doc.at("inputs").at("sensitivity").as_string(), "sens.json");
+  EXPECT_TRUE(doc.at("inputs").at("imatrix").is_null());
+  EXPECT_TRUE(doc.at("inputs").at("held_out_text").is_null());
+  EXPECT_EQ(doc.at("settings").at("target_bits_per_weight").as_number(), 1.6);
+  EXPECT_TRUE(doc.at("settings").at("target_size_bytes").is_null());
+  EXPECT_EQ(doc.at("settings").at("types").at(1).as_string(), "Q8_0");
+  EXPECT_EQ(doc.at("outputs").at("tensor_type_file").as_string(), "plan.txt");
+
+  const JsonValue& totals = doc.at("totals");
+  EXPECT_EQ(totals.at("bytes").as_int(), static_cast<int64_t>(plan.total_bytes));
+  EXPECT_EQ(totals.at("budget_bytes").as_int(), 200);
+  EXPECT_EQ(totals.at("fixed_bytes").as_int(), 100);
+  EXPECT_DOUBLE_EQ(totals.at("bits_per_weight").as_number(), plan.bits_per_weight);
+  EXPECT_DOUBLE_EQ(totals.at("predicted_kld").as_number(), plan.predicted_delta_kld);
+  EXPECT_EQ(totals.at("n_tensors").as_int(), 3);
+
+  const JsonValue& tensors = doc.at("tensors");
+  ASSERT_EQ(tensors.size(), 3u);
+  int64_t types_total = 0;
+  for (size_t t = 0; t < 3; ++t) {
+    const JsonValue& j = tensors.at(t);
+    const PlanOption& o = table.tensors[t].options[plan.choice[t]];
+    EXPECT_EQ(j.at("name").as_string(), table.tensors[t].name);
+    EXPECT_EQ(j.at("role").as_string(), "role");
+    EXPECT_EQ(j.at("type").as_string(), std::string(type_name(o.type)));
+    EXPECT_EQ(j.at("bytes").as_int(), static_cast<int64_t>(o.bytes));
+    EXPECT_DOUBLE_EQ(j.at("bits_per_weight").as_number(), 8.0 * static_cast<double>(o.bytes) / 64);
+    EXPECT_DOUBLE_EQ(j.at("predicted_delta_kld").as_number(), o.delta_kld);
+  }
+  EXPECT_EQ(tensors.at(0).at("layer").as_int(), 0);
+  EXPECT_TRUE(tensors.at(2).at("layer").is_null());  // output.weight: outside the blocks
+  for (const JsonValue& t : doc.at("types").as_array()) types_total += t.at("tensors").as_int();
+  EXPECT_EQ(types_total, 3);
+
+  const JsonValue& v = doc.at("validation").at("rows");
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v.at(0).at("name").as_string(), "plan");
+  EXPECT_DOUBLE_EQ(v.at(0).at("kld").at("value").as_number(), 0.25);
+  EXPECT_DOUBLE_EQ(v.at(0).at("kld").at("error").as_number(), 0.01);
+  EXPECT_DOUBLE_EQ(v.at(0).at("same_top").at("value").as_number(), 0.9);
+  EXPECT_DOUBLE_EQ(v.at(0).at("ppl").at("value").as_number(), 4.5);
+  EXPECT_TRUE(v.at(1).at("predicted_kld").is_null());
+
+  const JsonValue plain = parse_json(tools::plan_json(table, plan, tools::PlanJsonContext{}, nullptr), "p.json");
+  EXPECT_TRUE(plain.at("validation").is_null());
+  EXPECT_TRUE(plain.at("settings").at("target_bits_per_weight").is_null());
+  EXPECT_TRUE(plain.at("settings").at("types").is_null());
+}
+
+// --json is checked with the other outputs before any work: never an input,
+// nor the tensor-type file.
+TEST(Plan, JsonOutputIsCheckedBeforeAnyWork) {
+  const std::string sens = write_temp("sens-for-json.json", kSensitivityJson);
+  const std::string dir = test::temp_dir();
+  std::string out;
+  EXPECT_NE(test::run_command(std::string(QLENS_BINARY) + " plan --sensitivity " + sens + " --target-bpw 8 --json " + sens,
+                              &out),
+            0);
+  EXPECT_TRUE(contains(out, "--json " + sens + " is the same file as the input --sensitivity")) << out;
+  std::ofstream(dir + "/rules.txt") << "";
+  EXPECT_NE(test::run_command(std::string(QLENS_BINARY) + " plan --sensitivity " + sens + " --target-bpw 8 -o " +
+                                  dir + "/rules.txt --json " + dir + "/./rules.txt",
+                              &out),
+            0);
+  EXPECT_TRUE(contains(out, "is the same file as the input -o")) << out;
+  ASSERT_EQ(test::run_command(std::string(QLENS_BINARY) + " plan --sensitivity " + sens + " --target-bpw 8 -o " + dir +
+                                  "/p.txt --json " + dir + "/p.json",
+                              &out),
+            0)
+      << out;
+  const JsonValue doc = parse_json(read_text_file(dir + "/p.json"), "p.json");
+  EXPECT_EQ(doc.at("tensors").size(), 2u);
+  EXPECT_EQ(doc.at("outputs").at("tensor_type_file").as_string(), dir + "/p.txt");
 }
 
 }  // namespace

@@ -333,7 +333,10 @@ TEST(QuantizeStats, MeasuresEveryTensorAndTotals) {
   EXPECT_EQ(with_weights, 2);  // attn_q of layer 0, for both types
   EXPECT_LT(r.totals[0].rmse, r.totals[1].rmse);  // F16 keeps more bits than BF16
   std::ostringstream js;
-  tools::write_quantize_stats_json(r, js);
+  tools::write_quantize_stats_json(r, model, opt, js);
+  EXPECT_NE(js.str().find("\"tool\": \"qlens quantize-stats\""), std::string::npos);
+  EXPECT_NE(js.str().find("\"imatrix\": \"" + opt.imatrix_path + "\""), std::string::npos);
+  EXPECT_NE(js.str().find("\"n_elements\""), std::string::npos);
   EXPECT_NE(js.str().find("\"totals\""), std::string::npos);
   EXPECT_NE(js.str().find("\"weighted_rmse\": null"), std::string::npos);
 }

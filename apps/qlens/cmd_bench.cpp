@@ -1,6 +1,9 @@
 #include <cstdio>
 
 #include "args.h"
+#include "core/output_path.h"
+#include "core/text_file.h"
+#include "qlens/backend.h"
 #include "commands.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
@@ -9,10 +12,31 @@
 
 namespace qlens::cli {
 
+namespace {
+
+void print_markdown(const tools::BenchReport& r, bool bandwidth) {
+  std::printf("| model | params | backend | threads | test | tokens/s | weights GB/s |%s\n|---|---|---|---|---|---|---|%s\n",
+              bandwidth ? " of read bandwidth |" : "", bandwidth ? "---|" : "");
+  auto row = [&](const char* kind, int64_t n, const tools::BenchFigure& f) {
+    const bool gen = kind[0] == 't';
+    std::printf("| %s | %.1fM | %s | %d | %s%lld | %.2f ± %.2f |", r.model_path.c_str(), r.model_n_params / 1e6,
+                r.backends.c_str(), r.n_threads, kind, static_cast<long long>(n), f.mean, f.stddev);
+    const double gbs = r.weights_gb_per_token * f.mean;
+    if (gen) std::printf(" %.1f |", gbs); else std::printf(" - |");
+    if (bandwidth && gen) std::printf(" %.0f%% of %.1f GB/s |", 100 * gbs / r.read_bandwidth_gb_per_s, r.read_bandwidth_gb_per_s);
+    else if (bandwidth) std::printf(" - |");
+    std::printf("\n");
+  };
+  if (r.options.n_prompt > 0) row("pp", r.options.n_prompt, r.result.prompt);
+  if (r.options.n_gen > 0) row("tg", r.options.n_gen, r.result.generation);
+}
+
+}  // namespace
+
 int cmd_bench(int argc, char** argv) {
-  std::string model_path;
+  std::string model_path, format = "md", json_path;
   tools::BenchOptions opt;
-  ArgParser p("bench", "qlens bench -m MODEL [-p N] [-n N] [-b N] [-r N] [-t N]",
+  ArgParser p("bench", "qlens bench -m MODEL [-p N] [-n N] [-b N] [-r N] [-t N] [-o md|json|csv] [--json FILE]",
               "Prompt-processing and generation speed, as llama-bench measures them: pp = a batch of -p\n"
               "tokens from an empty cache, tg = -n tokens generated one at a time.");
   p.add({"-m", "--model"}, &model_path, "FILE", "model GGUF file (required)");
@@ -21,35 +45,40 @@ int cmd_bench(int argc, char** argv) {
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 512)");
   p.add({"-r", "--repetitions"}, &opt.repetitions, "N", "repetitions (default 3)");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
+  p.add({"-o", "--output"}, &format, "md|json|csv",
+        "stdout's format (default md; json and csv with llama-bench's field names, docs/JSON.md)");
+  p.add({"--json"}, &json_path, "FILE", "also write the results as JSON");
   bool bandwidth = false;
   p.add_switch({"--bandwidth"}, &bandwidth,
                "also measure the machine's read bandwidth and show the share of it generation reaches");
   DeviceFlags dev;
   add_device_options(p, &dev);
   if (!p.parse(argc, argv)) return 0;
+  if (format != "md" && format != "json" && format != "csv")
+    throw Error("qlens bench: -o must be md, json or csv, got '" + format + "'");
+  if (model_path.empty()) throw Error("qlens bench: -m MODEL is required");
+  check_output_path("qlens bench", {"--json", json_path}, {{"-m", model_path}});
   resolve_device(p, dev);
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
-  if (model_path.empty()) throw Error("qlens bench: -m MODEL is required");
   auto model = Model::load(model_path);
-  auto r = tools::bench(*model, opt);
-  const int threads = opt.n_threads > 0 ? opt.n_threads : default_threads();
+  tools::BenchReport report;
+  report.result = tools::bench(*model, opt);
+  report.options = opt;
+  report.model_path = model_path;
+  report.model_size = model->weight_bytes();
+  report.model_n_params = model->n_params();
+  report.backends = report.result.backend;
+  report.cpu_info = list_devices().front().name;
+  report.device = opt.device;
+  report.n_threads = opt.n_threads > 0 ? opt.n_threads : default_threads();
   // Generation streams the weights once per token: their bytes x tokens/s.
-  const double gb_per_token = tools::weight_bytes_per_token(*model) / 1e9;
-  const double read_gbs = bandwidth ? tools::read_bandwidth_gbs(threads) : 0;
-  std::printf("| model | params | backend | threads | test | tokens/s | weights GB/s |%s\n|---|---|---|---|---|---|---|%s\n",
-              bandwidth ? " of read bandwidth |" : "", bandwidth ? "---|" : "");
-  auto row = [&](const char* kind, int64_t n, const tools::BenchFigure& f) {
-    const bool gen = kind[0] == 't';
-    std::printf("| %s | %.1fM | %s | %d | %s%lld | %.2f ± %.2f |", model_path.c_str(), model->n_params() / 1e6,
-                r.backend.c_str(), threads, kind, static_cast<long long>(n), f.mean, f.stddev);
-    if (gen) std::printf(" %.1f |", gb_per_token * f.mean); else std::printf(" - |");
-    if (bandwidth && gen) std::printf(" %.0f%% of %.1f GB/s |", 100 * gb_per_token * f.mean / read_gbs, read_gbs);
-    else if (bandwidth) std::printf(" - |");
-    std::printf("\n");
-  };
-  if (opt.n_prompt > 0) row("pp", opt.n_prompt, r.prompt);
-  if (opt.n_gen > 0) row("tg", opt.n_gen, r.generation);
+  report.weights_gb_per_token = tools::weight_bytes_per_token(*model) / 1e9;
+  if (bandwidth) report.read_bandwidth_gb_per_s = tools::read_bandwidth_gbs(report.n_threads);
+  if (format == "md") print_markdown(report, bandwidth);
+  if (format == "json") std::fputs(tools::bench_json(report).c_str(), stdout);
+  if (format == "csv") std::fputs(tools::bench_csv(report).c_str(), stdout);
+  if (!json_path.empty()) write_file_atomic(json_path, tools::bench_json(report));
   return 0;
 }
 

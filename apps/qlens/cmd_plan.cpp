@@ -13,6 +13,7 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "tools/plan.h"
+#include "tools/plan_json.h"
 #include "tools/plan_validate.h"
 
 namespace qlens::cli {
@@ -49,6 +50,14 @@ uint64_t parse_size(const std::string& text) {
   return static_cast<uint64_t>(v * scale);
 }
 
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> items;
+  std::stringstream s(list);
+  for (std::string item; std::getline(s, item, ',');)
+    if (!item.empty()) items.push_back(item);
+  return items;
+}
+
 // Keeps only the listed types among each tensor's options (and its source
 // type when none of them fits).
 void restrict_types(tools::SensitivityTable& table, const std::string& list) {
@@ -71,13 +80,13 @@ void restrict_types(tools::SensitivityTable& table, const std::string& list) {
 }  // namespace
 
 int cmd_plan(int argc, char** argv) {
-  std::string sens_path, out_path, types, target_size, validate_text, imatrix, model_path, work_dir;
+  std::string sens_path, out_path, json_path, types, target_size, model_path, work_dir;
   double target_bpw = 0;
   bool validate = false;
   tools::ValidateOptions vopt;
   ArgParser p("plan",
               "qlens plan --sensitivity S.json (--target-bpw B | --target-size BYTES) [--types LIST] [-o PLAN.txt]\n"
-              "                  [--validate -f HELD_OUT.txt [--imatrix F]]",
+              "                  [--json PLAN.json] [--validate -f HELD_OUT.txt [--imatrix F]]",
               "Chooses one type per tensor to minimize the total predicted ΔKLD (from qlens sensitivity) under\n"
               "a size budget: Lagrangian relaxation over each tensor's options, then a greedy pass that spends\n"
               "what is left. Writes a tensor-type file (one ^exact\\.name$=type rule per tensor) that\n"
@@ -89,6 +98,8 @@ int cmd_plan(int argc, char** argv) {
   p.add({"--target-size"}, &target_size, "SIZE", "budget in bytes of tensor data (K, M, G suffixes)");
   p.add({"--types"}, &types, "LIST", "only these candidate types (comma-separated)");
   p.add({"-o", "--output"}, &out_path, "FILE", "the tensor-type file (default: printed)");
+  p.add({"--json"}, &json_path, "FILE",
+        "also write the plan (every tensor), its totals and the validation as JSON (for qlens report)");
   p.add_switch({"--validate"}, &validate, "quantize and compare the plan and the nearest uniform mixes");
   p.add({"-f", "--file"}, &vopt.text_path, "FILE", "--validate: held-out text");
   p.add({"-m", "--model"}, &model_path, "FILE", "--validate: the model (default: the one in the sensitivity file)");
@@ -109,9 +120,14 @@ int cmd_plan(int argc, char** argv) {
                 ": the budget must be above 0 and at most 32 bits per weight");
   if ((target_bpw > 0) == !target_size.empty())
     throw Error("qlens plan: give exactly one of --target-bpw and --target-size");
+  if (validate && vopt.text_path.empty()) throw Error("qlens plan: --validate needs -f HELD_OUT.txt");
 
-  check_output_path("qlens plan", {"-o", out_path},
-                    {{"--sensitivity", sens_path}, {"-m", model_path}, {"-f", vopt.text_path}, {"--imatrix", vopt.imatrix_path}});
+  const std::vector<NamedPath> inputs = {
+      {"--sensitivity", sens_path}, {"-m", model_path}, {"-f", vopt.text_path}, {"--imatrix", vopt.imatrix_path}};
+  check_output_path("qlens plan", {"-o", out_path}, inputs);
+  std::vector<NamedPath> inputs_and_rules = inputs;
+  inputs_and_rules.push_back({"-o", out_path});
+  check_output_path("qlens plan", {"--json", json_path}, inputs_and_rules);
   tools::SensitivityTable table = tools::load_sensitivity_json(sens_path);
   if (!table.complete)
     std::fprintf(stderr, "warning: %s is from an interrupted run: only its %zu tensors are planned\n",
@@ -131,17 +147,34 @@ int cmd_plan(int argc, char** argv) {
     write_file_atomic(out_path, rules);
   }
 
+  tools::PlanJsonContext json_context;
+  json_context.sensitivity_path = sens_path;
+  json_context.tensor_type_file = out_path;
+  if (target_bpw > 0) json_context.target_bits_per_weight = target_bpw;
+  if (!target_size.empty()) json_context.target_size_bytes = budget;
+  json_context.types = split_list(types);
+  std::vector<tools::ValidationRow> validation;
   if (validate) {
-    if (vopt.text_path.empty()) throw Error("qlens plan: --validate needs -f HELD_OUT.txt");
     vopt.model_path = model_path.empty() ? table.model : model_path;
     std::filesystem::path dir = !work_dir.empty() ? std::filesystem::path(work_dir)
                                 : std::filesystem::path(out_path).parent_path();
     if (dir.empty()) dir = std::filesystem::current_path();
     vopt.work_dir = dir.string();
     std::cout << "\n== Validation on " << vopt.text_path << " ==\n";
-    const auto rows = tools::validate_plan(table, plan, rules, vopt, std::cerr);
-    tools::print_validation(std::cout, rows);
+    validation = tools::validate_plan(table, plan, rules, vopt, std::cerr);
+    tools::print_validation(std::cout, validation);
+    json_context.model_path = vopt.model_path;
+    json_context.imatrix_path = vopt.imatrix_path;
+    json_context.held_out_text_path = vopt.text_path;
+    json_context.validate_n_ctx = vopt.n_ctx;
+    json_context.validate_max_chunks = vopt.max_chunks;
+  } else {
+    json_context.model_path = model_path.empty() ? table.model : model_path;
   }
+  // Written once the run is complete, validation included: a file that
+  // exists describes a finished plan.
+  if (!json_path.empty())
+    write_file_atomic(json_path, tools::plan_json(table, plan, json_context, validate ? &validation : nullptr));
   return 0;
 }
 

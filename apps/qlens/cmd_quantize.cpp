@@ -42,6 +42,8 @@ int cmd_quantize(int argc, char** argv) {
   p.add({"--clip-sigma"}, &opt.clip_sigma, "K", "clip weights beyond K standard deviations per block first");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
   p.add_switch({"--dry-run"}, &dry_run, "print the plan (type and bytes per tensor, totals) and write nothing");
+  std::string json_path;
+  p.add({"--json"}, &json_path, "FILE", "also write the plan (type and bytes per tensor, totals) as JSON (docs/JSON.md)");
   if (!p.parse(argc, argv)) return 0;
   if (dry_run && mix.empty()) {  // qlens quantize IN TYPE --dry-run
     mix = out_path;
@@ -58,6 +60,8 @@ int cmd_quantize(int argc, char** argv) {
   }
   check_output_path("qlens quantize", {"OUT", out_path},
                     {{"IN", in_path}, {"--imatrix", imatrix}, {"--tensor-type-file", rules_file}});
+  check_output_path("qlens quantize", {"--json", json_path},
+                    {{"IN", in_path}, {"OUT", out_path}, {"--imatrix", imatrix}, {"--tensor-type-file", rules_file}});
   opt.mix = mix;
   opt.imatrix_path = imatrix;
   for (const auto& r : rules) {
@@ -81,13 +85,16 @@ int cmd_quantize(int argc, char** argv) {
 
   if (dry_run) {
     auto in = gguf::File::open(in_path);
-    tools::print_plan(tools::plan_quantization(*in, opt), std::cout);
+    const auto plan = tools::plan_quantization(*in, opt);
+    tools::print_plan(plan, std::cout);
+    if (!json_path.empty()) write_file_atomic(json_path, tools::quantize_plan_json(plan, in_path, "", opt));
     return 0;
   }
   if (out_path == in_path) throw Error("qlens quantize: OUT.gguf must differ from IN.gguf");
   auto plan = tools::quantize_model(in_path, out_path, opt, std::cerr);
   std::printf("wrote %s: %s, %zu bytes of tensors, %.4f bits per weight\n", out_path.c_str(), plan.mix.name.c_str(),
               plan.total_bytes, plan.bits_per_weight());
+  if (!json_path.empty()) write_file_atomic(json_path, tools::quantize_plan_json(plan, in_path, out_path, opt));
   return 0;
 }
 

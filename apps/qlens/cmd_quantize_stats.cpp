@@ -38,7 +38,7 @@ int cmd_quantize_stats(int argc, char** argv) {
   tools::print_quantize_stats(r, std::cout);
   if (!json_path.empty()) {
     std::ostringstream s;
-    tools::write_quantize_stats_json(r, s);
+    tools::write_quantize_stats_json(r, model, opt, s);
     write_file_atomic(json_path, s.str());
   }
   return 0;

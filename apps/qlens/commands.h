@@ -17,5 +17,6 @@ int cmd_devices(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
 int cmd_sensitivity(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
+int cmd_report(int argc, char** argv);
 
 }  // namespace qlens::cli

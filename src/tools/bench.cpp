@@ -2,9 +2,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <random>
+#include <sstream>
+#include <vector>
 
 #include "qlens/error.h"
+#include "tools/json_header.h"
 
 namespace qlens::tools {
 
@@ -66,6 +70,97 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
   BenchResult r{summarize(pp), summarize(tg), ctx.backend().name()};
   if (ctx.device()) r.backend = ctx.device()->name() + " + " + r.backend;
   return r;
+}
+
+namespace {
+
+struct BenchRow {
+  std::string test;  // "pp512", "tg128"
+  int64_t n_prompt, n_gen;
+  BenchFigure figure;
+  double weights_gb_per_s;  // generation only; NaN for prompts
+};
+
+std::vector<BenchRow> bench_rows(const BenchReport& r) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<BenchRow> rows;
+  if (r.options.n_prompt > 0)
+    rows.push_back({"pp" + std::to_string(r.options.n_prompt), r.options.n_prompt, 0, r.result.prompt, nan});
+  if (r.options.n_gen > 0)
+    rows.push_back({"tg" + std::to_string(r.options.n_gen), 0, r.options.n_gen, r.result.generation,
+                    r.weights_gb_per_token * r.result.generation.mean});
+  return rows;
+}
+
+double share(double part, double whole) { return whole > 0 ? part / whole : std::numeric_limits<double>::quiet_NaN(); }
+
+}  // namespace
+
+std::string bench_json(const BenchReport& r) {
+  std::ostringstream s;
+  JsonWriter w(s, /*pretty=*/true);
+  write_json_header(w, "qlens bench", 1, {{"model", r.model_path}});
+  w.key("settings");
+  w.begin_object();
+  w.key("n_prompt"); w.value(r.options.n_prompt);
+  w.key("n_gen"); w.value(r.options.n_gen);
+  w.key("n_batch"); w.value(r.options.n_batch);
+  w.key("repetitions"); w.value(r.options.repetitions);
+  w.key("n_threads"); w.value(r.n_threads);
+  w.key("device"); w.value(r.device);
+  w.key("n_gpu_layers"); w.value(r.options.n_gpu_layers);
+  w.end_object();
+  w.key("results");
+  w.begin_array();
+  for (const BenchRow& row : bench_rows(r)) {
+    w.begin_object();
+    w.key("model_filename"); w.value(r.model_path);
+    w.key("model_size"); w.value(r.model_size);
+    w.key("model_n_params"); w.value(r.model_n_params);
+    w.key("backends"); w.value(r.backends);
+    w.key("cpu_info"); w.value(r.cpu_info);
+    w.key("n_batch"); w.value(r.options.n_batch);
+    w.key("n_threads"); w.value(r.n_threads);
+    w.key("n_gpu_layers"); w.value(r.options.n_gpu_layers);
+    w.key("test"); w.value(row.test);
+    w.key("n_prompt"); w.value(row.n_prompt);
+    w.key("n_gen"); w.value(row.n_gen);
+    w.key("avg_ts"); w.value(row.figure.mean);
+    w.key("stddev_ts"); w.value(row.figure.stddev);
+    w.key("weights_gb_per_s"); w.value(row.weights_gb_per_s);
+    w.key("read_bandwidth_gb_per_s"); w.value(r.read_bandwidth_gb_per_s);
+    w.key("share_of_read_bandwidth"); w.value(share(row.weights_gb_per_s, r.read_bandwidth_gb_per_s));
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  s << "\n";
+  return s.str();
+}
+
+std::string bench_csv(const BenchReport& r) {
+  std::ostringstream s;
+  s << "model_filename,model_size,model_n_params,backends,cpu_info,n_batch,n_threads,n_gpu_layers,test,n_prompt,"
+       "n_gen,avg_ts,stddev_ts,weights_gb_per_s,read_bandwidth_gb_per_s,share_of_read_bandwidth\n";
+  auto quoted = [](const std::string& v) {
+    std::string q = "\"";
+    for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  auto number = [](double v) {
+    if (!std::isfinite(v)) return std::string();
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return std::string(buf);
+  };
+  for (const BenchRow& row : bench_rows(r))
+    s << quoted(r.model_path) << ',' << r.model_size << ',' << r.model_n_params << ',' << quoted(r.backends) << ','
+      << quoted(r.cpu_info) << ',' << r.options.n_batch << ',' << r.n_threads << ',' << r.options.n_gpu_layers << ','
+      << row.test << ',' << row.n_prompt << ',' << row.n_gen << ',' << number(row.figure.mean) << ','
+      << number(row.figure.stddev) << ',' << number(row.weights_gb_per_s) << ','
+      << number(r.read_bandwidth_gb_per_s) << ',' << number(share(row.weights_gb_per_s, r.read_bandwidth_gb_per_s))
+      << '\n';
+  return s.str();
 }
 
 }  // namespace qlens::tools

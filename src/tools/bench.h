@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <string>
 
 #include "qlens/model.h"
 
@@ -29,5 +31,27 @@ struct BenchResult {
 };
 
 BenchResult bench(const Model& model, const BenchOptions& opt);
+
+// One run of `qlens bench` as a table: llama-bench's `-o json|csv` fields
+// where they mean the same (model_filename, model_size, model_n_params,
+// n_batch, n_threads, n_gpu_layers, n_prompt, n_gen, avg_ts, stddev_ts,
+// backends, cpu_info), plus what qlens measures besides (the weights' GB/s,
+// the read bandwidth). NaN: not measured (null in JSON, empty in CSV).
+struct BenchReport {
+  std::string model_path;
+  uint64_t model_size = 0;  // bytes of the model's tensors
+  int64_t model_n_params = 0;
+  std::string backends, cpu_info, device;
+  BenchOptions options;
+  int n_threads = 0;         // resolved
+  double weights_gb_per_token = 0;
+  double read_bandwidth_gb_per_s = std::numeric_limits<double>::quiet_NaN();
+  BenchResult result;
+};
+// Pretty JSON with qlens's header (docs/JSON.md) and one row per test in
+// "results" (pandas: json_normalize(doc["results"])), ending in a newline.
+std::string bench_json(const BenchReport& report);
+// A header line and one row per test, llama-bench's column names first.
+std::string bench_csv(const BenchReport& report);
 
 }  // namespace qlens::tools

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -114,6 +115,16 @@ void describe_distribution(const std::vector<double>& v, ImatrixTensorStats& s) 
   const auto far = s.std > 0 ? std::count_if(v.begin(), v.end(), [&](double x) { return std::fabs(x - s.mean) > s.std; })
                              : 0;
   s.zscore_above_1_fraction = static_cast<double>(far) / n;
+}
+
+void keep_top_columns(const std::vector<double>& v, ImatrixTensorStats& s) {
+  std::vector<int64_t> order(v.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  const size_t kept = std::min(kImatrixTopColumns, order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept), order.end(),
+                    [&](int64_t a, int64_t b) { return v[a] != v[b] ? v[a] > v[b] : a < b; });
+  s.top_columns.clear();
+  for (size_t i = 0; i < kept; ++i) s.top_columns.push_back({order[i], v[order[i]]});
 }
 
 void describe_concentration(const std::vector<double>& v, ImatrixTensorStats& s) {
@@ -362,6 +373,15 @@ void write_tensor_json(JsonWriter& w, const ImatrixTensorStats& t) {
   w.key("normalized_entropy"); w.value(t.normalized_entropy);
   w.key("zscore_above_1_fraction"); w.value(t.zscore_above_1_fraction);
   w.key("cosine_prev_layer"); w.value(t.cosine_prev_layer);
+  w.key("top_columns");
+  w.begin_array();
+  for (const ImatrixTensorStats::Column& c : t.top_columns) {
+    w.begin_object();
+    w.key("column"); w.value(c.index);
+    w.key("value"); w.value(c.value);
+    w.end_object();
+  }
+  w.end_array();
   w.end_object();
 }
 
@@ -491,6 +511,7 @@ ImatrixStatistics compute_imatrix_statistics(const Imatrix& m) {
     std::vector<double> v = pooled_mean_squares(e, t.rows);
     describe_distribution(v, t);
     describe_concentration(v, t);
+    keep_top_columns(v, t);
     if (t.layer >= 0) block_importance[{t.layer, t.kind}] = std::move(v);
     s.tensors.push_back(std::move(t));
   }

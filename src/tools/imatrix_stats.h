@@ -46,6 +46,7 @@ void combine_imatrix(Imatrix& into, const Imatrix& other);
 Imatrix combine_imatrix_files(const std::vector<std::string>& paths);
 
 inline constexpr double kImatrixActiveRelativeThreshold = 1e-5;
+inline constexpr size_t kImatrixTopColumns = 8;
 
 struct ImatrixTensorStats {
   std::string name;          // the weight, e.g. "blk.3.attn_q.weight"
@@ -66,6 +67,13 @@ struct ImatrixTensorStats {
   double normalized_entropy = 0;   // entropy / log2(n_cols); NaN for one column or Σv = 0
   double zscore_above_1_fraction = 0;  // share of columns with |v_j - mean| > std (0..1)
   double cosine_prev_layer = std::numeric_limits<double>::quiet_NaN();  // vs blk.N-1.<kind>; NaN: none
+  // The columns with the largest v_j, largest first (ties by index): where an
+  // imatrix-aware quantizer spends its precision within the tensor.
+  struct Column {
+    int64_t index = 0;
+    double value = 0;  // v_j
+  };
+  std::vector<Column> top_columns;  // at most kImatrixTopColumns
 };
 
 struct ImatrixLayerStats {

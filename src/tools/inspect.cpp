@@ -6,6 +6,7 @@
 
 #include "core/human_bytes.h"
 #include "core/json_writer.h"
+#include "tools/json_header.h"
 #include "gguf/util.h"
 
 namespace qlens::tools {
@@ -181,9 +182,10 @@ void inspect_text(const gguf::File& f, std::ostream& os) {
 
 void inspect_json(const gguf::File& f, std::ostream& os, bool pretty) {
   JsonWriter w(os, pretty);
+  write_json_header(w, "qlens inspect", 1, {{"file", f.path()}});
+  w.key("settings");
   w.begin_object();
-  w.key("path");
-  w.value(f.path());
+  w.end_object();
   w.key("version");
   w.value(f.version());
   w.key("alignment");
@@ -210,7 +212,7 @@ void inspect_json(const gguf::File& f, std::ostream& os, bool pretty) {
   w.begin_array();
   for (const auto& t : f.tensors()) {
     w.begin_object();
-    w.key("name");
+    w.key("tensor");
     w.value(t.name);
     w.key("type");
     w.value(type_name(t.type));

@@ -106,6 +106,9 @@ std::vector<ValidationRow> validate_plan(const SensitivityTable& table, const Pl
     row.measured_kld = r.logits.kld_mean.value;
     row.measured_kld_error = r.logits.kld_mean.error;
     row.same_top = r.logits.same_top.value;
+    row.same_top_error = r.logits.same_top.error;
+    row.ppl = r.logits.ppl_test.value;
+    row.ppl_error = r.logits.ppl_test.error;
     row.ppl_ratio = r.logits.ppl_ratio.value;
     rows.push_back(row);
   }

@@ -34,8 +34,9 @@ struct ValidationRow {
   double bpw = 0;
   double predicted_kld = 0;  // sum of the sensitivity ΔKLD of the types chosen; NaN when unknown
   double measured_kld = 0, measured_kld_error = 0;
-  double same_top = 0;
-  double ppl_ratio = 0;
+  double same_top = 0, same_top_error = 0;  // fraction 0..1
+  double ppl = 0, ppl_error = 0;            // of this model on the held-out text
+  double ppl_ratio = 0;                     // PPL / the original's PPL
 };
 
 std::vector<ValidationRow> validate_plan(const SensitivityTable& table, const Plan& plan,

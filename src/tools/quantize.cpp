@@ -1,6 +1,10 @@
 #include "core/parallel.h"
 #include "tools/quantize.h"
 
+#include "core/json_writer.h"
+#include "tools/json_header.h"
+#include "tools/tensor_names.h"
+
 #include <map>
 #include <algorithm>
 #include <atomic>
@@ -346,6 +350,66 @@ void print_plan(const QuantizePlan& plan, std::ostream& out) {
                 plan.total_bytes, human_bytes(plan.total_bytes).c_str(),
                 static_cast<long long>(plan.total_elements), plan.bits_per_weight(), plan.mix.name.c_str());
   out << line;
+}
+
+std::string quantize_plan_json(const QuantizePlan& plan, const std::string& in_path, const std::string& out_path,
+                               const QuantizeOptions& opt) {
+  std::ostringstream s;
+  JsonWriter w(s, /*pretty=*/true);
+  write_json_header(w, "qlens quantize", 1, {{"model", in_path}, {"imatrix", opt.imatrix_path}});
+  w.key("settings");
+  w.begin_object();
+  w.key("mix"); w.value(plan.mix.name);
+  w.key("dry_run"); w.value(out_path.empty());
+  w.key("pure"); w.value(opt.pure);
+  w.key("leave_output_tensor"); w.value(opt.leave_output_tensor);
+  w.key("tensor_types");
+  w.begin_array();
+  for (const auto& [pattern, type] : opt.tensor_types) {
+    w.begin_object();
+    w.key("pattern"); w.value(pattern);
+    w.key("type"); w.value(type);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  w.key("outputs");
+  w.begin_object();
+  w.key("model"); string_or_null(w, out_path);
+  w.end_object();
+  w.key("tensors");
+  w.begin_array();
+  for (const TensorPlan& t : plan.tensors) {
+    const int64_t n = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+    w.begin_object();
+    w.key("tensor"); w.value(t.name);
+    w.key("layer");
+    if (tensor_layer(t.name) >= 0) w.value(tensor_layer(t.name)); else w.null();
+    w.key("role"); w.value(tensor_role(t.name));
+    w.key("shape");
+    w.begin_array();
+    const int n_dims = t.ne[3] > 1 ? 4 : t.ne[2] > 1 ? 3 : t.ne[1] > 1 ? 2 : 1;
+    for (int d = 0; d < n_dims; ++d) w.value(t.ne[d]);
+    w.end_array();
+    w.key("source_type"); w.value(std::string(type_name(t.from)));
+    w.key("type"); w.value(std::string(type_name(t.to)));
+    w.key("n_elements"); w.value(n);
+    w.key("bytes"); w.value(t.bytes);
+    w.key("bits_per_weight"); w.value(n ? 8.0 * static_cast<double>(t.bytes) / static_cast<double>(n) : 0.0);
+    w.key("reason"); w.value(t.reason);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("totals");
+  w.begin_object();
+  w.key("bytes"); w.value(plan.total_bytes);
+  w.key("n_elements"); w.value(plan.total_elements);
+  w.key("bits_per_weight"); w.value(plan.bits_per_weight());
+  w.key("n_tensors"); w.value(plan.tensors.size());
+  w.end_object();
+  w.end_object();
+  s << "\n";
+  return s.str();
 }
 
 void clip_outliers(float* x, int64_t n, int64_t block, double k) {

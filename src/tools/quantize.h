@@ -66,6 +66,11 @@ struct QuantizePlan {
 // Decides every tensor's type. Throws Error for bad rules or refused inputs.
 QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt);
 void print_plan(const QuantizePlan& plan, std::ostream& out);
+// The plan as JSON with qlens's header (docs/JSON.md): one row per tensor
+// (tensor, layer, role, shape, source_type, type, n_elements, bytes,
+// bits_per_weight, reason) and the totals; output_path empty: a dry run.
+std::string quantize_plan_json(const QuantizePlan& plan, const std::string& in_path, const std::string& out_path,
+                               const QuantizeOptions& opt);
 
 // Plans, quantizes and writes `out_path` (atomically). Logs per tensor to `log`.
 QuantizePlan quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& opt,

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/json_writer.h"
+#include "tools/json_header.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
 #include "tools/imatrix_file.h"
@@ -155,13 +156,14 @@ void print_quantize_stats(const QuantizeStatsResult& r, std::ostream& out) {
   for (const auto& s : r.totals) row(s);
 }
 
-void write_quantize_stats_json(const QuantizeStatsResult& r, std::ostream& out) {
+void write_quantize_stats_json(const QuantizeStatsResult& r, const std::string& model_path,
+                               const QuantizeStatsOptions& opt, std::ostream& out) {
   JsonWriter w(out, true);
   auto item = [&](const QuantErrorStats& s) {
     w.begin_object();
     w.key("tensor"), w.value(s.tensor);
     w.key("type"), w.value(std::string(type_name(s.type)));
-    w.key("n"), w.value(s.n);
+    w.key("n_elements"), w.value(s.n);
     w.key("bits_per_weight"), w.value(s.bits_per_weight);
     w.key("rmse"), w.value(s.rmse);
     w.key("rms"), w.value(s.rms);
@@ -173,7 +175,16 @@ void write_quantize_stats_json(const QuantizeStatsResult& r, std::ostream& out) 
       w.null();
     w.end_object();
   };
+  write_json_header(w, "qlens quantize-stats", 2, {{"model", model_path}, {"imatrix", opt.imatrix_path}});
+  w.key("settings");
   w.begin_object();
+  w.key("types");
+  w.begin_array();
+  for (DType t : opt.types) w.value(std::string(type_name(t)));
+  w.end_array();
+  w.key("tensor_filter");
+  string_or_null(w, opt.tensor_filter);
+  w.end_object();
   w.key("tensors");
   w.begin_array();
   for (const auto& s : r.tensors) item(s);

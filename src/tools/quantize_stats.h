@@ -36,6 +36,8 @@ struct QuantizeStatsResult {
 
 QuantizeStatsResult quantize_stats(const std::string& model_path, const QuantizeStatsOptions& opt);
 void print_quantize_stats(const QuantizeStatsResult& r, std::ostream& out);
-void write_quantize_stats_json(const QuantizeStatsResult& r, std::ostream& out);
+// JSON with qlens's header (docs/JSON.md); opt.types empty: every type.
+void write_quantize_stats_json(const QuantizeStatsResult& r, const std::string& model_path,
+                               const QuantizeStatsOptions& opt, std::ostream& out);
 
 }  // namespace qlens::tools

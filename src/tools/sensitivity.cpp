@@ -28,24 +28,9 @@ std::vector<DType> default_sensitivity_types() {
           DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::F16};
 }
 
-std::string tensor_role(const std::string& name) {
-  std::string s = name;
-  if (s.rfind("blk.", 0) == 0) {
-    const size_t dot = s.find('.', 4);
-    if (dot != std::string::npos) s = s.substr(dot + 1);
-  }
-  const std::string suffix = ".weight";
-  if (s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
-    s.resize(s.size() - suffix.size());
-  return s;
-}
-
 namespace {
 
-int layer_of(const std::string& name) {
-  if (name.rfind("blk.", 0) != 0) return -1;
-  return std::atoi(name.c_str() + 4);
-}
+int layer_of(const std::string& name) { return tensor_layer(name); }
 
 // The reference's output distribution, compactly: per scored token the top-K
 // log-probabilities, the log of the remaining mass, and the next token's nll.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "qlens/model.h"
+#include "tools/tensor_names.h"
 #include "qlens/types.h"
 
 namespace qlens::tools {
@@ -97,8 +98,6 @@ struct SensitivityResult {
 
 // The default candidate types (those that fit a tensor's rows are used).
 std::vector<DType> default_sensitivity_types();
-// "attn_q" of "blk.3.attn_q.weight"; "output" of "output.weight".
-std::string tensor_role(const std::string& name);
 
 // Runs the probe. `resume`, when it holds tensors from an interrupted run of
 // the same model and settings, is continued. on_tensor is called after each
