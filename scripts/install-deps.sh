@@ -32,9 +32,9 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "note: could not install chromium; the report's browser test will skip"
 fi
 
-if ! python3 -c 'import gguf, numpy' >/dev/null 2>&1; then
-  echo "installing Python reference packages: gguf numpy"
-  python3 -m pip install -q gguf numpy 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages gguf numpy 2>/dev/null ||
-    echo "note: could not install gguf/numpy; the Python reference tests will skip"
+if ! python3 -c 'import gguf, numpy, pandas' >/dev/null 2>&1; then
+  echo "installing Python reference packages: gguf numpy pandas"
+  python3 -m pip install -q gguf numpy pandas 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages gguf numpy pandas 2>/dev/null ||
+    echo "note: could not install gguf/numpy/pandas; the Python reference tests will skip"
 fi

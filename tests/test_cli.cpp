@@ -72,8 +72,10 @@ TEST(Cli, SynthInspectGeneratePerplexity) {
       << out;
   EXPECT_TRUE(contains(out, "Final estimate: PPL = ")) << out;
   const std::string js = read_text_file(json);
+  EXPECT_TRUE(contains(js, "\"tool\": \"qlens perplexity\"")) << js;
   EXPECT_TRUE(contains(js, "\"n_chunks\": 3")) << js;
-  EXPECT_TRUE(contains(js, "\"ppl\"")) << js;
+  EXPECT_TRUE(contains(js, "\"max_chunks\": 3")) << js;
+  EXPECT_TRUE(contains(js, "\"ppl\": {")) << js;
 }
 
 TEST(Cli, QuantizeDryRunAndErrors) {

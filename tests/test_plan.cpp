@@ -540,7 +540,7 @@ TEST(Plan, JsonHasEveryTensorTheTotalsAndTheValidation) {
   for (size_t t = 0; t < 3; ++t) {
     const JsonValue& j = tensors.at(t);
     const PlanOption& o = table.tensors[t].options[plan.choice[t]];
-    EXPECT_EQ(j.at("name").as_string(), table.tensors[t].name);
+    EXPECT_EQ(j.at("tensor").as_string(), table.tensors[t].name);
     EXPECT_EQ(j.at("role").as_string(), "role");
     EXPECT_EQ(j.at("type").as_string(), std::string(type_name(o.type)));
     EXPECT_EQ(j.at("bytes").as_int(), static_cast<int64_t>(o.bytes));

@@ -216,8 +216,8 @@ TEST_F(ReportOfARun, PlanJsonHoldsEveryTensorAndTheValidation) {
     predicted += t.at("predicted_delta_kld").as_number();
     EXPECT_NEAR(t.at("bits_per_weight").as_number(),
                 8.0 * static_cast<double>(t.at("bytes").as_int()) / static_cast<double>(t.at("n_elements").as_int()), 1e-12);
-    if (t.at("name").as_string().rfind("blk.", 0) != 0) {
-      EXPECT_TRUE(t.at("layer").is_null()) << t.at("name").as_string();
+    if (t.at("tensor").as_string().rfind("blk.", 0) != 0) {
+      EXPECT_TRUE(t.at("layer").is_null()) << t.at("tensor").as_string();
     }
   }
   EXPECT_EQ(bytes, static_cast<uint64_t>(doc.at("totals").at("bytes").as_int()));
@@ -243,8 +243,8 @@ TEST_F(ReportOfARun, PlanSectionHasTheTypeGridAndThePlanAgainstTheMixes) {
   EXPECT_TRUE(contains(page, "the plan (measured)"));
   const JsonValue doc = json("plan.json");
   for (const JsonValue& t : doc.at("tensors").as_array())
-    EXPECT_TRUE(contains(page, "<title>" + t.at("name").as_string() + ": " + t.at("type").as_string() + ", "))
-        << t.at("name").as_string();
+    EXPECT_TRUE(contains(page, "<title>" + t.at("tensor").as_string() + ": " + t.at("type").as_string() + ", "))
+        << t.at("tensor").as_string();
   for (const JsonValue& r : doc.at("validation").at("rows").as_array()) {
     EXPECT_TRUE(contains(page, "<td>" + r.at("name").as_string() + "</td>"));
     EXPECT_TRUE(contains(page, html::format_with_error(r.at("kld").at("value").as_number(),
@@ -283,7 +283,7 @@ TEST_F(ReportOfARun, PerplexityFilesAreOneRowEach) {
   EXPECT_EQ(count_of(page.substr(table), "<tr>"), 3u);  // header + 2
   for (const char* name : {"ppl-f32.json", "ppl-plan.json"}) {
     const JsonValue doc = json(name);
-    EXPECT_TRUE(contains(page, html::format_with_error(doc.at("ppl").as_number(), doc.at("ppl_error").as_number())))
+    EXPECT_TRUE(contains(page, html::format_with_error(doc.at("ppl").at("value").as_number(), doc.at("ppl").at("error").as_number())))
         << name;
   }
 }
@@ -370,9 +370,9 @@ TEST(Report, BadInputsNameTheFileAndTheField) {
   EXPECT_TRUE(contains(e, "bad-nmse.json: nodes[0].nmse: expected a number, found a string")) << e;
 
   in = {};
-  in.plan = write_temp("plan-v2.json", R"({"tool": "plan", "schema_version": 2, "tensors": []})");
+  in.plan = write_temp("plan-v3.json", R"({"tool": "plan", "schema_version": 3, "tensors": []})");
   e = build(in);
-  EXPECT_TRUE(contains(e, "plan-v2.json: schema_version: unsupported schema_version 2")) << e;
+  EXPECT_TRUE(contains(e, "plan-v3.json: schema_version: unsupported schema_version 3")) << e;
 
   in = {};
   in.perplexity = {write_temp("ppl.json", R"({"model": "m.gguf", "n_ctx": 128})")};

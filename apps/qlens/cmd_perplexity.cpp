@@ -13,6 +13,8 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
+#include "core/parallel.h"
+#include "tools/json_header.h"
 #include "tools/llama_logits.h"
 #include "tools/perplexity.h"
 #include "tools/progress.h"
@@ -118,15 +120,25 @@ int cmd_perplexity(int argc, char** argv) {
   if (!json_path.empty()) {
     std::ostringstream s;
     JsonWriter w(s, true);
+    tools::write_json_header(w, "qlens perplexity", 2, {{"model", model_path}, {"text", text_path}});
+    w.key("settings");
     w.begin_object();
-    w.key("model"); w.value(model_path);
-    w.key("text"); w.value(text_path);
     w.key("n_ctx"); w.value(opt.n_ctx);
-    w.key("n_tokens"); w.value(r.n_tokens);
+    w.key("n_batch"); w.value(opt.n_batch);
+    w.key("max_chunks");
+    if (opt.max_chunks >= 0) w.value(opt.max_chunks); else w.null();
+    w.key("n_threads"); w.value(opt.n_threads > 0 ? opt.n_threads : default_thread_count());
+    w.key("device"); w.value(opt.device);
+    w.end_object();
     w.key("n_chunks"); w.value(r.n_chunks);
-    w.key("n_scored"); w.value(r.n_scored);
-    w.key("ppl"); w.value(r.ppl);
-    w.key("ppl_error"); w.value(r.ppl_error);
+    w.key("n_tokens_text"); w.value(r.n_tokens);
+    w.key("n_tokens_evaluated"); w.value(r.n_chunks * opt.n_ctx);
+    w.key("n_tokens_scored"); w.value(r.n_scored);
+    w.key("ppl");
+    w.begin_object();
+    w.key("value"); w.value(r.ppl);
+    w.key("error"); w.value(r.ppl_error);
+    w.end_object();
     w.key("mean_nll"); w.value(r.nll);
     w.key("seconds"); w.value(r.seconds);
     w.key("tokens_per_second"); w.value(r.tokens_per_second);

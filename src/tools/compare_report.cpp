@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/json_writer.h"
+#include "tools/json_header.h"
 #include "core/text_table.h"
 #include "qlens/error.h"
 
@@ -478,9 +479,13 @@ void write_compare_json(std::ostream& out, const CompareMeta& meta, const std::v
                         const LogitSummary& logits, const ErrorGrowth& growth,
                         const std::vector<RouterAgreement>& routers) {
   JsonWriter w(out, /*pretty=*/true);
+  write_json_header(w, "qlens compare", kCompareJsonSchemaVersion,
+                    {{"ref", meta.ref_path}, {"model", meta.test_path}, {"text", meta.text_path}});
+  w.key("settings");
   w.begin_object();
-  w.key("schema_version"); w.value(kCompareJsonSchemaVersion);
-  w.key("tool"); w.value("qlens compare");
+  w.key("n_ctx"); w.value(meta.n_ctx);
+  w.key("n_batch"); w.value(meta.n_batch);
+  w.end_object();
   w.key("meta"); write_meta_json(w, meta);
   w.key("logits"); write_logits_json(w, logits);
   w.key("nodes");

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/json_writer.h"
+#include "tools/json_header.h"
 #include "core/text_table.h"
 #include "qlens/error.h"
 
@@ -563,7 +564,11 @@ void print_imatrix_statistics(std::ostream& out, const ImatrixStatistics& s) {
 
 void write_imatrix_statistics_json(std::ostream& out, const ImatrixStatistics& s) {
   JsonWriter w(out, /*pretty=*/true);
+  write_json_header(w, "qlens imatrix", 1, {{"imatrix", s.path}});
+  w.key("settings");
   w.begin_object();
+  w.key("statistics"); w.value(true);
+  w.end_object();
   w.key("file"); w.value(s.path);
   w.key("datasets");
   w.array(s.datasets);

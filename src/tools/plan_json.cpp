@@ -68,7 +68,7 @@ void write_tensors(JsonWriter& w, const SensitivityTable& table, const Plan& pla
     const PlanTensor& tensor = table.tensors[t];
     const PlanOption& chosen = tensor.options[plan.choice[t]];
     w.begin_object();
-    w.key("name"); w.value(tensor.name);
+    w.key("tensor"); w.value(tensor.name);
     w.key("layer");
     if (tensor.layer >= 0) w.value(tensor.layer); else w.null();
     w.key("role"); string_or_null(w, tensor.role);

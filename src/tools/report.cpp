@@ -29,8 +29,10 @@ InputDocument load_input(const std::string& flag, const std::string& path, std::
       throw Error(t->where() + ": \"" + name + "\" is not a " + std::string(tool) + " file (" + flag +
                   " takes the --json file of qlens " + std::string(tool) + ")");
   }
-  if (const JsonValue* v = doc.find("schema_version"); v && !v->is_null() && v->as_int() != 1)
-    throw Error(v->where() + ": unsupported schema_version " + std::to_string(v->as_int()) + " (this qlens reads 1)");
+  // Schema 2 moved paths into "inputs" and renamed keys (docs/JSON.md); the
+  // sections read both.
+  if (const JsonValue* v = doc.find("schema_version"); v && !v->is_null() && (v->as_int() < 1 || v->as_int() > 2))
+    throw Error(v->where() + ": unsupported schema_version " + std::to_string(v->as_int()) + " (this qlens reads 1 and 2)");
   return input;
 }
 
@@ -152,8 +154,8 @@ Section perplexity_section(const std::vector<InputDocument>& inputs) {
     const JsonValue& d = input.doc;
     const double ppl = value_of(d, "ppl");
     const double error = error_of(d, "ppl", "ppl_error");
-    double scored = optional_number(d, "n_scored");
-    if (std::isnan(scored)) scored = optional_number(d, "n_tokens");
+    double scored = optional_number(d, "n_tokens_scored");
+    if (std::isnan(scored)) scored = optional_number(d, "n_scored");  // schema 1
     double ctx = optional_number(d, "n_ctx");
     if (std::isnan(ctx))
       if (const JsonValue* settings = d.find("settings"); settings && settings->is_object())

@@ -36,7 +36,8 @@ std::vector<PlannedTensor> read_tensors(const JsonValue& doc) {
   std::vector<PlannedTensor> tensors;
   for (const JsonValue& t : doc.at("tensors").as_array()) {
     PlannedTensor p;
-    p.name = t.at("name").as_string();
+    const JsonValue* name = t.find("tensor");  // "name" in the first plan files
+    p.name = (name ? *name : t.at("name")).as_string();
     p.role = optional_string(t, "role");
     if (p.role.empty()) p.role = p.name;
     p.layer = layer_of(t);

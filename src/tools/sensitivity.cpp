@@ -19,6 +19,7 @@
 #include "tools/chunks.h"
 #include "tools/compare_logits.h"
 #include "tools/imatrix_file.h"
+#include "tools/json_header.h"
 #include "tools/user_regex.h"
 
 namespace qlens::tools {
@@ -540,9 +541,12 @@ SensitivityResult measure_sensitivity(
 std::string sensitivity_json(const SensitivityResult& r) {
   std::ostringstream s;
   JsonWriter w(s, true);
+  write_json_header(w, "qlens sensitivity", 1,
+                    {{"model", r.model_path}, {"text", r.text_path}, {"imatrix", r.imatrix_path}});
+  w.key("settings");
   w.begin_object();
-  w.key("schema_version"); w.value(1);
-  w.key("tool"); w.value("qlens sensitivity");
+  w.key("mode"); w.value(r.mode == SensitivityMode::Quant ? "quant" : "noise");
+  w.end_object();
   w.key("model"); w.value(r.model_path);
   w.key("text"); w.value(r.text_path);
   w.key("mode"); w.value(r.mode == SensitivityMode::Quant ? "quant" : "noise");
