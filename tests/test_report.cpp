@@ -26,7 +26,7 @@ namespace {
 
 namespace html = tools::html;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using test::contains;
 
 size_t count_of(const std::string& text, const std::string& part) {
   size_t n = 0;
@@ -34,15 +34,7 @@ size_t count_of(const std::string& text, const std::string& part) {
   return n;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 int qlens_cli(const std::string& args, std::string* out) {
   return test::run_command(std::string(QLENS_BINARY) + " " + args, out);

@@ -5,7 +5,22 @@
 #include <optional>
 #include <string>
 
+#include "qlens/error.h"
+
 namespace qlens::test {
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// What f throws as qlens::Error, or "" when it throws nothing.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // Path of a file under ../shared, or "" when the shared folder is absent.
 std::string shared_path(const std::string& relative);

@@ -43,13 +43,7 @@ int compare_with_logits_file(const std::string& test_path, const std::string& ba
   std::fprintf(stderr, "%s: %lld chunks of %lld tokens, the reference's log-probabilities; test on %s\n",
                base_path.c_str(), static_cast<long long>(planned), static_cast<long long>(base.n_ctx()),
                ko.device.c_str());
-  tools::Progress progress("compare", planned, "chunks");
-  const auto r = tools::kld_against_file(*test, base, ko, [&](int64_t done, int64_t, double kld) {
-    char status[64];
-    std::snprintf(status, sizeof status, "mean KLD %.6f", kld);
-    progress.update(done, status);
-  });
-  progress.finish();
+  const auto r = kld_with_progress(*test, base, ko, "compare");
   std::cout << "\n== Logits (" << r.n_scored << " tokens scored against " << base_path << ") ==\n";
   tools::print_logit_summary(std::cout, r.summary);
   std::cout.flush();

@@ -21,6 +21,19 @@
 
 namespace qlens::cli {
 
+tools::KldResult kld_with_progress(const Model& model, const tools::LlamaLogitsFile& base,
+                                   const tools::KldOptions& options, const char* label) {
+  const int64_t planned = options.max_chunks >= 0 ? std::min(options.max_chunks, base.n_chunk()) : base.n_chunk();
+  tools::Progress progress(label, planned, "chunks");
+  const auto r = tools::kld_against_file(model, base, options, [&](int64_t done, int64_t, double kld) {
+    char status[64];
+    std::snprintf(status, sizeof status, "mean KLD %.6f", kld);
+    progress.update(done, status);
+  });
+  progress.finish();
+  return r;
+}
+
 int cmd_perplexity(int argc, char** argv) {
   std::string model_path, text_path, json_path;
   tools::PerplexityOptions opt;
@@ -63,14 +76,7 @@ int cmd_perplexity(int argc, char** argv) {
     ko.device = opt.device;
     ko.n_gpu_layers = opt.n_gpu_layers;
     ko.cache_type = opt.cache_type;
-    const int64_t planned = ko.max_chunks >= 0 ? std::min(ko.max_chunks, base.n_chunk()) : base.n_chunk();
-    tools::Progress progress("kl-divergence", planned, "chunks");
-    const auto r = tools::kld_against_file(*model, base, ko, [&](int64_t done, int64_t, double kld) {
-      char status[64];
-      std::snprintf(status, sizeof status, "mean KLD %.6f", kld);
-      progress.update(done, status);
-    });
-    progress.finish();
+    const auto r = kld_with_progress(*model, base, ko, "kl-divergence");
     std::printf("%lld positions of %s (n_ctx %lld)\n", static_cast<long long>(r.n_scored), kld_base.c_str(),
                 static_cast<long long>(base.n_ctx()));
     std::fflush(stdout);

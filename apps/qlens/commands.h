@@ -3,6 +3,8 @@
 // to main, which prints it and exits non-zero.
 #pragma once
 
+#include "tools/llama_logits.h"
+
 namespace qlens::cli {
 
 int cmd_inspect(int argc, char** argv);
@@ -18,5 +20,10 @@ int cmd_compare(int argc, char** argv);
 int cmd_sensitivity(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_report(int argc, char** argv);
+
+// A model against a llama.cpp log-probability file, with a progress line per
+// chunk labelled `label` (perplexity --kl-divergence, compare without --ref).
+tools::KldResult kld_with_progress(const Model& model, const tools::LlamaLogitsFile& base,
+                                   const tools::KldOptions& options, const char* label);
 
 }  // namespace qlens::cli
