@@ -66,20 +66,18 @@ def main():
         "--json", p("plan.json"))
 
     # file -> (tool, the path of its rows for json_normalize, columns the rows
-    # must have, whether layer is null outside the blocks). compare,
-    # sensitivity and imatrix statistics keep their schema-1 row names
-    # ("name", layer -1) until schema 2 (docs/JSON.md, "Per tool").
+    # must have, whether layer is null outside the blocks).
     files = {
         "perplexity.json": ("qlens perplexity", None, [], True),
-        "imatrix_stats.json": ("qlens imatrix", ["tensors"], ["name", "layer"], False),
+        "imatrix_stats.json": ("qlens imatrix", ["tensors"], ["tensor", "layer", "role", "sum_act2"], True),
         "quantize_stats.json": ("qlens quantize-stats", ["tensors"], ["tensor", "type", "n_elements", "bits_per_weight"],
                                 True),
         "quantize.json": ("qlens quantize", ["tensors"], ["tensor", "layer", "role", "type", "n_elements", "bytes",
                                                           "bits_per_weight"], True),
         "inspect.json": ("qlens inspect", ["tensors"], ["tensor", "type", "bytes", "bits_per_weight"], True),
         "bench.json": ("qlens bench", ["results"], ["model_filename", "test", "avg_ts", "stddev_ts"], True),
-        "compare.json": ("qlens compare", ["nodes"], ["name", "layer"], False),
-        "sensitivity.json": ("qlens sensitivity", ["tensors"], ["name", "layer", "role", "n_elements"], False),
+        "compare.json": ("qlens compare", ["nodes"], ["node", "layer", "kind", "nmse"], True),
+        "sensitivity.json": ("qlens sensitivity", ["tensors"], ["tensor", "layer", "role", "n_elements"], True),
         "plan.json": ("qlens plan", ["tensors"], ["tensor", "layer", "role", "type", "bytes", "bits_per_weight"], True),
     }
     failures = []
@@ -111,6 +109,12 @@ def main():
                                                         float(v).is_integer() and v >= 0)]
                 if bad:
                     failures.append(f"{where} layer holds {bad[:3]} (an index >= 0, or null outside the blocks)")
+        for legacy in ("name", "bpw"):
+            if record_path and legacy in pd.json_normalize(doc, record_path=record_path).columns:
+                failures.append(f"{where} rows still use the schema-1 name '{legacy}'")
+        for key in ("model", "text", "file", "meta", "path"):
+            if key in doc:
+                failures.append(f"{where} '{key}' at the top level (paths belong under inputs)")
         print(f"{name}: {doc.get('tool')} v{doc.get('schema_version')}, "
               f"{len(pd.json_normalize(doc, record_path=record_path)) if record_path else 1} rows")
     if failures:

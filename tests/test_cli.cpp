@@ -172,6 +172,11 @@ TEST(Cli, MeaninglessValuesAreRefused) {
   std::string out;
   ASSERT_EQ(qlens("perplexity -m " + model + " -f " + short_text + " -c 128 --chunks -1", &out), 0) << out;
   EXPECT_TRUE(contains(out, "Final estimate: PPL")) << out;
+  // -c 0: the model's training context, as in llama.cpp (stories260K: 2048 tokens).
+  ASSERT_EQ(qlens("perplexity -m " + model + " -f " + text + " -c 0 -b 512 --chunks 1", &out), 0) << out;
+  EXPECT_TRUE(contains(out, "-c 0: the model's training context, 2048 tokens")) << out;
+  EXPECT_TRUE(contains(out, "1 chunks of 2048")) << out;
+  EXPECT_TRUE(contains(out, "Final estimate: PPL")) << out;
 }
 
 // Not on a terminal (a log file), long runs still say how much there is to
@@ -269,7 +274,14 @@ TEST(Cli, WithoutAVulkanDeviceEverythingRunsOnTheCpu) {
   EXPECT_NE(out.find("--device vulkan:0: no such device (devices here: cpu"), std::string::npos) << out;
   ASSERT_EQ(test::run_command(run + "-ngl 99", &out), 0) << out;
   EXPECT_NE(out.find("-ngl 99: no GPU device found, running on the CPU"), std::string::npos) << out;
+  EXPECT_NE(out.find("device: cpu, "), std::string::npos) << out;
   EXPECT_NE(out.find("Final estimate: PPL"), std::string::npos) << out;
+  // Every command that runs a model says where, also without -ngl.
+  for (const std::string& command :
+       {run, qlens + " generate -m " + model + " -p hello -n 2", qlens + " bench -m " + model + " -p 8 -n 2 -r 1"}) {
+    ASSERT_EQ(test::run_command(command, &out), 0) << out;
+    EXPECT_NE(out.find("device: cpu, "), std::string::npos) << command << "\n" << out;
+  }
 }
 
 // A software Vulkan device (lavapipe) is never chosen implicitly: -ngl 99
@@ -285,6 +297,9 @@ TEST(Cli, SoftwareVulkanIsUsedOnlyWhenNamed) {
   ASSERT_EQ(test::run_command(run + "-ngl 99", &out), 0) << out;
   EXPECT_NE(out.find("running on the CPU (software Vulkan devices are used only with --device)"), std::string::npos)
       << out;
+  ASSERT_EQ(test::run_command(run + "--device vulkan:0", &out), 0) << out;
+  EXPECT_NE(out.find("device: vulkan:0, "), std::string::npos) << out;
+  EXPECT_NE(out.find("(every layer; the rest on the CPU)"), std::string::npos) << out;
 }
 
 }  // namespace

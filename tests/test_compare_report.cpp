@@ -414,13 +414,16 @@ TEST(CompareReport, JsonParsesAndHasTheDocumentedKeys) {
   const std::string check =
       "import json,sys\n"
       "d=json.load(open(sys.argv[1]))\n"
-      "assert d['schema_version']==1; assert d['meta']['test_path']=='test \"q4\".gguf'; "
-      "assert d['meta']['n_ctx']==512; "
-      "l=d['logits']; assert l['n_tokens']==3; "
-      "assert all(k in l['kld'] for k in ['mean','mean_error','max','p99_9','p99','p90','median','p10','p1','min']); "
+      "assert d['schema_version']==2; assert d['inputs']['model']=='test \"q4\".gguf'; "
+      "assert d['inputs']['ref']=='ref.gguf' and d['inputs']['text']=='wiki.txt'; assert 'meta' not in d; "
+      "assert d['settings']['n_ctx']==512 and d['settings']['n_chunks']==1; assert d['n_tokens_evaluated']==3; "
+      "l=d['logits']; assert l['n_tokens_scored']==3; "
+      "assert all(k in l['kld'] for k in ['mean','max','p99_9','p99','p90','median','p10','p1','min']); "
+      "assert set(l['kld']['mean'])=={'value','error'}; "
       "assert abs(l['same_top']['value']-2/3)<1e-9; "
       "assert all(k in l for k in ['delta_p_mean','delta_p_rms','ppl_ref','ppl_test','ln_ppl_ratio','ppl_ratio']); "
-      "n=d['nodes']; assert len(n)==12; assert n[1]['name']=='attn_norm-0' and n[1]['layer']==0; "
+      "n=d['nodes']; assert len(n)==12; assert n[1]['node']=='attn_norm-0' and n[1]['layer']==0; "
+      "assert all(x['layer'] is None for x in n if not x['node'][-1].isdigit()); "
       "assert all(k in n[0] for k in ['kind','rmse','nmse','sqnr_db','cosine','max_abs','token_nmse_median',"
       "'token_nmse_p99','count','non_finite','ref','test']); "
       "assert n[-1]['sqnr_db'] is None and n[-1]['nmse']==0; assert 'std' in n[0]['ref']; "
@@ -439,10 +442,10 @@ TEST(CompareReport, CsvHasAHeaderAndOneLinePerNode) {
   tools::write_compare_csv(out, nodes);
   const auto lines = lines_of(out.str());
   ASSERT_EQ(lines.size(), nodes.size() + 1);
-  EXPECT_EQ(lines[0].rfind("name,layer,kind,count,non_finite,rmse,nmse,sqnr_db,cosine,max_abs", 0), 0u);
+  EXPECT_EQ(lines[0].rfind("node,layer,kind,count,non_finite,rmse,nmse,sqnr_db,cosine,max_abs", 0), 0u);
   const auto commas = [](const std::string& s) { return std::count(s.begin(), s.end(), ','); };
   for (const auto& line : lines) EXPECT_EQ(commas(line), commas(lines[0])) << line;
-  EXPECT_EQ(lines[1].rfind("inp_embd,-1,inp_embd,10,0,", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[1].rfind("inp_embd,,inp_embd,10,0,", 0), 0u) << lines[1];  // no layer: an empty field
   EXPECT_TRUE(contains(lines.back(), ",0,inf,1,")) << lines.back();  // nmse 0, SQNR inf, cosine 1
 }
 

@@ -164,6 +164,10 @@ TEST(ImatrixStories, CombiningTwoHalvesEqualsTheWhole) {
   const tools::Imatrix whole = tools::load_imatrix(dir + "/whole.gguf");
   const tools::Imatrix ab = tools::load_imatrix(dir + "/ab.gguf");
   EXPECT_EQ(ab.chunk_count, 20);
+  // The model it was collected on is recorded (qlens.imatrix.model_name) and kept through a combine.
+  const std::string model_name = gguf::File::open(model_path)->try_string("general.name").value_or("");
+  EXPECT_EQ(whole.model_name, model_name);
+  EXPECT_EQ(ab.model_name, model_name);
   ASSERT_EQ(ab.entries.size(), whole.entries.size());
   for (const auto& [name, e] : whole.entries) {
     // The .dat half stores mean(x²)·ncall in float: compare the importance

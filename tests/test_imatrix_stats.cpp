@@ -387,12 +387,14 @@ TEST(ImatrixReport, JsonHasTheFiguresAndNullForMissingValues) {
   std::ostringstream out;
   tools::write_imatrix_statistics_json(out, tools::compute_imatrix_statistics(two_layer_imatrix()));
   const std::string json = out.str();
-  for (const char* key : {"\"file\"", "\"datasets\"", "\"chunk_count\": 12", "\"chunk_size\": 512", "\"tensors\"",
+  for (const char* key : {"\"schema_version\": 2", "\"imatrix\": ", "\"datasets\"", "\"chunk_count\": 12", "\"chunk_size\": 512", "\"tensors\"",
                           "\"layers\"", "\"skipped_tensors\"", "\"normalized_entropy\"", "\"zscore_above_1_fraction\"",
                           "\"cosine_prev_layer\": null", "\"cosine_prev_layer\": 1", "\"mean_cosine_prev_layer\"",
                           "\"sum_act2\": 20", "\"layer\": null", "\"blk.1.attn_k.weight\"", "\"top_columns\"",
-                          "\"column\": 0"})
+                          "\"column\": 0", "\"tensor\": \"blk.1.attn_q.weight\"", "\"role\": \"attn_q\""})
     EXPECT_TRUE(contains(json, key)) << key << "\n" << json;
+  // Schema 1's names are gone (docs/JSON.md).
+  for (const char* key : {"\"file\"", "\"name\"", "\"kind\""}) EXPECT_FALSE(contains(json, key)) << key;
   EXPECT_EQ(json.front(), '{');
   EXPECT_EQ(json.substr(json.size() - 2), "}\n");
 }

@@ -462,8 +462,9 @@ TEST(Plan, LoadErrorsNameTheFileAndPath) {
   EXPECT_TRUE(contains(e, "tensor a.weight has no usable candidate")) << e;
   e = load_error(with_candidate(R"({"type":"Q4_0","bytes":18.5,"delta_kld":0.1})"));
   EXPECT_TRUE(contains(e, "tensors[0].candidates[0].bytes: expected an integer, found 18.5")) << e;
-  e = load_error(R"({"schema_version":2,"fixed_bytes":0,"tensors":[]})");
-  EXPECT_EQ(e, "s.json: schema_version: unsupported schema_version 2 (this qlens reads 1)");
+  e = load_error(R"({"schema_version":3,"fixed_bytes":0,"tensors":[]})");
+  EXPECT_EQ(e, "s.json: schema_version: schema_version 3 of a qlens sensitivity table is not one this qlens reads "
+               "(1 to 2; a newer qlens wrote it?)");
   e = load_error(R"({"schema_version":1,"fixed_bytes":0,"tensors":[]})");
   EXPECT_EQ(e, "s.json: tensors: no tensors to plan");
   e = load_error(R"({"schema_version":1,"fixed_bytes":0,"tensors":[
@@ -514,9 +515,10 @@ TEST(Plan, JsonHasEveryTensorTheTotalsAndTheValidation) {
   rows[0].ppl = 4.5;
   rows[1].name = "Q4_K_M";
   rows[1].predicted_kld = std::numeric_limits<double>::quiet_NaN();  // a type not probed
+  rows[0].path = "plan.gguf";
   const JsonValue doc = parse_json(tools::plan_json(table, plan, context, &rows), "plan.json");
   EXPECT_EQ(doc.at("tool").as_string(), "qlens plan");
-  EXPECT_EQ(doc.at("schema_version").as_int(), 1);
+  EXPECT_EQ(doc.at("schema_version").as_int(), 2);
   EXPECT_FALSE(doc.at("qlens_version").as_string().empty());
   EXPECT_EQ(doc.at("inputs").at("sensitivity").as_string(), "sens.json");
   EXPECT_TRUE(doc.at("inputs").at("imatrix").is_null());
@@ -525,6 +527,11 @@ TEST(Plan, JsonHasEveryTensorTheTotalsAndTheValidation) {
   EXPECT_TRUE(doc.at("settings").at("target_size_bytes").is_null());
   EXPECT_EQ(doc.at("settings").at("types").at(1).as_string(), "Q8_0");
   EXPECT_EQ(doc.at("outputs").at("tensor_type_file").as_string(), "plan.txt");
+  // Paths only under inputs and outputs (docs/JSON.md): the validation's models by mix.
+  EXPECT_EQ(doc.at("outputs").at("validation_models").at("plan").as_string(), "plan.gguf");
+  EXPECT_TRUE(doc.at("outputs").at("validation_models").at("Q4_K_M").is_null());
+  EXPECT_EQ(doc.find("sensitivity_model"), nullptr);
+  EXPECT_EQ(doc.at("validation").find("held_out_text"), nullptr);
 
   const JsonValue& totals = doc.at("totals");
   EXPECT_EQ(totals.at("bytes").as_int(), static_cast<int64_t>(plan.total_bytes));
@@ -554,7 +561,8 @@ TEST(Plan, JsonHasEveryTensorTheTotalsAndTheValidation) {
 
   const JsonValue& v = doc.at("validation").at("rows");
   ASSERT_EQ(v.size(), 2u);
-  EXPECT_EQ(v.at(0).at("name").as_string(), "plan");
+  EXPECT_EQ(v.at(0).at("mix").as_string(), "plan");
+  EXPECT_EQ(v.at(0).find("path"), nullptr);
   EXPECT_DOUBLE_EQ(v.at(0).at("kld").at("value").as_number(), 0.25);
   EXPECT_DOUBLE_EQ(v.at(0).at("kld").at("error").as_number(), 0.01);
   EXPECT_DOUBLE_EQ(v.at(0).at("same_top").at("value").as_number(), 0.9);

@@ -307,6 +307,79 @@ TEST(QuantizeModel, RecordsTheImatrix) {
   EXPECT_EQ(f->get_int("quantize.imatrix.chunks_count"), 3);
 }
 
+// An imatrix that covers part of the model, names weights it lacks, and was
+// collected on another model: quantize sums it up and warns before any work.
+TEST(QuantizeModel, ImatrixCoverageIsSummedUpAndWarned) {
+  if (!can_quantize_to(DType::Q8_0)) GTEST_SKIP() << "Q8_0 quantization is not available";
+  const std::string dir = test::temp_dir();
+  const std::string model = synth_f32();
+  const auto in = gguf::File::open(model);
+  const int64_t n_embd = in->find_tensor("blk.0.attn_q.weight")->ne[0];
+  tools::Imatrix m;
+  m.datasets = {"tiny.txt"};
+  m.chunk_count = 3;
+  m.model_name = "another-model";
+  for (const char* name : {"blk.0.attn_q.weight", "blk.99.attn_q.weight"}) {
+    auto& e = m.entries[name];
+    e.n_cols = n_embd;
+    e.sum2.assign(n_embd, 1.0);
+    e.counts = {1};
+  }
+  auto& empty = m.entries["blk.0.attn_k.weight"];
+  empty.n_cols = n_embd;
+  empty.sum2.assign(n_embd, 0.0);
+  empty.counts = {0};
+  tools::save_imatrix_gguf(m, dir + "/im.gguf");
+  EXPECT_EQ(tools::load_imatrix(dir + "/im.gguf").model_name, "another-model");
+
+  tools::QuantizeOptions opt;
+  opt.mix = "Q8_0";
+  opt.imatrix_path = dir + "/im.gguf";
+  std::ostringstream log;
+  const auto plan = tools::quantize_model(model, dir + "/out.gguf", opt, log);
+  int64_t quantized = 0;
+  for (const auto& t : plan.tensors)
+    if (t.to == DType::Q8_0 && t.name != "token_embd.weight") ++quantized;
+  const std::string text = log.str();
+  const std::string first_line = text.substr(0, text.find('\n'));
+  EXPECT_EQ(first_line, "imatrix " + dir + "/im.gguf: 1 of " + std::to_string(quantized) +
+                            " weights covered, 3 chunks of tiny.txt, collected on 'another-model'")
+      << text;
+  EXPECT_TRUE(test::contains(text, "warning: " + dir + "/im.gguf was collected on 'another-model', not on 'qlens-synth-"))
+      << text;
+  EXPECT_TRUE(test::contains(text, "1 entries that name no weight of this model (blk.99.attn_q.weight)")) << text;
+  EXPECT_TRUE(test::contains(text, std::to_string(quantized - 2) + " of " + std::to_string(quantized) +
+                                       " weights have no entry"))
+      << text;
+  EXPECT_TRUE(test::contains(text, "1 weights have entries without data in " + dir + "/im.gguf (blk.0.attn_k.weight)"))
+      << text;
+  EXPECT_TRUE(test::contains(text, "3 chunks only")) << text;
+  // The JSON carries the same.
+  ASSERT_TRUE(plan.imatrix_coverage.has_value());
+  const std::string json = tools::quantize_plan_json(plan, model, dir + "/out.gguf", opt);
+  EXPECT_TRUE(test::contains(json, "\"n_covered\": 1")) << json;
+  EXPECT_TRUE(test::contains(json, "\"collected_on\": \"another-model\"")) << json;
+  // A matrix of this model that covers it gives a summary and no warning.
+  tools::Imatrix full;
+  full.chunk_count = 100;
+  full.model_name = in->get_string("general.name");
+  for (const auto& t : plan.tensors)
+    if (t.to == DType::Q8_0 && t.name != "token_embd.weight") {
+      auto& e = full.entries[t.name];
+      e.n_cols = t.ne[0];
+      e.sum2.assign(t.ne[0], 1.0);
+      e.counts = {1};
+    }
+  tools::save_imatrix_gguf(full, dir + "/full.gguf");
+  opt.imatrix_path = dir + "/full.gguf";
+  std::ostringstream log2;
+  tools::quantize_model(model, dir + "/out2.gguf", opt, log2);
+  EXPECT_FALSE(test::contains(log2.str(), "warning")) << log2.str();
+  EXPECT_TRUE(test::contains(log2.str(), std::to_string(quantized) + " of " + std::to_string(quantized) +
+                                             " weights covered, 100 chunks"))
+      << log2.str();
+}
+
 TEST(QuantizeStats, MeasuresEveryTensorAndTotals) {
   const std::string dir = test::temp_dir();
   const std::string model = synth_f32();

@@ -126,13 +126,13 @@ TEST_F(ReportOfARun, CompareSectionDrawsTheDepthTheGrowthAndTheKld) {
   const JsonValue doc = json("compare.json");
   // One line per node kind inside the layers, and every compared node is a hover point.
   for (const JsonValue& n : doc.at("nodes").as_array())
-    if (n.at("layer").as_int() >= 0) {
+    if (!n.at("layer").is_null()) {
       EXPECT_TRUE(contains(page, "data-series=\"" + html::escape(n.at("kind").as_string()) + "\"")) << n.at("kind").as_string();
-      EXPECT_TRUE(contains(page, "<title>" + html::escape(n.at("name").as_string()) + ": NMSE ")) << n.at("name").as_string();
+      EXPECT_TRUE(contains(page, "<title>" + html::escape(n.at("node").as_string()) + ": NMSE ")) << n.at("node").as_string();
     }
   // The figures of the file, as the page formats them.
   const JsonValue& logits = doc.at("logits");
-  EXPECT_TRUE(contains(page, html::format_number(logits.at("kld").at("mean").as_number()) + " ± ")) << "mean KLD";
+  EXPECT_TRUE(contains(page, html::format_number(logits.at("kld").at("mean").at("value").as_number()) + " ± ")) << "mean KLD";
   EXPECT_TRUE(contains(page, html::format_number(logits.at("kld").at("p99").as_number())));
   EXPECT_TRUE(contains(page, html::format_percent(logits.at("same_top").at("value").as_number())));
   // The worst node by NMSE heads its table.
@@ -141,7 +141,7 @@ TEST_F(ReportOfARun, CompareSectionDrawsTheDepthTheGrowthAndTheKld) {
   for (const JsonValue& n : doc.at("nodes").as_array())
     if (n.at("nmse").as_number() > worst_nmse) {
       worst_nmse = n.at("nmse").as_number();
-      worst = n.at("name").as_string();
+      worst = n.at("node").as_string();
     }
   const size_t table = page.find("data-table=\"compare-worst-nodes\"");
   ASSERT_NE(table, std::string::npos);
@@ -174,14 +174,14 @@ TEST_F(ReportOfARun, SensitivityHasAHeatmapPerProbedTypeAndTheTopTensors) {
   for (const JsonValue& t : doc.at("tensors").as_array())
     for (const JsonValue& c : t.at("candidates").as_array()) {
       if (c.at("type").as_string() == t.at("source_type").as_string()) continue;
-      const std::string hover = t.at("name").as_string() + " (" + t.at("role").as_string();
+      const std::string hover = t.at("tensor").as_string() + " (" + t.at("role").as_string();
       EXPECT_TRUE(contains(page, "<title>" + html::escape(hover))) << hover;
       EXPECT_TRUE(contains(page, "at " + c.at("type").as_string() + ": ΔKLD " +
                                      html::format_number(c.at("delta_kld").as_number())))
           << hover;
       if (c.at("delta_kld").as_number() > largest) {
         largest = c.at("delta_kld").as_number();
-        most_sensitive = t.at("name").as_string();
+        most_sensitive = t.at("tensor").as_string();
       }
     }
   const size_t table = page.find("data-table=\"sensitivity-top-tensors\"");
@@ -193,7 +193,7 @@ TEST_F(ReportOfARun, SensitivityHasAHeatmapPerProbedTypeAndTheTopTensors) {
 TEST_F(ReportOfARun, PlanJsonHoldsEveryTensorAndTheValidation) {
   const JsonValue doc = json("plan.json");
   EXPECT_EQ(doc.at("tool").as_string(), "qlens plan");
-  EXPECT_EQ(doc.at("schema_version").as_int(), 1);
+  EXPECT_EQ(doc.at("schema_version").as_int(), 2);
   EXPECT_FALSE(doc.at("qlens_version").as_string().empty());
   EXPECT_EQ(doc.at("inputs").at("sensitivity").as_string(), path("sensitivity.json"));
   EXPECT_EQ(doc.at("inputs").at("model").as_string(), model_);
@@ -216,7 +216,7 @@ TEST_F(ReportOfARun, PlanJsonHoldsEveryTensorAndTheValidation) {
   EXPECT_NEAR(predicted, doc.at("totals").at("predicted_kld").as_number(), 1e-12);
   const JsonValue& rows = doc.at("validation").at("rows");
   ASSERT_GE(rows.size(), 2u);  // the plan and at least one mix
-  EXPECT_EQ(rows.at(0).at("name").as_string(), "plan");
+  EXPECT_EQ(rows.at(0).at("mix").as_string(), "plan");
   for (const JsonValue& r : rows.as_array()) {
     EXPECT_GT(r.at("kld").at("value").as_number(), 0);
     EXPECT_GT(r.at("ppl").at("value").as_number(), 1);
@@ -238,7 +238,7 @@ TEST_F(ReportOfARun, PlanSectionHasTheTypeGridAndThePlanAgainstTheMixes) {
     EXPECT_TRUE(contains(page, "<title>" + t.at("tensor").as_string() + ": " + t.at("type").as_string() + ", "))
         << t.at("tensor").as_string();
   for (const JsonValue& r : doc.at("validation").at("rows").as_array()) {
-    EXPECT_TRUE(contains(page, "<td>" + r.at("name").as_string() + "</td>"));
+    EXPECT_TRUE(contains(page, "<td>" + r.at("mix").as_string() + "</td>"));
     EXPECT_TRUE(contains(page, html::format_with_error(r.at("kld").at("value").as_number(),
                                                        r.at("kld").at("error").as_number())));
   }

@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 
+#include "core/json_reader.h"
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
@@ -69,6 +70,65 @@ TEST(Sensitivity, QuantProbesOrderAsTheBitsAndRoundTripThroughJson) {
   const auto back = tools::sensitivity_from_json(json, "mem.json");
   EXPECT_EQ(tools::sensitivity_json(back), json);
   EXPECT_THROW(tools::sensitivity_from_json("{\"schema_version\": 2}", "bad.json"), Error);
+  EXPECT_THROW(tools::sensitivity_from_json("{\"schema_version\": 3}", "new.json"), Error);
+
+  // Schema 2 (docs/JSON.md): paths under inputs, the settings, the new names.
+  const JsonValue doc = parse_json(json, "mem.json");
+  EXPECT_EQ(doc.at("schema_version").as_int(), 2);
+  EXPECT_EQ(doc.at("inputs").at("model").as_string(), model_path);
+  EXPECT_TRUE(doc.at("inputs").at("imatrix").is_null());
+  EXPECT_EQ(doc.find("model"), nullptr);
+  EXPECT_EQ(doc.at("settings").at("mode").as_string(), "quant");
+  EXPECT_EQ(doc.at("settings").at("n_ctx").as_int(), opt.n_ctx);
+  EXPECT_EQ(doc.at("reference").at("n_tokens_scored").as_int(), r.n_tokens_scored);
+  for (const JsonValue& t : doc.at("tensors").as_array()) {
+    EXPECT_EQ(t.find("name"), nullptr);
+    const std::string name = t.at("tensor").as_string();
+    EXPECT_EQ(t.at("layer").is_null(), name.rfind("blk.", 0) != 0) << name;
+    for (const JsonValue& c : t.at("candidates").as_array()) EXPECT_GT(c.at("bits_per_weight").as_number(), 0);
+  }
+  EXPECT_EQ(back.settings.n_ctx, opt.n_ctx);
+  EXPECT_EQ(tools::sensitivity_settings_mismatch(back.settings, r.settings), "");
+}
+
+// A schema-1 file (qlens before schema 2) still reads: for --resume, plan and report.
+TEST(Sensitivity, ReadsSchemaOneFiles) {
+  const std::string v1 = R"({"schema_version": 1, "tool": "qlens sensitivity", "model": "m.gguf", "text": "t.txt",
+    "mode": "noise", "imatrix": "i.gguf", "complete": false, "reference": {"n_tokens": 126, "ppl": 4.5},
+    "fixed_bytes": 10, "n_weights_total": 100,
+    "tensors": [{"name": "output.weight", "role": "output", "layer": -1, "n_elements": 64, "shape": [8, 8],
+      "source_type": "F32", "candidates": [{"type": "Q8_0", "bytes": 68, "bpw": 8.5, "weighted_error": 0.1,
+      "delta_kld": 0.01, "delta_kld_error": null, "delta_ppl": null, "measured": false}]}]})";
+  const auto r = tools::sensitivity_from_json(v1, "v1.json");
+  EXPECT_EQ(r.model_path, "m.gguf");
+  EXPECT_EQ(r.text_path, "t.txt");
+  EXPECT_EQ(r.imatrix_path, "i.gguf");
+  EXPECT_EQ(r.mode, tools::SensitivityMode::Noise);
+  EXPECT_FALSE(r.settings_recorded);
+  EXPECT_EQ(r.n_tokens_scored, 126);
+  ASSERT_EQ(r.tensors.size(), 1u);
+  EXPECT_EQ(r.tensors[0].name, "output.weight");
+  EXPECT_EQ(r.tensors[0].layer, -1);
+  EXPECT_EQ(r.tensors[0].candidates.at(0).bpw, 8.5);
+  // Written back, it is schema 2.
+  const JsonValue doc = parse_json(tools::sensitivity_json(r), "v2.json");
+  EXPECT_EQ(doc.at("schema_version").as_int(), 2);
+  EXPECT_TRUE(doc.at("tensors").at(0).at("layer").is_null());
+  EXPECT_EQ(doc.at("tensors").at(0).at("tensor").as_string(), "output.weight");
+}
+
+TEST(Sensitivity, SettingsMismatchNamesTheFlags) {
+  tools::SensitivityOptions a, b;
+  EXPECT_EQ(tools::sensitivity_settings_mismatch(a, b), "");
+  b.types = tools::default_sensitivity_types();  // the defaults spelt out are the defaults
+  EXPECT_EQ(tools::sensitivity_settings_mismatch(a, b), "");
+  b.tensors_regex = "blk";  // a filter changes which tensors, not their results
+  EXPECT_EQ(tools::sensitivity_settings_mismatch(a, b), "");
+  b.types = {DType::Q4_0, DType::Q8_0};
+  b.n_ctx = 128;
+  EXPECT_TRUE(test::contains(tools::sensitivity_settings_mismatch(a, b), "-c: 512 in the file, 128 now"));
+  EXPECT_TRUE(test::contains(tools::sensitivity_settings_mismatch(a, b), "--types: "));
+  EXPECT_TRUE(test::contains(tools::sensitivity_settings_mismatch(a, b), ",Q8_0 now"));
 }
 
 TEST(Sensitivity, NoisePredictionsFollowTheMeasuredProbes) {
@@ -240,6 +300,15 @@ TEST(Sensitivity, ResumedRunEqualsAFreshOne) {
       << out;
   EXPECT_NE(out.find("resuming: 7 tensors"), std::string::npos) << out;
   EXPECT_EQ(read_text_file(dir + "/resumed.json"), read_text_file(dir + "/fresh.json"));
+  // Resuming with settings that change the probes is refused, naming the flag; the file is kept.
+  const std::string before = read_text_file(dir + "/resumed.json");
+  const std::string other = "sensitivity -m " + model_path + " -f " + text_path +
+                            " -c 128 -b 128 --chunks 1 -t 2 --types Q4_0 --top 0";
+  EXPECT_NE(test::run_command(std::string(QLENS_BINARY) + " " + other + " --json " + dir + "/resumed.json --resume",
+                              &out),
+            0);
+  EXPECT_TRUE(test::contains(out, "--types: Q4_0,Q8_0 in the file, Q4_0 now")) << out;
+  EXPECT_EQ(read_text_file(dir + "/resumed.json"), before);
 }
 
 }  // namespace

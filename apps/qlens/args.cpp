@@ -14,6 +14,7 @@
 
 #include "core/parallel.h"
 #include "qlens/error.h"
+#include "qlens/model.h"
 
 namespace qlens::cli {
 
@@ -208,6 +209,21 @@ void add_cache_type_option(ArgParser& p, DType* out) {
   }, "TYPE", help);
 }
 
+namespace {
+
+// Every run that loads a model says where it runs, on stderr (llama.cpp's
+// users read its device lines the same way).
+void announce_device(const DeviceInfo& d, int n_gpu_layers) {
+  if (d.id == "cpu") {
+    std::fprintf(stderr, "device: cpu, %s\n", d.name.c_str());
+    return;
+  }
+  const std::string layers = n_gpu_layers < 0 ? std::string("every layer") : "-ngl " + std::to_string(n_gpu_layers);
+  std::fprintf(stderr, "device: %s, %s (%s; the rest on the CPU)\n", d.id.c_str(), d.name.c_str(), layers.c_str());
+}
+
+}  // namespace
+
 void resolve_device(const ArgParser& p, DeviceFlags& flags) {
   const bool ngl_set = p.was_set("-ngl");
   if (!flags.device.empty()) {
@@ -216,6 +232,7 @@ void resolve_device(const ArgParser& p, DeviceFlags& flags) {
     for (const DeviceInfo& d : list_devices()) {
       if (d.id == flags.device) {
         if (!ngl_set) flags.n_gpu_layers = -1;
+        announce_device(d, flags.n_gpu_layers);
         return;
       }
       known += (known.empty() ? "" : ", ") + d.id;
@@ -223,7 +240,10 @@ void resolve_device(const ArgParser& p, DeviceFlags& flags) {
     throw Error("--device " + flags.device + ": no such device (devices here: " + known + "; see qlens devices)");
   }
   flags.device = "cpu";
-  if (!ngl_set || flags.n_gpu_layers == 0) return;
+  if (!ngl_set || flags.n_gpu_layers == 0) {
+    announce_device(cpu_device_info(), 0);
+    return;
+  }
   // A software Vulkan device (lavapipe) runs on the CPU cores, slower than
   // the CPU backend: it is used only when named with --device.
   bool software = false;
@@ -235,12 +255,21 @@ void resolve_device(const ArgParser& p, DeviceFlags& flags) {
     }
     flags.device = d.id;
     std::fprintf(stderr, "note: -ngl %d: running on %s (%s)\n", flags.n_gpu_layers, d.id.c_str(), d.name.c_str());
+    announce_device(d, flags.n_gpu_layers);
     return;
   }
   std::fprintf(stderr, "note: -ngl %d: no GPU device found, running on the CPU%s\n", flags.n_gpu_layers,
                software ? " (software Vulkan devices are used only with --device)" : "");
+  announce_device(cpu_device_info(), 0);
 }
 
 int default_threads() { return default_thread_count(); }
+
+void resolve_context_size(int64_t& n_ctx, const Model& model, const std::string& command) {
+  if (n_ctx != 0) return;
+  n_ctx = model.hparams().n_ctx_train;
+  std::fprintf(stderr, "note: qlens %s: -c 0: the model's training context, %lld tokens\n", command.c_str(),
+               static_cast<long long>(n_ctx));
+}
 
 }  // namespace qlens::cli

@@ -10,6 +10,10 @@
 
 #include "qlens/types.h"
 
+namespace qlens {
+class Model;
+}
+
 namespace qlens::cli {
 
 class ArgParser {
@@ -62,6 +66,10 @@ class ArgParser {
 
 // Thread count as -t gives it: <= 0 means one per core.
 int default_threads();
+
+// -c 0 as llama.cpp reads it: the model's training context
+// (general's context_length), said on stderr. Other values stay.
+void resolve_context_size(int64_t& n_ctx, const Model& model, const std::string& command);
 
 // Where a command runs, as llama.cpp users say it: --device ID and
 // -ngl/--n-gpu-layers N. add_device_options registers both;

@@ -84,7 +84,7 @@ int cmd_compare(int argc, char** argv) {
   p.add({"--ref"}, &ref_path, "FILE", "the reference model (required unless --kl-divergence-base reads one)");
   p.add({"-m", "--model"}, &test_path, "FILE", "the model to compare with it (required)");
   p.add({"-f", "--file"}, &text_path, "FILE", "text (required)");
-  p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512)");
+  p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512; 0: the model's training context)");
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 512, at most CTX)");
   p.add({"--chunks"}, &opt.max_chunks, "N", "at most N chunks (default: all)");
   p.add({"--nodes"}, &opt.nodes_regex, "REGEX", "only nodes whose name matches (e.g. 'l_out|ffn_out'; one must)");
@@ -129,6 +129,7 @@ int cmd_compare(int argc, char** argv) {
 
   auto ref = Model::load(ref_path);
   auto test = Model::load(test_path);
+  resolve_context_size(opt.n_ctx, *ref, "compare");
   const std::string text = read_text_file(text_path);
   const auto tokens = ref->vocab().tokenize(text, /*add_special=*/true);
   const int64_t available = static_cast<int64_t>(tokens.size()) / std::max<int64_t>(opt.n_ctx, 1);

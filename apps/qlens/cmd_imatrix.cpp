@@ -50,7 +50,7 @@ int cmd_imatrix(int argc, char** argv) {
   p.add({"-m", "--model"}, &model_path, "FILE", "model GGUF file");
   p.add({"-f", "--file"}, &text_path, "FILE", "calibration text");
   p.add({"-o", "--output-file"}, &out_path, "FILE", "output (default imatrix.gguf)");
-  p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512)");
+  p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512; 0: the model's training context)");
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 512, at most CTX)");
   p.add({"--chunks"}, &opt.max_chunks, "N", "process at most N chunks (default: all)");
   p.add({"--chunk", "--from-chunk"}, &opt.first_chunk, "N", "start at chunk N of the text (default 0)");
@@ -124,6 +124,7 @@ int cmd_imatrix(int argc, char** argv) {
     throw Error("qlens imatrix: --resume continues a checkpoint, which already holds its --in-file data; "
                 "drop --in-file");
   auto model = Model::load(model_path);
+  resolve_context_size(opt.n_ctx, *model, "imatrix");
   const std::string text = read_text_file(text_path);
   const auto tokens = model->vocab().tokenize(text, /*add_special=*/true, parse_special);
 

@@ -44,7 +44,7 @@ int cmd_perplexity(int argc, char** argv) {
               "empty cache with BOS as its first token, and only the second half of each chunk scored.");
   p.add({"-m", "--model"}, &model_path, "FILE", "model GGUF file (required)");
   p.add({"-f", "--file"}, &text_path, "FILE", "text file (required)");
-  p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512)");
+  p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512; 0: the model's training context)");
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 2048, at most CTX)");
   p.add({"--chunks"}, &opt.max_chunks, "N", "evaluate at most N chunks (default: all)");
   p.add({"--json"}, &json_path, "FILE", "also write the result as JSON");
@@ -89,6 +89,10 @@ int cmd_perplexity(int argc, char** argv) {
                 std::to_string(opt.n_batch));
 
   auto model = Model::load(model_path);
+  resolve_context_size(opt.n_ctx, *model, "perplexity");
+  if (opt.n_batch < opt.n_ctx && opt.n_batch > 0 && opt.n_ctx % opt.n_batch != 0)
+    throw Error("qlens perplexity: -c " + std::to_string(opt.n_ctx) + " (the model's training context) must be a "
+                "multiple of -b " + std::to_string(opt.n_batch));
   const std::string text = read_text_file(text_path);
   const auto tokens = model->vocab().tokenize(text, /*add_special=*/true);
   const int64_t available = static_cast<int64_t>(tokens.size()) / std::max<int64_t>(opt.n_ctx, 1);

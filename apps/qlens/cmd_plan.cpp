@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "core/text_file.h"
 #include "qlens/error.h"
+#include "qlens/model.h"
 #include "tools/plan.h"
 #include "tools/plan_json.h"
 #include "tools/plan_validate.h"
@@ -104,15 +105,15 @@ int cmd_plan(int argc, char** argv) {
   p.add({"-f", "--file"}, &vopt.text_path, "FILE", "--validate: held-out text");
   p.add({"-m", "--model"}, &model_path, "FILE", "--validate: the model (default: the one in the sensitivity file)");
   p.add({"--imatrix"}, &vopt.imatrix_path, "FILE", "--validate: imatrix for quantizing");
-  p.add({"-c", "--ctx-size"}, &vopt.n_ctx, "N", "--validate: tokens per chunk (default 512)");
+  p.add({"-c", "--ctx-size"}, &vopt.n_ctx, "N", "--validate: tokens per chunk (default 512; 0: the model's training context)");
   p.add({"--chunks"}, &vopt.max_chunks, "N", "--validate: chunks compared (default 16)");
   p.add({"--work-dir"}, &work_dir, "DIR", "--validate: where the quantized files go (default: next to -o, or .)");
   p.add({"-t", "--threads"}, &vopt.n_threads, "N", "threads (default: one per core)");
   DeviceFlags dev;
   add_device_options(p, &dev);
   if (!p.parse(argc, argv)) return 0;
-  resolve_device(p, dev);
-  vopt.device = dev.device;
+  if (validate) resolve_device(p, dev);  // a plan alone runs no model
+  vopt.device = dev.device.empty() ? "cpu" : dev.device;
   vopt.n_gpu_layers = dev.n_gpu_layers;
   if (sens_path.empty()) throw Error("qlens plan: --sensitivity FILE is required");
   if (p.was_set("--target-bpw") && !(target_bpw > 0 && target_bpw <= 32))
@@ -156,6 +157,7 @@ int cmd_plan(int argc, char** argv) {
   std::vector<tools::ValidationRow> validation;
   if (validate) {
     vopt.model_path = model_path.empty() ? table.model : model_path;
+    if (vopt.n_ctx == 0) resolve_context_size(vopt.n_ctx, *Model::load(vopt.model_path), "plan --validate");
     std::filesystem::path dir = !work_dir.empty() ? std::filesystem::path(work_dir)
                                 : std::filesystem::path(out_path).parent_path();
     if (dir.empty()) dir = std::filesystem::current_path();

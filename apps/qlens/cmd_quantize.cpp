@@ -8,6 +8,7 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
+#include "tools/imatrix_file.h"
 #include "tools/quantize.h"
 
 namespace qlens::cli {
@@ -85,7 +86,11 @@ int cmd_quantize(int argc, char** argv) {
 
   if (dry_run) {
     auto in = gguf::File::open(in_path);
-    const auto plan = tools::plan_quantization(*in, opt);
+    auto plan = tools::plan_quantization(*in, opt);
+    if (!opt.imatrix_path.empty()) {
+      plan.imatrix_coverage = tools::quantize_imatrix_coverage(*in, plan, tools::load_imatrix(opt.imatrix_path));
+      tools::print_imatrix_coverage(std::cerr, *plan.imatrix_coverage);
+    }
     tools::print_plan(plan, std::cout);
     if (!json_path.empty()) write_file_atomic(json_path, tools::quantize_plan_json(plan, in_path, "", opt));
     return 0;

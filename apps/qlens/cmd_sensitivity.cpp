@@ -10,7 +10,9 @@
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "tools/progress.h"
+#include "tools/imatrix_coverage.h"
 #include "tools/sensitivity.h"
+#include "tools/tensor_names.h"
 
 namespace qlens::cli {
 
@@ -67,7 +69,7 @@ int cmd_sensitivity(int argc, char** argv) {
         "tensors together and the rest alone: for reading, plan needs tensor)");
   p.add({"--noise-levels"}, &levels, "A[,B]", "noise RMS relative to each tensor's RMS (default 0.05; two levels also fit the exponent)");
   p.add({"--tensors"}, &opt.tensors_regex, "REGEX", "only weights whose name matches");
-  p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512)");
+  p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512; 0: the model's training context)");
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 512)");
   p.add({"--chunks"}, &opt.max_chunks, "N", "chunks per evaluation (default 8)");
   p.add({"--top-k"}, &opt.top_k, "K", "reference log-probabilities kept per token (default 256)");
@@ -103,11 +105,21 @@ int cmd_sensitivity(int argc, char** argv) {
   opt.noise_levels = parse_levels(levels);
 
   auto model = Model::load(model_path);
+  resolve_context_size(opt.n_ctx, *model, "sensitivity");
   for (const auto& [name, w] : model->weights())
     if (type_traits(w->type).is_quantized)
       throw Error("qlens sensitivity: " + model_path + " is quantized (" + name + " is " +
                   std::string(type_name(w->type)) + "); give the F32/F16/BF16 model");
   const auto tokens = model->vocab().tokenize(read_text_file(text_path), /*add_special=*/true);
+  if (!opt.imatrix_path.empty()) {
+    std::vector<std::string> probed, all;
+    for (const Tensor* w : tools::sensitivity_probed_weights(*model, opt.tensors_regex))
+      if (tools::tensor_role(w->name) != "token_embd") probed.push_back(w->name);
+    for (const auto& [name, w] : model->weights()) all.push_back(name);
+    tools::print_imatrix_coverage(
+        std::cerr, tools::imatrix_coverage(tools::load_imatrix(opt.imatrix_path), probed, all,
+                                           model->file().try_string("general.name").value_or("")));
+  }
 
   std::unique_ptr<tools::SensitivityResult> previous;
   if (resume && std::filesystem::exists(json_path)) {
@@ -115,6 +127,14 @@ int cmd_sensitivity(int argc, char** argv) {
         tools::sensitivity_from_json(read_text_file(json_path), json_path));
     if (previous->model_path != model_path)
       throw Error("--resume: " + json_path + " was made for " + previous->model_path + ", not " + model_path);
+    tools::SensitivityOptions then = previous->settings;
+    if (!previous->settings_recorded) {  // schema 1: only the mode was written
+      then = opt;
+      then.mode = previous->mode;
+    }
+    if (const std::string mismatch = tools::sensitivity_settings_mismatch(then, opt); !mismatch.empty())
+      throw Error("--resume: " + json_path + " was made with other settings (" + mismatch +
+                  "); give the same flags, or another --json file to start afresh");
     std::fprintf(stderr, "resuming: %zu tensors already measured\n", previous->tensors.size());
   }
 

@@ -94,6 +94,8 @@ struct DeviceInfo {
   uint64_t memory_bytes = 0;
 };
 std::vector<DeviceInfo> list_devices();
+// The CPU's entry of list_devices() alone (no GPU driver is asked).
+DeviceInfo cpu_device_info();
 // The backend for a device id; throws Error naming the id and the devices
 // there are when it does not exist.
 std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads = 0);

@@ -26,14 +26,17 @@ std::string cpu_name() {
 
 }  // namespace
 
-std::vector<DeviceInfo> list_devices() {
-  std::vector<DeviceInfo> out;
+DeviceInfo cpu_device_info() {
   DeviceInfo cpu;
   cpu.id = "cpu";
   cpu.name = cpu_name() + " (" + std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " threads, " +
              cpu::isa_name(cpu::best_isa()) + " kernels, int8 GEMM: " + cpu::int8_kernel_name(cpu::best_isa()) + ")";
   cpu.kind = "cpu";
-  out.push_back(cpu);
+  return cpu;
+}
+
+std::vector<DeviceInfo> list_devices() {
+  std::vector<DeviceInfo> out = {cpu_device_info()};
 #ifdef QLENS_VULKAN
   for (DeviceInfo& d : vulkan::devices()) out.push_back(std::move(d));
 #endif

@@ -150,8 +150,8 @@ void write_node_stats_json(JsonWriter& w, const NodeStats& s) {
 
 void write_node_json(JsonWriter& w, const NodeComparison& n) {
   w.begin_object();
-  w.key("name"); w.value(n.name);
-  w.key("layer"); w.value(n.layer);
+  w.key("node"); w.value(n.name);
+  w.key("layer"); layer_or_null(w, n.layer);
   w.key("kind"); w.value(n.kind);
   w.key("count"); w.value(n.error.count);
   w.key("non_finite"); w.value(n.error.non_finite);
@@ -177,11 +177,10 @@ void write_value_with_error(JsonWriter& w, const char* key, const ValueWithError
 
 void write_logits_json(JsonWriter& w, const LogitSummary& s) {
   w.begin_object();
-  w.key("n_tokens"); w.value(s.n_tokens);
+  w.key("n_tokens_scored"); w.value(s.n_tokens);
   w.key("kld");
   w.begin_object();
-  w.key("mean"); w.value(s.kld_mean.value);
-  w.key("mean_error"); w.value(s.kld_mean.error);
+  write_value_with_error(w, "mean", s.kld_mean);
   const std::pair<const char*, double> percentiles[] = {
       {"max", s.kld_max}, {"p99_9", s.kld_p99_9}, {"p99", s.kld_p99}, {"p95", s.kld_p95},
       {"p90", s.kld_p90}, {"median", s.kld_median}, {"p10", s.kld_p10}, {"p5", s.kld_p5},
@@ -212,8 +211,8 @@ void write_growth_json(JsonWriter& w, const ErrorGrowth& growth) {
   for (const auto& c : growth.first_exceeding) {
     w.begin_object();
     w.key("threshold"); w.value(c.threshold);
-    w.key("node"); if (c.node.empty()) w.null(); else w.value(c.node);
-    w.key("layer"); w.value(c.layer);
+    w.key("node"); string_or_null(w, c.node);
+    w.key("layer"); layer_or_null(w, c.layer);
     w.end_object();
   }
   w.end_array();
@@ -225,7 +224,7 @@ void write_growth_json(JsonWriter& w, const ErrorGrowth& growth) {
   w.begin_array();
   for (const auto& g : growth.layers) {
     w.begin_object();
-    w.key("layer"); w.value(g.layer);
+    w.key("layer"); layer_or_null(w, g.layer);
     w.key("l_out_nmse"); w.value(g.l_out_nmse);
     w.key("l_out_ratio"); w.value(g.l_out_ratio);
     w.key("jump_from"); if (g.jump_from.empty()) w.null(); else w.value(g.jump_from);
@@ -234,18 +233,6 @@ void write_growth_json(JsonWriter& w, const ErrorGrowth& growth) {
     w.end_object();
   }
   w.end_array();
-  w.end_object();
-}
-
-void write_meta_json(JsonWriter& w, const CompareMeta& meta) {
-  w.begin_object();
-  w.key("ref_path"); w.value(meta.ref_path);
-  w.key("test_path"); w.value(meta.test_path);
-  w.key("text_path"); w.value(meta.text_path);
-  w.key("n_ctx"); w.value(meta.n_ctx);
-  w.key("n_batch"); w.value(meta.n_batch);
-  w.key("n_chunks"); w.value(meta.n_chunks);
-  w.key("n_tokens"); w.value(meta.n_tokens);
   w.end_object();
 }
 
@@ -485,8 +472,9 @@ void write_compare_json(std::ostream& out, const CompareMeta& meta, const std::v
   w.begin_object();
   w.key("n_ctx"); w.value(meta.n_ctx);
   w.key("n_batch"); w.value(meta.n_batch);
+  w.key("n_chunks"); w.value(meta.n_chunks);
   w.end_object();
-  w.key("meta"); write_meta_json(w, meta);
+  w.key("n_tokens_evaluated"); w.value(meta.n_tokens);
   w.key("logits"); write_logits_json(w, logits);
   w.key("nodes");
   w.begin_array();
@@ -512,11 +500,11 @@ void write_compare_json(std::ostream& out, const CompareMeta& meta, const std::v
 }
 
 void write_compare_csv(std::ostream& out, const std::vector<NodeComparison>& nodes) {
-  out << "name,layer,kind,count,non_finite,rmse,nmse,sqnr_db,cosine,max_abs,token_nmse_median,token_nmse_p99,"
+  out << "node,layer,kind,count,non_finite,rmse,nmse,sqnr_db,cosine,max_abs,token_nmse_median,token_nmse_p99,"
          "ref_count,ref_min,ref_max,ref_mean,ref_std,ref_nan,ref_inf,"
          "test_count,test_min,test_max,test_mean,test_std,test_nan,test_inf\n";
   for (const auto& n : nodes) {
-    out << csv_field(n.name) << ',' << n.layer << ',' << csv_field(n.kind) << ',' << n.error.count << ','
+    out << csv_field(n.name) << ',' << (n.layer >= 0 ? std::to_string(n.layer) : std::string()) << ',' << csv_field(n.kind) << ',' << n.error.count << ','
         << n.error.non_finite << ',' << shortest(n.rmse()) << ',' << shortest(n.nmse()) << ','
         << shortest(n.sqnr_db()) << ',' << shortest(n.cosine()) << ',' << shortest(n.max_abs()) << ','
         << shortest(n.token_nmse_median()) << ',' << shortest(n.token_nmse_p99());

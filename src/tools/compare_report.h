@@ -148,7 +148,7 @@ struct CompareMeta {
   int64_t n_ctx = 0, n_batch = 0, n_chunks = 0, n_tokens = 0;
 };
 
-inline constexpr int kCompareJsonSchemaVersion = 1;
+inline constexpr int kCompareJsonSchemaVersion = 2;
 
 // The whole comparison as one JSON object (docs/COMPARE.md gives the schema).
 // Non-finite numbers are written as null.

@@ -109,6 +109,7 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
     throw Error(m.path + ": made with chunks of " + std::to_string(m.chunk_size) + " tokens, this run uses -c " +
                 std::to_string(opt.n_ctx));
   m.chunk_size = opt.n_ctx;
+  if (m.model_name.empty()) m.model_name = model.file().try_string("general.name").value_or("");
   if (!opt.dataset.empty() && std::find(m.datasets.begin(), m.datasets.end(), opt.dataset) == m.datasets.end())
     m.datasets.push_back(opt.dataset);
 

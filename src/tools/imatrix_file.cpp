@@ -98,6 +98,7 @@ Imatrix load_gguf(const std::string& path) {
   if (auto ds = f->try_string_array("imatrix.datasets")) m.datasets = *ds;
   m.chunk_count = f->try_int("imatrix.chunk_count").value_or(0);
   m.chunk_size = f->try_int("imatrix.chunk_size").value_or(0);
+  m.model_name = f->try_string("qlens.imatrix.model_name").value_or("");
   m.run.next_chunk = f->try_int("qlens.imatrix.next_chunk").value_or(-1);
   m.run.nll_sum = f->try_float("qlens.imatrix.nll_sum").value_or(0);
   m.run.nll_sq_sum = f->try_float("qlens.imatrix.nll_sq_sum").value_or(0);
@@ -187,6 +188,7 @@ void save_imatrix_gguf(const Imatrix& m, const std::string& path) {
   w.set("imatrix.datasets", gguf::Value::make_string_array(m.datasets));
   w.set("imatrix.chunk_count", gguf::Value::make_u32(static_cast<uint32_t>(m.chunk_count)));
   w.set("imatrix.chunk_size", gguf::Value::make_u32(static_cast<uint32_t>(m.chunk_size)));
+  if (!m.model_name.empty()) w.set("qlens.imatrix.model_name", gguf::Value::make_string(m.model_name));
   if (m.run.next_chunk >= 0) {
     w.set("qlens.imatrix.next_chunk", gguf::Value::make_i64(m.run.next_chunk));
     w.set("qlens.imatrix.nll_sum", gguf::Value::make_f64(m.run.nll_sum));

@@ -36,6 +36,7 @@ struct Imatrix {
   std::string path;
   std::map<std::string, ImatrixEntry> entries;  // by weight tensor name
   std::vector<std::string> datasets;
+  std::string model_name;  // general.name of the model it was collected on ("" unknown); qlens.imatrix.model_name
   int64_t chunk_count = 0;
   int64_t chunk_size = 0;
   // Counts in chunks rather than rows: a legacy .dat (its ncall); the sums

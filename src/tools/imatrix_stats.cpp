@@ -10,6 +10,7 @@
 
 #include "core/json_writer.h"
 #include "tools/json_header.h"
+#include "tools/tensor_names.h"
 #include "core/text_table.h"
 #include "qlens/error.h"
 
@@ -353,13 +354,9 @@ constexpr const char* kLayerLegend = R"(  Layer table: tensors counted per layer
 
 void write_tensor_json(JsonWriter& w, const ImatrixTensorStats& t) {
   w.begin_object();
-  w.key("name"); w.value(t.name);
-  w.key("layer");
-  if (t.layer >= 0)
-    w.value(t.layer);
-  else
-    w.null();
-  w.key("kind"); w.value(t.kind);
+  w.key("tensor"); w.value(t.name);
+  w.key("layer"); layer_or_null(w, t.layer);
+  w.key("role"); w.value(tensor_role(t.name));
   w.key("n_cols"); w.value(t.n_cols);
   w.key("n_mat"); w.value(t.n_mat);
   w.key("unused_experts"); w.value(t.unused_experts);
@@ -468,6 +465,7 @@ void combine_imatrix(Imatrix& into_in, const Imatrix& other_in) {
   unite_datasets(into.datasets, other.datasets);
   into.chunk_count += other.chunk_count;
   into.chunk_size = chunk_size;
+  if (into.model_name.empty()) into.model_name = other.model_name;
   if (into_ptr != &into_in) into_in = std::move(into);
 }
 
@@ -564,16 +562,16 @@ void print_imatrix_statistics(std::ostream& out, const ImatrixStatistics& s) {
 
 void write_imatrix_statistics_json(std::ostream& out, const ImatrixStatistics& s) {
   JsonWriter w(out, /*pretty=*/true);
-  write_json_header(w, "qlens imatrix", 1, {{"imatrix", s.path}});
+  write_json_header(w, "qlens imatrix", kImatrixStatisticsJsonSchemaVersion, {{"imatrix", s.path}});
   w.key("settings");
   w.begin_object();
   w.key("statistics"); w.value(true);
   w.end_object();
-  w.key("file"); w.value(s.path);
   w.key("datasets");
   w.array(s.datasets);
   w.key("chunk_count"); w.value(s.chunk_count);
-  w.key("chunk_size"); w.value(s.chunk_size);
+  w.key("chunk_size");  // tokens per chunk; null when the file does not say
+  if (s.chunk_size > 0) w.value(s.chunk_size); else w.null();
   w.key("active_threshold_relative_to_mean"); w.value(kImatrixActiveRelativeThreshold);
   w.key("experts"); w.value("pooled");
   w.key("tensors");

@@ -126,7 +126,8 @@ ImatrixStatistics compute_imatrix_statistics(const Imatrix& m);
 // Aligned tables (tensors, then layers) and a legend saying how to read them.
 void print_imatrix_statistics(std::ostream& out, const ImatrixStatistics& s);
 
-// The same figures as JSON (snake_case keys; NaN as null).
+// The same figures as JSON (docs/JSON.md; NaN as null).
+constexpr int kImatrixStatisticsJsonSchemaVersion = 2;
 void write_imatrix_statistics_json(std::ostream& out, const ImatrixStatistics& s);
 
 }  // namespace qlens::tools

@@ -13,6 +13,8 @@
 #include "core/json_reader.h"
 #include "core/text_file.h"
 #include "qlens/error.h"
+#include "tools/json_header.h"
+#include "tools/sensitivity.h"
 
 namespace qlens::tools {
 
@@ -61,11 +63,11 @@ void read_candidate(const JsonValue& c, PlanTensor& tensor, std::vector<std::str
 
 PlanTensor read_tensor(const JsonValue& t, std::vector<std::string>& notes) {
   PlanTensor tensor;
-  tensor.name = t.at("name").as_string();
-  if (tensor.name.empty()) throw Error(t.at("name").where() + ": empty tensor name");
+  const JsonValue& name = at_either(t, {"tensor", "name"});  // "name" in schema 1
+  tensor.name = name.as_string();
+  if (tensor.name.empty()) throw Error(name.where() + ": empty tensor name");
   tensor.role = optional_string(t, "role");
-  const JsonValue* layer = t.find("layer");
-  tensor.layer = layer && !layer->is_null() ? static_cast<int>(layer->as_int()) : -1;
+  tensor.layer = read_layer(t);
   const JsonValue& n_elements = t.at("n_elements");
   tensor.n_elements = static_cast<int64_t>(non_negative_int(n_elements, "n_elements"));
   const JsonValue& candidates = t.at("candidates");
@@ -82,13 +84,10 @@ PlanTensor read_tensor(const JsonValue& t, std::vector<std::string>& notes) {
 SensitivityTable parse_sensitivity_json(std::string_view text, const std::string& source) {
   const JsonValue doc = parse_json(text, source);
   if (!doc.is_object()) throw Error(source + ": expected a JSON object (a qlens sensitivity table)");
-  const JsonValue& version = doc.at("schema_version");
-  if (version.as_int() != 1)
-    throw Error(version.where() + ": unsupported schema_version " + std::to_string(version.as_int()) +
-                " (this qlens reads 1)");
+  const int version = read_schema_version(doc, kSensitivityJsonSchemaVersion, "a qlens sensitivity table");
 
   SensitivityTable table;
-  table.model = optional_string(doc, "model");
+  table.model = version == 1 ? optional_string(doc, "model") : optional_string(doc.at("inputs"), "model");
   table.fixed_bytes = non_negative_int(doc.at("fixed_bytes"), "fixed_bytes");
   if (const JsonValue* complete = doc.find("complete"); complete && !complete->is_null())
     table.complete = complete->as_bool();
@@ -101,6 +100,9 @@ SensitivityTable parse_sensitivity_json(std::string_view text, const std::string
   for (const JsonValue& t : tensors.as_array()) {
     PlanTensor tensor = read_tensor(t, table.notes);
     if (!names.insert(tensor.name).second) throw Error(t.where() + ": tensor " + tensor.name + " appears twice");
+    if (tensor.n_elements > std::numeric_limits<int64_t>::max() - planned_elements)
+      throw Error(t.at("n_elements").where() + ": " + std::to_string(tensor.n_elements) +
+                  " elements make the tensors' total exceed 2^63 - 1");
     planned_elements += tensor.n_elements;
     table.tensors.push_back(std::move(tensor));
   }

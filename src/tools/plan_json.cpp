@@ -19,9 +19,13 @@ void value_with_error(JsonWriter& w, double value, double error) {
   w.end_object();
 }
 
-void write_header(JsonWriter& w, const PlanJsonContext& c) {
+void write_header(JsonWriter& w, const PlanJsonContext& c, const SensitivityTable& table,
+                  const std::vector<ValidationRow>* rows) {
+  // sensitivity_model: the model the sensitivity file was measured on (as
+  // that file names it).
   write_json_header(w, "qlens plan", kPlanJsonSchemaVersion,
                     {{"sensitivity", c.sensitivity_path},
+                     {"sensitivity_model", table.model},
                      {"model", c.model_path},
                      {"imatrix", c.imatrix_path},
                      {"held_out_text", c.held_out_text_path}});
@@ -40,6 +44,17 @@ void write_header(JsonWriter& w, const PlanJsonContext& c) {
   w.key("outputs");
   w.begin_object();
   w.key("tensor_type_file"); string_or_null(w, c.tensor_type_file);
+  w.key("validation_models");  // by the validation row's mix
+  if (rows) {
+    w.begin_object();
+    for (const ValidationRow& r : *rows) {
+      w.key(r.name);
+      string_or_null(w, r.path);
+    }
+    w.end_object();
+  } else {
+    w.null();
+  }
   w.end_object();
 }
 
@@ -117,20 +132,18 @@ void write_type_totals(JsonWriter& w, const SensitivityTable& table, const Plan&
   w.end_array();
 }
 
-void write_validation(JsonWriter& w, const PlanJsonContext& c, const std::vector<ValidationRow>* rows) {
+void write_validation(JsonWriter& w, const std::vector<ValidationRow>* rows) {
   w.key("validation");
   if (!rows) {
     w.null();
     return;
   }
   w.begin_object();
-  w.key("held_out_text"); string_or_null(w, c.held_out_text_path);
   w.key("rows");
   w.begin_array();
   for (const ValidationRow& r : *rows) {
     w.begin_object();
-    w.key("name"); w.value(r.name);
-    w.key("path"); string_or_null(w, r.path);
+    w.key("mix"); w.value(r.name);
     w.key("bytes"); w.value(r.bytes);
     w.key("bits_per_weight"); w.value(r.bpw);
     w.key("predicted_kld"); w.value(r.predicted_kld);  // NaN (a type not probed): null
@@ -150,15 +163,14 @@ std::string plan_json(const SensitivityTable& table, const Plan& plan, const Pla
                       const std::vector<ValidationRow>* validation) {
   std::ostringstream s;
   JsonWriter w(s, /*pretty=*/true);
-  write_header(w, context);  // opens the document's object
-  w.key("sensitivity_model"); string_or_null(w, table.model);
+  write_header(w, context, table, validation);  // opens the document's object
   w.key("complete_sensitivity"); w.value(table.complete);
   write_totals(w, table, plan);
   write_type_totals(w, table, plan);
   write_tensors(w, table, plan);
   w.key("notes");
   w.array(table.notes);
-  write_validation(w, context, validation);
+  write_validation(w, validation);
   w.end_object();
   s << "\n";
   return s.str();

@@ -14,7 +14,7 @@
 
 namespace qlens::tools {
 
-inline constexpr int kPlanJsonSchemaVersion = 1;
+inline constexpr int kPlanJsonSchemaVersion = 2;
 
 // What the plan was made from and with; empty strings and NaN are written
 // as null (unknown or not given).

@@ -18,6 +18,7 @@
 
 #include "core/human_bytes.h"
 #include "qlens/error.h"
+#include "tools/imatrix_coverage.h"
 #include "tools/imatrix_file.h"
 #include "tools/user_regex.h"
 
@@ -400,6 +401,22 @@ std::string quantize_plan_json(const QuantizePlan& plan, const std::string& in_p
     w.end_object();
   }
   w.end_array();
+  w.key("imatrix_coverage");
+  if (const auto& c = plan.imatrix_coverage) {
+    w.begin_object();
+    w.key("n_weights"); w.value(c->n_weights);
+    w.key("n_covered"); w.value(c->n_covered());
+    w.key("missing"); w.array(c->missing);
+    w.key("no_data"); w.array(c->no_data);
+    w.key("unmatched"); w.array(c->unmatched);
+    w.key("collected_on"); string_or_null(w, c->collected_on);
+    w.key("chunk_count"); if (c->chunk_count > 0) w.value(c->chunk_count); else w.null();
+    w.key("datasets"); w.array(c->datasets);
+    w.key("warnings"); w.array(c->warnings());
+    w.end_object();
+  } else {
+    w.null();
+  }
   w.key("totals");
   w.begin_object();
   w.key("bytes"); w.value(plan.total_bytes);
@@ -471,6 +488,16 @@ void quantize_tensor(const gguf::TensorInfo& t, const uint8_t* src, DType to, co
 
 }  // namespace
 
+ImatrixCoverage quantize_imatrix_coverage(const gguf::File& in, const QuantizePlan& plan, const Imatrix& imatrix) {
+  std::vector<std::string> weights, all;
+  for (const TensorPlan& p : plan.tensors) {
+    all.push_back(p.name);
+    if (type_traits(p.to).is_quantized && p.to != p.from && tensor_role(p.name) != "token_embd")
+      weights.push_back(p.name);
+  }
+  return imatrix_coverage(imatrix, weights, all, in.try_string("general.name").value_or(""));
+}
+
 QuantizePlan quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& opt,
                             std::ostream& log) {
   auto in = gguf::File::open(in_path);
@@ -484,6 +511,10 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
   w.set("general.file_type", gguf::Value::make_u32(plan.from_mix ? plan.mix.file_type : file_type_of(plan)));
   w.set("general.quantization_version", gguf::Value::make_u32(2));
   w.set("quantize.qlens_version", gguf::Value::make_string(QLENS_VERSION));
+  if (imatrix) {
+    plan.imatrix_coverage = quantize_imatrix_coverage(*in, plan, *imatrix);
+    print_imatrix_coverage(log, *plan.imatrix_coverage);
+  }
   if (imatrix) {
     w.set("quantize.imatrix.file", gguf::Value::make_string(opt.imatrix_path));
     w.set("quantize.imatrix.entries_count", gguf::Value::make_i32(static_cast<int32_t>(imatrix->entries.size())));

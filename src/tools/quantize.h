@@ -13,6 +13,7 @@
 
 #include "qlens/gguf.h"
 #include "qlens/types.h"
+#include "tools/imatrix_coverage.h"
 
 namespace qlens::tools {
 
@@ -61,6 +62,7 @@ struct QuantizePlan {
   size_t total_bytes = 0;
   int64_t total_elements = 0;
   double bits_per_weight() const { return total_elements ? 8.0 * total_bytes / total_elements : 0; }
+  std::optional<ImatrixCoverage> imatrix_coverage;  // with --imatrix: what it covers (in the JSON)
 };
 
 // Decides every tensor's type. Throws Error for bad rules or refused inputs.
@@ -72,7 +74,12 @@ void print_plan(const QuantizePlan& plan, std::ostream& out);
 std::string quantize_plan_json(const QuantizePlan& plan, const std::string& in_path, const std::string& out_path,
                                const QuantizeOptions& opt);
 
-// Plans, quantizes and writes `out_path` (atomically). Logs per tensor to `log`.
+// The weights of the plan that use importance (quantized, but token_embd),
+// against the matrix.
+ImatrixCoverage quantize_imatrix_coverage(const gguf::File& in, const QuantizePlan& plan, const Imatrix& imatrix);
+
+// Plans, quantizes and writes `out_path` (atomically). Logs per tensor to `log`,
+// first the imatrix's coverage and warnings.
 QuantizePlan quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& opt,
                             std::ostream& log);
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <map>
 
 #include "core/text_file.h"
@@ -63,22 +64,31 @@ double error_of(const JsonValue& object, std::string_view key, std::string_view 
   return flat_error_key.empty() ? html::kNaN : optional_number(object, flat_error_key);
 }
 
-int layer_of(const JsonValue& object) {
-  const JsonValue* v = object.find("layer");
-  return !v || v->is_null() ? -1 : static_cast<int>(v->as_int());
+namespace {
+
+const JsonValue* find_dotted(const JsonValue& doc, std::string_view path) {
+  const JsonValue* v = &doc;
+  while (v && !path.empty()) {
+    const size_t dot = path.find('.');
+    v = v->find(path.substr(0, dot));
+    path = dot == std::string_view::npos ? std::string_view() : path.substr(dot + 1);
+  }
+  return v;
 }
 
+}  // namespace
+
 std::string first_string(const JsonValue& doc, std::initializer_list<std::string_view> dotted_paths) {
-  for (std::string_view path : dotted_paths) {
-    const JsonValue* v = &doc;
-    while (v && !path.empty()) {
-      const size_t dot = path.find('.');
-      v = v->find(path.substr(0, dot));
-      path = dot == std::string_view::npos ? std::string_view() : path.substr(dot + 1);
-    }
-    if (v && v->is_string() && !v->as_string().empty()) return v->as_string();
-  }
+  for (std::string_view path : dotted_paths)
+    if (const JsonValue* v = find_dotted(doc, path); v && v->is_string() && !v->as_string().empty())
+      return v->as_string();
   return "";
+}
+
+double first_number(const JsonValue& doc, std::initializer_list<std::string_view> dotted_paths) {
+  for (std::string_view path : dotted_paths)
+    if (const JsonValue* v = find_dotted(doc, path); v && v->is_number()) return v->as_number();
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 std::string facts(const std::vector<std::pair<std::string, std::string>>& items) {

@@ -25,8 +25,8 @@ std::vector<NodeRow> read_nodes(const JsonValue& doc) {
   std::vector<NodeRow> rows;
   for (const JsonValue& n : doc.at("nodes").as_array()) {
     NodeRow r;
-    r.name = n.at("name").as_string();
-    r.layer = layer_of(n);
+    r.name = at_either(n, {"node", "name"}).as_string();  // "name" in schema 1
+    r.layer = read_layer(n);
     r.kind = optional_string(n, "kind");
     if (r.kind.empty()) r.kind = r.name;
     r.nmse = number(n, "nmse");
@@ -49,14 +49,13 @@ std::string describe_node(const NodeRow& n) {
 
 std::string summary_html(const InputDocument& input) {
   const JsonValue& d = input.doc;
-  const JsonValue* meta = d.find("meta");
-  const auto meta_number = [&](std::string_view key) { return meta ? optional_number(*meta, key) : kNaN; };
-  return facts({{"reference", first_string(d, {"meta.ref_path", "inputs.reference", "inputs.ref"})},
-                {"test model", first_string(d, {"meta.test_path", "inputs.model", "inputs.test"})},
-                {"text", first_string(d, {"meta.text_path", "inputs.text"})},
-                {"chunks", html::format_integer(meta_number("n_chunks")) + " × " +
-                               html::format_integer(meta_number("n_ctx")) + " tokens"},
-                {"tokens evaluated", html::format_integer(meta_number("n_tokens"))}});
+  // Schema 1 kept the paths and sizes under "meta".
+  return facts({{"reference", first_string(d, {"inputs.ref", "meta.ref_path"})},
+                {"test model", first_string(d, {"inputs.model", "meta.test_path"})},
+                {"text", first_string(d, {"inputs.text", "meta.text_path"})},
+                {"chunks", html::format_integer(first_number(d, {"settings.n_chunks", "meta.n_chunks"})) + " × " +
+                               html::format_integer(first_number(d, {"settings.n_ctx", "meta.n_ctx"})) + " tokens"},
+                {"tokens evaluated", html::format_integer(first_number(d, {"n_tokens_evaluated", "meta.n_tokens"}))}});
 }
 
 // ---- the output distributions ----
@@ -99,14 +98,14 @@ std::string kld_chart(const JsonValue& kld, double mean) {
 
 std::string logits_html(const JsonValue& doc) {
   const JsonValue& logits = doc.at("logits");
-  const double n_tokens = optional_number(logits, "n_tokens");
+  const double n_tokens = first_number(logits, {"n_tokens_scored", "n_tokens"});
   if (!(n_tokens > 0))
     return "<h3>Output distributions</h3>" + note("The logits were not compared (no token scored).");
   const JsonValue& kld = logits.at("kld");
-  const double mean = number(kld, "mean");
+  const double mean = value_of(kld, "mean");
   std::string s = "<h3>Output distributions</h3>";
   s += facts({{"tokens scored", html::format_integer(n_tokens)},
-              {"mean KLD", html::format_with_error(mean, optional_number(kld, "mean_error"))},
+              {"mean KLD", html::format_with_error(mean, error_of(kld, "mean", "mean_error"))},
               {"median KLD", format_number(number(kld, "median"))},
               {"99% KLD", format_number(number(kld, "p99"))},
               {"same top token", html::format_percent(value_of(logits, "same_top")) + " ± " +
@@ -199,7 +198,7 @@ std::string growth_sentences(const JsonValue& growth) {
   const double jump = optional_number(growth, "largest_jump_layer");
   if (!std::isnan(jump))
     for (const JsonValue& l : growth.at("layers").as_array())
-      if (l.at("layer").as_int() == static_cast<int64_t>(jump))
+      if (read_layer(l) == static_cast<int>(jump))
         s += "<li>" +
              html::escape("the largest rise inside a layer: layer " + html::format_integer(jump) + ", " +
                           optional_string(l, "jump_from") + " → " + optional_string(l, "jump_to") + " (×" +
@@ -240,7 +239,7 @@ std::string routers_table(const JsonValue& doc) {
   if (!routers || routers->as_array().empty()) return "";
   html::Table table({{"layer"}, {"experts used"}, {"tokens"}, {"same set"}, {"same first"}, {"same selections"}});
   for (const JsonValue& r : routers->as_array())
-    table.add_row({std::to_string(layer_of(r)),
+    table.add_row({std::to_string(read_layer(r)),
                    html::format_integer(number(r, "n_used")) + " of " + html::format_integer(number(r, "n_expert")),
                    html::format_integer(number(r, "tokens")), html::format_percent(number(r, "set_agreement")),
                    html::format_percent(number(r, "top1_agreement")),

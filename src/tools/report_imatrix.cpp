@@ -29,8 +29,8 @@ std::vector<TensorImportance> read_tensors(const JsonValue& doc, bool* has_colum
   *has_columns = false;
   for (const JsonValue& t : doc.at("tensors").as_array()) {
     TensorImportance r;
-    r.name = t.at("name").as_string();
-    r.layer = layer_of(t);
+    r.name = at_either(t, {"tensor", "name"}).as_string();  // "name" in schema 1
+    r.layer = read_layer(t);
     r.n_cols = optional_number(t, "n_cols");
     r.sum = number(t, "sum_act2");
     r.mean = optional_number(t, "mean");
@@ -175,7 +175,7 @@ std::string expert_usage_table(const JsonValue& doc) {
   if (!usage || usage->as_array().empty()) return "";
   html::Table table({{"layer"}, {"experts"}, {"unused"}, {"rare"}, {"normalized entropy"}, {"busiest / even"}});
   for (const JsonValue& u : usage->as_array())
-    table.add_row({std::to_string(layer_of(u)), html::format_integer(number(u, "n_expert")),
+    table.add_row({std::to_string(read_layer(u)), html::format_integer(number(u, "n_expert")),
                    std::to_string(u.at("unused_experts").size()), std::to_string(u.at("rare_experts").size()),
                    format_number(optional_number(u, "normalized_entropy")),
                    format_number(optional_number(u, "max_over_even"))});
@@ -195,7 +195,7 @@ Section imatrix_section(const InputDocument& input, const ReportOptions& options
   if (const JsonValue* list = d.find("datasets"); list && list->is_array())
     for (const JsonValue& name : list->as_array()) datasets += (datasets.empty() ? "" : ", ") + name.as_string();
   std::string& s = section.html;
-  s = facts({{"imatrix", first_string(d, {"file", "inputs.imatrix"})},
+  s = facts({{"imatrix", first_string(d, {"inputs.imatrix", "file"})},
              {"calibration text", datasets.empty() ? std::string("–") : datasets},
              {"chunks", html::format_integer(optional_number(d, "chunk_count")) + " × " +
                             html::format_integer(optional_number(d, "chunk_size")) + " tokens"},

@@ -36,11 +36,10 @@ std::vector<PlannedTensor> read_tensors(const JsonValue& doc) {
   std::vector<PlannedTensor> tensors;
   for (const JsonValue& t : doc.at("tensors").as_array()) {
     PlannedTensor p;
-    const JsonValue* name = t.find("tensor");  // "name" in the first plan files
-    p.name = (name ? *name : t.at("name")).as_string();
+    p.name = at_either(t, {"tensor", "name"}).as_string();  // "name" in the first plan files
     p.role = optional_string(t, "role");
     if (p.role.empty()) p.role = p.name;
-    p.layer = layer_of(t);
+    p.layer = read_layer(t);
     p.type = t.at("type").as_string();
     p.bytes = number(t, "bytes");
     p.bpw = optional_number(t, "bits_per_weight");
@@ -70,7 +69,7 @@ std::vector<ValidationRow> read_validation(const JsonValue& validation) {
   std::vector<ValidationRow> rows;
   for (const JsonValue& r : validation.at("rows").as_array()) {
     ValidationRow v;
-    v.name = r.at("name").as_string();
+    v.name = at_either(r, {"mix", "name"}).as_string();  // "name" in schema 1
     v.bytes = number(r, "bytes");
     v.bpw = optional_number(r, "bits_per_weight");
     v.predicted = optional_number(r, "predicted_kld");
@@ -127,7 +126,7 @@ std::string summary_html(const JsonValue& doc, const std::vector<ValidationRow>&
       settings && settings->is_object() ? optional_number(*settings, "target_bits_per_weight") : kNaN;
   std::vector<std::pair<std::string, std::string>> items = {
       {"sensitivity", first_string(doc, {"inputs.sensitivity"})},
-      {"model", first_string(doc, {"inputs.model", "sensitivity_model"})},
+      {"model", first_string(doc, {"inputs.model", "inputs.sensitivity_model", "sensitivity_model"})},
       {"budget", format_bytes(optional_number(totals, "budget_bytes")) +
                      (std::isnan(target_bpw) ? "" : " (" + format_number(target_bpw) + " bpw)")},
       {"size", format_bytes(bytes) + " (" + html::format_integer(bytes) + " bytes), " +
@@ -203,7 +202,7 @@ std::string validation_html(const JsonValue& doc, const std::vector<ValidationRo
   if (!validation || validation->is_null())
     return s + note("This plan was not validated: `qlens plan ... --validate -f HELD_OUT.txt --json PLAN.json` "
                     "quantizes it and the uniform mixes nearest its size and measures each on held-out text.");
-  const std::string text = first_string(*validation, {"held_out_text"});
+  const std::string text = first_string(doc, {"inputs.held_out_text", "validation.held_out_text"});
   s += "<p>The plan and the uniform mixes nearest its size, each quantized and compared with the original" +
        html::escape(text.empty() ? std::string() : " on " + text) +
        ". Predicted: the sum of the per-tensor ΔKLD, a first-order estimate that treats the tensors' errors as "

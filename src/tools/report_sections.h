@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/json_reader.h"
+#include "tools/json_header.h"
 #include "tools/report.h"
 
 namespace qlens::tools::report_detail {
@@ -40,10 +41,10 @@ std::string optional_string(const JsonValue& object, std::string_view key);
 // A number, or the "value" of a {value, error} object (either spelling).
 double value_of(const JsonValue& object, std::string_view key);
 double error_of(const JsonValue& object, std::string_view key, std::string_view flat_error_key = "");
-// "layer": an integer, -1 (or null, or absent) outside the blocks.
-int layer_of(const JsonValue& object);
 // The first non-empty string found at one of the dotted paths ("meta.ref_path").
 std::string first_string(const JsonValue& doc, std::initializer_list<std::string_view> dotted_paths);
+// The first number found at one of the dotted paths; NaN when none is.
+double first_number(const JsonValue& doc, std::initializer_list<std::string_view> dotted_paths);
 
 // A paragraph of "key: value" facts (values escaped).
 std::string facts(const std::vector<std::pair<std::string, std::string>>& items);

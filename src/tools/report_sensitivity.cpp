@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "tools/json_header.h"
 #include "tools/report_html.h"
 #include "tools/report_sections.h"
 
@@ -36,10 +37,10 @@ std::vector<ProbedTensor> read_tensors(const JsonValue& list) {
   std::vector<ProbedTensor> tensors;
   for (const JsonValue& t : list.as_array()) {
     ProbedTensor p;
-    p.name = t.at("name").as_string();
+    p.name = at_either(t, {"tensor", "name"}).as_string();  // "name" in schema 1
     p.role = optional_string(t, "role");
     if (p.role.empty()) p.role = p.name;
-    p.layer = layer_of(t);
+    p.layer = read_layer(t);
     p.source_type = optional_string(t, "source_type");
     for (const JsonValue& c : t.at("candidates").as_array()) {
       Candidate k;
@@ -155,16 +156,16 @@ std::string top_tensors_table(std::vector<ProbedTensor> tensors, const std::vect
 }
 
 std::string summary_html(const JsonValue& d, size_t n_tensors) {
-  const JsonValue* reference = d.find("reference");
-  const std::string mode = optional_string(d, "mode");
+  const std::string mode = first_string(d, {"settings.mode", "mode"});
   return facts({{"model", first_string(d, {"model", "inputs.model"})},
                 {"text", first_string(d, {"text", "inputs.text"})},
                 {"imatrix", first_string(d, {"imatrix", "inputs.imatrix"}).empty()
                                 ? std::string("none")
                                 : first_string(d, {"imatrix", "inputs.imatrix"})},
                 {"mode", mode == "noise" ? "noise (ΔKLD predicted from a fit)" : "quant (ΔKLD measured)"},
-                {"tokens scored", html::format_integer(reference ? optional_number(*reference, "n_tokens") : kNaN)},
-                {"reference PPL", format_number(reference ? optional_number(*reference, "ppl") : kNaN, 5)},
+                {"tokens scored",
+                 html::format_integer(first_number(d, {"reference.n_tokens_scored", "reference.n_tokens"}))},
+                {"reference PPL", format_number(first_number(d, {"reference.ppl"}), 5)},
                 {"tensors", std::to_string(n_tensors)}});
 }
 

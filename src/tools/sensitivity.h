@@ -90,11 +90,18 @@ struct SensitivityResult {
   std::vector<SensitivityTensor> tensors;  // --group tensor
   std::vector<SensitivityTensor> groups;   // --group layer|role: name "layer 3" / "attn_v"
   bool complete = false;
+  // What the run was asked (the JSON's settings): a resumed run must match.
+  SensitivityOptions settings;
+  bool settings_recorded = true;  // false when read from a schema-1 file (its mode alone)
   // What the run cost (not in the JSON): the reference's full passes over
   // the chunks, and the probes' passes (each from its tensor's layer).
   double reference_seconds = 0, probe_seconds = 0;
   int64_t n_probes = 0;
 };
+
+// The weights a run probes: matrices and 3-D expert tensors but the router,
+// those matching `tensors_regex` when it is not empty.
+std::vector<Tensor*> sensitivity_probed_weights(const Model& model, const std::string& tensors_regex);
 
 // The default candidate types (those that fit a tensor's rows are used).
 std::vector<DType> default_sensitivity_types();
@@ -108,8 +115,15 @@ SensitivityResult measure_sensitivity(
     const std::function<void(const SensitivityResult&, int64_t done, int64_t total)>& on_tensor = {});
 
 // JSON (the schema qlens plan reads; docs/SENSITIVITY.md) and a text report.
+// The reader takes schema 1 files too (their settings are mode alone).
+constexpr int kSensitivityJsonSchemaVersion = 2;
 std::string sensitivity_json(const SensitivityResult& r);
 SensitivityResult sensitivity_from_json(const std::string& json_text, const std::string& path);
+// Empty when `previous` (a file being resumed) was made with the settings of
+// `now` (those that change a probe's result), else what differs
+// ("--mode: noise in the file, quant now").
+std::string sensitivity_settings_mismatch(const SensitivityOptions& previous, const SensitivityOptions& now);
+const char* sensitivity_group_name(SensitivityGroup group);
 void print_sensitivity(std::ostream& out, const SensitivityResult& r, size_t top);
 
 }  // namespace qlens::tools
