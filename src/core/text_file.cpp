@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "qlens/error.h"
 
 namespace qlens {
@@ -20,16 +21,9 @@ std::string read_text_file(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw Error(tmp + ": cannot create: " + std::strerror(errno));
-  const bool ok = std::fwrite(contents.data(), 1, contents.size(), f) == contents.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw Error(path + ": write failed: " + why);
-  }
+  AtomicFile file(path);
+  file.write(contents.data(), contents.size(), "the contents");
+  file.commit();
 }
 
 }  // namespace qlens

@@ -7,7 +7,7 @@
 namespace qlens {
 
 std::string read_text_file(const std::string& path);
-// Writes PATH.tmp then renames it to PATH; on failure removes the temporary file.
+// All or nothing (core/atomic_file.h): PATH.tmp, flushed, then renamed to PATH.
 void write_file_atomic(const std::string& path, const std::string& contents);
 
 }  // namespace qlens

@@ -1,10 +1,6 @@
 // GGUF v3 writer: header, metadata in insertion order, tensor infos, then the
 // data section with each tensor at an aligned offset and zero padding between.
-// Written to PATH.tmp and renamed over PATH when complete.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+// Written all or nothing (core/atomic_file.h).
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -14,6 +10,7 @@
 #include <limits>
 #include <string>
 
+#include "core/atomic_file.h"
 #include "gguf/util.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
@@ -159,26 +156,6 @@ struct Buffer {
 
 uint64_t align_up(uint64_t x, uint64_t a) { return x + (a - x % a) % a; }
 
-// Writes all of [p, p+n) to fd; false with errno set on failure.
-bool write_all(int fd, const void* p, size_t n) {
-  const auto* c = static_cast<const uint8_t*>(p);
-  while (n > 0) {
-    const size_t chunk = std::min<size_t>(n, size_t{1} << 30);
-    const ssize_t w = ::write(fd, c, chunk);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (w == 0) {
-      errno = EIO;
-      return false;
-    }
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
 }  // namespace
 
 void Writer::set(const std::string& key, Value value) {
@@ -284,31 +261,19 @@ void Writer::write(const std::string& path) const {
   }
   h.bytes.resize(align_up(h.bytes.size(), align), 0);
 
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(path + ": cannot create temporary file " + tmp + ": " + std::strerror(errno));
-  auto io_fail = [&](const std::string& what) {
-    const int e = errno;
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(path + ": " + what + ": " + std::strerror(e));
-  };
-  if (!write_all(fd, h.bytes.data(), h.bytes.size())) io_fail("writing the header to " + tmp);
+  AtomicFile file(path);
+  file.write(h.bytes.data(), h.bytes.size(), "the header");
   static const uint8_t zeros[256] = {};
   for (const PendingTensor& p : tensors_) {
-    if (!write_all(fd, p.data, p.info.nbytes)) io_fail("writing tensor " + quoted(p.info.name) + " to " + tmp);
+    file.write(p.data, p.info.nbytes, "tensor " + quoted(p.info.name));
     uint64_t pad = align_up(p.info.nbytes, align) - p.info.nbytes;
     while (pad > 0) {
       const size_t n = std::min<uint64_t>(pad, sizeof zeros);
-      if (!write_all(fd, zeros, n)) io_fail("writing padding to " + tmp);
+      file.write(zeros, n, "padding");
       pad -= n;
     }
   }
-  if (::fsync(fd) != 0) io_fail("flushing " + tmp);
-  const int rc = ::close(fd);
-  fd = -1;
-  if (rc != 0) io_fail("closing " + tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) io_fail("renaming " + tmp + " to the final name");
+  file.commit();
 }
 
 }  // namespace qlens::gguf
