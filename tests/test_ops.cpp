@@ -837,6 +837,21 @@ TEST(Ops, SoftMax) {
         return r;
       },
       Check::Nmse);
+  // A NaN stays NaN in its row (as IEEE arithmetic and ggml give), wherever it
+  // sits in the SIMD lanes: a kernel that turned it into a number would hide
+  // a corrupt weight behind plausible probabilities.
+  for (int64_t at : {0, 5, 16, 40}) {
+    SCOPED_TRACE("NaN at " + std::to_string(at));
+    check_op(
+        [&](Fixture& f) {
+          Tensor* x = f.rand(DType::F32, {41, 3, 1, 1}, -5, 5);
+          set_elem(*x, std::numeric_limits<float>::quiet_NaN(), at, 1, 0, 0);
+          Tensor* r = soft_max(f.g, x, nullptr, 1.0f);
+          f.output(r);
+          return r;
+        },
+        Check::Nmse);
+  }
 }
 
 // ---- the router's ops (mixtures of experts) ----

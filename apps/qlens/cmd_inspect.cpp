@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <iostream>
 
 #include "args.h"
@@ -9,14 +10,32 @@ namespace qlens::cli {
 
 int cmd_inspect(int argc, char** argv) {
   std::string path;
-  bool json = false;
-  ArgParser p("inspect", "qlens inspect FILE [--json]",
+  bool json = false, check = false;
+  int64_t n_threads = 0;
+  ArgParser p("inspect", "qlens inspect FILE [--json] [--check-tensors]",
               "Shows a GGUF file's metadata (long arrays summarized), its tensors (name, type, shape,\n"
-              "bytes, bits per weight) and totals.");
+              "bytes, bits per weight) and totals. --check-tensors reads every value and names the\n"
+              "tensors holding NaN or an infinity (exit status 1 when there are any).");
   p.add_positional("FILE", &path, true, "the GGUF file");
   p.add_switch({"--json"}, &json, "print JSON instead of tables");
+  p.add_switch({"--check-tensors"}, &check, "look for NaN and infinities in every tensor (as llama.cpp's flag)");
+  p.add({"-t", "--threads"}, &n_threads, "N", "threads for --check-tensors (default: one per core)");
   if (!p.parse(argc, argv)) return 0;
   auto file = gguf::File::open(path);
+  if (check) {
+    const auto bad = tools::check_tensors(*file, static_cast<int>(n_threads));
+    for (const auto& t : bad)
+      std::fprintf(stderr, "%s: tensor '%s' holds %lld NaN and %lld infinities (the first at element %lld)\n",
+                   path.c_str(), t.name.c_str(), static_cast<long long>(t.n_nan), static_cast<long long>(t.n_inf),
+                   static_cast<long long>(t.first));
+    if (!bad.empty()) {
+      std::fprintf(stderr, "%s: %zu of %zu tensors hold non-finite values: the file is corrupt\n", path.c_str(),
+                   bad.size(), file->tensors().size());
+      return 1;
+    }
+    std::fprintf(stderr, "%s: every value of the %zu tensors is finite\n", path.c_str(), file->tensors().size());
+    if (!json) return 0;
+  }
   if (json)
     tools::inspect_json(*file, std::cout);
   else

@@ -236,6 +236,9 @@ double log_sum_exp(std::span<const float> logits) {
   for (float x : logits) max_logit = std::max(max_logit, static_cast<double>(x));
   double sum_exp = 0;
   for (float x : logits) sum_exp += std::exp(static_cast<double>(x) - max_logit);
+  // NaN (skipped by max, caught by the sum) or +inf: every figure built on
+  // these logits would be NaN; stop and say why instead.
+  if (!std::isfinite(max_logit) || !std::isfinite(sum_exp)) throw Error(kNonFiniteLogits);
   return max_logit + std::log(sum_exp);
 }
 

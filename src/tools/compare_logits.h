@@ -129,7 +129,11 @@ double percentile_of_sorted(const std::vector<float>& sorted, double fraction);
 // log-softmax of a row of logits in double (max-subtracted).
 std::vector<double> log_softmax(std::span<const float> logits);
 // log Σ exp(logits), in double (log p_i = logits_i - this).
+// Throws Error(kNonFiniteLogits) when the logits hold NaN or +inf.
 double log_sum_exp(std::span<const float> logits);
+inline constexpr const char* kNonFiniteLogits =
+    "the model's output logits hold NaN or an infinity: a weight is corrupt or the activations overflow "
+    "(qlens inspect MODEL --check-tensors names corrupt weights; qlens compare shows where activations blow up)";
 // The same into `out` (resized): no allocation once it is large enough.
 void log_softmax_into(std::span<const float> logits, std::vector<double>& out);
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
+#include <map>
 
 #include "qlens/error.h"
 #include "tools/chunks.h"
@@ -149,20 +151,33 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
     // Every row is needed through every layer, so all logits are computed.
     if (!ctx.decode(chunks.chunk(c), /*all_logits=*/true)) throw Error("imatrix: the computation was stopped");
     ImatrixRunState chunk_run;  // added to m.run once the chunk's sums are in
-    if (opt.compute_ppl)
-      for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j) {
-        const double v = token_nll(ctx.logits(j).data(), n_vocab, chunks.next(c, j));
-        chunk_run.nll_sum += v;
-        chunk_run.nll_sq_sum += v * v;
-        ++chunk_run.n_scored;
-      }
     try {
+      std::exception_ptr logits_error;
+      if (opt.compute_ppl) try {
+          for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j) {
+            const double v = token_nll(ctx.logits(j).data(), n_vocab, chunks.next(c, j));
+            chunk_run.nll_sum += v;
+            chunk_run.nll_sq_sum += v * v;
+            ++chunk_run.n_scored;
+          }
+        } catch (const Error&) {
+          logits_error = std::current_exception();
+        }
+      std::map<std::string, TapResult> sums;
       if (opt.collect == ImatrixCollect::Taps) {
-        add_column_sums(m, ctx.read_taps(/*reset=*/true));
+        sums = ctx.read_taps(/*reset=*/true);
       } else {
-        add_column_sums(m, host_sums);
-        host_sums.clear();
+        sums.swap(host_sums);
       }
+      // Spoilt logits come from non-finite activations, which the sums name
+      // by tensor: check those first (into a scratch matrix, so that `m`
+      // keeps only whole chunks).
+      if (logits_error) {
+        Imatrix scratch;
+        add_column_sums(scratch, sums);
+        std::rethrow_exception(logits_error);
+      }
+      add_column_sums(m, sums);
     } catch (const Error& e) {
       throw Error("imatrix: chunk " + std::to_string(c) + " of " + model.path() + ": " + e.what() + " (" +
                   std::to_string(m.chunk_count) + " chunks collected before it)");

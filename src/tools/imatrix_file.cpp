@@ -107,7 +107,14 @@ Imatrix load_gguf(const std::string& path) {
     if (t.type != DType::F32) throw Error(path + ": tensor '" + t.name + "' must be F32");
     std::vector<double> v(t.nelements());
     const auto* p = reinterpret_cast<const float*>(f->tensor_data(t));
-    for (int64_t i = 0; i < t.nelements(); ++i) v[i] = p[i];
+    for (int64_t i = 0; i < t.nelements(); ++i) {
+      // Sums of squares and row counts: a negative or non-finite value is a corrupt file.
+      if (!std::isfinite(p[i]) || p[i] < 0)
+        throw Error(path + ": tensor '" + t.name + "' holds " +
+                    (std::isnan(p[i]) ? std::string("NaN") : std::isinf(p[i]) ? "an infinity" : "a negative value") +
+                    " at element " + std::to_string(i) + ": the importance matrix is corrupt");
+      v[i] = p[i];
+    }
     return v;
   };
   for (const auto& t : f->tensors()) {

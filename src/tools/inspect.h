@@ -24,4 +24,14 @@ void inspect_text(const gguf::File& file, std::ostream& os);
 // Non-finite floats are written as null.
 void inspect_json(const gguf::File& file, std::ostream& os, bool pretty = true);
 
+// Every value of every tensor the engine can read, dequantized: the tensors
+// holding NaN or an infinity (llama.cpp's --check-tensors), with how many and
+// where the first is. Empty when all are finite.
+struct NonFiniteTensor {
+  std::string name;
+  int64_t n_nan = 0, n_inf = 0;
+  int64_t first = 0;  // index of the first bad value
+};
+std::vector<NonFiniteTensor> check_tensors(const gguf::File& file, int n_threads = 0);
+
 }  // namespace qlens::tools

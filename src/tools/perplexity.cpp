@@ -6,15 +6,12 @@
 
 #include "qlens/error.h"
 #include "tools/chunks.h"
+#include "tools/compare_logits.h"
 
 namespace qlens::tools {
 
 double token_nll(const float* logits, int64_t n_vocab, int32_t token) {
-  float max = logits[0];
-  for (int64_t i = 1; i < n_vocab; ++i) max = std::max(max, logits[i]);
-  double sum = 0;
-  for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
-  return -(static_cast<double>(logits[token]) - max - std::log(sum));
+  return log_sum_exp(std::span<const float>(logits, static_cast<size_t>(n_vocab))) - static_cast<double>(logits[token]);
 }
 
 PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens, const PerplexityOptions& opt,

@@ -7,14 +7,12 @@
 
 #include <map>
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <regex>
 #include <sstream>
-#include <thread>
 
 #include "core/human_bytes.h"
 #include "qlens/error.h"
@@ -446,6 +444,25 @@ void clip_outliers(float* x, int64_t n, int64_t block, double k) {
 
 namespace {
 
+std::string non_finite_error(const std::string& tensor, float value, int64_t row, int64_t column) {
+  return "tensor '" + tensor + "' holds " + (std::isnan(value) ? "NaN" : "an infinity") + " at row " +
+         std::to_string(row) + ", column " + std::to_string(column) +
+         ": the input model is corrupt (nothing was written; qlens inspect --check-tensors lists every such tensor)";
+}
+
+// A float tensor copied as it is (norms, --leave-output-tensor) must be finite too.
+void check_finite(const gguf::TensorInfo& t, const uint8_t* src) {
+  const TypeTraits& tr = type_traits(t.type);
+  if (!tr.to_float) return;
+  const int64_t row = t.ne[0];
+  std::vector<float> values(static_cast<size_t>(row));
+  for (int64_t r = 0; r < t.nelements() / row; ++r) {
+    tr.to_float(src + r * row_bytes(t.type, row), values.data(), row);
+    for (int64_t j = 0; j < row; ++j)
+      if (!std::isfinite(values[j])) throw Error(non_finite_error(t.name, values[j], r, j));
+  }
+}
+
 // Quantizes one tensor's rows on n_threads threads: each takes chunks of rows,
 // converts them to F32, clips if asked, and quantizes into its slice of out.
 // importance: empty, or one vector of n_per_row per matrix (expert) of a
@@ -461,29 +478,27 @@ void quantize_tensor(const gguf::TensorInfo& t, const uint8_t* src, DType to, co
   constexpr int64_t kChunkRows = 16;
   const int64_t chunks_per_matrix = (rows_per_matrix + kChunkRows - 1) / kChunkRows;
   const int64_t n_chunks = chunks_per_matrix * (n_rows / rows_per_matrix);
-  std::atomic<int64_t> next{0};
-  auto work = [&]() {
-    std::vector<float> buf(kChunkRows * n_per_row);
-    for (;;) {
-      const int64_t c = next.fetch_add(1);
-      if (c >= n_chunks) return;
-      const int64_t matrix = c / chunks_per_matrix;
-      const int64_t r0 = matrix * rows_per_matrix + (c % chunks_per_matrix) * kChunkRows;
-      const int64_t nr = std::min(kChunkRows, (matrix + 1) * rows_per_matrix - r0);
-      const float* w = importance.empty() ? nullptr
-                       : importance.data() + (importance.size() > static_cast<size_t>(n_per_row) ? matrix * n_per_row : 0);
-      for (int64_t r = 0; r < nr; ++r) {
-        from.to_float(src + (r0 + r) * src_row, buf.data() + r * n_per_row, n_per_row);
-        clip_outliers(buf.data() + r * n_per_row, n_per_row, dst.block_size, clip_sigma);
-      }
-      dst.quantize(buf.data(), out + r0 * dst_row, nr, n_per_row, w);
+  // Per-thread scratch rows, as parallel_for hands each worker its index.
+  const int threads = static_cast<int>(std::min<int64_t>(n_threads > 0 ? n_threads : default_thread_count(), n_chunks));
+  std::vector<std::vector<float>> scratch(std::max(threads, 1), std::vector<float>(kChunkRows * n_per_row));
+  parallel_for(n_chunks, threads, [&](int64_t c, int worker) {
+    float* buf = scratch[worker].data();
+    const int64_t matrix = c / chunks_per_matrix;
+    const int64_t r0 = matrix * rows_per_matrix + (c % chunks_per_matrix) * kChunkRows;
+    const int64_t nr = std::min(kChunkRows, (matrix + 1) * rows_per_matrix - r0);
+    const float* w = importance.empty() ? nullptr
+                     : importance.data() + (importance.size() > static_cast<size_t>(n_per_row) ? matrix * n_per_row : 0);
+    for (int64_t r = 0; r < nr; ++r) {
+      float* row = buf + r * n_per_row;
+      from.to_float(src + (r0 + r) * src_row, row, n_per_row);
+      // A NaN or an infinity would quantize into garbage blocks that load
+      // without complaint: the file is corrupt, say where.
+      for (int64_t j = 0; j < n_per_row; ++j)
+        if (!std::isfinite(row[j])) throw Error(non_finite_error(t.name, row[j], r0 + r, j));
+      clip_outliers(row, n_per_row, dst.block_size, clip_sigma);
     }
-  };
-  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, n_threads), n_chunks));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+    dst.quantize(buf, out + r0 * dst_row, nr, n_per_row, w);
+  });
 }
 
 }  // namespace
@@ -536,6 +551,7 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
                   std::string(type_name(p.to)).c_str());
     log << head << std::flush;
     if (p.to == p.from) {
+      if (!type_traits(t.type).is_quantized) check_finite(t, src);
       w.add_tensor(t.name, t.type, ne, src, t.nbytes);
       log << "copied\n";
       continue;

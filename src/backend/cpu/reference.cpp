@@ -244,7 +244,8 @@ void soft_max(const Tensor& d) {
       v = mx == -INFINITY ? 0.0 : std::exp(v - mx);  // a fully masked row gives zeros
       sum += v;
     }
-    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, sum > 0 ? x[i0] / sum : 0.0, i0, i1, i2, i3);
+    // A NaN anywhere in the row makes the sum and so the whole row NaN.
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, mx == -INFINITY ? 0.0 : x[i0] / sum, i0, i1, i2, i3);
   });
 }
 

@@ -25,7 +25,7 @@ typename V::R vexp(typename V::R x) {
   using R = typename V::R;
   const R lo = V::set1(-87.33654475f);
   const R hi = V::set1(88.3762626647949f);
-  const R xc = V::max(V::min(x, hi), lo);
+  const R xc = V::max(lo, V::min(hi, x));  // min and max return their second operand for NaN: NaN stays NaN
   const R n = V::round(V::mul(xc, V::set1(1.44269504088896341f)));
   R r = V::fnma(n, V::set1(0.693359375f), xc);
   r = V::fnma(n, V::set1(-2.12194440e-4f), r);
