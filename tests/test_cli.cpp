@@ -179,6 +179,29 @@ TEST(Cli, MeaninglessValuesAreRefused) {
   EXPECT_TRUE(contains(out, "Final estimate: PPL")) << out;
 }
 
+// A text over 64 MiB is read only as far as the chunks asked for need (the
+// same tokens, so the same figures), and asked for all of it, the error says
+// what to do instead of taking 50 bytes of memory per byte of text.
+TEST(Cli, HugeTextsAreReadAsFarAsNeeded) {
+  QLENS_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  QLENS_REQUIRE_SHARED(text, "data/tinystories/tinystories_val.txt");
+  const std::string huge = test::temp_dir() + "/huge.txt";
+  {
+    const std::string once = read_text_file(text);
+    std::ofstream out(huge, std::ios::binary);
+    for (int64_t written = 0; written <= (int64_t{64} << 20); written += static_cast<int64_t>(once.size())) out << once;
+  }
+  std::string small, big;
+  ASSERT_EQ(qlens("perplexity -m " + model + " -f " + text + " -c 128 --chunks 3", &small), 0) << small;
+  ASSERT_EQ(qlens("perplexity -m " + model + " -f " + huge + " -c 128 --chunks 3", &big), 0) << big;
+  EXPECT_TRUE(contains(big, "tokenized its first 1.00 MiB, enough for the chunks asked for")) << big;
+  const auto final_line = [](const std::string& out) { return out.substr(out.find("Final estimate")); };
+  EXPECT_EQ(final_line(big), final_line(small));
+  EXPECT_NE(qlens("perplexity -m " + model + " -f " + huge + " -c 128", &big), 0);
+  EXPECT_TRUE(contains(big, "qlens tokenizes a whole text only up to 64.00 MiB")) << big;
+  EXPECT_TRUE(contains(big, "give --chunks N")) << big;
+}
+
 // Not on a terminal (a log file), long runs still say how much there is to
 // do and write plain progress lines with rate and ETA; QLENS_PROGRESS=0
 // silences them.

@@ -13,6 +13,7 @@
 #include "tools/compare.h"
 #include "tools/llama_logits.h"
 #include "tools/progress.h"
+#include "tools/chunks.h"
 
 namespace qlens::cli {
 
@@ -130,8 +131,8 @@ int cmd_compare(int argc, char** argv) {
   auto ref = Model::load(ref_path);
   auto test = Model::load(test_path);
   resolve_context_size(opt.n_ctx, *ref, "compare");
-  const std::string text = read_text_file(text_path);
-  const auto tokens = ref->vocab().tokenize(text, /*add_special=*/true);
+  const auto tokens = tools::tokenize_text_file(ref->vocab(), text_path,
+                                                opt.max_chunks >= 0 ? opt.max_chunks * opt.n_ctx : -1, "compare");
   const int64_t available = static_cast<int64_t>(tokens.size()) / std::max<int64_t>(opt.n_ctx, 1);
   const int64_t planned = opt.max_chunks >= 0 ? std::min(opt.max_chunks, available) : available;
   std::fprintf(stderr, "%s: %zu tokens; %lld chunks of %lld; reference on %s, test on %s\n", text_path.c_str(),

@@ -14,6 +14,7 @@
 #include "tools/imatrix_file.h"
 #include "tools/imatrix_stats.h"
 #include "tools/progress.h"
+#include "tools/chunks.h"
 
 namespace qlens::cli {
 
@@ -125,8 +126,9 @@ int cmd_imatrix(int argc, char** argv) {
                 "drop --in-file");
   auto model = Model::load(model_path);
   resolve_context_size(opt.n_ctx, *model, "imatrix");
-  const std::string text = read_text_file(text_path);
-  const auto tokens = model->vocab().tokenize(text, /*add_special=*/true, parse_special);
+  const auto tokens = tools::tokenize_text_file(
+      model->vocab(), text_path, opt.max_chunks >= 0 ? (opt.first_chunk + opt.max_chunks) * opt.n_ctx : -1, "imatrix",
+      parse_special);
 
   tools::Imatrix m;
   m.path = out_path;

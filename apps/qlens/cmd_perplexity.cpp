@@ -18,6 +18,7 @@
 #include "tools/llama_logits.h"
 #include "tools/perplexity.h"
 #include "tools/progress.h"
+#include "tools/chunks.h"
 
 namespace qlens::cli {
 
@@ -93,8 +94,8 @@ int cmd_perplexity(int argc, char** argv) {
   if (opt.n_batch < opt.n_ctx && opt.n_batch > 0 && opt.n_ctx % opt.n_batch != 0)
     throw Error("qlens perplexity: -c " + std::to_string(opt.n_ctx) + " (the model's training context) must be a "
                 "multiple of -b " + std::to_string(opt.n_batch));
-  const std::string text = read_text_file(text_path);
-  const auto tokens = model->vocab().tokenize(text, /*add_special=*/true);
+  const auto tokens = tools::tokenize_text_file(model->vocab(), text_path,
+                                                opt.max_chunks >= 0 ? opt.max_chunks * opt.n_ctx : -1, "perplexity");
   const int64_t available = static_cast<int64_t>(tokens.size()) / std::max<int64_t>(opt.n_ctx, 1);
   const int64_t planned = opt.max_chunks >= 0 ? std::min(opt.max_chunks, available) : available;
   std::fprintf(stderr, "%s: tokenized %s: %zu tokens; %lld chunks of %lld\n", model_path.c_str(), text_path.c_str(),

@@ -13,6 +13,7 @@
 #include "tools/imatrix_coverage.h"
 #include "tools/sensitivity.h"
 #include "tools/tensor_names.h"
+#include "tools/chunks.h"
 
 namespace qlens::cli {
 
@@ -110,7 +111,8 @@ int cmd_sensitivity(int argc, char** argv) {
     if (type_traits(w->type).is_quantized)
       throw Error("qlens sensitivity: " + model_path + " is quantized (" + name + " is " +
                   std::string(type_name(w->type)) + "); give the F32/F16/BF16 model");
-  const auto tokens = model->vocab().tokenize(read_text_file(text_path), /*add_special=*/true);
+  const auto tokens = tools::tokenize_text_file(model->vocab(), text_path,
+                                                opt.max_chunks > 0 ? opt.max_chunks * opt.n_ctx : -1, "sensitivity");
   if (!opt.imatrix_path.empty()) {
     std::vector<std::string> probed, all;
     for (const Tensor* w : tools::sensitivity_probed_weights(*model, opt.tensors_regex))

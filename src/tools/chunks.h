@@ -20,6 +20,16 @@ namespace qlens::tools {
 // device, offload and cache type.
 ContextOptions chunk_context(int64_t n_ctx, int64_t n_batch, int n_threads);
 
+// The tokens (BOS first) of a text file for a chunked run. A text up to
+// kWholeTextBytes is tokenized whole, as llama.cpp does. A longer one is read
+// only as far as `tokens_needed` (< 0: all) requires: a prefix cut after a
+// line, grown until it holds those tokens with a wide margin before the cut;
+// asked for all of it, it is an error that says what to do (tokenizing takes
+// about 50 bytes of memory per byte of text: a 1 GB text would need 50 GB).
+inline constexpr int64_t kWholeTextBytes = int64_t{64} << 20;
+std::vector<Token> tokenize_text_file(const Vocab& vocab, const std::string& path, int64_t tokens_needed,
+                                      const std::string& tool, bool parse_special = false);
+
 class TextChunks {
  public:
   // Throws Error, prefixed by `tool`, for a context under 4 tokens or a text

@@ -13,6 +13,7 @@
 #include "qlens/model.h"
 #include "tools/compare.h"
 #include "tools/quantize.h"
+#include "tools/chunks.h"
 
 namespace qlens::tools {
 
@@ -80,7 +81,8 @@ std::vector<ValidationRow> validate_plan(const SensitivityTable& table, const Pl
     if (c) candidates.push_back(*c);
 
   auto ref = Model::load(opt.model_path);
-  const auto tokens = ref->vocab().tokenize(read_text_file(opt.text_path), true);
+  const auto tokens = tokenize_text_file(ref->vocab(), opt.text_path,
+                                         opt.max_chunks > 0 ? opt.max_chunks * opt.n_ctx : -1, "plan --validate");
   std::vector<ValidationRow> rows;
   for (const Candidate& c : candidates) {
     ValidationRow row;
