@@ -53,7 +53,8 @@ def main():
     p = lambda name: os.path.join(d, name)
     common = ["-c", "128", "-b", "128", "-t", "2"]
     run("perplexity", "-m", model, "-f", text, *common, "--chunks", "4", "--json", p("perplexity.json"))
-    run("imatrix", "-m", model, "-f", text, *common, "--chunks", "4", "-o", p("imatrix.gguf"))
+    run("imatrix", "-m", model, "-f", text, *common, "--chunks", "4", "-o", p("imatrix.gguf"),
+        "--json", p("imatrix_run.json"))
     run("imatrix", "--in-file", p("imatrix.gguf"), "--show-statistics", "--json", p("imatrix_stats.json"))
     run("quantize-stats", model, "--type", "Q4_0", "--type", "Q8_0", "--json", p("quantize_stats.json"))
     run("quantize", model, "Q4_K_M", "--dry-run", "--json", p("quantize.json"))
@@ -69,6 +70,7 @@ def main():
     # must have, whether layer is null outside the blocks).
     files = {
         "perplexity.json": ("qlens perplexity", None, [], True),
+        "imatrix_run.json": ("qlens imatrix", ["tensors"], ["tensor", "layer", "role", "rows"], True),
         "imatrix_stats.json": ("qlens imatrix", ["tensors"], ["tensor", "layer", "role", "sum_act2"], True),
         "quantize_stats.json": ("qlens quantize-stats", ["tensors"], ["tensor", "type", "n_elements", "bits_per_weight"],
                                 True),

@@ -1,20 +1,25 @@
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
-#include "core/output_path.h"
 #include "args.h"
 #include "commands.h"
+#include "core/json_writer.h"
+#include "core/output_path.h"
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
+#include "tools/chunks.h"
 #include "tools/imatrix.h"
 #include "tools/imatrix_file.h"
 #include "tools/imatrix_stats.h"
+#include "tools/json_header.h"
 #include "tools/progress.h"
-#include "tools/chunks.h"
+#include "tools/tensor_names.h"
 
 namespace qlens::cli {
 
@@ -65,7 +70,8 @@ int cmd_imatrix(int argc, char** argv) {
   p.add({"--output-format"}, &format, "gguf|dat", "file format (default gguf; dat when OUT ends in .dat)");
   p.add_switch({"--parse-special"}, &parse_special, "tokenize special-token text as special tokens");
   p.add_switch({"--show-statistics"}, &show_statistics, "print statistics of the --in-file matrix and exit");
-  p.add({"--json"}, &json_path, "FILE", "with --show-statistics: also write them as JSON");
+  p.add({"--json"}, &json_path, "FILE",
+        "with --show-statistics: also write them as JSON; when collecting: a summary of the run (docs/JSON.md)");
   p.add({"--collect"}, &collect, "taps|callback",
         "how activations are observed: reductions on the backend (default) or host callback");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
@@ -92,8 +98,10 @@ int cmd_imatrix(int argc, char** argv) {
     throw Error("qlens imatrix: --output-frequency and --save-frequency must not be negative");
   std::vector<NamedPath> inputs = {{"-m", model_path}, {"-f", text_path}, {"--resume", resume_path}};
   for (const auto& f : in_files) inputs.push_back({"--in-file", f});
-  if (show_statistics) check_output_path("qlens imatrix", {"--json", json_path}, inputs);
-  else check_output_path("qlens imatrix", {"-o", out_path}, inputs);
+  check_output_path("qlens imatrix", {"--json", json_path}, inputs);
+  if (!show_statistics) check_output_path("qlens imatrix", {"-o", out_path}, inputs);
+  if (!show_statistics && !json_path.empty() && std::filesystem::absolute(json_path) == std::filesystem::absolute(out_path))
+    throw Error("qlens imatrix: --json and -o name the same file: " + json_path);
 
   // Statistics and combining need no model.
   if (show_statistics) {
@@ -190,12 +198,13 @@ int cmd_imatrix(int argc, char** argv) {
   progress.finish();
   if (!bar && opt.compute_ppl) std::printf("\n");
   save(m, out_path, format);
+  double ppl = std::numeric_limits<double>::quiet_NaN(), ppl_error = ppl;
   if (opt.compute_ppl && m.run.n_scored > 0) {
     const double nll = m.run.nll_sum / m.run.n_scored;
     const double var = m.run.nll_sq_sum / m.run.n_scored - nll * nll;
-    const double ppl = std::exp(nll);
-    const double err = var > 0 && m.run.n_scored > 1 ? std::sqrt(var / (m.run.n_scored - 1)) * ppl : 0;
-    std::printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, err);
+    ppl = std::exp(nll);
+    ppl_error = var > 0 && m.run.n_scored > 1 ? std::sqrt(var / (m.run.n_scored - 1)) * ppl : 0;
+    std::printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, ppl_error);
   }
   std::fprintf(stderr, "%lld chunks in this run, %.0f tokens/s\n", static_cast<long long>(processed),
                tokens_per_second);
@@ -205,6 +214,56 @@ int cmd_imatrix(int argc, char** argv) {
   if (!unrouted.empty()) {
     std::fprintf(stderr, "warning: the text left experts without data (see --show-statistics):\n");
     for (const std::string& line : unrouted) std::fprintf(stderr, "  %s\n", line.c_str());
+  }
+  if (!json_path.empty()) {
+    std::ostringstream s;
+    JsonWriter w(s, /*pretty=*/true);
+    tools::write_json_header(w, "qlens imatrix", tools::kImatrixStatisticsJsonSchemaVersion,
+                             {{"model", model_path}, {"text", text_path}, {"resume", resume_path}});
+    w.key("settings");
+    w.begin_object();
+    w.key("statistics"); w.value(false);  // a collection run (--show-statistics files say true)
+    w.key("n_ctx"); w.value(opt.n_ctx);
+    w.key("n_batch"); w.value(opt.n_batch);
+    w.key("first_chunk"); w.value(opt.first_chunk);
+    w.key("n_chunks"); if (opt.max_chunks >= 0) w.value(opt.max_chunks); else w.null();
+    w.key("collect"); w.value(collect);
+    w.key("device"); w.value(opt.device);
+    w.end_object();
+    w.key("outputs");
+    w.begin_object();
+    w.key("imatrix"); w.value(out_path);
+    w.end_object();
+    w.key("chunks_this_run"); w.value(processed);
+    w.key("chunk_count"); w.value(m.chunk_count);
+    w.key("n_tokens_evaluated"); w.value(processed * opt.n_ctx);
+    w.key("tokens_per_second"); w.value(tokens_per_second);
+    w.key("ppl");
+    w.begin_object();
+    w.key("value"); w.value(ppl);  // NaN (--no-ppl): null
+    w.key("error"); w.value(ppl_error);
+    w.end_object();
+    w.key("n_tokens_scored"); w.value(m.run.n_scored);
+    w.key("tensors");
+    w.begin_array();
+    for (const auto& [name, e] : m.entries) {
+      double rows = 0;
+      for (double c : e.counts) rows += c;
+      w.begin_object();
+      w.key("tensor"); w.value(name);
+      w.key("layer"); tools::layer_or_null(w, tools::tensor_layer(name));
+      w.key("role"); w.value(tools::tensor_role(name));
+      w.key("n_cols"); w.value(e.n_cols);
+      w.key("n_mat"); w.value(e.n_mat);
+      w.key("rows"); w.value(rows);
+      w.end_object();
+    }
+    w.end_array();
+    w.key("unrouted_experts");
+    w.array(unrouted);
+    w.end_object();
+    s << "\n";
+    write_file_atomic(json_path, s.str());
   }
   return 0;
 }
