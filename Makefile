@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build models demo test bench asan clean
+.PHONY: all deps build models demo test bench asan asan-fast fuzz clean
 
 all: build
 
@@ -41,5 +41,21 @@ asan: deps
 	# every other check on.
 	cd build-asan && QLENS_SLOW_TESTS=0 ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j$(JOBS) -R '$(VULKAN_TESTS)'
 
+# CI's sanitizer step: the suite's fast subset under ASan and UBSan (GCC),
+# without Vulkan (lavapipe under ASan is slow and its driver leaks) and
+# without the reruns of the model suites with narrower kernels; measured in
+# docs/ROBUSTNESS.md.
+ASAN_FAST_EXCLUDE = Vulkan|Cli.Devices|gpu_kernels|\.avx2$$|\.scalar$$|\.no_vnni$$|ReportBrowser|JsonFiles|Gemma3
+asan-fast: deps
+	cmake -S . -B build-asan-fast -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQLENS_SANITIZE=ON -DQLENS_BUILD_BENCH=OFF -DQLENS_VULKAN=OFF
+	cmake --build build-asan-fast -j$(JOBS)
+	cd build-asan-fast && QLENS_SLOW_TESTS=0 ctest --output-on-failure -j$(JOBS) -E '$(ASAN_FAST_EXCLUDE)'
+
+# Every libFuzzer target (tests/fuzz/) for FUZZ_SECONDS each, under ASan and
+# UBSan, in build-fuzz (clang); fails on any crash. See docs/ROBUSTNESS.md.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	JOBS=$(JOBS) scripts/fuzz.sh $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-asan-fast build-fuzz

@@ -7,8 +7,11 @@ set -euo pipefail
 
 # Vulkan: headers and loader, the shader compiler, and Mesa's lavapipe (a CPU
 # implementation of Vulkan) so the Vulkan backend's tests run without a GPU.
+# clang and its runtime libraries (libFuzzer, the sanitizers): the fuzz
+# targets (make fuzz, scripts/fuzz.sh). strace: the crash-safety test checks
+# the order of fsync and rename with it.
 packages=(cmake g++ make libgtest-dev libbenchmark-dev python3 python3-pip
-          libvulkan-dev glslc mesa-vulkan-drivers)
+          libvulkan-dev glslc mesa-vulkan-drivers clang libclang-rt-14-dev strace)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

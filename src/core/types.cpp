@@ -4,6 +4,7 @@
 #include <bit>
 #include <cassert>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 
 #include "quant/registry.h"
@@ -42,7 +43,9 @@ uint16_t fp32_to_fp16(float f) {
   if (abs < 0x38800000u) {                        // result is subnormal or zero
     // Scale so that the half subnormal unit (2^-24) becomes 1, round to nearest even.
     const float scaled = std::bit_cast<float>(abs) * 16777216.0f;  // exact
-    float r = __builtin_roundevenf(scaled);
+    // (nearbyint rounds to nearest even in the default rounding mode; clang 14
+    // has no __builtin_roundevenf)
+    const float r = std::nearbyint(scaled);
     return sign | static_cast<uint16_t>(r);
   }
   // Normal: rebias the exponent, round the 13 dropped mantissa bits to nearest even.

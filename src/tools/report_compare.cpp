@@ -198,7 +198,7 @@ std::string growth_sentences(const JsonValue& growth) {
   const double jump = optional_number(growth, "largest_jump_layer");
   if (!std::isnan(jump))
     for (const JsonValue& l : growth.at("layers").as_array())
-      if (read_layer(l) == static_cast<int>(jump))
+      if (static_cast<double>(read_layer(l)) == jump)  // jump is any number the file holds: no cast to int
         s += "<li>" +
              html::escape("the largest rise inside a layer: layer " + html::format_integer(jump) + ", " +
                           optional_string(l, "jump_from") + " → " + optional_string(l, "jump_to") + " (×" +

@@ -1,14 +1,66 @@
 #include "tools/user_regex.h"
 
+#include <cctype>
+
 #include "qlens/error.h"
 
 namespace qlens::tools {
 
+namespace {
+
+// libstdc++ compiles a pattern by recursive descent, one level per atom and
+// per group: a pattern of tens of thousands of characters (a hostile
+// tensor-type file) overflows the stack. Real patterns are far shorter.
+constexpr size_t kMaxPatternLength = 4096;
+
+// What libstdc++'s regex compiler must not see, as a reason ("" when none):
+// a back-reference (\1 .. \9) outside a bracket expression (see below), or
+// a repetition count {m,n} of more than 9 digits, which overflows its
+// counter (signed overflow in _Compiler::_M_cur_int_value).
+std::string unsupported(const std::string& p) {
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '\\' && i + 1 < p.size()) {
+      if (!in_class && p[i + 1] >= '1' && p[i + 1] <= '9') return "back-references (\\1 .. \\9) are not supported";
+      ++i;
+    } else if (p[i] == '[') {
+      in_class = true;
+    } else if (p[i] == ']') {
+      in_class = false;
+    } else if (p[i] == '{' && !in_class) {
+      size_t digits = 0;
+      for (size_t j = i + 1; j < p.size() && (std::isdigit(static_cast<unsigned char>(p[j])) || p[j] == ','); ++j) {
+        digits = p[j] == ',' ? 0 : digits + 1;
+        if (digits > 9) return "a repetition count {m,n} of more than 9 digits";
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 std::regex user_regex(const std::string& pattern, const std::string& what) {
+  const auto refuse = [&](const std::string& why) {
+    const std::string shown = pattern.size() > 80 ? pattern.substr(0, 80) + "..." : pattern;
+    return Error(what + ": '" + shown + "' is not a valid regular expression: " + why);
+  };
+  if (pattern.size() > kMaxPatternLength)
+    throw refuse("it is " + std::to_string(pattern.size()) + " characters long; at most " +
+                 std::to_string(kMaxPatternLength) + " are accepted");
+  auto flags = std::regex::ECMAScript;
+  if (const std::string why = unsupported(pattern); !why.empty()) throw refuse(why);
+#ifdef __GLIBCXX__
+  // libstdc++'s default matcher backtracks: a pattern such as (.*)*(.*)*z
+  // takes exponential time. Its breadth-first matcher (the __polynomial
+  // extension) answers the same yes/no question in polynomial time, and
+  // yes/no is all qlens asks; it cannot follow back-references.
+  flags |= std::regex_constants::__polynomial;
+#endif
   try {
-    return std::regex(pattern);
+    return std::regex(pattern, flags);
   } catch (const std::regex_error& e) {
-    throw Error(what + ": '" + pattern + "' is not a valid regular expression: " + e.what());
+    throw refuse(e.what());
   }
 }
 

@@ -3,7 +3,24 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace qlens::cpu {
+
+#if defined(__x86_64__) || defined(__i386__)
+// F16C and AVX-VNNI read from CPUID directly: clang (14) does not know them
+// as __builtin_cpu_supports names (GCC does), and the fuzz build uses clang.
+static bool cpu_has_f16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;  // CPUID.1:ECX.F16C
+}
+static bool cpuid_avx_vnni() {
+  unsigned a, b, c, d;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;  // CPUID.(7,1):EAX.AVX-VNNI
+}
+#endif
 
 const char* isa_name(Isa isa) {
   switch (isa) {
@@ -20,7 +37,7 @@ bool isa_supported(Isa isa) {
       return true;
     case Isa::Avx2:
 #if defined(__x86_64__) || defined(__i386__)
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 #else
       return false;
 #endif
@@ -58,7 +75,7 @@ bool cpu_has_avx512_vnni() {
 
 bool cpu_has_avx_vnni() {
 #if defined(__x86_64__) || defined(__i386__)
-  return vnni_allowed() && isa_supported(Isa::Avx2) && __builtin_cpu_supports("avxvnni");
+  return vnni_allowed() && isa_supported(Isa::Avx2) && cpuid_avx_vnni();
 #else
   return false;
 #endif

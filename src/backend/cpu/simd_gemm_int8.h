@@ -286,6 +286,9 @@ inline int32_t load_i32(const uint8_t* p) {
 #pragma GCC push_options
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
 #pragma GCC target("avx512vnni")
+#if defined(__clang__)  // clang ignores GCC's target pragma
+#pragma clang attribute push(__attribute__((target("avx512vnni"))), apply_to = function)
+#endif
 struct I8Vnni {
   using I = __m512i;
   using F = __m512;
@@ -309,6 +312,9 @@ struct I8Vnni {
 };
 #else
 #pragma GCC target("avxvnni")
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avxvnni"))), apply_to = function)
+#endif
 // The float and int32 operations both AVX2 wrappers share.
 struct I8Avx2Common {
   using I = __m256i;
@@ -508,6 +514,9 @@ void i8_micro(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_
   }
 }
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 
 // ---- registration ------------------------------------------------------------------

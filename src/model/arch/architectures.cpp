@@ -62,6 +62,11 @@ void read_common_hparams(const gguf::File& f, HParams& hp) {
   hp.n_embd = positive_key(f, a + "embedding_length");
   hp.n_ff = positive_key(f, a + "feed_forward_length");
   hp.n_layer = positive_key(f, a + "block_count");
+  // Every layer has tensors of its own: a count beyond the file's tensors is
+  // hostile or broken, and must fail before per-layer tables are allocated.
+  if (hp.n_layer > static_cast<int64_t>(f.tensors().size()))
+    throw Error(path + ": metadata key '" + a + "block_count' is " + std::to_string(hp.n_layer) +
+                ", more layers than the file's " + std::to_string(f.tensors().size()) + " tensors can hold");
   hp.n_head = positive_key(f, a + "attention.head_count");
   hp.n_head_kv = positive_key(f, a + "attention.head_count_kv", hp.n_head);
   hp.n_ctx_train = positive_key(f, a + "context_length", 2048);
