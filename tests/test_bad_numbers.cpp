@@ -18,8 +18,6 @@
 namespace qlens {
 namespace {
 
-constexpr const char* kStories = "models/stories260K.gguf";
-constexpr const char* kText = "data/tinystories/tinystories_val.txt";
 
 int qlens_cli(const std::string& args, std::string* out) {
   return test::run_command(std::string(QLENS_BINARY) + " " + args, out);
@@ -45,16 +43,7 @@ std::string corrupted_copy(const std::string& model, const std::string& name, in
   return out;
 }
 
-class BadNumbers : public ::testing::Test {
- protected:
-  void SetUp() override {
-    model_ = test::shared_path(kStories);
-    text_ = test::shared_path(kText);
-    if (model_.empty() || text_.empty()) GTEST_SKIP() << "needs ../shared/" << kStories << " and " << kText;
-    dir_ = test::temp_dir();
-  }
-  std::string model_, text_, dir_;
-};
+using BadNumbers = test::StoriesTest;
 
 TEST_F(BadNumbers, ANanWeightIsNamedByEveryTool) {
   const float nan = std::numeric_limits<float>::quiet_NaN();

@@ -30,8 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kStories = "models/stories260K.gguf";
-constexpr const char* kText = "data/tinystories/tinystories_val.txt";
 
 int kill_points() {
   const char* n = std::getenv("QLENS_KILL_POINTS");
@@ -115,16 +113,7 @@ TEST(AtomicFile, CommitReplacesAndAnAbandonedWriteLeavesTheOldFile) {
   EXPECT_TRUE(test::contains(test::error_of([&] { AtomicFile(dir + "/no/such/folder/x"); }), "no/such/folder/x"));
 }
 
-class CrashSafety : public ::testing::Test {
- protected:
-  void SetUp() override {
-    model_ = test::shared_path(kStories);
-    text_ = test::shared_path(kText);
-    if (model_.empty() || text_.empty()) GTEST_SKIP() << "needs ../shared/" << kStories << " and " << kText;
-    dir_ = test::temp_dir();
-  }
-  std::string model_, text_, dir_;
-};
+using CrashSafety = test::StoriesTest;
 
 TEST_F(CrashSafety, KilledQuantizeLeavesThePreviousOrTheNewModel) {
   const std::string out = dir_ + "/out.gguf";

@@ -1,6 +1,8 @@
 // Helpers shared by the test suites.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -72,5 +74,19 @@ std::string temp_dir();
 
 // Runs a shell command, returns its exit status; output captured into *out.
 int run_command(const std::string& cmd, std::string* out);
+
+// A fixture for tests that run the tools on stories260K and the TinyStories
+// validation text (../shared): skips without them; a fresh folder per test.
+class StoriesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = shared_path("models/stories260K.gguf");
+    text_ = shared_path("data/tinystories/tinystories_val.txt");
+    if (model_.empty() || text_.empty())
+      GTEST_SKIP() << "needs ../shared/models/stories260K.gguf and ../shared/data/tinystories/tinystories_val.txt";
+    dir_ = temp_dir();
+  }
+  std::string model_, text_, dir_;
+};
 
 }  // namespace qlens::test
