@@ -89,6 +89,15 @@ for t in "${TARGETS[@]}"; do
   [ -n "$dict" ] && args+=(-dict="$dict")
   dirs=("$out" "tests/fuzz/corpus/$t")
   [ -d "tests/fuzz/regressions/$t" ] && dirs+=("tests/fuzz/regressions/$t")
+  # The real models of ../shared (never copied into the repository): their
+  # first bytes (header, metadata, tensor infos) as seeds, cut here.
+  if [ "$t" = gguf ] && [ -d ../shared/models ]; then
+    mkdir -p "$scratch/shared-seeds"
+    for model in ../shared/models/*.gguf; do
+      [ -f "$model" ] && head -c "$(max_len gguf)" "$model" >"$scratch/shared-seeds/$(basename "$model")"
+    done
+    dirs+=("$scratch/shared-seeds")
+  fi
   log="$logs/$t.log"
   echo "== $t: ${SECONDS_PER_TARGET} s"
   rc=0
