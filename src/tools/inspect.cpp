@@ -251,35 +251,39 @@ void inspect_json(const gguf::File& f, std::ostream& os, bool pretty) {
   os << '\n';
 }
 
+NonFiniteTensor check_tensor(const gguf::TensorInfo& t, const uint8_t* data) {
+  NonFiniteTensor r;
+  r.name = t.name;
+  const TypeTraits& tr = type_traits(t.type);
+  if (!tr.to_float || t.ne[0] % tr.block_size != 0) return r;  // not a type the engine reads: inspect lists it
+  // Rows converted in slices of 64 Ki values.
+  const int64_t row = t.ne[0], n_rows = t.nelements() / row;
+  const int64_t rows_per_slice = std::max<int64_t>(1, 65536 / row);
+  const size_t row_size = row_bytes(t.type, row);
+  std::vector<float> values(static_cast<size_t>(rows_per_slice * row));
+  for (int64_t r0 = 0; r0 < n_rows; r0 += rows_per_slice) {
+    const int64_t nr = std::min(rows_per_slice, n_rows - r0);
+    tr.to_float(data + r0 * row_size, values.data(), nr * row);
+    for (int64_t k = 0; k < nr * row; ++k) {
+      if (std::isfinite(values[k])) continue;
+      (std::isnan(values[k]) ? r.n_nan : r.n_inf) += 1;
+      if (r.first < 0) {
+        r.first = r0 * row + k;
+        r.first_is_nan = std::isnan(values[k]);
+      }
+    }
+  }
+  return r;
+}
+
 std::vector<NonFiniteTensor> check_tensors(const gguf::File& file, int n_threads) {
   const auto& tensors = file.tensors();
   std::vector<NonFiniteTensor> found(tensors.size());
-  // One tensor per item, rows converted in slices of 64 Ki values.
-  parallel_for(static_cast<int64_t>(tensors.size()), n_threads, [&](int64_t i, int) {
-    const gguf::TensorInfo& t = tensors[i];
-    const TypeTraits& tr = type_traits(t.type);
-    NonFiniteTensor& r = found[i];
-    r.name = t.name;
-    r.first = -1;
-    if (!tr.to_float || t.ne[0] % tr.block_size != 0) return;  // not a type the engine reads: inspect lists it
-    const int64_t row = t.ne[0], n_rows = t.nelements() / row;
-    const int64_t rows_per_slice = std::max<int64_t>(1, 65536 / row);
-    const size_t row_size = row_bytes(t.type, row);
-    std::vector<float> values(static_cast<size_t>(rows_per_slice * row));
-    const uint8_t* data = file.tensor_data(t);
-    for (int64_t r0 = 0; r0 < n_rows; r0 += rows_per_slice) {
-      const int64_t nr = std::min(rows_per_slice, n_rows - r0);
-      tr.to_float(data + r0 * row_size, values.data(), nr * row);
-      for (int64_t k = 0; k < nr * row; ++k) {
-        if (std::isfinite(values[k])) continue;
-        (std::isnan(values[k]) ? r.n_nan : r.n_inf) += 1;
-        if (r.first < 0) r.first = r0 * row + k;
-      }
-    }
-  });
+  parallel_for(static_cast<int64_t>(tensors.size()), n_threads,
+               [&](int64_t i, int) { found[i] = check_tensor(tensors[i], file.tensor_data(tensors[i])); });
   std::vector<NonFiniteTensor> bad;
   for (NonFiniteTensor& r : found)
-    if (r.n_nan + r.n_inf > 0) bad.push_back(std::move(r));
+    if (r.any()) bad.push_back(std::move(r));
   return bad;
 }
 

@@ -30,8 +30,12 @@ void inspect_json(const gguf::File& file, std::ostream& os, bool pretty = true);
 struct NonFiniteTensor {
   std::string name;
   int64_t n_nan = 0, n_inf = 0;
-  int64_t first = 0;  // index of the first bad value
+  int64_t first = -1;        // index of the first bad value; -1: none
+  bool first_is_nan = false;
+  bool any() const { return first >= 0; }
 };
 std::vector<NonFiniteTensor> check_tensors(const gguf::File& file, int n_threads = 0);
+// One tensor's values at `data` (nothing found for a type the engine cannot read).
+NonFiniteTensor check_tensor(const gguf::TensorInfo& t, const uint8_t* data);
 
 }  // namespace qlens::tools

@@ -22,6 +22,11 @@ void layer_or_null(JsonWriter& w, int layer) {
     w.null();
 }
 
+std::string optional_string(const JsonValue& object, std::string_view key) {
+  const JsonValue* v = object.find(key);
+  return !v || v->is_null() ? std::string() : v->as_string();
+}
+
 int read_layer(const JsonValue& row) {
   const JsonValue* v = row.find("layer");
   if (!v || v->is_null()) return -1;

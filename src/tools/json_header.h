@@ -34,6 +34,8 @@ const char* qlens_version();
 
 // ---- reading files of either schema (schema 1 used other names) ----
 
+// A string member; "" when absent or null (unknown, not given).
+std::string optional_string(const JsonValue& object, std::string_view key);
 // "layer": the index; null, -1 or absent (outside the blocks) give -1.
 int read_layer(const JsonValue& row);
 // The member under the first of `keys` present ({"tensor", "name"}: schema 2's

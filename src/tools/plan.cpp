@@ -36,11 +36,6 @@ uint64_t non_negative_int(const JsonValue& v, const char* what) {
   return static_cast<uint64_t>(n);
 }
 
-std::string optional_string(const JsonValue& object, std::string_view key) {
-  const JsonValue* v = object.find(key);
-  return v && !v->is_null() ? v->as_string() : std::string();
-}
-
 // Adds the candidate to `tensor`, or a note saying why it cannot be planned.
 void read_candidate(const JsonValue& c, PlanTensor& tensor, std::vector<std::string>& notes) {
   const JsonValue& type_value = c.at("type");

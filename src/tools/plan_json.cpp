@@ -84,8 +84,7 @@ void write_tensors(JsonWriter& w, const SensitivityTable& table, const Plan& pla
     const PlanOption& chosen = tensor.options[plan.choice[t]];
     w.begin_object();
     w.key("tensor"); w.value(tensor.name);
-    w.key("layer");
-    if (tensor.layer >= 0) w.value(tensor.layer); else w.null();
+    w.key("layer"); layer_or_null(w, tensor.layer);
     w.key("role"); string_or_null(w, tensor.role);
     w.key("type"); w.value(std::string(type_name(chosen.type)));
     w.key("bytes"); w.value(chosen.bytes);

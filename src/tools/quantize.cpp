@@ -18,6 +18,7 @@
 #include "qlens/error.h"
 #include "tools/imatrix_coverage.h"
 #include "tools/imatrix_file.h"
+#include "tools/inspect.h"
 #include "tools/user_regex.h"
 
 namespace qlens::tools {
@@ -382,8 +383,7 @@ std::string quantize_plan_json(const QuantizePlan& plan, const std::string& in_p
     const int64_t n = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
     w.begin_object();
     w.key("tensor"); w.value(t.name);
-    w.key("layer");
-    if (tensor_layer(t.name) >= 0) w.value(tensor_layer(t.name)); else w.null();
+    w.key("layer"); layer_or_null(w, tensor_layer(t.name));
     w.key("role"); w.value(tensor_role(t.name));
     w.key("shape");
     w.begin_array();
@@ -444,23 +444,10 @@ void clip_outliers(float* x, int64_t n, int64_t block, double k) {
 
 namespace {
 
-std::string non_finite_error(const std::string& tensor, float value, int64_t row, int64_t column) {
-  return "tensor '" + tensor + "' holds " + (std::isnan(value) ? "NaN" : "an infinity") + " at row " +
-         std::to_string(row) + ", column " + std::to_string(column) +
+std::string non_finite_error(const std::string& tensor, bool nan, int64_t row, int64_t column) {
+  return "tensor '" + tensor + "' holds " + (nan ? "NaN" : "an infinity") + " at row " + std::to_string(row) +
+         ", column " + std::to_string(column) +
          ": the input model is corrupt (nothing was written; qlens inspect --check-tensors lists every such tensor)";
-}
-
-// A float tensor copied as it is (norms, --leave-output-tensor) must be finite too.
-void check_finite(const gguf::TensorInfo& t, const uint8_t* src) {
-  const TypeTraits& tr = type_traits(t.type);
-  if (!tr.to_float) return;
-  const int64_t row = t.ne[0];
-  std::vector<float> values(static_cast<size_t>(row));
-  for (int64_t r = 0; r < t.nelements() / row; ++r) {
-    tr.to_float(src + r * row_bytes(t.type, row), values.data(), row);
-    for (int64_t j = 0; j < row; ++j)
-      if (!std::isfinite(values[j])) throw Error(non_finite_error(t.name, values[j], r, j));
-  }
 }
 
 // Quantizes one tensor's rows on n_threads threads: each takes chunks of rows,
@@ -494,7 +481,7 @@ void quantize_tensor(const gguf::TensorInfo& t, const uint8_t* src, DType to, co
       // A NaN or an infinity would quantize into garbage blocks that load
       // without complaint: the file is corrupt, say where.
       for (int64_t j = 0; j < n_per_row; ++j)
-        if (!std::isfinite(row[j])) throw Error(non_finite_error(t.name, row[j], r0 + r, j));
+        if (!std::isfinite(row[j])) throw Error(non_finite_error(t.name, std::isnan(row[j]), r0 + r, j));
       clip_outliers(row, n_per_row, dst.block_size, clip_sigma);
     }
     dst.quantize(buf, out + r0 * dst_row, nr, n_per_row, w);
@@ -529,8 +516,6 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
   if (imatrix) {
     plan.imatrix_coverage = quantize_imatrix_coverage(*in, plan, *imatrix);
     print_imatrix_coverage(log, *plan.imatrix_coverage);
-  }
-  if (imatrix) {
     w.set("quantize.imatrix.file", gguf::Value::make_string(opt.imatrix_path));
     w.set("quantize.imatrix.entries_count", gguf::Value::make_i32(static_cast<int32_t>(imatrix->entries.size())));
     w.set("quantize.imatrix.chunks_count", gguf::Value::make_i32(static_cast<int32_t>(imatrix->chunk_count)));
@@ -551,7 +536,10 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
                   std::string(type_name(p.to)).c_str());
     log << head << std::flush;
     if (p.to == p.from) {
-      if (!type_traits(t.type).is_quantized) check_finite(t, src);
+      // A float tensor copied as it is (norms, --leave-output-tensor) must be finite too.
+      if (const NonFiniteTensor bad = type_traits(t.type).is_quantized ? NonFiniteTensor{} : check_tensor(t, src);
+          bad.any())
+        throw Error(non_finite_error(t.name, bad.first_is_nan, bad.first / t.ne[0], bad.first % t.ne[0]));
       w.add_tensor(t.name, t.type, ne, src, t.nbytes);
       log << "copied\n";
       continue;

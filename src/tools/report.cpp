@@ -47,11 +47,6 @@ double optional_number(const JsonValue& object, std::string_view key) {
   return !v || v->is_null() ? html::kNaN : v->as_number();
 }
 
-std::string optional_string(const JsonValue& object, std::string_view key) {
-  const JsonValue* v = object.find(key);
-  return !v || v->is_null() ? std::string() : v->as_string();
-}
-
 double value_of(const JsonValue& object, std::string_view key) {
   const JsonValue& v = object.at(key);
   if (v.is_object()) return number(v, "value");

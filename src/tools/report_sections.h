@@ -37,7 +37,7 @@ InputDocument load_input(const std::string& flag, const std::string& path, std::
 // give NaN / "" / the fallback.
 double number(const JsonValue& object, std::string_view key);
 double optional_number(const JsonValue& object, std::string_view key);
-std::string optional_string(const JsonValue& object, std::string_view key);
+// (optional_string: tools/json_header.h)
 // A number, or the "value" of a {value, error} object (either spelling).
 double value_of(const JsonValue& object, std::string_view key);
 double error_of(const JsonValue& object, std::string_view key, std::string_view flat_error_key = "");

@@ -733,11 +733,6 @@ namespace qlens::tools {
 
 namespace {
 
-std::string optional_path(const JsonValue& object, std::string_view key) {
-  const JsonValue* v = object.find(key);
-  return v && !v->is_null() ? v->as_string() : std::string();
-}
-
 SensitivityMode read_mode(const JsonValue& v) {
   if (v.as_string() == "quant") return SensitivityMode::Quant;
   if (v.as_string() == "noise") return SensitivityMode::Noise;
@@ -768,7 +763,7 @@ void read_settings(const JsonValue& s, SensitivityResult& r, const std::string& 
     for (const JsonValue& l : s.at("noise_levels").as_array()) o.noise_levels.push_back(l.as_number());
   }
   o.top_k = s.at("top_k").as_int();
-  o.tensors_regex = optional_path(s, "tensors");
+  o.tensors_regex = optional_string(s, "tensors");
   o.seed = static_cast<uint64_t>(s.at("seed").as_int());
   if (const JsonValue* d = s.find("device")) o.device = d->as_string();
 }
@@ -781,16 +776,16 @@ SensitivityResult sensitivity_from_json(const std::string& json_text, const std:
   SensitivityResult r;
   if (version == 1) {
     r.model_path = doc.at("model").as_string();
-    r.text_path = optional_path(doc, "text");
-    r.imatrix_path = optional_path(doc, "imatrix");
+    r.text_path = optional_string(doc, "text");
+    r.imatrix_path = optional_string(doc, "imatrix");
     r.mode = read_mode(doc.at("mode"));
     r.settings.mode = r.mode;
     r.settings_recorded = false;
   } else {
     const JsonValue& inputs = doc.at("inputs");
     r.model_path = inputs.at("model").as_string();
-    r.text_path = optional_path(inputs, "text");
-    r.imatrix_path = optional_path(inputs, "imatrix");
+    r.text_path = optional_string(inputs, "text");
+    r.imatrix_path = optional_string(inputs, "imatrix");
     read_settings(doc.at("settings"), r, path);
     r.settings.mode = r.mode;
     r.settings.imatrix_path = r.imatrix_path;
@@ -811,7 +806,7 @@ SensitivityResult sensitivity_from_json(const std::string& json_text, const std:
     for (const JsonValue& jt : list->as_array()) {
       SensitivityTensor t;
       t.name = at_either(jt, {groups ? "group" : "tensor", "name"}).as_string();
-      t.role = optional_path(jt, "role");
+      t.role = optional_string(jt, "role");
       t.layer = read_layer(jt);
       t.n_elements = jt.at("n_elements").as_int();
       for (const JsonValue& d : jt.at("shape").as_array()) t.shape.push_back(d.as_int());
