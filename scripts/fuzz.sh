@@ -14,7 +14,11 @@
 #
 # Environment: QLENS_FUZZ_BUILD (build folder, default build-fuzz), JOBS
 # (parallel compile jobs, default 2), QLENS_FUZZ_KEEP_CORPUS=DIR (keep each
-# target's new inputs in DIR/<target> instead of discarding them).
+# target's new inputs in DIR/<target> instead of discarding them),
+# QLENS_FUZZ_TIMEOUT (seconds one input may take before it counts as a hang,
+# default 10; long campaigns that pause the fuzzer with SIGSTOP while
+# something else is measured raise it, since libFuzzer times a unit by the
+# wall clock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -83,7 +87,7 @@ for t in "${TARGETS[@]}"; do
   out="$scratch/$t"
   [ -n "${QLENS_FUZZ_KEEP_CORPUS:-}" ] && out="$QLENS_FUZZ_KEEP_CORPUS/$t"
   mkdir -p "$out"
-  args=(-max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -timeout=10 -max_len="$(max_len "$t")"
+  args=(-max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -timeout="${QLENS_FUZZ_TIMEOUT:-10}" -max_len="$(max_len "$t")"
         -print_final_stats=1 -artifact_prefix="$artifacts/$t-")
   dict=$(dict_of "$t")
   [ -n "$dict" ] && args+=(-dict="$dict")

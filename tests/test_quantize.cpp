@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/cpu/packed.h"
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
@@ -232,6 +233,53 @@ TEST(QuantizeModel, DryRunTotalMatchesTheWrittenFile) {
     std::vector<Token> tokens = {1, 300, 301};
     ctx.decode(tokens, false);
     for (float v : ctx.last_logits()) ASSERT_TRUE(std::isfinite(v)) << mix;
+  }
+}
+
+// Generation's packed weights (backend/cpu/packed.h): Context::pack_for_generation
+// packs every Q4_0 matrix of a Q4_0 model once, and token-by-token logits stay
+// those of the unpacked kernels within float reordering.
+TEST(QuantizeModel, PackedWeightsForGenerationGiveTheSameLogits) {
+  const std::string in = synth_f32();
+  tools::QuantizeOptions opt;
+  opt.mix = "Q4_0";
+  const std::string out = test::temp_dir() + "/q4_0-packed.gguf";
+  std::ostringstream log;
+  tools::quantize_model(in, out, opt, log);
+  auto m = Model::load(out);
+  ContextOptions copt;
+  copt.n_ctx = 16;
+  copt.n_threads = 2;
+  const std::vector<Token> tokens = {1, 300, 301, 302, 17, 5};
+  auto token_by_token = [&] {
+    Context ctx(*m, copt);
+    std::vector<std::vector<float>> logits;
+    for (Token t : tokens) {
+      const Token one[1] = {t};
+      ctx.decode(one, false);
+      logits.emplace_back(ctx.last_logits().begin(), ctx.last_logits().end());
+    }
+    return logits;
+  };
+  const auto plain = token_by_token();
+  size_t q4_0_matrices = 0;
+  for (const auto& [name, w] : m->weights()) q4_0_matrices += w->type == DType::Q4_0;
+  ASSERT_GT(q4_0_matrices, 0u);
+  {
+    Context ctx(*m, copt);
+    EXPECT_GT(ctx.pack_for_generation(), 0u);
+    EXPECT_EQ(ctx.pack_for_generation(), 0u);  // once
+  }
+  size_t packed = 0;
+  for (const auto& [name, w] : m->weights()) packed += cpu::packed_of(*w) != nullptr;
+  if (!cpu::packable(DType::Q4_0)) GTEST_SKIP() << "QLENS_CPU_PACK=0";
+  EXPECT_EQ(packed, q4_0_matrices);
+  const auto with_packs = token_by_token();
+  for (size_t i = 0; i < plain.size(); ++i) {
+    float scale = 0;
+    for (float v : plain[i]) scale = std::max(scale, std::fabs(v));
+    for (size_t j = 0; j < plain[i].size(); ++j)
+      ASSERT_NEAR(with_packs[i][j], plain[i][j], 1e-4f * scale) << "token " << i << " logit " << j;
   }
 }
 

@@ -25,6 +25,10 @@
 
 namespace qlens {
 
+namespace cpu {
+struct PackedWeight;
+}
+
 // Hyper-parameters every architecture here shares, read from `<arch>.*` keys
 // by the architecture file (src/model/arch/), which also sets the options its
 // graph uses.
@@ -152,6 +156,15 @@ class Model {
   int64_t n_params() const;
   size_t weight_bytes() const;
 
+  // Lays out each matrix `wanted` picks, of a type the CPU has packed
+  // kernels for, in the CPU's matrix-vector layout (backend/cpu/packed.h): a
+  // copy made once and kept with the model. For the tools that generate token
+  // by token; everything else reads the weights as stored. Not while this
+  // model computes. Returns the bytes added.
+  size_t pack_for_generation(const std::function<bool(const Tensor*)>& wanted) const;
+
+  ~Model();
+
  private:
   Model() = default;
   Tensor* bind(const TensorSpec& spec, int layer);
@@ -164,6 +177,7 @@ class Model {
   std::map<std::string, Tensor*> weights_;
   std::array<Tensor*, kRoleCount> globals_{};
   std::vector<std::array<Tensor*, kRoleCount>> layers_;
+  mutable std::vector<std::unique_ptr<cpu::PackedWeight>> packed_;
 };
 
 struct ContextOptions {
@@ -317,6 +331,9 @@ class Context {
   std::span<const float> last_logits() const;
 
   void clear();  // empties the KV cache
+  // Packs the weights the CPU runs for generation (Model::pack_for_generation):
+  // every matrix not offloaded to the device. Returns the bytes added.
+  size_t pack_for_generation();
   void set_observer(GraphObserver observer) { observer_ = std::move(observer); }
   // The scheduler's observe callback and taps (qlens/sched.h), for every
   // graph this context computes. Tap keys accumulate until read_taps.

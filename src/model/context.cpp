@@ -151,6 +151,10 @@ void Context::replace_weight(const Tensor* model_weight, Tensor* replacement) {
   replaced_[model_weight] = std::move(r);
 }
 
+size_t Context::pack_for_generation() {
+  return model_.pack_for_generation([&](const Tensor* w) { return !device_weight_of_.count(w); });
+}
+
 Tensor* Context::weight(Tensor* model_weight) const {
   if (auto r = replaced_.find(model_weight); r != replaced_.end()) return r->second.tensor;
   auto it = device_weight_of_.find(model_weight);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "backend/cpu/packed.h"
 #include "model/arch/architecture.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
@@ -77,6 +78,22 @@ std::vector<std::pair<std::string, std::string>> HParams::fields() const {
           {"expert feed-forward length", text(n_ff_exp)},
           {"expert weights normalized", text(expert_weights_norm)},
           {"expert weights scale", text(expert_weights_scale)}};
+}
+
+Model::~Model() = default;
+
+size_t Model::pack_for_generation(const std::function<bool(const Tensor*)>& wanted) const {
+  size_t added = 0;
+  for (const auto& [name, w] : weights_) {
+    const std::vector<Role> roles = roles_of(w);
+    const bool matrix = std::any_of(roles.begin(), roles.end(), [](Role r) { return role_info(r).reader == Op::MulMat; });
+    if (!matrix || !cpu::packable(w->type) || w->ne[2] != 1 || w->ne[3] != 1 || cpu::packed_of(*w) || !wanted(w))
+      continue;
+    packed_.push_back(cpu::pack_weight(*w));
+    w->packed = packed_.back().get();
+    added += packed_.back()->group_bytes * ((w->ne[1] + cpu::kPackRows - 1) / cpu::kPackRows);
+  }
+  return added;
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path) {

@@ -39,6 +39,7 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
   copt.device = opt.device;
   copt.n_gpu_layers = opt.n_gpu_layers;
   Context ctx(model, copt);
+  if (opt.n_gen > 0) ctx.pack_for_generation();
   std::mt19937 rng(1234);
   std::uniform_int_distribution<Token> any_token(0, static_cast<Token>(model.hparams().n_vocab - 1));
   std::vector<Token> prompt(opt.n_prompt);

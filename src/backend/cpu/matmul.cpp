@@ -55,6 +55,7 @@ GemmKernels make_scalar() {
   // (K types) activations.
   for_each_legacy_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scalar<T>; });
   for_each_k_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_k_scalar<T>; });
+  for (uint32_t t = 0; t < kDTypeCount; ++t) g.packed_dot[t] = packed_dot_scalar(static_cast<DType>(t));
   return g;
 }
 
@@ -67,6 +68,7 @@ GemmKernels merged(const GemmKernels* simd, const GemmKernels& fallback) {
       g.dot_rows[t] = fallback.dot_rows[t];
     }
     if (!g.pack[t] && fallback.nr == g.nr) g.pack[t] = fallback.pack[t];
+    if (!g.packed_dot[t]) g.packed_dot[t] = fallback.packed_dot[t];
   }
   if (!g.pack_act && fallback.mr == g.mr) g.pack_act = fallback.pack_act;
   return g;
@@ -124,6 +126,7 @@ void for_each_item(const KernelCtx& c, const Shape& s, const Items& items, F&& f
 struct DotPlan {
   VecDotFn dot;
   VecDotRowsFn dot_rows;  // nullptr: row by row
+  PackedDotFn packed_dot;  // for a packed weight (packed.h); nullptr: none
   bool convert_rows;  // weight rows go through to_float into F32 first
   DType x_type;       // type the activation rows must be in
   bool convert_x;     // activations are converted into scratch
@@ -147,6 +150,7 @@ DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
   p.dot = p.convert_rows ? gk.dot[static_cast<int>(DType::F32)] : own;
   // Several weight rows per call for a single activation row (generation).
   p.dot_rows = p.convert_rows || b.ne[1] != 1 ? nullptr : gk.dot_rows[static_cast<int>(a.type)];
+  p.packed_dot = p.convert_rows || b.ne[1] != 1 ? nullptr : gk.packed_dot[static_cast<int>(a.type)];
   p.x_type = p.convert_rows ? DType::F32 : type_traits(a.type).vec_dot_type;
   // ggml converts activations to the weight type's partner whatever kernel
   // runs (an F16 cache view's queries and probabilities to F16 too); the
@@ -182,8 +186,10 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
   const FromFloatFn x_from_float = vo.from_float[static_cast<int>(p.x_type)];
   int64_t x_batch = -1;  // the batch whose activations are in xbuf
 
-  // Chunks of at least 16 rows, about 8 per thread.
+  // Chunks of at least 16 rows (whole packed groups), about 8 per thread.
+  static_assert(16 % kPackRows == 0);
   const Items items = Items::make(s, c.nth, 16, 8);
+  const PackedWeight* packed = s.N == 1 && p.packed_dot ? packed_of(a) : nullptr;
   for_each_item(c, s, items, [&](int64_t i12, int64_t i13, int64_t m0, int64_t m1) {
     const int64_t i02 = i12 / s.r2, i03 = i13 / s.r3;
     const char* x = b.at(0, 0, i12, i13);
@@ -209,6 +215,15 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
         }
       }
       x = xbuf;
+    }
+    if (packed) {  // N == 1, the weight packed for it: groups of kPackRows rows
+      float out[kPackRows];
+      for (int64_t g = m0 / kPackRows; g * kPackRows < m1; ++g) {
+        p.packed_dot(s.K, packed->group(g), x, out);
+        const int64_t i0 = g * kPackRows, n = std::min<int64_t>(kPackRows, m1 - i0);
+        for (int64_t r = 0; r < n; ++r) *reinterpret_cast<float*>(d.at(i0 + r, 0, i12, i13)) = out[r];
+      }
+      return;
     }
     float out[4];
     if (p.dot_rows) {  // N == 1: up to 4 weight rows at a time

@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/packed.h"
 #include "qlens/tensor.h"
 #include "qlens/types.h"
 
@@ -108,6 +109,7 @@ struct GemmKernels {
   PackFn pack[kDTypeCount];   // by weight type; nullptr: convert rows, then transpose
   PackActFn pack_act;         // nullptr: element by element
   Int8Gemm i8[kDTypeCount];   // by weight type; pack_w nullptr: F32 panels
+  PackedDotFn packed_dot[kDTypeCount];  // by weight type: packed weights (packed.h); nullptr: none
   int i8_mr, i8_nr;           // the int8 micro-tile
 };
 

@@ -10,6 +10,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/simd_gemm_int8.h"
+#include "backend/cpu/simd_packed.h"
 #include "backend/cpu/simd_qdot.h"
 #include "backend/cpu/simd_qdot_k.h"
 #include "qlens/types.h"
@@ -196,6 +197,7 @@ GemmKernels make_gemm_kernels() {
   add_quant_kernels<NR>(g);
   add_kquant_kernels<NR>(g);
   add_int8_kernels(g);
+  add_packed_kernels(g);
   return g;
 }
 

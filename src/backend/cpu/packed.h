@@ -1,0 +1,67 @@
+// Weights laid out for matrix-vector products (generation, one activation
+// row): rows in groups of kPackRows whose blocks are interleaved, so that one
+// activation load feeds eight rows and the per-block float work (int32 to
+// float, scale products, accumulation) is one vector for eight rows instead
+// of eight. On the original layout the 4-bit dot kernels are bound by that
+// per-block work, not by memory.
+//
+// Made once per weight (Model::pack_for_generation, asked for by the tools
+// that generate token by token) and used by the dot path when N == 1; the
+// weight's own bytes stay where they are for everything else (the prompt
+// GEMM, get_rows, devices, quantize-stats). A packed copy is used only while
+// the tensor's data is the data it was made from, so a replacement weight
+// (sensitivity) or a copy pointing elsewhere falls back to the original
+// kernels.
+//
+// Q4_0, per group of 8 rows and block of 32 (144 bytes, as 8 blocks):
+//   d[8]     the rows' fp16 scales in lane order kPackLane (see below)
+//   qs[128]  four 32-byte vectors; vector 2c + h holds, for rows 4h .. 4h+3,
+//            bytes 8c .. 8c+7 of each row's qs (8 bytes per row): low
+//            nibbles are elements 8c .. 8c+7, high nibbles 16+8c .. 16+8c+7.
+// The kernels add the int32 sums of rows 0-3 and 4-7 pairwise (hadd), which
+// leaves the rows in lanes 0,1,4,5,2,3,6,7: the scales are stored in that
+// order and the outputs put back.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "qlens/tensor.h"
+#include "qlens/types.h"
+
+namespace qlens::cpu {
+
+inline constexpr int kPackRows = 8;
+// Lane j of a packed group's vectors holds row kPackLane[j].
+inline constexpr int kPackLane[kPackRows] = {0, 1, 4, 5, 2, 3, 6, 7};
+
+struct PackedWeight {
+  const void* source = nullptr;  // the tensor data it was made from
+  DType type = DType::F32;
+  int64_t rows = 0, k = 0;
+  size_t group_bytes = 0;  // one group of kPackRows rows
+  std::unique_ptr<char[]> bytes;
+
+  const char* group(int64_t g) const { return bytes.get() + g * group_bytes; }
+};
+
+// Whether weights of this type have a packed layout (and kernels).
+bool packable(DType t);
+
+// The packed layout of a 2-D weight whose type is packable.
+std::unique_ptr<PackedWeight> pack_weight(const Tensor& w);
+
+// The tensor's packed copy, or null when it has none or it was made from
+// other data.
+const PackedWeight* packed_of(const Tensor& w);
+
+// Eight rows of a packed group against one activation row in the type's
+// activation format (Q8_0 for Q4_0): out[r] for rows r = 0..7 of the group.
+using PackedDotFn = void (*)(int64_t k, const char* group, const void* x, float* out);
+
+// The plain kernel the SIMD ones are tested against (the same operations in
+// the same order: equal bit for bit).
+PackedDotFn packed_dot_scalar(DType t);
+
+}  // namespace qlens::cpu

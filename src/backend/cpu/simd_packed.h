@@ -1,0 +1,86 @@
+// Matrix-vector kernels on packed weights (packed.h) with 256-bit integer
+// vectors (AVX2; the AVX-512 files use the same code: on the machines
+// measured, 512-bit integer ops gave these row kernels nothing). Included
+// only by the per-instruction-set files (through simd_matmul.h); internal
+// linkage.
+//
+// Q4_0, per block of 32 and group of 8 rows: the activation's four 8-byte
+// pieces are broadcast to the four 64-bit lanes (one per row), each of the
+// four code vectors gives two nibble vectors, and maddubs(codes, q) sums
+// pairs into int16: 4 maddubs per half-group stay below 4 * 2 * 15 * 127 =
+// 15240, and the bias (8 * sum q, the same for every row) is taken out in
+// int16 before the pairs are widened (madd) and the two halves added
+// pairwise (hadd): one int32 per row, lanes in kPackLane order, exact. Then
+// one conversion, one product of the eight scales with d_x and one FMA for
+// the eight rows: acc = fma(float(sum), d_w * d_x, acc), the plain kernel's
+// operations.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/packed.h"
+#include "backend/cpu/qdot.h"
+#include "backend/cpu/simd.h"
+#include "backend/cpu/vec.h"
+
+namespace qlens::cpu {
+namespace {
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+// Group blocks prefetched ahead: the group is one stream of 144-byte blocks.
+constexpr int kPackedPrefetch = 8;
+
+void packed_dot_q4_0_simd(int64_t k, const char* group, const void* x, float* out) {
+  constexpr size_t kGroupBlock = kPackRows * sizeof(quant::BlockQ4_0);
+  const int64_t nb = k / quant::kLegacyBlock;
+  const float* f16 = fp16_table();
+  const char* xr = static_cast<const char*>(x);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i eight = _mm256_set1_epi8(8);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const char* gb = group + b * kGroupBlock;
+    _mm_prefetch(gb + kPackedPrefetch * kGroupBlock, _MM_HINT_T0);
+    _mm_prefetch(gb + kPackedPrefetch * kGroupBlock + 64, _MM_HINT_T0);
+    _mm_prefetch(gb + kPackedPrefetch * kGroupBlock + 128, _MM_HINT_T0);
+    const char* qs = gb + kPackRows * sizeof(uint16_t);
+    const char* xb = xr + b * sizeof(quant::BlockQ8_0);
+    const char* xq = xb + offsetof(quant::BlockQ8_0, qs);
+    long long piece[4];
+    std::memcpy(piece, xq, sizeof piece);
+    // q pieces: elements 0-7, 8-15 (low nibbles of chunks 0, 1), 16-23, 24-31 (high).
+    const __m256i q_lo0 = _mm256_set1_epi64x(piece[0]), q_lo1 = _mm256_set1_epi64x(piece[1]);
+    const __m256i q_hi0 = _mm256_set1_epi64x(piece[2]), q_hi1 = _mm256_set1_epi64x(piece[3]);
+    const __m256i bias = _mm256_adds_epi16(
+        _mm256_adds_epi16(_mm256_maddubs_epi16(eight, q_lo0), _mm256_maddubs_epi16(eight, q_hi0)),
+        _mm256_adds_epi16(_mm256_maddubs_epi16(eight, q_lo1), _mm256_maddubs_epi16(eight, q_hi1)));
+    __m256i half[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + h * 32));
+      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 + h) * 32));
+      __m256i s = _mm256_maddubs_epi16(_mm256_and_si256(v0, low4), q_lo0);
+      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), low4), q_hi0));
+      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(v1, low4), q_lo1));
+      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), low4), q_hi1));
+      half[h] = _mm256_madd_epi16(_mm256_subs_epi16(s, bias), ones);
+    }
+    const __m256 sum = _mm256_cvtepi32_ps(_mm256_hadd_epi32(half[0], half[1]));
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+    const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
+    acc = _mm256_fmadd_ps(sum, _mm256_mul_ps(dw, dx), acc);
+  }
+  alignas(32) float lanes[kPackRows];
+  _mm256_store_ps(lanes, acc);
+  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = lanes[lane];
+}
+
+void add_packed_kernels(GemmKernels& g) { g.packed_dot[static_cast<int>(DType::Q4_0)] = packed_dot_q4_0_simd; }
+
+#endif
+
+}  // namespace
+}  // namespace qlens::cpu
