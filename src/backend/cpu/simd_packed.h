@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/packed.h"
 #include "backend/cpu/qdot.h"
 #include "backend/cpu/simd.h"
@@ -78,7 +79,90 @@ void packed_dot_q4_0_simd(int64_t k, const char* group, const void* x, float* ou
   for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = lanes[lane];
 }
 
-void add_packed_kernels(GemmKernels& g) { g.packed_dot[static_cast<int>(DType::Q4_0)] = packed_dot_q4_0_simd; }
+// Q8_0: the codes are stored as v + 128. With VNNI, vpdpbusd adds 4 products
+// (v + 128) q per int32 lane: per half-group, one per 8-byte piece, and the
+// 128 q excess (the same for every row) by vpdpbusd of 0x80 with the same
+// pieces, subtracted before the halves are added pairwise. Without it, the
+// codes go back to v and the sign trick, maddubs(|v|, sign(q, v)) (at most
+// 2 * 128 * 127: no saturation), widened by madd. Both sums are exact.
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+#define QLENS_PACKED_VNNI_TARGET "avx512vnni"
+inline bool packed_vnni_available() { return cpu_has_avx512_vnni(); }
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i dot4(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_dpbusd_epi32(acc, u, s);
+}
+#else
+#define QLENS_PACKED_VNNI_TARGET "avxvnni"
+inline bool packed_vnni_available() { return cpu_has_avx_vnni(); }
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i dot4(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+}
+#endif
+
+// The eight rows' int32 sums of one Q8_0 group block (lanes in kPackLane
+// order): with vpdpbusd, or with maddubs.
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q8_0_sums_vnni(const char* qs, const __m256i* q) {
+  __m256i bias = _mm256_setzero_si256(), half[2] = {bias, bias};
+  const __m256i excess = _mm256_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    bias = dot4(bias, excess, q[c]);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h)
+      half[h] = dot4(half[h], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 * c + h) * 32)), q[c]);
+  }
+  return _mm256_hadd_epi32(_mm256_sub_epi32(half[0], bias), _mm256_sub_epi32(half[1], bias));
+}
+inline __m256i q8_0_sums_maddubs(const char* qs, const __m256i* q) {
+  const __m256i excess = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i half[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c)
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 * c + h) * 32)), excess);
+      const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(q[c], v));
+      half[h] = _mm256_add_epi32(half[h], _mm256_madd_epi16(p, ones));
+    }
+  return _mm256_hadd_epi32(half[0], half[1]);
+}
+
+template <bool kVnni>
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q8_0_simd(int64_t k, const char* group,
+                                                                             const void* x, float* out) {
+  constexpr size_t kGroupBlock = kPackRows * sizeof(uint16_t) + kPackRows * 32;
+  const int64_t nb = k / quant::kLegacyBlock;
+  const float* f16 = fp16_table();
+  const char* xr = static_cast<const char*>(x);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const char* gb = group + b * kGroupBlock;
+#pragma GCC unroll 5
+    for (size_t line = 0; line < kGroupBlock; line += 64)
+      _mm_prefetch(gb + kPackedPrefetch * kGroupBlock + line, _MM_HINT_T0);
+    const char* xb = xr + b * sizeof(quant::BlockQ8_0);
+    long long piece[4];
+    std::memcpy(piece, xb + offsetof(quant::BlockQ8_0, qs), sizeof piece);
+    const __m256i q[4] = {_mm256_set1_epi64x(piece[0]), _mm256_set1_epi64x(piece[1]), _mm256_set1_epi64x(piece[2]),
+                          _mm256_set1_epi64x(piece[3])};
+    const char* qs = gb + kPackRows * sizeof(uint16_t);
+    const __m256i isum = kVnni ? q8_0_sums_vnni(qs, q) : q8_0_sums_maddubs(qs, q);
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+    const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
+  }
+  alignas(32) float lanes[kPackRows];
+  _mm256_store_ps(lanes, acc);
+  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = lanes[lane];
+}
+#undef QLENS_PACKED_VNNI_TARGET
+
+void add_packed_kernels(GemmKernels& g) {
+  g.packed_dot[static_cast<int>(DType::Q4_0)] = packed_dot_q4_0_simd;
+  g.packed_dot[static_cast<int>(DType::Q8_0)] =
+      packed_vnni_available() ? packed_dot_q8_0_simd<true> : packed_dot_q8_0_simd<false>;
+}
 
 #endif
 
