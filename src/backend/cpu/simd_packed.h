@@ -31,7 +31,7 @@ namespace {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 // Group blocks prefetched ahead: the group is one stream of 144-byte blocks.
-constexpr int kPackedPrefetch = 8;
+constexpr int kPackedPrefetch = 16;
 
 void packed_dot_q4_0_simd(int64_t k, const char* group, const void* x, float* out) {
   constexpr size_t kGroupBlock = kPackRows * sizeof(quant::BlockQ4_0);
