@@ -626,18 +626,23 @@ void check_mul_mat(std::mt19937& rng, const std::vector<DType>& types, const std
 // quantized product.
 TEST(Qdot, PackedKernelsMatchThePlainOneAndTheReference) {
   std::mt19937 rng(41);
-  for (DType t : kTypes) {
+  std::vector<DType> types(std::begin(kTypes), std::end(kTypes));
+  types.insert(types.end(), std::begin(kKTypes), std::end(kKTypes));
+  for (DType t : types) {
     if (!cpu::packable(t)) continue;
+    const bool ktype = type_traits(t).block_size == kQK;
     const DType xt = type_traits(t).vec_dot_type;
-    for (int64_t K : {32, 64, 96, 1024, 8192})
+    const RefDotFn ref = ktype ? ref_dot_k : ref_dot;
+    for (int64_t K : {32, 64, 96, 256, 1024, 8192})
       for (int64_t M : {1, 7, 8, 13}) {
+        if (K % type_traits(t).block_size != 0) continue;
         SCOPED_TRACE(name_of(t) + " K=" + std::to_string(K) + " M=" + std::to_string(M));
         std::vector<uint8_t> w;
         for (int64_t i = 0; i < M; ++i) {
-          const std::vector<uint8_t> row = random_weights(rng, t, K);
+          const std::vector<uint8_t> row = ktype ? random_k_weights(rng, t, K) : random_weights(rng, t, K);
           w.insert(w.end(), row.begin(), row.end());
         }
-        const std::vector<uint8_t> x = random_acts(rng, xt, K);
+        const std::vector<uint8_t> x = ktype ? random_q8k(rng, K) : random_acts(rng, xt, K);
         Tensor tw;
         tw.type = t;
         tw.ne = {K, M, 1, 1};
@@ -650,7 +655,7 @@ TEST(Qdot, PackedKernelsMatchThePlainOneAndTheReference) {
           float want[cpu::kPackRows];
           plain(K, packed->group(g), x.data(), want);
           for (int r = 0; r < cpu::kPackRows && g * cpu::kPackRows + r < M; ++r) {
-            const RefDot rd = ref_dot(t, w.data() + (g * cpu::kPackRows + r) * row_bytes(t, K), x.data(), K);
+            const RefDot rd = ref(t, w.data() + (g * cpu::kPackRows + r) * row_bytes(t, K), x.data(), K);
             EXPECT_LE(std::fabs(want[r] - rd.value), rd.bound) << "row " << g * cpu::kPackRows + r;
           }
           for (Isa isa : isas()) {

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "backend/cpu/qdot.h"
+#include "quant/kquants.h"
+#include "quant/kquants_codec.h"
 #include "qlens/error.h"
 
 namespace qlens::cpu {
@@ -83,17 +85,103 @@ void packed_dot_q8_0(int64_t k, const char* group, const void* x, float* out) {
   });
 }
 
-// One row per packable type: block bytes, where its codes start and how many
-// there are, what the codes are stored as, and the plain kernel.
+// Block b of 8 rows of a legacy type: the codes' 8-byte pieces as they are
+// (Q4_0), or as v + 128 (Q8_0).
+template <class B, uint8_t kXor>
+void pack_legacy(const Tensor& w, int64_t row0, int64_t b, char* dst) {
+  pack_group_block(w, row0, b, sizeof(B), offsetof(B, qs), sizeof(B::qs), kXor, dst);
+}
+
+// ---- Q4_K ----
+//
+// Per super-block and group of 8 rows (1184 bytes): d[8], dmin[8] (fp16, lane
+// order), sc[8 sub-blocks][8 rows] (row order), m[4][8 lanes][2] (the mins of
+// sub-blocks 2t and 2t + 1 per lane, lane order), then the codes: vector
+// (4 j + c) * 2 + h holds, for rows 4h .. 4h+3, bytes 8c .. 8c+7 of each row's
+// 32-byte chunk j (low nibbles: elements 64j + 8c .. +7 of sub-block 2j, high:
+// 64j + 32 + 8c .. +7 of sub-block 2j + 1).
+using quant::kq::BlockQ4K;
+using quant::kq::BlockQ8K;
+constexpr int64_t kSuper = quant::kq::kQK;
+constexpr size_t kQ4KScalesAt = 2 * kScales, kQ4KMinsAt = kQ4KScalesAt + 64, kQ4KCodesAt = kQ4KMinsAt + 64;
+constexpr size_t kQ4KGroupBlock = kQ4KCodesAt + kPackRows * 128;
+
+void pack_q4_k(const Tensor& w, int64_t row0, int64_t b, char* dst) {
+  std::memset(dst, 0, kQ4KGroupBlock);
+  auto* u = reinterpret_cast<uint8_t*>(dst);
+  for (int lane = 0; lane < kPackRows; ++lane) {
+    const int r = kPackLane[lane];
+    if (row0 + r >= w.ne[1]) continue;
+    const auto* blk = reinterpret_cast<const uint8_t*>(w.at(0, row0 + r) + b * sizeof(BlockQ4K));
+    std::memcpy(dst + lane * 2, blk + offsetof(BlockQ4K, d), 2);
+    std::memcpy(dst + kScales + lane * 2, blk + offsetof(BlockQ4K, dmin), 2);
+    int16_t sc[8], m[8];
+    quant::kq::unpack_scales_k4(blk + offsetof(BlockQ4K, scales), sc, m);
+    for (int s = 0; s < 8; ++s) {
+      u[kQ4KScalesAt + s * kPackRows + r] = static_cast<uint8_t>(sc[s]);
+      u[kQ4KMinsAt + (s / 2) * 16 + lane * 2 + s % 2] = static_cast<uint8_t>(m[s]);
+    }
+    for (int j = 0; j < 4; ++j)
+      for (int c = 0; c < 4; ++c)
+        std::memcpy(dst + kQ4KCodesAt + ((4 * j + c) * 2 + r / 4) * 32 + (r % 4) * 8,
+                    blk + offsetof(BlockQ4K, qs) + 32 * j + 8 * c, 8);
+  }
+}
+
+// Per row, super-blocks in order: the integer sums of codes times scales and
+// of mins times the activation's sums, then two float chains, as the SIMD
+// kernels: acc = fma(float(isum), d * d_x, acc), accm = fma(float(msum),
+// dmin * d_x, accm); out = acc - accm.
+void packed_dot_q4_k(int64_t k, const char* group, const void* x, float* out) {
+  const int64_t nb = k / kSuper;
+  float acc[kPackRows] = {}, accm[kPackRows] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    const char* gb = group + b * kQ4KGroupBlock;
+    const auto* u = reinterpret_cast<const uint8_t*>(gb);
+    const char* xb = static_cast<const char*>(x) + b * sizeof(BlockQ8K);
+    float dx;
+    std::memcpy(&dx, xb + offsetof(BlockQ8K, d), sizeof dx);
+    const auto* q = reinterpret_cast<const int8_t*>(xb + offsetof(BlockQ8K, qs));
+    int16_t bsums[16];
+    std::memcpy(bsums, xb + offsetof(BlockQ8K, bsums), sizeof bsums);
+    for (int lane = 0; lane < kPackRows; ++lane) {
+      const int r = kPackLane[lane];
+      int32_t isum = 0, msum = 0;
+      for (int j = 0; j < 4; ++j) {
+        int32_t lo = 0, hi = 0;
+        for (int c = 0; c < 4; ++c) {
+          const uint8_t* codes = u + kQ4KCodesAt + ((4 * j + c) * 2 + r / 4) * 32 + (r % 4) * 8;
+          for (int e = 0; e < 8; ++e) {
+            lo += (codes[e] & 0x0f) * q[64 * j + 8 * c + e];
+            hi += (codes[e] >> 4) * q[64 * j + 32 + 8 * c + e];
+          }
+        }
+        isum += lo * u[kQ4KScalesAt + (2 * j) * kPackRows + r] + hi * u[kQ4KScalesAt + (2 * j + 1) * kPackRows + r];
+      }
+      for (int s = 0; s < 8; ++s)
+        msum += u[kQ4KMinsAt + (s / 2) * 16 + lane * 2 + s % 2] * (bsums[2 * s] + bsums[2 * s + 1]);
+      const float d = fp16_to_fp32(load_u16(gb + lane * 2)), dmin = fp16_to_fp32(load_u16(gb + kScales + lane * 2));
+      acc[lane] = std::fma(static_cast<float>(isum), d * dx, acc[lane]);
+      accm[lane] = std::fma(static_cast<float>(msum), dmin * dx, accm[lane]);
+    }
+  }
+  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = acc[lane] - accm[lane];
+}
+
+// One row per packable type: its blocks (elements, bytes), a group block's
+// bytes, the packer of one group block and the plain kernel.
+using PackBlockFn = void (*)(const Tensor& w, int64_t row0, int64_t b, char* dst);
 struct PackedFormat {
   DType type;
-  size_t block_bytes, codes_offset, code_bytes;
-  uint8_t code_xor;
+  int64_t block_elems;
+  size_t group_block_bytes;
+  PackBlockFn pack;
   PackedDotFn plain;
 };
 constexpr PackedFormat kFormats[] = {
-    {DType::Q4_0, sizeof(BlockQ4_0), offsetof(BlockQ4_0, qs), 16, 0x00, packed_dot_q4_0},
-    {DType::Q8_0, sizeof(BlockQ8_0), offsetof(BlockQ8_0, qs), 32, 0x80, packed_dot_q8_0},
+    {DType::Q4_0, kBlock, kScales + kPackRows * 16, pack_legacy<BlockQ4_0, 0x00>, packed_dot_q4_0},
+    {DType::Q8_0, kBlock, kScales + kPackRows * 32, pack_legacy<BlockQ8_0, 0x80>, packed_dot_q8_0},
+    {DType::Q4_K, kSuper, kQ4KGroupBlock, pack_q4_k, packed_dot_q4_k},
 };
 
 const PackedFormat* format_of(DType t) {
@@ -116,7 +204,7 @@ bool packable(DType t) {
 
 std::unique_ptr<PackedWeight> pack_weight(const Tensor& w) {
   const PackedFormat* f = format_of(w.type);
-  if (!f || w.ne[2] != 1 || w.ne[3] != 1 || w.ne[0] % kBlock != 0 || !w.is_contiguous())
+  if (!f || w.ne[2] != 1 || w.ne[3] != 1 || w.ne[0] % f->block_elems != 0 || !w.is_contiguous())
     throw Error("pack_weight: '" + w.name + "' has no packed layout (" + std::string(type_name(w.type)) + " " +
                 shape_string(w) + ")");
   auto p = std::make_unique<PackedWeight>();
@@ -124,15 +212,12 @@ std::unique_ptr<PackedWeight> pack_weight(const Tensor& w) {
   p->type = w.type;
   p->rows = w.ne[1];
   p->k = w.ne[0];
-  const int64_t nb = w.ne[0] / kBlock;
-  const size_t group_block = kScales + kPackRows * f->code_bytes;
-  p->group_bytes = nb * group_block;
+  const int64_t nb = w.ne[0] / f->block_elems;
+  p->group_bytes = nb * f->group_block_bytes;
   const int64_t groups = (w.ne[1] + kPackRows - 1) / kPackRows;
   p->bytes.reset(new char[groups * p->group_bytes]);
   for (int64_t g = 0; g < groups; ++g)
-    for (int64_t b = 0; b < nb; ++b)
-      pack_group_block(w, g * kPackRows, b, f->block_bytes, f->codes_offset, f->code_bytes, f->code_xor,
-                       p->bytes.get() + g * p->group_bytes + b * group_block);
+    for (int64_t b = 0; b < nb; ++b) f->pack(w, g * kPackRows, b, p->bytes.get() + g * p->group_bytes + b * f->group_block_bytes);
   return p;
 }
 

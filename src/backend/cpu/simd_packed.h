@@ -22,6 +22,7 @@
 #include "backend/cpu/isa.h"
 #include "backend/cpu/packed.h"
 #include "backend/cpu/qdot.h"
+#include "quant/kquants.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/vec.h"
 
@@ -158,7 +159,87 @@ __attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q8_0_simd(int6
 }
 #undef QLENS_PACKED_VNNI_TARGET
 
+// Q4_K, per super-block and group of 8 rows (the layout: packed.cpp): for
+// each 64-element chunk j, the 8-byte activation pieces broadcast, the four
+// pieces' maddubs summed in int16 per sub-block and half-group (4 * 2 * 15 *
+// 127 at most), then madd with the rows' sub-block scales (each row's scale
+// in its 64-bit lane's four int16) into int32; the mins times the activation's
+// 32-element sums by madd of the (m_2t, m_2t+1) pairs with (B_2t, B_2t+1).
+// Exact integer sums; then the plain kernel's two float chains.
+void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* out) {
+  using quant::kq::BlockQ8K;
+  constexpr size_t kScales = kPackRows * sizeof(uint16_t);
+  constexpr size_t kScalesAt = 2 * kScales, kMinsAt = kScalesAt + 64, kCodesAt = kMinsAt + 64;
+  constexpr size_t kGroupBlock = kCodesAt + kPackRows * 128;
+  const int64_t nb = k / quant::kq::kQK;
+  const char* xr = static_cast<const char*>(x);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  // Sub-block scales to int16, row 4h + i's in 64-bit lane i: half h, and +8
+  // for the odd sub-block of a chunk (its bytes follow the even one's).
+  auto scale_mask = [](int h, int odd) {
+    const char r0 = static_cast<char>(4 * h + 8 * odd), z = static_cast<char>(0x80);
+    return _mm256_setr_epi8(r0, z, r0, z, r0, z, r0, z, r0 + 1, z, r0 + 1, z, r0 + 1, z, r0 + 1, z,  //
+                            r0 + 2, z, r0 + 2, z, r0 + 2, z, r0 + 2, z, r0 + 3, z, r0 + 3, z, r0 + 3, z, r0 + 3, z);
+  };
+  const __m256i smask[2][2] = {{scale_mask(0, 0), scale_mask(0, 1)}, {scale_mask(1, 0), scale_mask(1, 1)}};
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const char* gb = group + b * kGroupBlock;
+    const char* xb = xr + b * sizeof(BlockQ8K);
+    const char* xq = xb + offsetof(BlockQ8K, qs);
+    for (size_t line = 0; line < kGroupBlock; line += 64)
+      _mm_prefetch(gb + kPackedPrefetch / 8 * kGroupBlock + line, _MM_HINT_T0);
+    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        long long ql, qh;
+        std::memcpy(&ql, xq + 64 * j + 8 * c, 8);
+        std::memcpy(&qh, xq + 64 * j + 32 + 8 * c, 8);
+        const __m256i q_lo = _mm256_set1_epi64x(ql), q_hi = _mm256_set1_epi64x(qh);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i v =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + kCodesAt + ((4 * j + c) * 2 + h) * 32));
+          lo[h] = _mm256_adds_epi16(lo[h], _mm256_maddubs_epi16(_mm256_and_si256(v, low4), q_lo));
+          hi[h] = _mm256_adds_epi16(hi[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q_hi));
+        }
+      }
+      const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kScalesAt + 16 * j)));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(lo[h], _mm256_shuffle_epi8(sc, smask[h][0])));
+        isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(hi[h], _mm256_shuffle_epi8(sc, smask[h][1])));
+      }
+    }
+    // (B_0 .. B_7): the activation's sums over the 8 sub-blocks, as int16
+    // pairs in int32 elements 0, 1 (low lane) and 4, 5 (high lane).
+    const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + offsetof(BlockQ8K, bsums)));
+    const __m256i pairs = _mm256_hadd_epi16(bs, bs);
+    __m256i msum = _mm256_setzero_si256();
+    constexpr int kPairAt[4] = {0, 1, 4, 5};
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      const __m256i m = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kMinsAt + 16 * t)));
+      msum = _mm256_add_epi32(msum, _mm256_madd_epi16(m, _mm256_permutevar8x32_epi32(pairs, _mm256_set1_epi32(kPairAt[t]))));
+    }
+    float dxf;
+    std::memcpy(&dxf, xb + offsetof(BlockQ8K, d), sizeof dxf);
+    const __m256 dx = _mm256_set1_ps(dxf);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kScales)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(isum[0], isum[1])), _mm256_mul_ps(d, dx), acc);
+    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), accm);
+  }
+  alignas(32) float lanes[kPackRows];
+  _mm256_store_ps(lanes, _mm256_sub_ps(acc, accm));
+  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = lanes[lane];
+}
+
 void add_packed_kernels(GemmKernels& g) {
+  g.packed_dot[static_cast<int>(DType::Q4_K)] = packed_dot_q4_k_simd;
   g.packed_dot[static_cast<int>(DType::Q4_0)] = packed_dot_q4_0_simd;
   g.packed_dot[static_cast<int>(DType::Q8_0)] =
       packed_vnni_available() ? packed_dot_q8_0_simd<true> : packed_dot_q8_0_simd<false>;
