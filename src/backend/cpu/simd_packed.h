@@ -31,8 +31,9 @@ namespace {
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
-// Group blocks prefetched ahead: the group is one stream of 144-byte blocks.
-constexpr int kPackedPrefetch = 16;
+// No software prefetch: a chunk of groups is one contiguous stream, which the
+// hardware prefetcher follows; prefetching 8-40 group blocks ahead measured
+// equal or up to 8% slower (AMD EPYC Zen 4, 2026-12-03).
 
 void packed_dot_q4_0_simd(int64_t k, const char* group, const void* x, float* out) {
   constexpr size_t kGroupBlock = kPackRows * sizeof(quant::BlockQ4_0);
@@ -45,9 +46,6 @@ void packed_dot_q4_0_simd(int64_t k, const char* group, const void* x, float* ou
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kGroupBlock;
-    _mm_prefetch(gb + kPackedPrefetch * kGroupBlock, _MM_HINT_T0);
-    _mm_prefetch(gb + kPackedPrefetch * kGroupBlock + 64, _MM_HINT_T0);
-    _mm_prefetch(gb + kPackedPrefetch * kGroupBlock + 128, _MM_HINT_T0);
     const char* qs = gb + kPackRows * sizeof(uint16_t);
     const char* xb = xr + b * sizeof(quant::BlockQ8_0);
     const char* xq = xb + offsetof(quant::BlockQ8_0, qs);
@@ -139,9 +137,6 @@ __attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q8_0_simd(int6
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kGroupBlock;
-#pragma GCC unroll 5
-    for (size_t line = 0; line < kGroupBlock; line += 64)
-      _mm_prefetch(gb + kPackedPrefetch * kGroupBlock + line, _MM_HINT_T0);
     const char* xb = xr + b * sizeof(quant::BlockQ8_0);
     long long piece[4];
     std::memcpy(piece, xb + offsetof(quant::BlockQ8_0, qs), sizeof piece);
@@ -187,8 +182,6 @@ void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* ou
     const char* gb = group + b * kGroupBlock;
     const char* xb = xr + b * sizeof(BlockQ8K);
     const char* xq = xb + offsetof(BlockQ8K, qs);
-    for (size_t line = 0; line < kGroupBlock; line += 64)
-      _mm_prefetch(gb + kPackedPrefetch / 8 * kGroupBlock + line, _MM_HINT_T0);
     __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
