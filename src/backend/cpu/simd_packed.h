@@ -6,14 +6,14 @@
 //
 // Q4_0, per block of 32 and group of 8 rows: the activation's four 8-byte
 // pieces are broadcast to the four 64-bit lanes (one per row), each of the
-// four code vectors gives two nibble vectors, and maddubs(codes, q) sums
-// pairs into int16: 4 maddubs per half-group stay below 4 * 2 * 15 * 127 =
-// 15240, and the bias (8 * sum q, the same for every row) is taken out in
-// int16 before the pairs are widened (madd) and the two halves added
-// pairwise (hadd): one int32 per row, lanes in kPackLane order, exact. Then
-// one conversion, one product of the eight scales with d_x and one FMA for
-// the eight rows: acc = fma(float(sum), d_w * d_x, acc), the plain kernel's
-// operations.
+// four code vectors gives two nibble vectors, multiplied with the pieces by
+// vpdpbusd where the CPU has VNNI, else by maddubs into int16 (4 per
+// half-group stay below 4 * 2 * 15 * 127 = 15240) widened by madd; the bias
+// (8 * sum q, the same for every row) is taken out before the two halves are
+// added pairwise (hadd): one int32 per row, lanes in kPackLane order, exact.
+// Then one conversion, one product of the eight scales with d_x and one FMA
+// for the eight rows: acc = fma(float(sum), d_w * d_x, acc), the plain
+// kernel's operations.
 #pragma once
 
 #include <cstddef>
@@ -34,49 +34,6 @@ namespace {
 // No software prefetch: a chunk of groups is one contiguous stream, which the
 // hardware prefetcher follows; prefetching 8-40 group blocks ahead measured
 // equal or up to 8% slower (AMD EPYC Zen 4, 2026-12-03).
-
-void packed_dot_q4_0_simd(int64_t k, const char* group, const void* x, float* out) {
-  constexpr size_t kGroupBlock = kPackRows * sizeof(quant::BlockQ4_0);
-  const int64_t nb = k / quant::kLegacyBlock;
-  const float* f16 = fp16_table();
-  const char* xr = static_cast<const char*>(x);
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  const __m256i eight = _mm256_set1_epi8(8);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const char* gb = group + b * kGroupBlock;
-    const char* qs = gb + kPackRows * sizeof(uint16_t);
-    const char* xb = xr + b * sizeof(quant::BlockQ8_0);
-    const char* xq = xb + offsetof(quant::BlockQ8_0, qs);
-    long long piece[4];
-    std::memcpy(piece, xq, sizeof piece);
-    // q pieces: elements 0-7, 8-15 (low nibbles of chunks 0, 1), 16-23, 24-31 (high).
-    const __m256i q_lo0 = _mm256_set1_epi64x(piece[0]), q_lo1 = _mm256_set1_epi64x(piece[1]);
-    const __m256i q_hi0 = _mm256_set1_epi64x(piece[2]), q_hi1 = _mm256_set1_epi64x(piece[3]);
-    const __m256i bias = _mm256_adds_epi16(
-        _mm256_adds_epi16(_mm256_maddubs_epi16(eight, q_lo0), _mm256_maddubs_epi16(eight, q_hi0)),
-        _mm256_adds_epi16(_mm256_maddubs_epi16(eight, q_lo1), _mm256_maddubs_epi16(eight, q_hi1)));
-    __m256i half[2];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + h * 32));
-      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 + h) * 32));
-      __m256i s = _mm256_maddubs_epi16(_mm256_and_si256(v0, low4), q_lo0);
-      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), low4), q_hi0));
-      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(v1, low4), q_lo1));
-      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), low4), q_hi1));
-      half[h] = _mm256_madd_epi16(_mm256_subs_epi16(s, bias), ones);
-    }
-    const __m256 sum = _mm256_cvtepi32_ps(_mm256_hadd_epi32(half[0], half[1]));
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-    const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
-    acc = _mm256_fmadd_ps(sum, _mm256_mul_ps(dw, dx), acc);
-  }
-  alignas(32) float lanes[kPackRows];
-  _mm256_store_ps(lanes, acc);
-  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = lanes[lane];
-}
 
 // Q8_0: the codes are stored as v + 128. With VNNI, vpdpbusd adds 4 products
 // (v + 128) q per int32 lane: per half-group, one per 8-byte piece, and the
@@ -125,6 +82,74 @@ inline __m256i q8_0_sums_maddubs(const char* qs, const __m256i* q) {
       half[h] = _mm256_add_epi32(half[h], _mm256_madd_epi16(p, ones));
     }
   return _mm256_hadd_epi32(half[0], half[1]);
+}
+
+// Q4_0's eight rows' int32 sums of one group block (lanes in kPackLane
+// order) from the codes (c, unsigned) and the activation pieces: sum (c - 8) q
+// as sum c q - 8 sum q, with vpdpbusd, or maddubs into int16 then madd.
+template <bool kVnni>
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q4_0_sums(const char* qs, const __m256i* q) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i eight = _mm256_set1_epi8(8);
+  // Piece c of the codes: low nibbles against q[c] (elements 8c ..), high
+  // nibbles against q[2 + c] (16 + 8c ..).
+  __m256i half[2];
+  if constexpr (kVnni) {
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i bias = dot4(dot4(dot4(dot4(zero, eight, q[0]), eight, q[1]), eight, q[2]), eight, q[3]);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i s = zero;
+#pragma GCC unroll 2
+      for (int c = 0; c < 2; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 * c + h) * 32));
+        s = dot4(s, _mm256_and_si256(v, low4), q[c]);
+        s = dot4(s, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q[2 + c]);
+      }
+      half[h] = _mm256_sub_epi32(s, bias);
+    }
+  } else {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i bias =
+        _mm256_adds_epi16(_mm256_adds_epi16(_mm256_maddubs_epi16(eight, q[0]), _mm256_maddubs_epi16(eight, q[2])),
+                          _mm256_adds_epi16(_mm256_maddubs_epi16(eight, q[1]), _mm256_maddubs_epi16(eight, q[3])));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + h * 32));
+      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 + h) * 32));
+      __m256i s = _mm256_maddubs_epi16(_mm256_and_si256(v0, low4), q[0]);
+      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), low4), q[2]));
+      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(v1, low4), q[1]));
+      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), low4), q[3]));
+      half[h] = _mm256_madd_epi16(_mm256_subs_epi16(s, bias), ones);
+    }
+  }
+  return _mm256_hadd_epi32(half[0], half[1]);
+}
+
+template <bool kVnni>
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q4_0_simd(int64_t k, const char* group,
+                                                                             const void* x, float* out) {
+  constexpr size_t kGroupBlock = kPackRows * sizeof(quant::BlockQ4_0);
+  const int64_t nb = k / quant::kLegacyBlock;
+  const float* f16 = fp16_table();
+  const char* xr = static_cast<const char*>(x);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const char* gb = group + b * kGroupBlock;
+    const char* xb = xr + b * sizeof(quant::BlockQ8_0);
+    long long piece[4];
+    std::memcpy(piece, xb + offsetof(quant::BlockQ8_0, qs), sizeof piece);
+    const __m256i q[4] = {_mm256_set1_epi64x(piece[0]), _mm256_set1_epi64x(piece[1]), _mm256_set1_epi64x(piece[2]),
+                          _mm256_set1_epi64x(piece[3])};
+    const __m256i isum = q4_0_sums<kVnni>(gb + kPackRows * sizeof(uint16_t), q);
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+    const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
+  }
+  alignas(32) float lanes[kPackRows];
+  _mm256_store_ps(lanes, acc);
+  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = lanes[lane];
 }
 
 template <bool kVnni>
@@ -233,7 +258,8 @@ void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* ou
 
 void add_packed_kernels(GemmKernels& g) {
   g.packed_dot[static_cast<int>(DType::Q4_K)] = packed_dot_q4_k_simd;
-  g.packed_dot[static_cast<int>(DType::Q4_0)] = packed_dot_q4_0_simd;
+  g.packed_dot[static_cast<int>(DType::Q4_0)] =
+      packed_vnni_available() ? packed_dot_q4_0_simd<true> : packed_dot_q4_0_simd<false>;
   g.packed_dot[static_cast<int>(DType::Q8_0)] =
       packed_vnni_available() ? packed_dot_q8_0_simd<true> : packed_dot_q8_0_simd<false>;
 }
