@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "args.h"
+#include "core/human_bytes.h"
 #include "core/output_path.h"
 #include "core/text_file.h"
 #include "qlens/backend.h"
@@ -75,6 +76,9 @@ int cmd_bench(int argc, char** argv) {
   // Generation streams the weights once per token: their bytes x tokens/s.
   report.weights_gb_per_token = tools::weight_bytes_per_token(*model) / 1e9;
   if (bandwidth) report.read_bandwidth_gb_per_s = tools::read_bandwidth_gbs(report.n_threads);
+  if (report.result.packed_bytes > 0)
+    std::fprintf(stderr, "generation: %s of weights packed for the CPU's matrix-vector kernels (QLENS_CPU_PACK=0: none)\n",
+                 human_bytes(report.result.packed_bytes).c_str());
   if (format == "md") print_markdown(report, bandwidth);
   if (format == "json") std::fputs(tools::bench_json(report).c_str(), stdout);
   if (format == "csv") std::fputs(tools::bench_csv(report).c_str(), stdout);

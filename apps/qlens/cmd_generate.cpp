@@ -2,6 +2,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "core/human_bytes.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "tools/generate.h"
@@ -53,6 +54,9 @@ int cmd_generate(int argc, char** argv) {
                  r.prompt_tokens.size(), r.prompt_seconds, r.prompt_seconds > 0 ? n_prompt / r.prompt_seconds : 0,
                  r.tokens.size(), r.generate_seconds,
                  r.generate_seconds > 0 ? r.tokens.size() / r.generate_seconds : 0);
+    if (r.packed_bytes > 0)
+      std::fprintf(stderr, "generation: %s of weights packed for the CPU's matrix-vector kernels (QLENS_CPU_PACK=0: none)\n",
+                   human_bytes(r.packed_bytes).c_str());
   }
   return 0;
 }

@@ -39,7 +39,7 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
   copt.device = opt.device;
   copt.n_gpu_layers = opt.n_gpu_layers;
   Context ctx(model, copt);
-  if (opt.n_gen > 0) ctx.pack_for_generation();
+  const size_t packed_bytes = opt.n_gen > 0 ? ctx.pack_for_generation() : 0;
   std::mt19937 rng(1234);
   std::uniform_int_distribution<Token> any_token(0, static_cast<Token>(model.hparams().n_vocab - 1));
   std::vector<Token> prompt(opt.n_prompt);
@@ -68,7 +68,7 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
       tg.push_back(opt.n_gen / seconds_since(t0));
     }
   }
-  BenchResult r{summarize(pp), summarize(tg), ctx.backend().name()};
+  BenchResult r{summarize(pp), summarize(tg), ctx.backend().name(), packed_bytes};
   if (ctx.device()) r.backend = ctx.device()->name() + " + " + r.backend;
   return r;
 }

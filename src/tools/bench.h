@@ -28,6 +28,7 @@ struct BenchFigure {
 struct BenchResult {
   BenchFigure prompt, generation;
   std::string backend;  // what ran: "cpu-avx512", or the device's name then "+ cpu-..."
+  size_t packed_bytes = 0;  // weights laid out for generation (Context::pack_for_generation)
 };
 
 BenchResult bench(const Model& model, const BenchOptions& opt);

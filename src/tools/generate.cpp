@@ -69,7 +69,7 @@ GenerateResult generate(const Model& model, const std::string& prompt, const Gen
     throw Error("generate: the prompt has " + std::to_string(r.prompt_tokens.size()) +
                 " tokens, which does not fit the context size " + std::to_string(ctx.n_ctx()) + " (-c)");
 
-  if (opt.n_predict != 0) ctx.pack_for_generation();
+  if (opt.n_predict != 0) r.packed_bytes = ctx.pack_for_generation();
 
   Sampler sampler(opt.sampler);
   auto t0 = std::chrono::steady_clock::now();

@@ -44,6 +44,7 @@ struct GenerateResult {
   std::vector<Token> tokens;  // generated
   std::string text;           // generated text
   double prompt_seconds = 0, generate_seconds = 0;
+  size_t packed_bytes = 0;  // weights laid out for generation (Context::pack_for_generation)
 };
 
 // Calls on_piece with each generated token's text as soon as it is sampled.
