@@ -69,7 +69,7 @@ __attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q8_0_sums_vnni(
   }
   return _mm256_hadd_epi32(_mm256_sub_epi32(half[0], bias), _mm256_sub_epi32(half[1], bias));
 }
-inline __m256i q8_0_sums_maddubs(const char* qs, const __m256i* q) {
+inline __m256i q8_0_sums_madd(const char* qs, const __m256i* q) {
   const __m256i excess = _mm256_set1_epi8(static_cast<char>(0x80));
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i half[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
@@ -87,75 +87,64 @@ inline __m256i q8_0_sums_maddubs(const char* qs, const __m256i* q) {
 // Q4_0's eight rows' int32 sums of one group block (lanes in kPackLane
 // order) from the codes (c, unsigned) and the activation pieces: sum (c - 8) q
 // as sum c q - 8 sum q, with vpdpbusd, or maddubs into int16 then madd.
-template <bool kVnni>
-__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q4_0_sums(const char* qs, const __m256i* q) {
+// Piece c of the codes: low nibbles against q[c] (elements 8c ..), high
+// nibbles against q[2 + c] (16 + 8c ..).
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q4_0_sums_vnni(const char* qs, const __m256i* q) {
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i eight = _mm256_set1_epi8(8);
-  // Piece c of the codes: low nibbles against q[c] (elements 8c ..), high
-  // nibbles against q[2 + c] (16 + 8c ..).
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i bias = dot4(dot4(dot4(dot4(zero, eight, q[0]), eight, q[1]), eight, q[2]), eight, q[3]);
   __m256i half[2];
-  if constexpr (kVnni) {
-    const __m256i zero = _mm256_setzero_si256();
-    const __m256i bias = dot4(dot4(dot4(dot4(zero, eight, q[0]), eight, q[1]), eight, q[2]), eight, q[3]);
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m256i s = zero;
+  for (int h = 0; h < 2; ++h) {
+    __m256i s = zero;
 #pragma GCC unroll 2
-      for (int c = 0; c < 2; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 * c + h) * 32));
-        s = dot4(s, _mm256_and_si256(v, low4), q[c]);
-        s = dot4(s, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q[2 + c]);
-      }
-      half[h] = _mm256_sub_epi32(s, bias);
+    for (int c = 0; c < 2; ++c) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 * c + h) * 32));
+      s = dot4(s, _mm256_and_si256(v, low4), q[c]);
+      s = dot4(s, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q[2 + c]);
     }
-  } else {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i bias =
-        _mm256_adds_epi16(_mm256_adds_epi16(_mm256_maddubs_epi16(eight, q[0]), _mm256_maddubs_epi16(eight, q[2])),
-                          _mm256_adds_epi16(_mm256_maddubs_epi16(eight, q[1]), _mm256_maddubs_epi16(eight, q[3])));
+    half[h] = _mm256_sub_epi32(s, bias);
+  }
+  return _mm256_hadd_epi32(half[0], half[1]);
+}
+inline __m256i q4_0_sums_madd(const char* qs, const __m256i* q) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i eight = _mm256_set1_epi8(8);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i bias =
+      _mm256_adds_epi16(_mm256_adds_epi16(_mm256_maddubs_epi16(eight, q[0]), _mm256_maddubs_epi16(eight, q[2])),
+                        _mm256_adds_epi16(_mm256_maddubs_epi16(eight, q[1]), _mm256_maddubs_epi16(eight, q[3])));
+  __m256i half[2];
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + h * 32));
-      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 + h) * 32));
-      __m256i s = _mm256_maddubs_epi16(_mm256_and_si256(v0, low4), q[0]);
-      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), low4), q[2]));
-      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(v1, low4), q[1]));
-      s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), low4), q[3]));
-      half[h] = _mm256_madd_epi16(_mm256_subs_epi16(s, bias), ones);
-    }
+  for (int h = 0; h < 2; ++h) {
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + h * 32));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 + h) * 32));
+    __m256i s = _mm256_maddubs_epi16(_mm256_and_si256(v0, low4), q[0]);
+    s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), low4), q[2]));
+    s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(v1, low4), q[1]));
+    s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), low4), q[3]));
+    half[h] = _mm256_madd_epi16(_mm256_subs_epi16(s, bias), ones);
   }
   return _mm256_hadd_epi32(half[0], half[1]);
 }
 
-template <bool kVnni>
-__attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q4_0_simd(int64_t k, const char* group,
-                                                                             const void* x, float* out) {
-  constexpr size_t kGroupBlock = kPackRows * sizeof(quant::BlockQ4_0);
-  const int64_t nb = k / quant::kLegacyBlock;
-  const float* f16 = fp16_table();
-  const char* xr = static_cast<const char*>(x);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const char* gb = group + b * kGroupBlock;
-    const char* xb = xr + b * sizeof(quant::BlockQ8_0);
-    long long piece[4];
-    std::memcpy(piece, xb + offsetof(quant::BlockQ8_0, qs), sizeof piece);
-    const __m256i q[4] = {_mm256_set1_epi64x(piece[0]), _mm256_set1_epi64x(piece[1]), _mm256_set1_epi64x(piece[2]),
-                          _mm256_set1_epi64x(piece[3])};
-    const __m256i isum = q4_0_sums<kVnni>(gb + kPackRows * sizeof(uint16_t), q);
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-    const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
-  }
+// The eight rows' outputs from the lanes of their accumulator.
+inline void store_rows(__m256 acc, float* out) {
   alignas(32) float lanes[kPackRows];
   _mm256_store_ps(lanes, acc);
   for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = lanes[lane];
 }
 
-template <bool kVnni>
-__attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q8_0_simd(int64_t k, const char* group,
-                                                                             const void* x, float* out) {
-  constexpr size_t kGroupBlock = kPackRows * sizeof(uint16_t) + kPackRows * 32;
+// A legacy type's group kernel: per block, the activation's four 8-byte
+// pieces broadcast, the eight rows' int32 sums from kSums, then one
+// conversion, one scale product and one FMA for the eight rows. Inlined into
+// a VNNI wrapper (target attribute) or used as it is (no VNNI instruction).
+using GroupSumsFn = __m256i (*)(const char* qs, const __m256i* q);
+template <size_t kCodeBytes, GroupSumsFn kSums>
+__attribute__((always_inline)) inline void packed_dot_legacy(int64_t k, const char* group, const void* x, float* out) {
+  constexpr size_t kScales = kPackRows * sizeof(uint16_t);
+  constexpr size_t kGroupBlock = kScales + kPackRows * kCodeBytes;
   const int64_t nb = k / quant::kLegacyBlock;
   const float* f16 = fp16_table();
   const char* xr = static_cast<const char*>(x);
@@ -167,15 +156,21 @@ __attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q8_0_simd(int6
     std::memcpy(piece, xb + offsetof(quant::BlockQ8_0, qs), sizeof piece);
     const __m256i q[4] = {_mm256_set1_epi64x(piece[0]), _mm256_set1_epi64x(piece[1]), _mm256_set1_epi64x(piece[2]),
                           _mm256_set1_epi64x(piece[3])};
-    const char* qs = gb + kPackRows * sizeof(uint16_t);
-    const __m256i isum = kVnni ? q8_0_sums_vnni(qs, q) : q8_0_sums_maddubs(qs, q);
+    const __m256i isum = kSums(gb + kScales, q);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
     const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
   }
-  alignas(32) float lanes[kPackRows];
-  _mm256_store_ps(lanes, acc);
-  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = lanes[lane];
+  store_rows(acc, out);
+}
+template <size_t kCodeBytes, GroupSumsFn kSums>
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_legacy_vnni(int64_t k, const char* group,
+                                                                               const void* x, float* out) {
+  packed_dot_legacy<kCodeBytes, kSums>(k, group, x, out);
+}
+template <size_t kCodeBytes, GroupSumsFn kSums>
+void packed_dot_legacy_madd(int64_t k, const char* group, const void* x, float* out) {
+  packed_dot_legacy<kCodeBytes, kSums>(k, group, x, out);
 }
 #undef QLENS_PACKED_VNNI_TARGET
 
@@ -251,17 +246,16 @@ void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* ou
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(isum[0], isum[1])), _mm256_mul_ps(d, dx), acc);
     accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), accm);
   }
-  alignas(32) float lanes[kPackRows];
-  _mm256_store_ps(lanes, _mm256_sub_ps(acc, accm));
-  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = lanes[lane];
+  store_rows(_mm256_sub_ps(acc, accm), out);
 }
 
 void add_packed_kernels(GemmKernels& g) {
-  g.packed_dot[static_cast<int>(DType::Q4_K)] = packed_dot_q4_k_simd;
+  const bool vnni = packed_vnni_available();
   g.packed_dot[static_cast<int>(DType::Q4_0)] =
-      packed_vnni_available() ? packed_dot_q4_0_simd<true> : packed_dot_q4_0_simd<false>;
+      vnni ? packed_dot_legacy_vnni<16, q4_0_sums_vnni> : packed_dot_legacy_madd<16, q4_0_sums_madd>;
   g.packed_dot[static_cast<int>(DType::Q8_0)] =
-      packed_vnni_available() ? packed_dot_q8_0_simd<true> : packed_dot_q8_0_simd<false>;
+      vnni ? packed_dot_legacy_vnni<32, q8_0_sums_vnni> : packed_dot_legacy_madd<32, q8_0_sums_madd>;
+  g.packed_dot[static_cast<int>(DType::Q4_K)] = packed_dot_q4_k_simd;
 }
 
 #endif
