@@ -21,9 +21,10 @@ using quant::BlockQ8_0;
 constexpr int64_t kBlock = quant::kLegacyBlock;
 constexpr size_t kScales = kPackRows * sizeof(uint16_t);  // a group block's scales
 
-// Block b of row r (of 8 starting at row0) into its group block: the scale in
-// lane order, and the `piece`-byte pieces of its codes, piece c of rows 4h ..
-// 4h + 3 in vector (c * 2 + h) (rows past the tensor stay zero).
+// Block b of the 8 rows from row0 (a legacy type) into its group block: the
+// scales in lane order, then the codes in 8-byte pieces, piece c of rows 4h ..
+// 4h + 3 in vector 2c + h, each byte XORed with code_xor (rows past the
+// tensor stay zero).
 void pack_group_block(const Tensor& w, int64_t row0, int64_t b, size_t block_bytes, size_t codes_offset,
                       size_t code_bytes, uint8_t code_xor, char* dst) {
   std::memset(dst, 0, kScales + kPackRows * code_bytes);
@@ -42,7 +43,7 @@ void pack_group_block(const Tensor& w, int64_t row0, int64_t b, size_t block_byt
 
 // The plain kernels: per row, blocks in order, one float chain:
 // acc = fma(float(sum_j v_j q_j), d_w * d_x, acc), which the SIMD kernels
-// compute per lane. value(codes, j, q) gives piece j's part of the sum.
+// compute per lane. piece_sum(codes, c, q) gives piece c's part of the sum.
 template <size_t kCodeBytes, class PieceSum>
 void packed_dot_plain(int64_t k, const char* group, const void* x, float* out, PieceSum piece_sum) {
   const int64_t nb = k / kBlock;

@@ -13,7 +13,9 @@
 // (sensitivity) or a copy pointing elsewhere falls back to the original
 // kernels.
 //
-// Q4_0, per group of 8 rows and block of 32 (144 bytes, as 8 blocks):
+// The layouts of Q8_0 (codes stored as v + 128) and Q4_K (8-bit scales and
+// mins) are described in packed.cpp. Q4_0, per group of 8 rows and block of
+// 32 (144 bytes, as 8 blocks):
 //   d[8]     the rows' fp16 scales in lane order kPackLane (see below)
 //   qs[128]  four 32-byte vectors; vector 2c + h holds, for rows 4h .. 4h+3,
 //            bytes 8c .. 8c+7 of each row's qs (8 bytes per row): low
