@@ -261,6 +261,7 @@ TEST(QuantizeModel, PackedWeightsForGenerationGiveTheSameLogits) {
     }
     return logits;
   };
+  if (!cpu::packable(DType::Q4_0)) GTEST_SKIP() << "QLENS_CPU_PACK=0: no packed weights";
   const auto plain = token_by_token();
   // The matrices the packed kernels multiply (token_embd only when tied).
   auto multiplied = [&](const Tensor* w) {
@@ -278,7 +279,6 @@ TEST(QuantizeModel, PackedWeightsForGenerationGiveTheSameLogits) {
     EXPECT_GT(ctx.pack_for_generation(), 0u);
     EXPECT_EQ(ctx.pack_for_generation(), 0u);  // once
   }
-  if (!cpu::packable(DType::Q4_0)) GTEST_SKIP() << "QLENS_CPU_PACK=0";
   ASSERT_GT(q4_0_matrices, 0u);
   size_t packed = 0;
   for (const auto& [name, w] : m->weights()) {

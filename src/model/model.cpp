@@ -96,7 +96,7 @@ size_t Model::pack_for_generation(const std::function<bool(const Tensor*)>& want
   size_t added = 0;
   for (size_t i = 0; i < todo.size(); ++i) {
     todo[i]->packed = made[i].get();
-    added += made[i]->group_bytes * ((todo[i]->ne[1] + cpu::kPackRows - 1) / cpu::kPackRows);
+    added += made[i]->nbytes();
     packed_.push_back(std::move(made[i]));
   }
   return added;

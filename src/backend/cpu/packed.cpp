@@ -19,7 +19,6 @@ namespace {
 using quant::BlockQ4_0;
 using quant::BlockQ8_0;
 constexpr int64_t kBlock = quant::kLegacyBlock;
-constexpr size_t kScales = kPackRows * sizeof(uint16_t);  // a group block's scales
 
 // Block b of the 8 rows from row0 (a legacy type) into its group block: the
 // scales in lane order, then the codes in 8-byte pieces, piece c of rows 4h ..
@@ -27,8 +26,8 @@ constexpr size_t kScales = kPackRows * sizeof(uint16_t);  // a group block's sca
 // tensor stay zero).
 void pack_group_block(const Tensor& w, int64_t row0, int64_t b, size_t block_bytes, size_t codes_offset,
                       size_t code_bytes, uint8_t code_xor, char* dst) {
-  std::memset(dst, 0, kScales + kPackRows * code_bytes);
-  char* qs = dst + kScales;
+  std::memset(dst, 0, legacy_group_block(code_bytes));
+  char* qs = dst + kPackScales;
   for (int lane = 0; lane < kPackRows; ++lane) {
     const int r = kPackLane[lane];
     if (row0 + r >= w.ne[1]) continue;
@@ -47,7 +46,7 @@ void pack_group_block(const Tensor& w, int64_t row0, int64_t b, size_t block_byt
 template <size_t kCodeBytes, class PieceSum>
 void packed_dot_plain(int64_t k, const char* group, const void* x, float* out, PieceSum piece_sum) {
   const int64_t nb = k / kBlock;
-  constexpr size_t kGroupBlock = kScales + kPackRows * kCodeBytes;
+  constexpr size_t kGroupBlock = legacy_group_block(kCodeBytes);
   float acc[kPackRows] = {};
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kGroupBlock;
@@ -58,7 +57,7 @@ void packed_dot_plain(int64_t k, const char* group, const void* x, float* out, P
       const int r = kPackLane[lane];
       int32_t sum = 0;
       for (size_t c = 0; c < kCodeBytes / 8; ++c)
-        sum += piece_sum(reinterpret_cast<const uint8_t*>(gb + kScales + (2 * c + r / 4) * 32 + (r % 4) * 8), c, q);
+        sum += piece_sum(reinterpret_cast<const uint8_t*>(gb + kPackScales + (2 * c + r / 4) * 32 + (r % 4) * 8), c, q);
       const float dw = fp16_to_fp32(load_u16(gb + lane * sizeof(uint16_t)));
       acc[lane] = std::fma(static_cast<float>(sum), dw * dx, acc[lane]);
     }
@@ -104,8 +103,6 @@ void pack_legacy(const Tensor& w, int64_t row0, int64_t b, char* dst) {
 using quant::kq::BlockQ4K;
 using quant::kq::BlockQ8K;
 constexpr int64_t kSuper = quant::kq::kQK;
-constexpr size_t kQ4KScalesAt = 2 * kScales, kQ4KMinsAt = kQ4KScalesAt + 64, kQ4KCodesAt = kQ4KMinsAt + 64;
-constexpr size_t kQ4KGroupBlock = kQ4KCodesAt + kPackRows * 128;
 
 void pack_q4_k(const Tensor& w, int64_t row0, int64_t b, char* dst) {
   std::memset(dst, 0, kQ4KGroupBlock);
@@ -115,7 +112,7 @@ void pack_q4_k(const Tensor& w, int64_t row0, int64_t b, char* dst) {
     if (row0 + r >= w.ne[1]) continue;
     const auto* blk = reinterpret_cast<const uint8_t*>(w.at(0, row0 + r) + b * sizeof(BlockQ4K));
     std::memcpy(dst + lane * 2, blk + offsetof(BlockQ4K, d), 2);
-    std::memcpy(dst + kScales + lane * 2, blk + offsetof(BlockQ4K, dmin), 2);
+    std::memcpy(dst + kPackScales + lane * 2, blk + offsetof(BlockQ4K, dmin), 2);
     int16_t sc[8], m[8];
     quant::kq::unpack_scales_k4(blk + offsetof(BlockQ4K, scales), sc, m);
     for (int s = 0; s < 8; ++s) {
@@ -161,7 +158,7 @@ void packed_dot_q4_k(int64_t k, const char* group, const void* x, float* out) {
       }
       for (int s = 0; s < 8; ++s)
         msum += u[kQ4KMinsAt + (s / 2) * 16 + lane * 2 + s % 2] * (bsums[2 * s] + bsums[2 * s + 1]);
-      const float d = fp16_to_fp32(load_u16(gb + lane * 2)), dmin = fp16_to_fp32(load_u16(gb + kScales + lane * 2));
+      const float d = fp16_to_fp32(load_u16(gb + lane * 2)), dmin = fp16_to_fp32(load_u16(gb + kPackScales + lane * 2));
       acc[lane] = std::fma(static_cast<float>(isum), d * dx, acc[lane]);
       accm[lane] = std::fma(static_cast<float>(msum), dmin * dx, accm[lane]);
     }
@@ -180,8 +177,8 @@ struct PackedFormat {
   PackedDotFn plain;
 };
 constexpr PackedFormat kFormats[] = {
-    {DType::Q4_0, kBlock, kScales + kPackRows * 16, pack_legacy<BlockQ4_0, 0x00>, packed_dot_q4_0},
-    {DType::Q8_0, kBlock, kScales + kPackRows * 32, pack_legacy<BlockQ8_0, 0x80>, packed_dot_q8_0},
+    {DType::Q4_0, kBlock, legacy_group_block(16), pack_legacy<BlockQ4_0, 0x00>, packed_dot_q4_0},
+    {DType::Q8_0, kBlock, legacy_group_block(32), pack_legacy<BlockQ8_0, 0x80>, packed_dot_q8_0},
     {DType::Q4_K, kSuper, kQ4KGroupBlock, pack_q4_k, packed_dot_q4_k},
 };
 
@@ -215,9 +212,8 @@ std::unique_ptr<PackedWeight> pack_weight(const Tensor& w) {
   p->k = w.ne[0];
   const int64_t nb = w.ne[0] / f->block_elems;
   p->group_bytes = nb * f->group_block_bytes;
-  const int64_t groups = (w.ne[1] + kPackRows - 1) / kPackRows;
-  p->bytes.reset(new char[groups * p->group_bytes]);
-  for (int64_t g = 0; g < groups; ++g)
+  p->bytes.reset(new char[p->nbytes()]);
+  for (int64_t g = 0; g < p->groups(); ++g)
     for (int64_t b = 0; b < nb; ++b) f->pack(w, g * kPackRows, b, p->bytes.get() + g * p->group_bytes + b * f->group_block_bytes);
   return p;
 }

@@ -38,6 +38,14 @@ inline constexpr int kPackRows = 8;
 // Lane j of a packed group's vectors holds row kPackLane[j].
 inline constexpr int kPackLane[kPackRows] = {0, 1, 4, 5, 2, 3, 6, 7};
 
+// Byte offsets within one group block, shared by the packers and the kernels.
+inline constexpr size_t kPackScales = kPackRows * sizeof(uint16_t);  // the rows' fp16 d (then dmin for Q4_K)
+// A legacy type's group block: the scales, then kPackRows * code_bytes codes.
+constexpr size_t legacy_group_block(size_t code_bytes) { return kPackScales + kPackRows * code_bytes; }
+// Q4_K's group block (packed.cpp describes it): d, dmin, scales, mins, codes.
+inline constexpr size_t kQ4KScalesAt = 2 * kPackScales, kQ4KMinsAt = kQ4KScalesAt + 64,
+                        kQ4KCodesAt = kQ4KMinsAt + 64, kQ4KGroupBlock = kQ4KCodesAt + kPackRows * 128;
+
 struct PackedWeight {
   const void* source = nullptr;  // the tensor data it was made from
   DType type = DType::F32;
@@ -45,6 +53,8 @@ struct PackedWeight {
   size_t group_bytes = 0;  // one group of kPackRows rows
   std::unique_ptr<char[]> bytes;
 
+  int64_t groups() const { return (rows + kPackRows - 1) / kPackRows; }
+  size_t nbytes() const { return groups() * group_bytes; }
   const char* group(int64_t g) const { return bytes.get() + g * group_bytes; }
 };
 

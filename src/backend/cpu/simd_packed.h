@@ -143,8 +143,7 @@ inline void store_rows(__m256 acc, float* out) {
 using GroupSumsFn = __m256i (*)(const char* qs, const __m256i* q);
 template <size_t kCodeBytes, GroupSumsFn kSums>
 __attribute__((always_inline)) inline void packed_dot_legacy(int64_t k, const char* group, const void* x, float* out) {
-  constexpr size_t kScales = kPackRows * sizeof(uint16_t);
-  constexpr size_t kGroupBlock = kScales + kPackRows * kCodeBytes;
+  constexpr size_t kGroupBlock = legacy_group_block(kCodeBytes);
   const int64_t nb = k / quant::kLegacyBlock;
   const float* f16 = fp16_table();
   const char* xr = static_cast<const char*>(x);
@@ -156,7 +155,7 @@ __attribute__((always_inline)) inline void packed_dot_legacy(int64_t k, const ch
     std::memcpy(piece, xb + offsetof(quant::BlockQ8_0, qs), sizeof piece);
     const __m256i q[4] = {_mm256_set1_epi64x(piece[0]), _mm256_set1_epi64x(piece[1]), _mm256_set1_epi64x(piece[2]),
                           _mm256_set1_epi64x(piece[3])};
-    const __m256i isum = kSums(gb + kScales, q);
+    const __m256i isum = kSums(gb + kPackScales, q);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
     const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
@@ -183,9 +182,6 @@ void packed_dot_legacy_madd(int64_t k, const char* group, const void* x, float* 
 // Exact integer sums; then the plain kernel's two float chains.
 void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* out) {
   using quant::kq::BlockQ8K;
-  constexpr size_t kScales = kPackRows * sizeof(uint16_t);
-  constexpr size_t kScalesAt = 2 * kScales, kMinsAt = kScalesAt + 64, kCodesAt = kMinsAt + 64;
-  constexpr size_t kGroupBlock = kCodesAt + kPackRows * 128;
   const int64_t nb = k / quant::kq::kQK;
   const char* xr = static_cast<const char*>(x);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -199,7 +195,7 @@ void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* ou
   const __m256i smask[2][2] = {{scale_mask(0, 0), scale_mask(0, 1)}, {scale_mask(1, 0), scale_mask(1, 1)}};
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const char* gb = group + b * kGroupBlock;
+    const char* gb = group + b * kQ4KGroupBlock;
     const char* xb = xr + b * sizeof(BlockQ8K);
     const char* xq = xb + offsetof(BlockQ8K, qs);
     __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
@@ -215,12 +211,12 @@ void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* ou
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           const __m256i v =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + kCodesAt + ((4 * j + c) * 2 + h) * 32));
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + kQ4KCodesAt + ((4 * j + c) * 2 + h) * 32));
           lo[h] = _mm256_adds_epi16(lo[h], _mm256_maddubs_epi16(_mm256_and_si256(v, low4), q_lo));
           hi[h] = _mm256_adds_epi16(hi[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q_hi));
         }
       }
-      const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kScalesAt + 16 * j)));
+      const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kQ4KScalesAt + 16 * j)));
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(lo[h], _mm256_shuffle_epi8(sc, smask[h][0])));
@@ -235,14 +231,14 @@ void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* ou
     constexpr int kPairAt[4] = {0, 1, 4, 5};
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) {
-      const __m256i m = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kMinsAt + 16 * t)));
+      const __m256i m = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kQ4KMinsAt + 16 * t)));
       msum = _mm256_add_epi32(msum, _mm256_madd_epi16(m, _mm256_permutevar8x32_epi32(pairs, _mm256_set1_epi32(kPairAt[t]))));
     }
     float dxf;
     std::memcpy(&dxf, xb + offsetof(BlockQ8K, d), sizeof dxf);
     const __m256 dx = _mm256_set1_ps(dxf);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kScales)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kPackScales)));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(isum[0], isum[1])), _mm256_mul_ps(d, dx), acc);
     accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), accm);
   }
