@@ -23,5 +23,34 @@ TEST(UserRegex, BadPatternNamesTheFlagAndThePattern) {
   }
 }
 
+
+// Patterns libstdc++'s compiler would misread (signed overflow in its
+// counters) or its polynomial matcher cannot follow are refused before they
+// reach it; the fuzz target tensor_types found the control-escape case.
+TEST(UserRegex, RefusesWhatTheLibraryCannotTakeWithAReason) {
+  const std::pair<const char*, const char*> refused[] = {
+      {"(blk)\\.\\1", "back-references"},
+      {"a{12345678901}", "more than 9 digits"},
+      {"a{1,12345678901}", "more than 9 digits"},
+      {"[\\77777777777]", "an escape of more than 9 digits"},
+      // \c takes the next character, here the backslash: the class ends at
+      // the first ']', and what follows is a back-reference.
+      {"[\\c\\]\\1]", "back-references"},
+      {"[\\c\\]\\77777777777777777777", "an escape of more than 9 digits"},
+  };
+  for (const auto& [pattern, reason] : refused) {
+    try {
+      user_regex(pattern, "--tensor-type");
+      ADD_FAILURE() << pattern << ": accepted";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("is not a valid regular expression"), std::string::npos) << what;
+      EXPECT_NE(what.find(reason), std::string::npos) << pattern << ": " << what;
+    }
+  }
+  for (const char* pattern : {"a{2,3}", "blk\\.1[0-9]\\.", "[\\c]]x", "\\d{1,3}"})
+    EXPECT_NO_THROW(user_regex(pattern, "--tensor-type")) << pattern;
+}
+
 }  // namespace
 }  // namespace qlens::tools

@@ -15,21 +15,30 @@ constexpr size_t kMaxPatternLength = 4096;
 
 // What libstdc++'s regex compiler must not see, as a reason ("" when none):
 // a back-reference (\1 .. \9) outside a bracket expression (see below), or
-// a repetition count {m,n} of more than 9 digits, which overflows its
-// counter (signed overflow in _Compiler::_M_cur_int_value).
+// a number of more than 9 digits after a backslash or in a repetition count
+// {m,n}, which overflows its counter (signed overflow in
+// _Compiler::_M_cur_int_value). The bracket tracking follows libstdc++'s
+// scanner: an escape takes one character, except the control escape \cX,
+// which takes X whatever it is (so in [\c\]\1] the class ends at the first
+// ']', and \1 is a back-reference). Digits after a backslash are refused
+// inside brackets too, so a difference in that tracking cannot let them by.
 std::string unsupported(const std::string& p) {
+  const auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
   bool in_class = false;
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i] == '\\' && i + 1 < p.size()) {
+      size_t digits = 0;
+      while (i + 1 + digits < p.size() && is_digit(p[i + 1 + digits])) ++digits;
+      if (digits > 9) return "an escape of more than 9 digits";
       if (!in_class && p[i + 1] >= '1' && p[i + 1] <= '9') return "back-references (\\1 .. \\9) are not supported";
-      ++i;
+      i += p[i + 1] == 'c' && i + 2 < p.size() ? 2 : 1;
     } else if (p[i] == '[') {
       in_class = true;
     } else if (p[i] == ']') {
       in_class = false;
     } else if (p[i] == '{' && !in_class) {
       size_t digits = 0;
-      for (size_t j = i + 1; j < p.size() && (std::isdigit(static_cast<unsigned char>(p[j])) || p[j] == ','); ++j) {
+      for (size_t j = i + 1; j < p.size() && (is_digit(p[j]) || p[j] == ','); ++j) {
         digits = p[j] == ',' ? 0 : digits + 1;
         if (digits > 9) return "a repetition count {m,n} of more than 9 digits";
       }
