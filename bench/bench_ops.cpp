@@ -20,6 +20,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/packed.h"
+#include "core/host_memory.h"
 #include "qlens/backend.h"
 #include "qlens/tensor.h"
 
@@ -53,14 +55,13 @@ const std::vector<char>& quantized_tile(DType type, int64_t k) {
 // A graph with random leaves and planned intermediates.
 struct Bench {
   Graph g;
-  std::vector<std::vector<char>> storage;
+  std::vector<HostMemory> storage;  // (huge pages where large, as weights)
   std::vector<char> buf;
   std::mt19937 rng{42};
 
   Tensor* leaf(DType type, std::initializer_list<int64_t> ne) {
     Tensor* t = g.new_tensor(type, ne);
-    auto& s = storage.emplace_back(t->nbytes() + 64);
-    t->data = s.data() + (64 - reinterpret_cast<uintptr_t>(s.data()) % 64) % 64;
+    t->data = storage.emplace_back(alloc_host_memory(t->nbytes())).get();
     std::uniform_real_distribution<float> u(-1, 1);
     const int64_t n = t->nelements();
     if (type == DType::F32) {
@@ -150,6 +151,42 @@ void MulMatQuantArgs(benchmark::internal::Benchmark* bm) {
         bm->Args({static_cast<int64_t>(t), k, m, n});
 }
 BENCHMARK(BM_MulMat)->Name("BM_MulMatQuant")->Apply(MulMatQuantArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Generation's matrix-vector product (N = 1) on the packable types, the
+// weights packed for it (packed = 1, packed.h) or in the GGUF layout (0);
+// args type, K, M, packed. GB/s counts the GGUF bytes (the packed copies
+// have as many, up to padding).
+void BM_MulMatVec(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  const int64_t K = state.range(1), M = state.range(2);
+  Bench b;
+  const size_t weight_bytes = row_bytes(type, K) * M;
+  const int64_t copies = static_cast<int64_t>((192u << 20) / weight_bytes + 1);
+  std::vector<std::unique_ptr<cpu::PackedWeight>> packs;
+  Tensor* x = b.leaf(DType::F32, {K, 1});
+  for (int64_t i = 0; i < copies; ++i) {
+    Tensor* w = b.leaf(type, {K, M});
+    if (state.range(3) != 0) {
+      packs.push_back(cpu::pack_weight(*w));
+      w->packed = packs.back().get();
+    }
+    Tensor* out = mul_mat(b.g, w, x);
+    out->flags |= kFlagOutput;
+    b.g.build(out);
+  }
+  b.finish(b.g.nodes().back());
+  b.run(state);
+  const double iters = static_cast<double>(state.iterations()) * copies;
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(weight_bytes) * iters / 1e9, benchmark::Counter::kIsRate);
+  set_labels(state);
+}
+void MulMatVecArgs(benchmark::internal::Benchmark* bm) {
+  bm->ArgNames({"type", "K", "M", "packed"});
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+    for (auto [k, m] : {std::pair<int64_t, int64_t>{2048, 5632}, {5632, 2048}})
+      for (int64_t packed : {0, 1}) bm->Args({static_cast<int64_t>(t), k, m, packed});
+}
+BENCHMARK(BM_MulMatVec)->Apply(MulMatVecArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // The two paths for quantized weights, forced (args: type, N, path 0 = dot
 // with Q8 activations, 1 = GEMM with dequantized panels) at K = 2048, M = 2048:

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "backend/cpu/packed.h"
@@ -237,61 +238,86 @@ TEST(QuantizeModel, DryRunTotalMatchesTheWrittenFile) {
 }
 
 // Generation's packed weights (backend/cpu/packed.h): Context::pack_for_generation
-// packs every Q4_0 matrix of a Q4_0 model once, and token-by-token logits stay
-// those of the unpacked kernels within float reordering.
+// packs every packable matrix once (Q4_0 and the Q6_K output of a Q4_0 model;
+// Q4_K and Q6_K of a Q4_K_M one, whose rows need multiples of 256), and
+// token-by-token logits stay those of the unpacked kernels within float
+// reordering.
 TEST(QuantizeModel, PackedWeightsForGenerationGiveTheSameLogits) {
-  const std::string in = synth_f32();
-  tools::QuantizeOptions opt;
-  opt.mix = "Q4_0";
-  const std::string out = test::temp_dir() + "/q4_0-packed.gguf";
-  std::ostringstream log;
-  tools::quantize_model(in, out, opt, log);
-  auto m = Model::load(out);
-  ContextOptions copt;
-  copt.n_ctx = 16;
-  copt.n_threads = 2;
-  const std::vector<Token> tokens = {1, 300, 301, 302, 17, 5};
-  auto token_by_token = [&] {
-    Context ctx(*m, copt);
-    std::vector<std::vector<float>> logits;
-    for (Token t : tokens) {
-      const Token one[1] = {t};
-      ctx.decode(one, false);
-      logits.emplace_back(ctx.last_logits().begin(), ctx.last_logits().end());
-    }
-    return logits;
-  };
   if (!cpu::packable(DType::Q4_0)) GTEST_SKIP() << "QLENS_CPU_PACK=0: no packed weights";
-  const auto plain = token_by_token();
-  // The matrices the packed kernels multiply (token_embd only when tied).
-  auto multiplied = [&](const Tensor* w) {
-    for (Role r : m->roles_of(w))
-      if (role_info(r).reader == Op::MulMat) return cpu::packable(w->type);
-    return false;
+  struct Case {
+    const char* mix;
+    const char* preset;
+    std::vector<DType> packed_types;  // each must be among the packed matrices
   };
-  size_t packable_matrices = 0, q4_0_matrices = 0;
-  for (const auto& [name, w] : m->weights()) {
-    packable_matrices += multiplied(w);
-    q4_0_matrices += multiplied(w) && w->type == DType::Q4_0;
-  }
-  {
-    Context ctx(*m, copt);
-    EXPECT_GT(ctx.pack_for_generation(), 0u);
-    EXPECT_EQ(ctx.pack_for_generation(), 0u);  // once
-  }
-  ASSERT_GT(q4_0_matrices, 0u);
-  size_t packed = 0;
-  for (const auto& [name, w] : m->weights()) {
-    packed += cpu::packed_of(*w) != nullptr;
-    EXPECT_EQ(cpu::packed_of(*w) != nullptr, multiplied(w)) << name;
-  }
-  EXPECT_EQ(packed, packable_matrices);
-  const auto with_packs = token_by_token();
-  for (size_t i = 0; i < plain.size(); ++i) {
-    float scale = 0;
-    for (float v : plain[i]) scale = std::max(scale, std::fabs(v));
-    for (size_t j = 0; j < plain[i].size(); ++j)
-      ASSERT_NEAR(with_packs[i][j], plain[i][j], 1e-4f * scale) << "token " << i << " logit " << j;
+  for (const Case& c : {Case{"Q4_0", "tiny", {DType::Q4_0}}, Case{"Q4_K_M", "160m", {DType::Q4_K, DType::Q6_K}}}) {
+    SCOPED_TRACE(std::string(c.mix) + " " + c.preset);
+    tools::QuantizeOptions opt;
+    opt.mix = c.mix;
+    opt.n_threads = 2;
+    const std::string out = test::temp_dir() + "/packed-" + c.mix + ".gguf";
+    std::ostringstream log;
+    tools::quantize_model(synth_f32(c.preset), out, opt, log);
+    auto m = Model::load(out);
+    ContextOptions copt;
+    copt.n_ctx = 16;
+    copt.n_threads = 2;
+    const std::vector<Token> tokens = {1, 300, 301, 302, 17, 5};
+    auto token_by_token = [&] {
+      Context ctx(*m, copt);
+      std::vector<std::vector<float>> logits;
+      for (Token t : tokens) {
+        const Token one[1] = {t};
+        ctx.decode(one, false);
+        logits.emplace_back(ctx.last_logits().begin(), ctx.last_logits().end());
+      }
+      return logits;
+    };
+    const auto plain = token_by_token();
+    // The matrices the packed kernels multiply (token_embd only when tied).
+    auto multiplied = [&](const Tensor* w) {
+      for (Role r : m->roles_of(w))
+        if (role_info(r).reader == Op::MulMat) return cpu::packable(w->type);
+      return false;
+    };
+    size_t packable_matrices = 0;
+    std::map<DType, size_t> of_type;
+    for (const auto& [name, w] : m->weights()) {
+      packable_matrices += multiplied(w);
+      of_type[w->type] += multiplied(w);
+    }
+    for (DType t : c.packed_types) EXPECT_GT(of_type[t], 0u) << type_name(t);
+    {
+      Context ctx(*m, copt);
+      EXPECT_GT(ctx.pack_for_generation(), 0u);
+      EXPECT_EQ(ctx.pack_for_generation(), 0u);  // once
+    }
+    size_t packed = 0;
+    for (const auto& [name, w] : m->weights()) {
+      packed += cpu::packed_of(*w) != nullptr;
+      EXPECT_EQ(cpu::packed_of(*w) != nullptr, multiplied(w)) << name;
+    }
+    EXPECT_EQ(packed, packable_matrices);
+    const auto with_packs = token_by_token();
+    for (size_t i = 0; i < plain.size(); ++i) {
+      float scale = 0;
+      for (float v : plain[i]) scale = std::max(scale, std::fabs(v));
+      double largest = 0, mean = 0;
+      for (size_t j = 0; j < plain[i].size(); ++j) {
+        const double diff = std::fabs(with_packs[i][j] - plain[i][j]);
+        largest = std::max(largest, diff);
+        mean += diff / plain[i].size();
+      }
+      // Float reordering changes results by about 1e-7. The next layer
+      // quantizes its activations again (Q8_0 / Q8_K), and in a model of
+      // this size a value now and then lands on the other side of a
+      // rounding boundary: one step of one activation, which the layers
+      // after it carry on (the 160m model's later tokens differ by 1-2% of
+      // the largest logit, 0.2-0.5% on average). The first token, whose
+      // attention is one value, has shown none; the tiny model none at all.
+      const bool exact = c.preset == std::string("tiny") || i == 0;
+      EXPECT_LE(largest, (exact ? 1e-4 : 5e-2) * scale) << "token " << i;
+      EXPECT_LE(mean, (exact ? 1e-5 : 1e-2) * scale) << "token " << i;
+    }
   }
 }
 

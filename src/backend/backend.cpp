@@ -1,10 +1,9 @@
 // What every backend shares: graph compute as one call, the default (absent)
 // taps, host buffers, and reading or writing tensors wherever they live.
-#include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include "backend/host_buffer.h"
+#include "core/host_memory.h"
 #include "qlens/backend.h"
 #include "qlens/error.h"
 
@@ -23,28 +22,21 @@ void Backend::read_tap(TapState&, TapResult&, bool) {
 
 namespace {
 
-constexpr size_t kHostAlignment = 64;
-
 class HostBuffer final : public Buffer {
  public:
-  HostBuffer(Backend& backend, size_t bytes) : backend_(backend), size_(bytes) {
-    const size_t rounded = (std::max<size_t>(bytes, 1) + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-    base_ = static_cast<char*>(std::aligned_alloc(kHostAlignment, rounded));
-    if (!base_) throw std::bad_alloc();
-  }
-  ~HostBuffer() override { std::free(base_); }
+  HostBuffer(Backend& backend, size_t bytes) : backend_(backend), size_(bytes), base_(alloc_host_memory(bytes)) {}
 
   Backend& backend() const override { return backend_; }
-  char* base() const override { return base_; }
+  char* base() const override { return base_.get(); }
   size_t size() const override { return size_; }
   bool is_host() const override { return true; }
-  void write(size_t offset, const void* src, size_t n) override { std::memcpy(base_ + offset, src, n); }
-  void read(size_t offset, void* dst, size_t n) const override { std::memcpy(dst, base_ + offset, n); }
+  void write(size_t offset, const void* src, size_t n) override { std::memcpy(base_.get() + offset, src, n); }
+  void read(size_t offset, void* dst, size_t n) const override { std::memcpy(dst, base_.get() + offset, n); }
 
  private:
   Backend& backend_;
   size_t size_;
-  char* base_;
+  HostMemory base_;
 };
 
 // Byte offset of the tensor's data inside its buffer, with a bounds check so

@@ -4,10 +4,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <memory>
 #include <thread>
 #include <vector>
 
+#include "core/host_memory.h"
 #include "core/parallel.h"
 
 namespace qlens::tools {
@@ -27,11 +27,13 @@ uint64_t read_slice(const uint64_t* p, size_t n) {
 double read_bandwidth_gbs(int n_threads, size_t bytes, int repeats) {
   const int threads = n_threads > 0 ? n_threads : default_thread_count();
   const size_t words = bytes / 64 * 8;
-  std::unique_ptr<uint64_t[]> buffer(new uint64_t[words]);
+  // The memory weights live in (huge pages where the system has them).
+  HostMemory memory = alloc_host_memory(words * sizeof(uint64_t));
+  auto* const data = reinterpret_cast<uint64_t*>(memory.get());
   // Written by the threads that will read it (first touch places the pages).
   const size_t per = (words / threads) / 8 * 8;
   parallel_for(threads, threads, [&](int64_t t, int) {
-    std::memset(buffer.get() + t * per, 1, per * sizeof(uint64_t));
+    std::memset(data + t * per, 1, per * sizeof(uint64_t));
   });
   double best = 0;
   std::atomic<uint64_t> sink{0};
@@ -44,7 +46,7 @@ double read_bandwidth_gbs(int n_threads, size_t bytes, int repeats) {
         ready++;
         while (!go.load(std::memory_order_acquire)) {
         }
-        sink += read_slice(buffer.get() + t * per, per);
+        sink += read_slice(data + t * per, per);
       });
     while (ready.load() < threads) {
     }

@@ -104,6 +104,21 @@ using quant::kq::BlockQ4K;
 using quant::kq::BlockQ8K;
 constexpr int64_t kSuper = quant::kq::kQK;
 
+// Super-block b of a Q8_K activation row, as the plain kernels read it.
+struct Q8KBlock {
+  float d;
+  const int8_t* q;
+  int16_t bsums[16];
+};
+Q8KBlock q8k_block(const void* x, int64_t b) {
+  const char* xb = static_cast<const char*>(x) + b * sizeof(BlockQ8K);
+  Q8KBlock out;
+  std::memcpy(&out.d, xb + offsetof(BlockQ8K, d), sizeof out.d);
+  out.q = reinterpret_cast<const int8_t*>(xb + offsetof(BlockQ8K, qs));
+  std::memcpy(out.bsums, xb + offsetof(BlockQ8K, bsums), sizeof out.bsums);
+  return out;
+}
+
 void pack_q4_k(const Tensor& w, int64_t row0, int64_t b, char* dst) {
   std::memset(dst, 0, kQ4KGroupBlock);
   auto* u = reinterpret_cast<uint8_t*>(dst);
@@ -136,12 +151,7 @@ void packed_dot_q4_k(int64_t k, const char* group, const void* x, float* out) {
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kQ4KGroupBlock;
     const auto* u = reinterpret_cast<const uint8_t*>(gb);
-    const char* xb = static_cast<const char*>(x) + b * sizeof(BlockQ8K);
-    float dx;
-    std::memcpy(&dx, xb + offsetof(BlockQ8K, d), sizeof dx);
-    const auto* q = reinterpret_cast<const int8_t*>(xb + offsetof(BlockQ8K, qs));
-    int16_t bsums[16];
-    std::memcpy(bsums, xb + offsetof(BlockQ8K, bsums), sizeof bsums);
+    const Q8KBlock xb = q8k_block(x, b);
     for (int lane = 0; lane < kPackRows; ++lane) {
       const int r = kPackLane[lane];
       int32_t isum = 0, msum = 0;
@@ -150,20 +160,91 @@ void packed_dot_q4_k(int64_t k, const char* group, const void* x, float* out) {
         for (int c = 0; c < 4; ++c) {
           const uint8_t* codes = u + kQ4KCodesAt + ((4 * j + c) * 2 + r / 4) * 32 + (r % 4) * 8;
           for (int e = 0; e < 8; ++e) {
-            lo += (codes[e] & 0x0f) * q[64 * j + 8 * c + e];
-            hi += (codes[e] >> 4) * q[64 * j + 32 + 8 * c + e];
+            lo += (codes[e] & 0x0f) * xb.q[64 * j + 8 * c + e];
+            hi += (codes[e] >> 4) * xb.q[64 * j + 32 + 8 * c + e];
           }
         }
         isum += lo * u[kQ4KScalesAt + (2 * j) * kPackRows + r] + hi * u[kQ4KScalesAt + (2 * j + 1) * kPackRows + r];
       }
       for (int s = 0; s < 8; ++s)
-        msum += u[kQ4KMinsAt + (s / 2) * 16 + lane * 2 + s % 2] * (bsums[2 * s] + bsums[2 * s + 1]);
+        msum += u[kQ4KMinsAt + (s / 2) * 16 + lane * 2 + s % 2] * (xb.bsums[2 * s] + xb.bsums[2 * s + 1]);
       const float d = fp16_to_fp32(load_u16(gb + lane * 2)), dmin = fp16_to_fp32(load_u16(gb + kPackScales + lane * 2));
-      acc[lane] = std::fma(static_cast<float>(isum), d * dx, acc[lane]);
-      accm[lane] = std::fma(static_cast<float>(msum), dmin * dx, accm[lane]);
+      acc[lane] = std::fma(static_cast<float>(isum), d * xb.d, acc[lane]);
+      accm[lane] = std::fma(static_cast<float>(msum), dmin * xb.d, accm[lane]);
     }
   }
   for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = acc[lane] - accm[lane];
+}
+
+// ---- Q6_K ----
+//
+// Per super-block and group of 8 rows (1680 bytes, as the rows' blocks):
+// d[8] (fp16, lane order); sc[8 pairs][8 lanes][2] (int8: the scales of
+// sub-blocks 2p and 2p + 1 per lane, the layout of Q4_K's mins); then the
+// codes q (0 .. 63; the level is q - 32) as the kernel reads them, one
+// sequential stream: for chunk pair t, piece c and half-group h, three
+// vectors holding, for rows 4h .. 4h+3, byte e = 0 .. 7 (8 bytes per row):
+//   high bits: at bits 0-1 and 2-3 those of elements 64j + 8c + e and
+//              64j + 32 + 8c + e of chunk j = 2t, at bits 4-5 and 6-7 those
+//              of chunk 2t + 1;
+//   low bits of chunk 2t, then of chunk 2t + 1: low nibble element
+//              64j + 8c + e, high nibble 64j + 32 + 8c + e (Q4_K's codes).
+// (A layout with the low and the high bits in two planes of the block, read
+// back and forth, ran at a third of the speed: the hardware prefetcher
+// lost the stream.)
+using quant::kq::BlockQ6K;
+
+size_t q6k_scale_at(int s, int lane) { return kQ6KScalesAt + (s / 2) * 16 + lane * 2 + s % 2; }
+
+void pack_q6_k(const Tensor& w, int64_t row0, int64_t b, char* dst) {
+  std::memset(dst, 0, kQ6KGroupBlock);
+  auto* u = reinterpret_cast<uint8_t*>(dst);
+  for (int lane = 0; lane < kPackRows; ++lane) {
+    const int r = kPackLane[lane];
+    if (row0 + r >= w.ne[1]) continue;
+    const auto* blk = reinterpret_cast<const BlockQ6K*>(w.at(0, row0 + r) + b * sizeof(BlockQ6K));
+    quant::kq::Unpacked un;
+    quant::kq::Q6K::unpack(*blk, un);
+    std::memcpy(dst + lane * 2, &blk->d, 2);
+    for (int s = 0; s < 16; ++s) u[q6k_scale_at(s, lane)] = static_cast<uint8_t>(un.sc[s]);
+    for (int e = 0; e < kSuper; ++e) {
+      const int j = e / 64, half = (e % 64) / 32, c = (e % 32) / 8, i = e % 8;
+      u[q6k_low_at(j, c, r / 4) + (r % 4) * 8 + i] |= static_cast<uint8_t>((un.q[e] & 15) << (4 * half));
+      u[q6k_high_at(j, c, r / 4) + (r % 4) * 8 + i] |= static_cast<uint8_t>((un.q[e] >> 4) << (4 * (j % 2) + 2 * half));
+    }
+  }
+}
+
+// Per row, super-blocks in order: isum = sum over sub-blocks s of sc_s (sum
+// q x - 32 B_s), B_s the activation's sum over s (exact in int32), then
+// acc = fma(float(isum), d * d_x, acc), as the SIMD kernels.
+void packed_dot_q6_k(int64_t k, const char* group, const void* x, float* out) {
+  const int64_t nb = k / kSuper;
+  float acc[kPackRows] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    const char* gb = group + b * kQ6KGroupBlock;
+    const auto* u = reinterpret_cast<const uint8_t*>(gb);
+    const Q8KBlock xb = q8k_block(x, b);
+    for (int lane = 0; lane < kPackRows; ++lane) {
+      const int r = kPackLane[lane];
+      int32_t sub[16] = {};
+      for (int e = 0; e < kSuper; ++e) {
+        const int j = e / 64, half = (e % 64) / 32, c = (e % 32) / 8, i = e % 8;
+        const int low = (u[q6k_low_at(j, c, r / 4) + (r % 4) * 8 + i] >> (4 * half)) & 15;
+        const int high = (u[q6k_high_at(j, c, r / 4) + (r % 4) * 8 + i] >> (4 * (j % 2) + 2 * half)) & 3;
+        sub[e / 16] += (low | high << 4) * xb.q[e];
+      }
+      int32_t isum = 0, bias = 0;
+      for (int s = 0; s < 16; ++s) {
+        const int sc = static_cast<int8_t>(u[q6k_scale_at(s, lane)]);
+        isum += sc * sub[s];
+        bias += sc * xb.bsums[s];
+      }
+      isum -= 32 * bias;
+      acc[lane] = std::fma(static_cast<float>(isum), fp16_to_fp32(load_u16(gb + lane * 2)) * xb.d, acc[lane]);
+    }
+  }
+  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = acc[lane];
 }
 
 // One row per packable type: its blocks (elements, bytes), a group block's
@@ -180,6 +261,7 @@ constexpr PackedFormat kFormats[] = {
     {DType::Q4_0, kBlock, legacy_group_block(16), pack_legacy<BlockQ4_0, 0x00>, packed_dot_q4_0},
     {DType::Q8_0, kBlock, legacy_group_block(32), pack_legacy<BlockQ8_0, 0x80>, packed_dot_q8_0},
     {DType::Q4_K, kSuper, kQ4KGroupBlock, pack_q4_k, packed_dot_q4_k},
+    {DType::Q6_K, kSuper, kQ6KGroupBlock, pack_q6_k, packed_dot_q6_k},
 };
 
 const PackedFormat* format_of(DType t) {
@@ -212,7 +294,7 @@ std::unique_ptr<PackedWeight> pack_weight(const Tensor& w) {
   p->k = w.ne[0];
   const int64_t nb = w.ne[0] / f->block_elems;
   p->group_bytes = nb * f->group_block_bytes;
-  p->bytes.reset(new char[p->nbytes()]);
+  p->bytes = alloc_host_memory(p->nbytes());
   for (int64_t g = 0; g < p->groups(); ++g)
     for (int64_t b = 0; b < nb; ++b) f->pack(w, g * kPackRows, b, p->bytes.get() + g * p->group_bytes + b * f->group_block_bytes);
   return p;

@@ -13,9 +13,10 @@
 // (sensitivity) or a copy pointing elsewhere falls back to the original
 // kernels.
 //
-// The layouts of Q8_0 (codes stored as v + 128) and Q4_K (8-bit scales and
-// mins) are described in packed.cpp. Q4_0, per group of 8 rows and block of
-// 32 (144 bytes, as 8 blocks):
+// The layouts of Q8_0 (codes stored as v + 128), Q4_K (8-bit scales and
+// mins) and Q6_K (the 6-bit codes in two planes) are described in
+// packed.cpp. Q4_0, per group of 8 rows and block of 32 (144 bytes, as 8
+// blocks):
 //   d[8]     the rows' fp16 scales in lane order kPackLane (see below)
 //   qs[128]  four 32-byte vectors; vector 2c + h holds, for rows 4h .. 4h+3,
 //            bytes 8c .. 8c+7 of each row's qs (8 bytes per row): low
@@ -29,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/host_memory.h"
 #include "qlens/tensor.h"
 #include "qlens/types.h"
 
@@ -45,13 +47,21 @@ constexpr size_t legacy_group_block(size_t code_bytes) { return kPackScales + kP
 // Q4_K's group block (packed.cpp describes it): d, dmin, scales, mins, codes.
 inline constexpr size_t kQ4KScalesAt = 2 * kPackScales, kQ4KMinsAt = kQ4KScalesAt + 64,
                         kQ4KCodesAt = kQ4KMinsAt + 64, kQ4KGroupBlock = kQ4KCodesAt + kPackRows * 128;
+// Q6_K's group block (packed.cpp): d, scales, then the codes' high and low
+// bits in the order the kernel reads them; as many bytes as the rows' blocks.
+inline constexpr size_t kQ6KScalesAt = kPackScales, kQ6KCodesAt = kQ6KScalesAt + 128,
+                        kQ6KGroupBlock = kQ6KCodesAt + kPackRows * 192;
+// Where the vector of rows 4h .. 4h+3 of piece c of 64-element chunk j holds
+// its high bits (shared by chunks 2t and 2t + 1) and its low bits.
+constexpr size_t q6k_high_at(int j, int c, int h) { return kQ6KCodesAt + ((j / 2 * 4 + c) * 2 + h) * 96; }
+constexpr size_t q6k_low_at(int j, int c, int h) { return q6k_high_at(j, c, h) + 32 + 32 * (j % 2); }
 
 struct PackedWeight {
   const void* source = nullptr;  // the tensor data it was made from
   DType type = DType::F32;
   int64_t rows = 0, k = 0;
   size_t group_bytes = 0;  // one group of kPackRows rows
-  std::unique_ptr<char[]> bytes;
+  HostMemory bytes;
 
   int64_t groups() const { return (rows + kPackRows - 1) / kPackRows; }
   size_t nbytes() const { return groups() * group_bytes; }

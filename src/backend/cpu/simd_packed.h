@@ -245,6 +245,126 @@ void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* ou
   store_rows(_mm256_sub_ps(acc, accm), out);
 }
 
+// The shuffle masks of the Q6_K scales: int16 element i of half-group h's
+// vector belongs to row 4h + i / 4, whose scale for sub-block 2p + odd is
+// byte 2 lane(row) + odd of pair p's 16; it goes to the element's high byte.
+struct Q6KScaleMasks {
+  alignas(32) char m[2][2][32];
+};
+constexpr Q6KScaleMasks q6k_scale_masks() {
+  Q6KScaleMasks t{};
+  for (int h = 0; h < 2; ++h)
+    for (int odd = 0; odd < 2; ++odd)
+      for (int i = 0; i < 16; ++i) {
+        int lane = 0;
+        while (kPackLane[lane] != 4 * h + i / 4) ++lane;
+        t.m[h][odd][2 * i] = static_cast<char>(0x80);
+        t.m[h][odd][2 * i + 1] = static_cast<char>(2 * lane + odd);
+      }
+  return t;
+}
+inline constexpr Q6KScaleMasks kQ6KScaleMasks = q6k_scale_masks();
+
+// Q6_K, per super-block and group of 8 rows (the layout: packed.cpp), chunks
+// 2t and 2t + 1 together (they share the high-bit vectors): for each pair of
+// pieces cp, the codes q (0 .. 63) from the low-bit vectors and the high-bit
+// vector (its bits moved to 4-5), maddubs with the broadcast activation
+// pieces, summed in int16 per 16-element sub-block and half-group (2 pieces:
+// 2 * 2 * 63 * 127 = 32004 at most), then madd with the rows' int8 scales
+// made int16 (the shuffle puts the byte in each int16's high half, the
+// arithmetic shift brings it down with its sign). The levels are q - 32:
+// 32 sum_s sc_s B_s (madd of the scale pairs with the activation's sub-block
+// sum pairs) is taken out at the end. Exact integer sums; then the plain
+// kernel's float chain.
+__attribute__((always_inline)) inline void q6_k_chunk_pair(const char* gb, const char* xq, int t, __m256i* isum) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+  auto load = [](const char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
+  auto piece = [&](int at) {
+    long long v;
+    std::memcpy(&v, xq + at, 8);
+    return _mm256_set1_epi64x(v);
+  };
+  // Code vector from the low nibbles' or high nibbles' 4 bits and 2 high bits.
+  auto codes = [&](__m256i low_bits, __m256i high_bits) {
+    return _mm256_or_si256(_mm256_and_si256(low_bits, low4), _mm256_and_si256(high_bits, bits45));
+  };
+#pragma GCC unroll 2
+  for (int cp = 0; cp < 2; ++cp) {
+    // Sub-block sums: [chunk 2t + u][low / high part][half-group].
+    __m256i sub[2][2][2];
+#pragma GCC unroll 8
+    for (int n = 0; n < 8; ++n) (&sub[0][0][0])[n] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int c = 2 * cp; c < 2 * cp + 2; ++c) {
+      __m256i x[2][2];
+#pragma GCC unroll 2
+      for (int u = 0; u < 2; ++u) {
+        x[u][0] = piece(64 * (2 * t + u) + 8 * c);
+        x[u][1] = piece(64 * (2 * t + u) + 32 + 8 * c);
+      }
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i hb = load(gb + q6k_high_at(2 * t, c, h));
+        const __m256i v0 = load(gb + q6k_low_at(2 * t, c, h)), v1 = load(gb + q6k_low_at(2 * t + 1, c, h));
+        const __m256i q[2][2] = {
+            {codes(v0, _mm256_slli_epi16(hb, 4)), codes(_mm256_srli_epi16(v0, 4), _mm256_slli_epi16(hb, 2))},
+            {codes(v1, hb), codes(_mm256_srli_epi16(v1, 4), _mm256_srli_epi16(hb, 2))}};
+#pragma GCC unroll 2
+        for (int u = 0; u < 2; ++u)
+#pragma GCC unroll 2
+          for (int part = 0; part < 2; ++part)
+            sub[u][part][h] = _mm256_adds_epi16(sub[u][part][h], _mm256_maddubs_epi16(q[u][part], x[u][part]));
+      }
+    }
+    // Chunk j's low part is sub-blocks 4j + cp (scale pair 2j), its high part
+    // 4j + 2 + cp (pair 2j + 1).
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(kQ6KScaleMasks.m[h][cp]));
+#pragma GCC unroll 2
+      for (int u = 0; u < 2; ++u)
+#pragma GCC unroll 2
+        for (int part = 0; part < 2; ++part) {
+          const int p = 2 * (2 * t + u) + part;
+          const __m256i pair = _mm256_broadcastsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kQ6KScalesAt + 16 * p)));
+          const __m256i sc = _mm256_srai_epi16(_mm256_shuffle_epi8(pair, mask), 8);
+          isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(sub[u][part][h], sc));
+        }
+    }
+  }
+}
+
+void packed_dot_q6_k_simd(int64_t k, const char* group, const void* x, float* out) {
+  using quant::kq::BlockQ8K;
+  const int64_t nb = k / quant::kq::kQK;
+  const char* xr = static_cast<const char*>(x);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const char* gb = group + b * kQ6KGroupBlock;
+    const char* xb = xr + b * sizeof(BlockQ8K);
+    const char* xq = xb + offsetof(BlockQ8K, qs);
+    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    q6_k_chunk_pair(gb, xq, 0, isum);
+    q6_k_chunk_pair(gb, xq, 1, isum);
+    // sum_s sc_s B_s per lane: pair p's scales (sc_2p, sc_2p+1 per lane) with
+    // (B_2p, B_2p+1), int32 element p of the activation's bsums.
+    const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + offsetof(BlockQ8K, bsums)));
+    __m256i bias = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p) {
+      const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kQ6KScalesAt + 16 * p)));
+      bias = _mm256_add_epi32(bias, _mm256_madd_epi16(sc, _mm256_permutevar8x32_epi32(bs, _mm256_set1_epi32(p))));
+    }
+    const __m256i total = _mm256_sub_epi32(_mm256_hadd_epi32(isum[0], isum[1]), _mm256_slli_epi32(bias, 5));
+    float dxf;
+    std::memcpy(&dxf, xb + offsetof(BlockQ8K, d), sizeof dxf);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(dxf)), acc);
+  }
+  store_rows(acc, out);
+}
+
 void add_packed_kernels(GemmKernels& g) {
   const bool vnni = packed_vnni_available();
   g.packed_dot[static_cast<int>(DType::Q4_0)] =
@@ -252,6 +372,7 @@ void add_packed_kernels(GemmKernels& g) {
   g.packed_dot[static_cast<int>(DType::Q8_0)] =
       vnni ? packed_dot_legacy_vnni<32, q8_0_sums_vnni> : packed_dot_legacy_madd<32, q8_0_sums_madd>;
   g.packed_dot[static_cast<int>(DType::Q4_K)] = packed_dot_q4_k_simd;
+  g.packed_dot[static_cast<int>(DType::Q6_K)] = packed_dot_q6_k_simd;
 }
 
 #endif

@@ -1,0 +1,48 @@
+#include "core/host_memory.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace qlens {
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+constexpr size_t kHugePage = size_t{2} << 20;
+
+bool huge_pages_wanted() {
+  static const bool wanted = [] {
+    const char* e = std::getenv("QLENS_HUGE_PAGES");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return wanted;
+}
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+void HostMemoryFree::operator()(char* p) const noexcept { std::free(p); }
+
+HostMemory alloc_host_memory(size_t bytes) {
+  bytes = bytes == 0 ? 1 : bytes;
+  const bool large = bytes >= kHugePage;
+  const size_t alignment = large ? kHugePage : kAlignment;
+  if (bytes > SIZE_MAX - alignment) throw std::bad_alloc();
+  const size_t rounded = round_up(bytes, alignment);
+  HostMemory p(static_cast<char*>(std::aligned_alloc(alignment, rounded)));
+  if (!p) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  // Advice only: where THP is off, or no huge page is free, the kernel uses
+  // small pages and nothing else changes.
+  if (large && huge_pages_wanted()) ::madvise(p.get(), rounded, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+}  // namespace qlens
