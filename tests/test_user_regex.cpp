@@ -37,6 +37,12 @@ TEST(UserRegex, RefusesWhatTheLibraryCannotTakeWithAReason) {
       // the first ']', and what follows is a back-reference.
       {"[\\c\\]\\1]", "back-references"},
       {"[\\c\\]\\77777777777777777777", "an escape of more than 9 digits"},
+      // Repetitions that would make libstdc++ build (and walk) up to its
+      // limit of 100,000 states.
+      {"a{20000}", "more than 10000 states"},
+      {"(ab{100}){100}", "more than 10000 states"},
+      {"((x|y){30}z){100}", "more than 10000 states"},
+      {"(.{0,64}){1000}", "more than 10000 states"},
   };
   for (const auto& [pattern, reason] : refused) {
     try {
@@ -48,7 +54,9 @@ TEST(UserRegex, RefusesWhatTheLibraryCannotTakeWithAReason) {
       EXPECT_NE(what.find(reason), std::string::npos) << pattern << ": " << what;
     }
   }
-  for (const char* pattern : {"a{2,3}", "blk\\.1[0-9]\\.", "[\\c]]x", "\\d{1,3}"})
+  for (const char* pattern : {"a{2,3}", "blk\\.1[0-9]\\.", "[\\c]]x", "\\d{1,3}", ".{0,64}", "[{]{3}",
+                              "blk\\.(1[0-9]|2[0-3])\\.ffn_(down|up)\\.weight", "^(token_embd|output)\\.weight$",
+                              "blk\\.([0-9]{1,2})\\.(attn_(q|k|v)|ffn_.*){1}", "((a|b){10}c){20}"})
     EXPECT_NO_THROW(user_regex(pattern, "--tensor-type")) << pattern;
 }
 

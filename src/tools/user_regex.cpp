@@ -1,6 +1,8 @@
 #include "tools/user_regex.h"
 
+#include <algorithm>
 #include <cctype>
+#include <vector>
 
 #include "qlens/error.h"
 
@@ -47,6 +49,74 @@ std::string unsupported(const std::string& p) {
   return "";
 }
 
+// An upper bound, roughly, of the states libstdc++'s compiler makes for the
+// pattern: one per atom, two per group and quantifier, and a repetition
+// count {m,n} clones what it repeats max(m, n) + 1 times (nested counts
+// multiply). libstdc++ refuses more than 100,000 states, but compiling and
+// matching that many takes seconds per pattern under a sanitizer and
+// milliseconds without: a hostile tensor-type file could stall quantize, and
+// the fuzz target spent half its time there. Real patterns need tens.
+constexpr size_t kMaxStates = 10000;
+
+size_t estimated_states(const std::string& p) {
+  const auto saturate = [](double v) { return v > 1e12 ? size_t{1000000000000} : static_cast<size_t>(v); };
+  std::vector<size_t> open{0};  // states of each open group so far (the pattern is the outermost)
+  size_t last = 0;              // states of the last atom or group: what a quantifier repeats
+  bool in_class = false;
+  const auto add = [&](size_t n) {
+    open.back() = saturate(static_cast<double>(open.back()) + n);
+    last = n;
+  };
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char ch = p[i];
+    const size_t escape_length = i + 1 < p.size() ? (p[i + 1] == 'c' && i + 2 < p.size() ? 2 : 1) : 0;
+    if (in_class) {
+      if (ch == '\\') i += escape_length;
+      else if (ch == ']') in_class = false;
+      continue;
+    }
+    if (ch == '\\') {
+      i += escape_length;
+      add(1);
+    } else if (ch == '[') {
+      in_class = true;
+      add(1);
+    } else if (ch == '(') {
+      open.push_back(0);
+    } else if (ch == ')' && open.size() > 1) {
+      const size_t group = open.back() + 2;
+      open.pop_back();
+      add(group);
+    } else if (ch == '|') {
+      add(1);
+    } else if (ch == '*' || ch == '+' || ch == '?') {
+      open.back() = saturate(static_cast<double>(open.back()) + 2);
+      last += 2;
+    } else if (ch == '{') {
+      size_t j = i + 1, most = 0, value = 0;
+      bool digits = false;
+      for (; j < p.size() && (std::isdigit(static_cast<unsigned char>(p[j])) || p[j] == ','); ++j) {
+        value = p[j] == ',' ? 0 : std::min<size_t>(value * 10 + (p[j] - '0'), size_t{1} << 40);
+        most = std::max(most, value);
+        digits = digits || p[j] != ',';
+      }
+      if (digits && j < p.size() && p[j] == '}') {
+        const double copies = static_cast<double>(most) + 1;
+        open.back() = saturate(static_cast<double>(open.back()) + static_cast<double>(last) * copies);
+        last = saturate(static_cast<double>(last) * (copies + 1));
+        i = j;
+      } else {
+        add(1);
+      }
+    } else {
+      add(1);
+    }
+  }
+  double total = 0;
+  for (size_t n : open) total += static_cast<double>(n);
+  return saturate(total);
+}
+
 }  // namespace
 
 std::regex user_regex(const std::string& pattern, const std::string& what) {
@@ -59,6 +129,9 @@ std::regex user_regex(const std::string& pattern, const std::string& what) {
                  std::to_string(kMaxPatternLength) + " are accepted");
   auto flags = std::regex::ECMAScript;
   if (const std::string why = unsupported(pattern); !why.empty()) throw refuse(why);
+  if (estimated_states(pattern) > kMaxStates)
+    throw refuse("its repetitions would expand it to more than " + std::to_string(kMaxStates) +
+                 " states (a count {m,n} copies what it repeats, and nested counts multiply)");
 #ifdef __GLIBCXX__
   // libstdc++'s default matcher backtracks: a pattern such as (.*)*(.*)*z
   // takes exponential time. Its breadth-first matcher (the __polynomial
