@@ -24,8 +24,17 @@ constexpr size_t kMaxPatternLength = 4096;
 // which takes X whatever it is (so in [\c\]\1] the class ends at the first
 // ']', and \1 is a back-reference). Digits after a backslash are refused
 // inside brackets too, so a difference in that tracking cannot let them by.
+bool is_digit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+
+// Where the escape starting with the backslash at i ends (its last
+// character), as libstdc++'s scanner reads it: one character after the
+// backslash, two for the control escape \cX.
+size_t escape_end(const std::string& p, size_t i) {
+  if (i + 1 >= p.size()) return i;
+  return p[i + 1] == 'c' && i + 2 < p.size() ? i + 2 : i + 1;
+}
+
 std::string unsupported(const std::string& p) {
-  const auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
   bool in_class = false;
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i] == '\\' && i + 1 < p.size()) {
@@ -33,7 +42,7 @@ std::string unsupported(const std::string& p) {
       while (i + 1 + digits < p.size() && is_digit(p[i + 1 + digits])) ++digits;
       if (digits > 9) return "an escape of more than 9 digits";
       if (!in_class && p[i + 1] >= '1' && p[i + 1] <= '9') return "back-references (\\1 .. \\9) are not supported";
-      i += p[i + 1] == 'c' && i + 2 < p.size() ? 2 : 1;
+      i = escape_end(p, i);
     } else if (p[i] == '[') {
       in_class = true;
     } else if (p[i] == ']') {
@@ -69,14 +78,13 @@ size_t estimated_states(const std::string& p) {
   };
   for (size_t i = 0; i < p.size(); ++i) {
     const char ch = p[i];
-    const size_t escape_length = i + 1 < p.size() ? (p[i + 1] == 'c' && i + 2 < p.size() ? 2 : 1) : 0;
     if (in_class) {
-      if (ch == '\\') i += escape_length;
+      if (ch == '\\') i = escape_end(p, i);
       else if (ch == ']') in_class = false;
       continue;
     }
     if (ch == '\\') {
-      i += escape_length;
+      i = escape_end(p, i);
       add(1);
     } else if (ch == '[') {
       in_class = true;
@@ -95,7 +103,7 @@ size_t estimated_states(const std::string& p) {
     } else if (ch == '{') {
       size_t j = i + 1, most = 0, value = 0;
       bool digits = false;
-      for (; j < p.size() && (std::isdigit(static_cast<unsigned char>(p[j])) || p[j] == ','); ++j) {
+      for (; j < p.size() && (is_digit(p[j]) || p[j] == ','); ++j) {
         value = p[j] == ',' ? 0 : std::min<size_t>(value * 10 + (p[j] - '0'), size_t{1} << 40);
         most = std::max(most, value);
         digits = digits || p[j] != ',';
