@@ -435,6 +435,37 @@ TEST(Ops, MulMatNonContiguous) {
 // activations rounded to its own type first on every path (dot and GEMM,
 // contiguous or not), as ggml converts them to its vec_dot_type: the result
 // is the reference's product with rounded activations.
+// The dot path keeps the activations of F16 and BF16 weights in the weight's
+// type (the values ggml rounds them to): those kernels must give, bit for
+// bit, what the F32-activation kernels give on the same values widened.
+TEST(Ops, HalfActivationDotsEqualWidenedOnes) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (DType type : {DType::F16, DType::BF16})
+    for (int64_t K : {1, 7, 64, 65, 2048, 5635}) {
+      const int64_t stride = K + 3;  // elements between activation rows
+      std::vector<uint16_t> w(K), x16(4 * stride);
+      std::vector<float> x32(4 * stride);
+      auto to_half = [&](float v) { return type == DType::F16 ? fp32_to_fp16(v) : fp32_to_bf16(v); };
+      auto widen = [&](uint16_t h) { return type == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h); };
+      for (auto& v : w) v = to_half(dist(rng));
+      for (int64_t i = 0; i < 4 * stride; ++i) x32[i] = widen(x16[i] = to_half(dist(rng)));
+      for (Isa isa : all_isas()) {
+        const cpu::GemmKernels& gk = cpu::gemm_kernels(isa);
+        const cpu::VecDotFn half = gk.dot_same_x[static_cast<int>(type)];
+        ASSERT_NE(half, nullptr) << cpu::isa_name(isa);
+        for (int nc = 1; nc <= 4; ++nc) {
+          SCOPED_TRACE(std::string(tname(type)) + " " + cpu::isa_name(isa) + " K=" + std::to_string(K) +
+                       " nc=" + std::to_string(nc));
+          float got[4], want[4];
+          half(K, w.data(), x16.data(), stride * sizeof(uint16_t), nc, got);
+          gk.dot[static_cast<int>(type)](K, w.data(), x32.data(), stride * sizeof(float), nc, want);
+          for (int c = 0; c < nc; ++c) EXPECT_EQ(std::memcmp(&got[c], &want[c], sizeof(float)), 0) << got[c] << " " << want[c];
+        }
+      }
+    }
+}
+
 TEST(Ops, MulMatRoundsActivationsAsGgml) {
   for (DType type : {DType::F16, DType::BF16})
     for (MatMulCase c : {MatMulCase{65, 17, 1}, MatMulCase{300, 40, 20}, MatMulCase{64, 7, 12, 2, 4, 1, 1}}) {

@@ -30,17 +30,18 @@ float scalar_weight(const void* w, int64_t i, const float* f16) {
   }
 }
 
-// Eight partial sums per activation row (a fixed order, and vectorizable).
-template <DType WT>
+// Eight partial sums per activation row (a fixed order, and vectorizable);
+// activation elements of type XT (F32, or the weight's own 16-bit type).
+template <DType WT, DType XT = DType::F32>
 void dot_scalar(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out) {
   const float* f16 = fp16_table();
   for (int c = 0; c < nc; ++c) {
-    const float* xc = reinterpret_cast<const float*>(static_cast<const char*>(x) + c * x_stride);
+    const void* xc = static_cast<const char*>(x) + c * x_stride;
     float s[8] = {};
     int64_t i = 0;
     for (; i + 8 <= k; i += 8)
-      for (int u = 0; u < 8; ++u) s[u] += scalar_weight<WT>(w, i + u, f16) * xc[i + u];
-    for (int u = 0; i < k; ++i, ++u) s[u] += scalar_weight<WT>(w, i, f16) * xc[i];
+      for (int u = 0; u < 8; ++u) s[u] += scalar_weight<WT>(w, i + u, f16) * scalar_weight<XT>(xc, i + u, f16);
+    for (int u = 0; i < k; ++i, ++u) s[u] += scalar_weight<WT>(w, i, f16) * scalar_weight<XT>(xc, i, f16);
     out[c] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
   }
 }
@@ -51,6 +52,8 @@ GemmKernels make_scalar() {
   g.dot[static_cast<int>(DType::F32)] = dot_scalar<DType::F32>;
   g.dot[static_cast<int>(DType::F16)] = dot_scalar<DType::F16>;
   g.dot[static_cast<int>(DType::BF16)] = dot_scalar<DType::BF16>;
+  g.dot_same_x[static_cast<int>(DType::F16)] = dot_scalar<DType::F16, DType::F16>;
+  g.dot_same_x[static_cast<int>(DType::BF16)] = dot_scalar<DType::BF16, DType::BF16>;
   // The quantized types: integer dots with Q8_0 / Q8_1 (legacy) or Q8_K
   // (K types) activations.
   for_each_legacy_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scalar<T>; });
@@ -66,6 +69,7 @@ GemmKernels merged(const GemmKernels* simd, const GemmKernels& fallback) {
     if (!g.dot[t]) {  // the fallback's row kernel goes with its dot kernel
       g.dot[t] = fallback.dot[t];
       g.dot_rows[t] = fallback.dot_rows[t];
+      g.dot_same_x[t] = fallback.dot_same_x[t];
     }
     if (!g.pack[t] && fallback.nr == g.nr) g.pack[t] = fallback.pack[t];
     if (!g.packed_dot[t]) g.packed_dot[t] = fallback.packed_dot[t];
@@ -156,6 +160,14 @@ DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
   // runs (an F16 cache view's queries and probabilities to F16 too); the
   // F32 paths round them through it, so every path computes that function.
   p.round_type = p.x_type == DType::F32 && ggml_rounding() ? ggml_partner(a.type) : DType::F32;
+  // F16 and BF16 weights: activations kept in the partner type itself are
+  // the same values in half the bytes.
+  const VecDotFn same_x = gk.dot_same_x[static_cast<int>(a.type)];
+  if (!p.convert_rows && same_x && p.round_type == a.type) {
+    p.dot = same_x;
+    p.x_type = a.type;
+    p.round_type = DType::F32;
+  }
   p.convert_x = p.x_type != DType::F32 || b.nb[0] != sizeof(float) || p.round_type != DType::F32;
   p.x_row_bytes = p.convert_x ? row_bytes(p.x_type, K) : b.nb[1];
   // Keep about 256 KiB of activation rows hot while weight rows stream past.

@@ -105,6 +105,10 @@ struct GemmKernels {
   // int8 GEMM kernels, which beat the dot kernels from a smaller N).
   int64_t min_n_type[kDTypeCount];
   VecDotFn dot[kDTypeCount];  // by weight type; nullptr: convert the row to F32
+  // F16 and BF16 weights against activations stored in the weight's type
+  // (ggml rounds them to it anyway): half the bytes of F32 activations,
+  // which is what keeps a long row's activations in L1. nullptr: none.
+  VecDotFn dot_same_x[kDTypeCount];
   VecDotRowsFn dot_rows[kDTypeCount];  // by weight type; nullptr: dot row by row
   PackFn pack[kDTypeCount];   // by weight type; nullptr: convert rows, then transpose
   PackActFn pack_act;         // nullptr: element by element

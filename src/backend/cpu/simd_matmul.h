@@ -18,7 +18,7 @@
 namespace qlens::cpu {
 namespace {
 
-// One vector of weights from element i of a row of type WT, as floats.
+// One vector of elements from element i of a row of type WT, as floats.
 template <class V, DType WT>
 typename V::R load_weights(const void* w, int64_t i) {
   if constexpr (WT == DType::F32) {
@@ -31,11 +31,15 @@ typename V::R load_weights(const void* w, int64_t i) {
   }
 }
 
-// NC activation rows against one weight row; U independent accumulators per
-// row hide the FMA latency. (The main loop's accumulators are not touched by
-// the tail loops: GCC then keeps them all in registers.)
-template <class V, DType WT, int NC>
-void dot_rows(int64_t k, const void* w, const float* x, size_t xs, float* out) {
+// NC activation rows (x_stride bytes apart, elements of type XT: F32, or
+// the weight's own 16-bit type) against one weight row; U independent
+// accumulators per row hide the FMA latency. (The main loop's accumulators
+// are not touched by the tail loops: GCC then keeps them all in registers.)
+// One weight row at a time: several rows at once, each vector of activations
+// feeding all, measured slower (bench_ops BM_MulMatVec, F16): the hardware
+// prefetcher follows one stream per thread better than four.
+template <class V, DType WT, DType XT, int NC>
+void dot_rows(int64_t k, const void* w, const char* x, size_t x_stride, float* out) {
   using R = typename V::R;
   constexpr int U = NC <= 2 ? 4 : 2;
   constexpr int W = V::W;
@@ -52,7 +56,8 @@ void dot_rows(int64_t k, const void* w, const float* x, size_t xs, float* out) {
 #pragma GCC unroll 16
     for (int c = 0; c < NC; ++c)
 #pragma GCC unroll 16
-      for (int u = 0; u < U; ++u) acc[c][u] = V::fma(wv[u], V::load(x + c * xs + i + u * W), acc[c][u]);
+      for (int u = 0; u < U; ++u)
+        acc[c][u] = V::fma(wv[u], load_weights<V, XT>(x + c * x_stride, i + u * W), acc[c][u]);
   }
   R sum[NC];
 #pragma GCC unroll 16
@@ -65,25 +70,24 @@ void dot_rows(int64_t k, const void* w, const float* x, size_t xs, float* out) {
   for (; i + W <= k; i += W) {
     const R wv = load_weights<V, WT>(w, i);
 #pragma GCC unroll 16
-    for (int c = 0; c < NC; ++c) sum[c] = V::fma(wv, V::load(x + c * xs + i), sum[c]);
+    for (int c = 0; c < NC; ++c) sum[c] = V::fma(wv, load_weights<V, XT>(x + c * x_stride, i), sum[c]);
   }
 #pragma GCC unroll 16
   for (int c = 0; c < NC; ++c) {
     float r = V::hsum(sum[c]);
-    for (int64_t j = i; j < k; ++j) r += weight_at<WT>(w, j) * x[c * xs + j];
+    for (int64_t j = i; j < k; ++j) r += weight_at<WT>(w, j) * weight_at<XT>(x + c * x_stride, j);
     out[c] = r;
   }
 }
 
-template <class V, DType WT>
+template <class V, DType WT, DType XT = DType::F32>
 void vec_dot(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out) {
-  const auto* xf = static_cast<const float*>(x);
-  const size_t xs = x_stride / sizeof(float);
+  const auto* xb = static_cast<const char*>(x);
   switch (nc) {
-    case 1: dot_rows<V, WT, 1>(k, w, xf, xs, out); break;
-    case 2: dot_rows<V, WT, 2>(k, w, xf, xs, out); break;
-    case 3: dot_rows<V, WT, 3>(k, w, xf, xs, out); break;
-    default: dot_rows<V, WT, 4>(k, w, xf, xs, out); break;
+    case 1: dot_rows<V, WT, XT, 1>(k, w, xb, x_stride, out); break;
+    case 2: dot_rows<V, WT, XT, 2>(k, w, xb, x_stride, out); break;
+    case 3: dot_rows<V, WT, XT, 3>(k, w, xb, x_stride, out); break;
+    default: dot_rows<V, WT, XT, 4>(k, w, xb, x_stride, out); break;
   }
 }
 
@@ -189,6 +193,8 @@ GemmKernels make_gemm_kernels() {
   g.dot[static_cast<int>(DType::F32)] = vec_dot<V, DType::F32>;
   g.dot[static_cast<int>(DType::F16)] = vec_dot<V, DType::F16>;
   g.dot[static_cast<int>(DType::BF16)] = vec_dot<V, DType::BF16>;
+  g.dot_same_x[static_cast<int>(DType::F16)] = vec_dot<V, DType::F16, DType::F16>;
+  g.dot_same_x[static_cast<int>(DType::BF16)] = vec_dot<V, DType::BF16, DType::BF16>;
   constexpr int NR = V::kNv * V::W;
   g.pack[static_cast<int>(DType::F32)] = pack_panel<DType::F32, NR>;
   g.pack[static_cast<int>(DType::F16)] = pack_panel<DType::F16, NR>;
