@@ -1,4 +1,5 @@
 #include "core/host_memory.h"
+#include "core/round_up.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -23,7 +24,6 @@ bool huge_pages_wanted() {
   return wanted;
 }
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 

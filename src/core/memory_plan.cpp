@@ -11,6 +11,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "core/round_up.h"
 #include "qlens/backend.h"
 #include "qlens/error.h"
 
@@ -18,7 +19,6 @@ namespace qlens {
 
 namespace {
 
-size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 Tensor* owner_of(Tensor* t) { return t->view_src ? t->view_src : t; }
 
@@ -30,7 +30,7 @@ class FreeList {
   explicit FreeList(size_t alignment) : alignment_(alignment) {}
 
   size_t allocate(size_t bytes) {
-    bytes = align_up(std::max<size_t>(bytes, 1), alignment_);
+    bytes = round_up(std::max<size_t>(bytes, 1), alignment_);
     auto best = blocks_.end();
     for (auto it = blocks_.begin(); it != blocks_.end(); ++it)
       if (it->second >= bytes && (best == blocks_.end() || it->second < best->second)) best = it;
@@ -57,7 +57,7 @@ class FreeList {
   }
 
   void release(size_t offset, size_t bytes) {
-    bytes = align_up(std::max<size_t>(bytes, 1), alignment_);
+    bytes = round_up(std::max<size_t>(bytes, 1), alignment_);
     auto it = blocks_.emplace(offset, bytes).first;
     auto next = std::next(it);
     if (next != blocks_.end() && it->first + it->second == next->first) {

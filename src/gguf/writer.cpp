@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/atomic_file.h"
+#include "core/round_up.h"
 #include "gguf/util.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
@@ -154,8 +155,6 @@ struct Buffer {
   }
 };
 
-uint64_t align_up(uint64_t x, uint64_t a) { return x + (a - x % a) % a; }
-
 }  // namespace
 
 void Writer::set(const std::string& key, Value value) {
@@ -257,16 +256,16 @@ void Writer::write(const std::string& path) const {
     for (int d = 0; d < p.info.n_dims; ++d) h.u64(static_cast<uint64_t>(p.info.ne[d]));
     h.u32(static_cast<uint32_t>(p.info.type));
     h.u64(off);
-    off = align_up(off + p.info.nbytes, align);
+    off = round_up<uint64_t>(off + p.info.nbytes, align);
   }
-  h.bytes.resize(align_up(h.bytes.size(), align), 0);
+  h.bytes.resize(round_up<uint64_t>(h.bytes.size(), align), 0);
 
   AtomicFile file(path);
   file.write(h.bytes.data(), h.bytes.size(), "the header");
   static const uint8_t zeros[256] = {};
   for (const PendingTensor& p : tensors_) {
     file.write(p.data, p.info.nbytes, "tensor " + quoted(p.info.name));
-    uint64_t pad = align_up(p.info.nbytes, align) - p.info.nbytes;
+    uint64_t pad = round_up<uint64_t>(p.info.nbytes, align) - p.info.nbytes;
     while (pad > 0) {
       const size_t n = std::min<uint64_t>(pad, sizeof zeros);
       file.write(zeros, n, "padding");

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/human_bytes.h"
+#include "core/round_up.h"
 #include "model/arch/architecture.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
@@ -73,7 +74,7 @@ void Context::offload(const ContextOptions& options) {
       if (spec.role != Role::TokenEmbd) upload(spec, -1);
 
   constexpr size_t kAlign = 256;
-  auto aligned = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  auto aligned = [](size_t n) { return round_up(n, kAlign); };
   size_t weight_bytes = 0, cache_bytes = 0;
   for (const Tensor* w : to_upload) weight_bytes += aligned(w->nbytes());
   for (int64_t il = first; il < n_layer; ++il) cache_bytes += 2 * aligned(kv_->k(static_cast<int>(il))->nbytes());

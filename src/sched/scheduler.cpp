@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "core/round_up.h"
 #include "qlens/error.h"
 
 namespace qlens {
@@ -11,7 +12,6 @@ namespace {
 
 constexpr size_t kBufferAlignment = 64;
 
-size_t align_up(size_t n) { return (n + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment; }
 
 Tensor* owner_of(Tensor* t) { return t->view_src ? t->view_src : t; }
 const Tensor* owner_of(const Tensor* t) { return t->view_src ? t->view_src : t; }
@@ -153,12 +153,12 @@ void Scheduler::allocate(const Graph& graph) {
   // then add the copies to each backend's buffer after its plan.
   plan_copies(graph);
   std::map<Backend*, size_t> need;
-  for (Backend* b : backends_) need[b] = align_up(plans[b].size);
+  for (Backend* b : backends_) need[b] = round_up(plans[b].size, kBufferAlignment);
   std::vector<std::pair<Tensor*, size_t>> copy_offsets;
   for (Split& s : splits_)
     for (auto& [src, copy] : s.copies) {
       copy_offsets.emplace_back(copy, need[s.backend]);
-      need[s.backend] += align_up(copy->nbytes());
+      need[s.backend] += round_up(copy->nbytes(), kBufferAlignment);
     }
   for (Backend* b : backends_) {
     auto& buf = buffers_[b];

@@ -22,9 +22,6 @@ namespace cpu {
 
 namespace {
 
-constexpr size_t kAlign = 64;
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 [[noreturn]] void fail(const Tensor& node, const std::string& what) {
@@ -215,8 +212,8 @@ class CpuBackend final : public Backend {
       if (!op_is_view(n->op)) {
         check_node(*n);
         work.push_back({n, nullptr});
-        per_thread = std::max(per_thread, align_up(scratch_bytes(*n, nth, isa_)));
-        shared = std::max(shared, align_up(shared_scratch_bytes(*n, nth, isa_)));
+        per_thread = std::max(per_thread, align_scratch(scratch_bytes(*n, nth, isa_)));
+        shared = std::max(shared, align_scratch(shared_scratch_bytes(*n, nth, isa_)));
       }
       for (; next_tap < taps.size() && taps[next_tap].node_index == i; ++next_tap) {
         check_tap(taps[next_tap], *n);
@@ -225,14 +222,14 @@ class CpuBackend final : public Backend {
     }
     if (next_tap != taps.size()) throw Error("cpu backend: taps must be sorted by node and name nodes of the call");
     if (work.empty()) return;
-    const size_t need = per_thread * nth + shared + kAlign;
+    const size_t need = per_thread * nth + shared + kScratchAlign;
     if (scratch_.size() < need) {
       scratch_.clear();
       scratch_.shrink_to_fit();
       scratch_.resize(need);
     }
     char* base = scratch_.data();
-    base += (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
+    base += (kScratchAlign - reinterpret_cast<uintptr_t>(base) % kScratchAlign) % kScratchAlign;
     char* shared_base = base + per_thread * nth;
 
     // Node k takes work from counters_[k % 2]; thread 0 resets the other

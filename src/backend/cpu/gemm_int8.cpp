@@ -22,8 +22,6 @@ bool int8_on_by_default() {
 }
 std::atomic<bool> g_int8_on{int8_on_by_default()};
 
-constexpr size_t kAlign = 64;
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 int64_t ceil_div(int64_t n, int64_t m) { return (n + m - 1) / m; }
 
 // K block of the micro-kernel calls, in elements: the whole row for the 1.1B
@@ -61,7 +59,7 @@ I8Shape i8_shape(const Tensor& node, const GemmKernels& gk) {
   return s;
 }
 
-size_t shared_bytes(const I8Shape& s) { return align_up(static_cast<size_t>(s.nbatch() * s.npanels) * s.x_panel); }
+size_t shared_bytes(const I8Shape& s) { return align_scratch(static_cast<size_t>(s.nbatch() * s.npanels) * s.x_panel); }
 
 struct I8Scratch {
   char* xrow;      // one quantized activation row
@@ -71,9 +69,9 @@ struct I8Scratch {
 
 size_t scratch_layout(const Tensor& node, const I8Shape& s, const GemmKernels& gk, char* base, I8Scratch* out) {
   const DType xt = type_traits(node.src[0]->type).vec_dot_type;
-  const size_t xrow = align_up(row_bytes(xt, s.K));
-  const size_t wp = align_up(static_cast<size_t>(s.mc / gk.i8_nr) * s.w_panel);
-  const size_t tile = align_up(static_cast<size_t>(gk.i8_mr * gk.i8_nr) * sizeof(float));
+  const size_t xrow = align_scratch(row_bytes(xt, s.K));
+  const size_t wp = align_scratch(static_cast<size_t>(s.mc / gk.i8_nr) * s.w_panel);
+  const size_t tile = align_scratch(static_cast<size_t>(gk.i8_mr * gk.i8_nr) * sizeof(float));
   if (out) {
     out->xrow = base;
     out->wp = reinterpret_cast<uint8_t*>(base + xrow);

@@ -80,10 +80,7 @@ GemmKernels merged(const GemmKernels* simd, const GemmKernels& fallback) {
 
 // ---- shapes and work items -------------------------------------------------
 
-constexpr size_t kAlign = 64;
 
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 struct Shape {
   int64_t K, M, N;    // row length, weight rows, activation rows
@@ -179,9 +176,9 @@ DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
 size_t dot_scratch(const Tensor& node, const GemmKernels& gk) {
   const Shape s = shape_of(node);
   const DotPlan p = dot_plan(node, gk);
-  size_t bytes = align_up(s.K * sizeof(float));  // a converted weight or activation row
-  if (p.convert_x) bytes += align_up(s.N * p.x_row_bytes);
-  if (p.round_type != DType::F32) bytes += align_up(row_bytes(p.round_type, s.K));
+  size_t bytes = align_scratch(s.K * sizeof(float));  // a converted weight or activation row
+  if (p.convert_x) bytes += align_scratch(s.N * p.x_row_bytes);
+  if (p.round_type != DType::F32) bytes += align_scratch(row_bytes(p.round_type, s.K));
   return bytes;
 }
 
@@ -192,8 +189,8 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
   const VecOps& vo = *c.vec;
   const DotPlan p = dot_plan(node, gk);
   float* row = reinterpret_cast<float*>(c.scratch);
-  char* xbuf = c.scratch + align_up(s.K * sizeof(float));
-  char* rounded = xbuf + (p.convert_x ? align_up(s.N * p.x_row_bytes) : 0);
+  char* xbuf = c.scratch + align_scratch(s.K * sizeof(float));
+  char* rounded = xbuf + (p.convert_x ? align_scratch(s.N * p.x_row_bytes) : 0);
   const TypeTraits& rt = type_traits(p.round_type);
   const FromFloatFn x_from_float = vo.from_float[static_cast<int>(p.x_type)];
   int64_t x_batch = -1;  // the batch whose activations are in xbuf
@@ -271,7 +268,7 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
 // where Np = N rounded up to mr. Shared packing holds every block of every
 // batch (used with fewer batches than threads, when that is not too big);
 // private packing one block of one batch at a time.
-int64_t packed_rows(const Shape& s, const GemmKernels& gk) { return round_up(s.N, gk.mr); }
+int64_t packed_rows(const Shape& s, const GemmKernels& gk) { return round_up<int64_t>(s.N, gk.mr); }
 
 std::atomic<size_t> g_max_shared{size_t{64} << 20};
 std::atomic<int64_t> g_min_n[kDTypeCount];  // 0: the kernels' choice
@@ -289,10 +286,10 @@ struct GemmScratch {
 };
 
 size_t gemm_scratch_layout(const Shape& s, int nth, const GemmKernels& gk, char* base, GemmScratch* out) {
-  const size_t bp = gemm_shared(s, nth, gk) ? 0 : align_up(packed_rows(s, gk) * gk.kc * sizeof(float));
-  const size_t wp = align_up(gk.mc * gk.kc * sizeof(float));
-  const size_t row = align_up(gk.kc * sizeof(float));
-  const size_t tile = align_up(gk.mr * gk.nr * sizeof(float));
+  const size_t bp = gemm_shared(s, nth, gk) ? 0 : align_scratch(packed_rows(s, gk) * gk.kc * sizeof(float));
+  const size_t wp = align_scratch(gk.mc * gk.kc * sizeof(float));
+  const size_t row = align_scratch(gk.kc * sizeof(float));
+  const size_t tile = align_scratch(gk.mr * gk.nr * sizeof(float));
   if (out) {
     out->bp = reinterpret_cast<float*>(base);
     out->wp = reinterpret_cast<float*>(base + bp);
@@ -303,7 +300,7 @@ size_t gemm_scratch_layout(const Shape& s, int nth, const GemmKernels& gk, char*
 }
 
 size_t gemm_shared_bytes(const Shape& s, int nth, const GemmKernels& gk) {
-  return gemm_shared(s, nth, gk) ? align_up(s.nbatch() * packed_rows(s, gk) * s.K * sizeof(float)) : 0;
+  return gemm_shared(s, nth, gk) ? align_scratch(s.nbatch() * packed_rows(s, gk) * s.K * sizeof(float)) : 0;
 }
 
 // Panel of activation rows [p0, p0 + mr), elements [pc, pc + kc). With a
@@ -518,7 +515,7 @@ size_t matmul_shared_scratch_bound(const Tensor& node, int nth, Isa isa) {
   const size_t i8 = int8_applies(node, gk) ? int8_shared_scratch(node, gk) : 0;
   if (s.nbatch() >= nth) return i8;
   const size_t packed = static_cast<size_t>(s.nbatch() * packed_rows(s, gk) * s.K) * sizeof(float);
-  return std::max(i8, align_up(std::min(packed, g_max_shared.load(std::memory_order_relaxed))));
+  return std::max(i8, align_scratch(std::min(packed, g_max_shared.load(std::memory_order_relaxed))));
 }
 
 size_t matmul_shared_scratch(const Tensor& node, int nth, Isa isa) {

@@ -19,9 +19,6 @@ namespace qlens::cpu {
 
 namespace {
 
-constexpr size_t kAlign = 64;
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 struct IdShape {
   int64_t K, M, E;  // row length, rows per expert, experts
   int64_t U, N;     // slots (experts used) per token, tokens
@@ -41,7 +38,7 @@ struct IdLayout {
     size_t at = 0;
     auto take = [&](size_t bytes) {
       const size_t here = at;
-      at += align_up(bytes);
+      at += align_scratch(bytes);
       return here;
     };
     start = take((s.E + 1) * sizeof(int64_t));

@@ -15,9 +15,14 @@
 #include "backend/cpu/isa.h"
 #include "backend/cpu/thread_pool.h"
 #include "backend/cpu/vec.h"
+#include "core/round_up.h"
 #include "qlens/tensor.h"
 
 namespace qlens::cpu {
+
+// Scratch regions start on cache lines.
+constexpr size_t kScratchAlign = 64;
+inline size_t align_scratch(size_t n) { return round_up(n, kScratchAlign); }
 
 struct KernelCtx {
   int ith;
