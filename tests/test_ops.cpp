@@ -466,6 +466,36 @@ TEST(Ops, HalfActivationDotsEqualWidenedOnes) {
     }
 }
 
+// The GEMM path packs the activations of F16 weights (the attention's F16
+// cache) rounding them through F16 in registers: the panel must equal the
+// plain packing of rows rounded beforehand by the scalar conversion, ties,
+// subnormals and overflow to infinity included, in the vector part and the
+// tail alike.
+TEST(Ops, F16RoundingPackEqualsPackingRoundedRows) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> dist(-2, 2);
+  const float specials[] = {65504.0f, 65520.0f, -70000.0f, 1e-8f, -3e-6f, 0.0f, -0.0f, 1.0f + 0x1p-11f,
+                            1.0f + 0x1p-11f + 0x1p-20f, 6.1e-5f};
+  for (Isa isa : all_isas()) {
+    const cpu::GemmKernels& gk = cpu::gemm_kernels(isa);
+    if (!gk.pack_act_f16) continue;
+    for (int64_t kc : {256, 64, 13})
+      for (int nrows : {1, 5, gk.mr}) {
+        SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " kc=" + std::to_string(kc) + " rows=" + std::to_string(nrows));
+        const int64_t k0 = 3, stride = kc + k0 + 5;
+        std::vector<float> raw(nrows * stride), rounded(nrows * stride);
+        for (size_t i = 0; i < raw.size(); ++i) {
+          raw[i] = rng() % 7 == 0 ? specials[rng() % std::size(specials)] : dist(rng);
+          rounded[i] = fp16_to_fp32(fp32_to_fp16(raw[i]));
+        }
+        std::vector<float> got(kc * gk.mr, -1.0f), want(kc * gk.mr, -2.0f);
+        gk.pack_act_f16(reinterpret_cast<const char*>(raw.data()), stride * sizeof(float), nrows, k0, kc, got.data());
+        gk.pack_act(reinterpret_cast<const char*>(rounded.data()), stride * sizeof(float), nrows, k0, kc, want.data());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      }
+  }
+}
+
 TEST(Ops, MulMatRoundsActivationsAsGgml) {
   for (DType type : {DType::F16, DType::BF16})
     for (MatMulCase c : {MatMulCase{65, 17, 1}, MatMulCase{300, 40, 20}, MatMulCase{64, 7, 12, 2, 4, 1, 1}}) {

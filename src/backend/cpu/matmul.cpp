@@ -75,6 +75,7 @@ GemmKernels merged(const GemmKernels* simd, const GemmKernels& fallback) {
     if (!g.packed_dot[t]) g.packed_dot[t] = fallback.packed_dot[t];
   }
   if (!g.pack_act && fallback.mr == g.mr) g.pack_act = fallback.pack_act;
+  if (!g.pack_act_f16 && fallback.mr == g.mr) g.pack_act_f16 = fallback.pack_act_f16;
   return g;
 }
 
@@ -312,25 +313,36 @@ size_t gemm_shared_bytes(const Shape& s, int nth, const GemmKernels& gk) {
 void pack_activation_panel(const Tensor& b, int64_t i12, int64_t i13, int64_t N, int64_t p0, int64_t pc,
                            int64_t kc, const GemmKernels& gk, DType partner, const VecOps& vo, float* panel) {
   const int mr = gk.mr;
+  if (partner == DType::F16 && gk.pack_act_f16 && b.nb[0] == sizeof(float)) {
+    gk.pack_act_f16(b.at(0, p0, i12, i13), b.nb[1], std::min<int64_t>(mr, N - p0), pc, kc, panel);
+    return;
+  }
   if (partner != DType::F32) {
-    // The instruction set's conversions (the rounding costs as much as the
-    // products for the F16 cache's attention matmuls with scalar ones).
+    // Each row segment rounded with the instruction set's conversions, then
+    // transposed into the panel as F32 rows are (element by element, the
+    // rounding and the scatter cost as much as the products of the F16
+    // cache's attention matmuls).
+    alignas(64) float rounded[kMaxMr][256];
+    alignas(64) uint8_t quantized[256 * 4];
     const FromFloatFn from_float = vo.from_float[static_cast<int>(partner)];
     const ToFloatFn to_float = vo.to_float[static_cast<int>(partner)];
     const int64_t stride = static_cast<int64_t>(b.nb[0] / sizeof(float));
-    float seg[256];
-    alignas(64) uint8_t quantized[256 * 4];
-    for (int r = 0; r < mr; ++r) {
-      if (p0 + r >= N) {
-        for (int64_t k = 0; k < kc; ++k) panel[k * mr + r] = 0.0f;
-        continue;
-      }
+    const int nrows = static_cast<int>(std::min<int64_t>(mr, N - p0));
+    for (int r = 0; r < nrows; ++r) {
       const float* src = reinterpret_cast<const float*>(b.at(0, p0 + r, i12, i13)) + pc * stride;
-      for (int64_t k = 0; k < kc; ++k) seg[k] = src[k * stride];
-      from_float(seg, quantized, kc);
-      to_float(quantized, seg, kc);
-      for (int64_t k = 0; k < kc; ++k) panel[k * mr + r] = seg[k];
+      if (stride != 1) {
+        for (int64_t k = 0; k < kc; ++k) rounded[r][k] = src[k * stride];
+        src = rounded[r];
+      }
+      from_float(src, quantized, kc);
+      to_float(quantized, rounded[r], kc);
     }
+    if (gk.pack_act) {
+      gk.pack_act(reinterpret_cast<const char*>(rounded), sizeof rounded[0], nrows, 0, kc, panel);
+      return;
+    }
+    for (int64_t k = 0; k < kc; ++k)
+      for (int r = 0; r < mr; ++r) panel[k * mr + r] = r < nrows ? rounded[r][k] : 0.0f;
     return;
   }
   if (gk.pack_act && b.nb[0] == sizeof(float)) {

@@ -92,6 +92,9 @@ struct Int8Gemm {
   size_t x_unit_bytes;  // bytes of one unit of an activation panel (mr rows)
 };
 
+// The most activation rows of a GEMM micro-tile (GemmKernels::mr).
+constexpr int kMaxMr = 16;
+
 // A plain aggregate (see VecOps for why): build value-initialized.
 struct GemmKernels {
   MicroFn micro;   // nullptr: no GEMM path
@@ -112,6 +115,7 @@ struct GemmKernels {
   VecDotRowsFn dot_rows[kDTypeCount];  // by weight type; nullptr: dot row by row
   PackFn pack[kDTypeCount];   // by weight type; nullptr: convert rows, then transpose
   PackActFn pack_act;         // nullptr: element by element
+  PackActFn pack_act_f16;     // pack_act rounding each value through F16; nullptr: none
   Int8Gemm i8[kDTypeCount];   // by weight type; pack_w nullptr: F32 panels
   PackedDotFn packed_dot[kDTypeCount];  // by weight type: packed weights (packed.h); nullptr: none
   int i8_mr, i8_nr;           // the int8 micro-tile

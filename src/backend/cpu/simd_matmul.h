@@ -153,9 +153,16 @@ void pack_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t k0, 
 
 // Activation panels: groups of 8 rows x 8 elements transposed in AVX2
 // registers; each k gets the group's (up to) 8 values with a masked store.
-template <int MR>
+// kRoundF16: each value rounded through F16 on the way (the F16 cache's
+// attention products, whose activations ggml converts to F16), in registers:
+// a separate rounding pass over the rows cost as much as the products.
+template <int MR, bool kRoundF16 = false>
 void pack_act_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t k0, int64_t kc, float* panel) {
   constexpr int G = (MR + 7) / 8;
+  auto value = [&](int64_t i, int64_t k) {
+    const float v = reinterpret_cast<const float*>(row0 + i * row_stride)[k0 + k];
+    return kRoundF16 ? fp16_to_fp32(fp32_to_fp16(v)) : v;
+  };
   int64_t k = 0;
   for (; k + 8 <= kc; k += 8) {
 #pragma GCC unroll 4
@@ -168,6 +175,7 @@ void pack_act_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t 
         const int64_t i = g * 8 + t;
         r[t] = i < nrows ? _mm256_loadu_ps(reinterpret_cast<const float*>(row0 + i * row_stride) + k0 + k)
                          : _mm256_setzero_ps();
+        if constexpr (kRoundF16) r[t] = _mm256_cvtph_ps(_mm256_cvtps_ph(r[t], _MM_FROUND_TO_NEAREST_INT));
       }
       Avx2::transpose8(r);
       const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(width), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -176,12 +184,12 @@ void pack_act_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t 
     }
   }
   for (; k < kc; ++k)
-    for (int64_t i = 0; i < MR; ++i)
-      panel[k * MR + i] = i < nrows ? reinterpret_cast<const float*>(row0 + i * row_stride)[k0 + k] : 0.0f;
+    for (int64_t i = 0; i < MR; ++i) panel[k * MR + i] = i < nrows ? value(i, k) : 0.0f;
 }
 
 template <class V>
 GemmKernels make_gemm_kernels() {
+  static_assert(V::kMr <= kMaxMr);
   GemmKernels g{};
   g.micro = micro_kernel<V>;
   g.mr = V::kMr;
@@ -200,6 +208,7 @@ GemmKernels make_gemm_kernels() {
   g.pack[static_cast<int>(DType::F16)] = pack_panel<DType::F16, NR>;
   g.pack[static_cast<int>(DType::BF16)] = pack_panel<DType::BF16, NR>;
   g.pack_act = pack_act_panel<V::kMr>;
+  g.pack_act_f16 = pack_act_panel<V::kMr, true>;
   add_quant_kernels<NR>(g);
   add_kquant_kernels<NR>(g);
   add_int8_kernels(g);
