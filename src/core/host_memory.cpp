@@ -24,7 +24,6 @@ bool huge_pages_wanted() {
   return wanted;
 }
 
-
 }  // namespace
 
 void HostMemoryFree::operator()(char* p) const noexcept { std::free(p); }

@@ -19,7 +19,6 @@ namespace qlens {
 
 namespace {
 
-
 Tensor* owner_of(Tensor* t) { return t->view_src ? t->view_src : t; }
 
 bool needs_memory(const Tensor* t) { return t->data == nullptr && t->view_src == nullptr; }

@@ -12,7 +12,6 @@ namespace {
 
 constexpr size_t kBufferAlignment = 64;
 
-
 Tensor* owner_of(Tensor* t) { return t->view_src ? t->view_src : t; }
 const Tensor* owner_of(const Tensor* t) { return t->view_src ? t->view_src : t; }
 

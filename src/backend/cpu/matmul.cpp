@@ -81,8 +81,6 @@ GemmKernels merged(const GemmKernels* simd, const GemmKernels& fallback) {
 
 // ---- shapes and work items -------------------------------------------------
 
-
-
 struct Shape {
   int64_t K, M, N;    // row length, weight rows, activation rows
   int64_t B2, B3;     // batch dims of the result (and of b)
@@ -359,7 +357,6 @@ void pack_activation_panel(const Tensor& b, int64_t i12, int64_t i13, int64_t N,
     }
   }
 }
-
 
 // Weight rows [m0, m1) (at most mc), elements [pc, pc + kc), converted to F32
 // into panels of nr rows, k-major (zero rows past m1).
