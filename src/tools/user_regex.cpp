@@ -15,15 +15,6 @@ namespace {
 // tensor-type file) overflows the stack. Real patterns are far shorter.
 constexpr size_t kMaxPatternLength = 4096;
 
-// What libstdc++'s regex compiler must not see, as a reason ("" when none):
-// a back-reference (\1 .. \9) outside a bracket expression (see below), or
-// a number of more than 9 digits after a backslash or in a repetition count
-// {m,n}, which overflows its counter (signed overflow in
-// _Compiler::_M_cur_int_value). The bracket tracking follows libstdc++'s
-// scanner: an escape takes one character, except the control escape \cX,
-// which takes X whatever it is (so in [\c\]\1] the class ends at the first
-// ']', and \1 is a back-reference). Digits after a backslash are refused
-// inside brackets too, so a difference in that tracking cannot let them by.
 bool is_digit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
 
 // Where the escape starting with the backslash at i ends (its last
@@ -34,6 +25,15 @@ size_t escape_end(const std::string& p, size_t i) {
   return p[i + 1] == 'c' && i + 2 < p.size() ? i + 2 : i + 1;
 }
 
+// What libstdc++'s regex compiler must not see, as a reason ("" when none):
+// a back-reference (\1 .. \9) outside a bracket expression (see below), or
+// a number of more than 9 digits after a backslash or in a repetition count
+// {m,n}, which overflows its counter (signed overflow in
+// _Compiler::_M_cur_int_value). The bracket tracking follows libstdc++'s
+// scanner: an escape takes one character, except the control escape \cX,
+// which takes X whatever it is (so in [\c\]\1] the class ends at the first
+// ']', and \1 is a back-reference). Digits after a backslash are refused
+// inside brackets too, so a difference in that tracking cannot let them by.
 std::string unsupported(const std::string& p) {
   bool in_class = false;
   for (size_t i = 0; i < p.size(); ++i) {

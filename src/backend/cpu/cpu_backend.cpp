@@ -229,7 +229,7 @@ class CpuBackend final : public Backend {
       scratch_.resize(need);
     }
     char* base = scratch_.data();
-    base += (kScratchAlign - reinterpret_cast<uintptr_t>(base) % kScratchAlign) % kScratchAlign;
+    base += round_up<uintptr_t>(reinterpret_cast<uintptr_t>(base), kScratchAlign) - reinterpret_cast<uintptr_t>(base);
     char* shared_base = base + per_thread * nth;
 
     // Node k takes work from counters_[k % 2]; thread 0 resets the other
