@@ -77,6 +77,58 @@ TEST(ContextPair, AModelAgainstItselfHasNoErrorAnywhere) {
   }
 }
 
+// Perplexity and compare ask for the scored tokens' logits only: the output
+// rows of tokens 0..first_logit-1 are not computed, in batches wholly before
+// the first wanted token (16 and 16 of 40) and in the batch that straddles it.
+// Bit for bit while the output's rows take the same matrix path; one row (39)
+// is a matrix-vector product, with its own summation order.
+TEST(ContextPair, LogitsFromATokenOnwardsEqualThoseOfEveryToken) {
+  auto ref_model = Model::load(synth_path(42));
+  auto test_model = Model::load(synth_path(42, DType::F16));
+  const auto tokens = some_tokens(*ref_model, 40);
+  Context a(*ref_model, options()), b(*test_model, options());
+  ContextPair all(a, b);
+  ASSERT_TRUE(all.decode(tokens));
+  ASSERT_EQ(all.n_rows(), 40);
+  std::vector<std::vector<float>> ref_rows, test_rows;
+  for (int64_t i = 0; i < 40; ++i) {
+    auto x = all.ref_logits(i), y = all.test_logits(i);
+    ref_rows.emplace_back(x.begin(), x.end());
+    test_rows.emplace_back(y.begin(), y.end());
+  }
+  auto same = [](std::span<const float> x, const std::vector<float>& y, bool exact) {
+    for (size_t k = 0; k < x.size(); ++k)
+      if (exact ? x[k] != y[k] : std::fabs(x[k] - y[k]) > 1e-4f * (1 + std::fabs(y[k]))) return false;
+    return true;
+  };
+  for (int64_t first : {1, 20, 32, 39}) {
+    const bool exact = first < 39;
+    Context c(*ref_model, options()), d(*test_model, options());
+    ContextPair some(c, d);
+    ASSERT_TRUE(some.decode(tokens, first));
+    EXPECT_EQ(c.n_past(), 40);
+    EXPECT_EQ(some.n_rows(), 40 - first);
+    EXPECT_THROW(some.ref_logits(first - 1), Error);
+    for (int64_t i = first; i < 40; ++i) {
+      auto x = some.ref_logits(i), y = some.test_logits(i);
+      ASSERT_TRUE(same(x, ref_rows[i], exact)) << first << " " << i;
+      ASSERT_TRUE(same(y, test_rows[i], exact)) << first << " " << i;
+    }
+    // Plain contexts agree.
+    Context e(*test_model, options());
+    ASSERT_TRUE(e.decode_logits_from(tokens, first));
+    for (int64_t i = first; i < 40; ++i) {
+      auto z = e.logits(i);
+      ASSERT_TRUE(same(z, test_rows[i], exact)) << first << " " << i;
+    }
+    EXPECT_THROW(e.logits(first - 1), Error);
+  }
+  Context f(*ref_model, options()), h(*test_model, options());
+  ContextPair bad(f, h);
+  EXPECT_THROW(bad.decode(tokens, 40), Error);
+  EXPECT_THROW(bad.decode(tokens, -1), Error);
+}
+
 TEST(ContextPair, ErrorTapsEqualABruteForceOverHostDumps) {
   auto ref_model = Model::load(synth_path(42));
   auto test_model = Model::load(synth_path(42, DType::F16));

@@ -36,13 +36,15 @@ class ContextPair {
   ContextPair(Context& ref, Context& test);
   ~ContextPair();
 
-  // Decodes `tokens` with both models (all logits). Returns false when the
-  // observe callback stopped the computation.
-  bool decode(std::span<const Token> tokens);
+  // Decodes `tokens` with both models, with the logits of tokens first_logit
+  // onwards (the output norm and matrix see those rows only). Returns false
+  // when the observe callback stopped the computation.
+  bool decode(std::span<const Token> tokens, int64_t first_logit = 0);
   void clear();  // empties both KV caches
-  std::span<const float> ref_logits(int64_t i) const;
-  std::span<const float> test_logits(int64_t i) const;
-  int64_t n_rows() const { return rows_; }
+  // Logits of the i-th token of the last decode (first_logit <= i).
+  std::span<const float> ref_logits(int64_t i) const { return logits_row(ref_logits_, i); }
+  std::span<const float> test_logits(int64_t i) const { return logits_row(test_logits_, i); }
+  int64_t n_rows() const { return rows_; }  // logits rows: tokens first_logit onwards
 
   // For tap selectors and observe callbacks, about the graph being computed:
   Side side_of(const Tensor& node) const;
@@ -58,7 +60,8 @@ class ContextPair {
   Context& test() { return test_; }
 
  private:
-  bool decode_batch(std::span<const Token> tokens);
+  bool decode_batch(std::span<const Token> tokens, int64_t first_logit);
+  std::span<const float> logits_row(const std::vector<float>& values, int64_t i) const;
 
   Context& ref_;
   Context& test_;
@@ -68,6 +71,7 @@ class ContextPair {
   std::unordered_map<const Tensor*, bool> partnered_;
   std::unordered_map<const Tensor*, std::string> label_;
   std::vector<float> ref_logits_, test_logits_;
+  int64_t first_row_ = 0;  // the token of the first logits row
   int64_t rows_ = 0;
 };
 

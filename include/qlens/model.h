@@ -313,6 +313,11 @@ class Context {
   // batch being computed is then not part of the sequence (n_past() is that
   // of the batches finished before it) and its logits are not available.
   bool decode(std::span<const Token> tokens, bool all_logits);
+  // decode with the logits of tokens first_logit onwards only (logits(i) for
+  // those i): the output matrix is applied to those rows alone, as llama.cpp's
+  // perplexity asks for the scored half of each chunk. On a 262k vocabulary
+  // the output matrix is most of a small model's work.
+  bool decode_logits_from(std::span<const Token> tokens, int64_t first_logit);
   // Decodes `tokens` through layers [first, last) only (0 <= first <= last <=
   // n_layer, first < last unless first is 0 or n_layer): how sensitivity
   // reuses what the unmodified model computes before the layer a probe

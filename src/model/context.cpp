@@ -198,6 +198,10 @@ bool Context::decode(std::span<const Token> tokens, bool all_logits) {
   return true;
 }
 
+bool Context::decode_logits_from(std::span<const Token> tokens, int64_t first_logit) {
+  return decode_layers(tokens, 0, static_cast<int>(model_.hparams().n_layer), nullptr, nullptr, first_logit);
+}
+
 bool Context::decode_layers(std::span<const Token> tokens, int first, int last, const float* in,
                             std::vector<float>* out, int64_t first_logit) {
   const int n_layer = static_cast<int>(model_.hparams().n_layer);

@@ -51,7 +51,7 @@ void ContextPair::clear() {
   test_.clear();
 }
 
-bool ContextPair::decode(std::span<const Token> tokens) {
+bool ContextPair::decode(std::span<const Token> tokens, int64_t first_logit) {
   if (tokens.empty()) throw Error("compare: no tokens");
   if (ref_.n_past() != test_.n_past()) throw Error("compare: the two contexts are at different positions");
   const int64_t n_vocab = ref_.model().hparams().n_vocab;
@@ -60,16 +60,24 @@ bool ContextPair::decode(std::span<const Token> tokens) {
   if (ref_.n_past() + static_cast<int64_t>(tokens.size()) > ref_.n_ctx())
     throw Error("compare: " + std::to_string(ref_.n_past() + tokens.size()) + " tokens exceed the context size " +
                 std::to_string(ref_.n_ctx()) + " (-c)");
+  if (first_logit < 0 || first_logit >= static_cast<int64_t>(tokens.size()))
+    throw Error("compare: logits from token " + std::to_string(first_logit) + " of a batch of " +
+                std::to_string(tokens.size()));
   ref_logits_.clear();
   test_logits_.clear();
+  first_row_ = first_logit;
   rows_ = 0;
   const size_t n_batch = static_cast<size_t>(ref_.options().n_batch);
   for (size_t start = 0; start < tokens.size(); start += n_batch)
-    if (!decode_batch(tokens.subspan(start, std::min(n_batch, tokens.size() - start)))) return false;
+    if (!decode_batch(tokens.subspan(start, std::min(n_batch, tokens.size() - start)),
+                      std::max<int64_t>(0, first_logit - static_cast<int64_t>(start))))
+      return false;
   return true;
 }
 
-bool ContextPair::decode_batch(std::span<const Token> tokens) {
+// first_logit is relative to this batch; a batch wholly before it computes
+// its layers only.
+bool ContextPair::decode_batch(std::span<const Token> tokens, int64_t first_logit) {
   const int64_t N = static_cast<int64_t>(tokens.size());
   const int64_t n_past = ref_.n_past(), n_kv = n_past + N;
   Graph g;
@@ -116,10 +124,13 @@ bool ContextPair::decode_batch(std::span<const Token> tokens) {
     test_b.layer(il);
     claim(Side::Test);
   }
-  Tensor* ref_out = ref_b.output();
+  const bool logits = first_logit < N;
+  Tensor* ref_out = logits ? ref_b.output(first_logit) : nullptr;
   claim(Side::Ref);
-  Tensor* test_out = test_b.output();
+  Tensor* test_out = logits ? test_b.output(first_logit) : nullptr;
   claim(Side::Test);
+  if (!logits)
+    for (GraphBuilder* b : {&ref_b, &test_b}) b->current()->flags |= kFlagOutput;
   for (Tensor* t : {in.tokens, in.positions, in.mask, in.mask_swa})
     if (t) side_[t] = Side::Shared;
 
@@ -129,26 +140,22 @@ bool ContextPair::decode_batch(std::span<const Token> tokens) {
   if (sched_->compute(g) == ComputeStatus::Stopped) return false;
   ref_.advance(N);
   test_.advance(N);
-  const int64_t n_vocab = ref_out->ne[0];
-  for (auto [out, logits] : {std::pair{ref_out, &ref_logits_}, std::pair{test_out, &test_logits_}}) {
-    const size_t old = logits->size();
-    logits->resize(old + N * n_vocab);
-    tensor_read(*out, logits->data() + old, 0, N * n_vocab * sizeof(float));
+  if (!logits) return true;
+  const int64_t n_vocab = ref_out->ne[0], rows = ref_out->ne[1];
+  for (auto [out, values] : {std::pair{ref_out, &ref_logits_}, std::pair{test_out, &test_logits_}}) {
+    const size_t old = values->size();
+    values->resize(old + rows * n_vocab);
+    tensor_read(*out, values->data() + old, 0, rows * n_vocab * sizeof(float));
   }
-  rows_ += N;
+  rows_ += rows;
   return true;
 }
 
-std::span<const float> ContextPair::ref_logits(int64_t i) const {
-  if (i < 0 || i >= rows_) throw Error("compare: logits row " + std::to_string(i) + " was not computed");
+std::span<const float> ContextPair::logits_row(const std::vector<float>& values, int64_t i) const {
+  const int64_t row = i - first_row_;
+  if (row < 0 || row >= rows_) throw Error("compare: logits of token " + std::to_string(i) + " were not computed");
   const int64_t n_vocab = ref_.model().hparams().n_vocab;
-  return {ref_logits_.data() + i * n_vocab, static_cast<size_t>(n_vocab)};
-}
-
-std::span<const float> ContextPair::test_logits(int64_t i) const {
-  if (i < 0 || i >= rows_) throw Error("compare: logits row " + std::to_string(i) + " was not computed");
-  const int64_t n_vocab = test_.model().hparams().n_vocab;
-  return {test_logits_.data() + i * n_vocab, static_cast<size_t>(n_vocab)};
+  return {values.data() + row * n_vocab, static_cast<size_t>(n_vocab)};
 }
 
 ContextPair::Side ContextPair::side_of(const Tensor& node) const {

@@ -149,18 +149,16 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
   }
 
   LogitComparison logits;
-  std::vector<std::pair<std::vector<double>, std::vector<double>>> scratch(
-      opt.n_threads > 0 ? opt.n_threads : default_thread_count());
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t c = 0; c < n_chunks; ++c) {
     pair.clear();
-    if (!pair.decode(chunks.chunk(c))) throw Error("compare: the computation was stopped");
+    if (!pair.decode(chunks.chunk(c), chunks.first_scored())) throw Error("compare: the computation was stopped");
     // Measured on every thread, added in order.
     const int64_t first = chunks.first_scored(), n_scored = n_ctx - 1 - first;
     std::vector<LogitComparison::TokenStats> measured(n_scored);
-    parallel_for(n_scored, opt.n_threads, [&](int64_t i, int worker) {
+    parallel_for(n_scored, opt.n_threads, [&](int64_t i, int) {
       measured[i] = LogitComparison::measure(pair.ref_logits(first + i), pair.test_logits(first + i),
-                                             chunks.next(c, first + i), scratch[worker].first, scratch[worker].second);
+                                             chunks.next(c, first + i));
     });
     for (const auto& t : measured) logits.add(t);
     if (opt.on_chunk_tokens) opt.on_chunk_tokens(std::span<const Token>(tokens).subspan(c * n_ctx, n_ctx));

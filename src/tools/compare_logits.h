@@ -79,9 +79,7 @@ class LogitComparison {
     double kld = 0, nll_ref = 0, nll_test = 0;
     bool same_top = false;
   };
-  // Pure but for the scratch buffers (one pair per thread).
-  static TokenStats measure(std::span<const float> ref_logits, std::span<const float> test_logits, int32_t next_token,
-                       std::vector<double>& scratch_ref, std::vector<double>& scratch_test);
+  static TokenStats measure(std::span<const float> ref_logits, std::span<const float> test_logits, int32_t next_token);
   void add(const TokenStats& t);
 
   // Adds another comparison's tokens (after this one's).

@@ -156,7 +156,7 @@ KldResult kld_against_file(const Model& model, const LlamaLogitsFile& base, cons
     const std::vector<Token> text = tokens;
     if (bos >= 0) tokens[0] = bos;
     ctx.clear();
-    ctx.decode(tokens, /*all_logits=*/true);
+    ctx.decode_logits_from(tokens, base.first_scored());
     // Measured on every thread, added in order: the sums of one thread.
     parallel_for(n_scored, opt.n_threads, [&](int64_t k, int worker) {
       const int64_t j = base.first_scored() + k;

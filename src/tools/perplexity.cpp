@@ -34,7 +34,7 @@ PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t c = 0; c < n_chunks; ++c) {
     ctx.clear();
-    ctx.decode(chunks.chunk(c), /*all_logits=*/true);
+    ctx.decode_logits_from(chunks.chunk(c), chunks.first_scored());
     if (opt.on_chunk_tokens) opt.on_chunk_tokens(std::span<const Token>(tokens).subspan(c * n_ctx, n_ctx));
     for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j) {
       if (opt.on_scored_logits) opt.on_scored_logits(ctx.logits(j));
