@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cpu/elem.h"
 #include "backend/cpu/matmul.h"
@@ -72,12 +73,22 @@ void dot_rows(int64_t k, const void* w, const char* x, size_t x_stride, float* o
 #pragma GCC unroll 16
     for (int c = 0; c < NC; ++c) sum[c] = V::fma(wv, load_weights<V, XT>(x + c * x_stride, i), sum[c]);
   }
+  if (i < k) {  // the last k - i < W elements, zero-padded to one vector (the
+               // attention's rows of n_kv elements are often mostly tail)
+    constexpr size_t kWBytes = WT == DType::F32 ? 4 : 2, kXBytes = XT == DType::F32 ? 4 : 2;
+    const size_t n = static_cast<size_t>(k - i);
+    alignas(64) uint8_t wt[W * kWBytes] = {};
+    std::memcpy(wt, static_cast<const char*>(w) + i * kWBytes, n * kWBytes);
+    const R wv = load_weights<V, WT>(wt, 0);
 #pragma GCC unroll 16
-  for (int c = 0; c < NC; ++c) {
-    float r = V::hsum(sum[c]);
-    for (int64_t j = i; j < k; ++j) r += weight_at<WT>(w, j) * weight_at<XT>(x + c * x_stride, j);
-    out[c] = r;
+    for (int c = 0; c < NC; ++c) {
+      alignas(64) uint8_t xt[W * kXBytes] = {};
+      std::memcpy(xt, x + c * x_stride + i * kXBytes, n * kXBytes);
+      sum[c] = V::fma(wv, load_weights<V, XT>(xt, 0), sum[c]);
+    }
   }
+#pragma GCC unroll 16
+  for (int c = 0; c < NC; ++c) out[c] = V::hsum(sum[c]);
 }
 
 template <class V, DType WT, DType XT = DType::F32>
