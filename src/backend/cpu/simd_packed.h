@@ -171,19 +171,19 @@ template <size_t kCodeBytes, GroupSumsFn kSums>
 void packed_dot_legacy_madd(int64_t k, const char* group, const void* x, float* out) {
   packed_dot_legacy<kCodeBytes, kSums>(k, group, x, out);
 }
-#undef QLENS_PACKED_VNNI_TARGET
 
 // Q4_K, per super-block and group of 8 rows (the layout: packed.cpp): for
-// each 64-element chunk j, the 8-byte activation pieces broadcast, the four
-// pieces' maddubs summed in int16 per sub-block and half-group (4 * 2 * 15 *
-// 127 at most), then madd with the rows' sub-block scales (each row's scale
-// in its 64-bit lane's four int16) into int32; the mins times the activation's
-// 32-element sums by madd of the (m_2t, m_2t+1) pairs with (B_2t, B_2t+1).
-// Exact integer sums; then the plain kernel's two float chains.
-void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* out) {
-  using quant::kq::BlockQ8K;
-  const int64_t nb = k / quant::kq::kQK;
-  const char* xr = static_cast<const char*>(x);
+// each 64-element chunk j, the 8-byte activation pieces broadcast against the
+// low and the high nibbles (sub-blocks 2j and 2j + 1), summed per sub-block
+// and half-group, then weighed by the rows' sub-block scales; the mins times
+// the activation's 32-element sums by madd of the (m_2t, m_2t+1) pairs with
+// (B_2t, B_2t+1). Exact integer sums; then the plain kernel's two float
+// chains.
+//
+// Without VNNI: the four pieces' maddubs summed in int16 (4 * 2 * 15 * 127
+// at most), then madd with the scales (each row's in its 64-bit lane's four
+// int16) into int32.
+__attribute__((always_inline)) inline __m256i q4_k_sums_madd(const char* codes, const char* scales, const char* xq) {
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   // Sub-block scales to int16, row 4h + i's in 64-bit lane i: half h, and +8
   // for the odd sub-block of a chunk (its bytes follow the even one's).
@@ -193,36 +193,86 @@ void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* ou
                             r0 + 2, z, r0 + 2, z, r0 + 2, z, r0 + 2, z, r0 + 3, z, r0 + 3, z, r0 + 3, z, r0 + 3, z);
   };
   const __m256i smask[2][2] = {{scale_mask(0, 0), scale_mask(0, 1)}, {scale_mask(1, 0), scale_mask(1, 1)}};
+  __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      long long ql, qh;
+      std::memcpy(&ql, xq + 64 * j + 8 * c, 8);
+      std::memcpy(&qh, xq + 64 * j + 32 + 8 * c, 8);
+      const __m256i q_lo = _mm256_set1_epi64x(ql), q_hi = _mm256_set1_epi64x(qh);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + ((4 * j + c) * 2 + h) * 32));
+        lo[h] = _mm256_adds_epi16(lo[h], _mm256_maddubs_epi16(_mm256_and_si256(v, low4), q_lo));
+        hi[h] = _mm256_adds_epi16(hi[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q_hi));
+      }
+    }
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * j)));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(lo[h], _mm256_shuffle_epi8(sc, smask[h][0])));
+      isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(hi[h], _mm256_shuffle_epi8(sc, smask[h][1])));
+    }
+  }
+  return _mm256_hadd_epi32(isum[0], isum[1]);
+}
+
+// With VNNI: vpdpbusd sums the four pieces' products in int32 per sub-block
+// and half-group, and one vpmulld per sub-block weighs them by the scales
+// (each row's as the two int32 of its 64-bit lane): fewer instructions than
+// the maddubs chain, the same integers.
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q4_k_sums_vnni(const char* codes, const char* scales,
+                                                                                 const char* xq) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  // Sub-block scales to int32, row 4h + i's in int32 elements 2i, 2i + 1.
+  auto scale_mask = [](int h, int odd) {
+    const char r0 = static_cast<char>(4 * h + 8 * odd), z = static_cast<char>(0x80);
+    return _mm256_setr_epi8(r0, z, z, z, r0, z, z, z, r0 + 1, z, z, z, r0 + 1, z, z, z,  //
+                            r0 + 2, z, z, z, r0 + 2, z, z, z, r0 + 3, z, z, z, r0 + 3, z, z, z);
+  };
+  const __m256i smask[2][2] = {{scale_mask(0, 0), scale_mask(0, 1)}, {scale_mask(1, 0), scale_mask(1, 1)}};
+  __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      long long ql, qh;
+      std::memcpy(&ql, xq + 64 * j + 8 * c, 8);
+      std::memcpy(&qh, xq + 64 * j + 32 + 8 * c, 8);
+      const __m256i q_lo = _mm256_set1_epi64x(ql), q_hi = _mm256_set1_epi64x(qh);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + ((4 * j + c) * 2 + h) * 32));
+        lo[h] = dot4(lo[h], _mm256_and_si256(v, low4), q_lo);
+        hi[h] = dot4(hi[h], _mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q_hi);
+      }
+    }
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * j)));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      isum[h] = _mm256_add_epi32(isum[h], _mm256_mullo_epi32(lo[h], _mm256_shuffle_epi8(sc, smask[h][0])));
+      isum[h] = _mm256_add_epi32(isum[h], _mm256_mullo_epi32(hi[h], _mm256_shuffle_epi8(sc, smask[h][1])));
+    }
+  }
+  return _mm256_hadd_epi32(isum[0], isum[1]);
+}
+
+using Q4KSumsFn = __m256i (*)(const char* codes, const char* scales, const char* xq);
+template <Q4KSumsFn kSums>
+__attribute__((always_inline)) inline void packed_dot_q4_k_body(int64_t k, const char* group, const void* x,
+                                                                float* out) {
+  using quant::kq::BlockQ8K;
+  const int64_t nb = k / quant::kq::kQK;
+  const char* xr = static_cast<const char*>(x);
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kQ4KGroupBlock;
     const char* xb = xr + b * sizeof(BlockQ8K);
-    const char* xq = xb + offsetof(BlockQ8K, qs);
-    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        long long ql, qh;
-        std::memcpy(&ql, xq + 64 * j + 8 * c, 8);
-        std::memcpy(&qh, xq + 64 * j + 32 + 8 * c, 8);
-        const __m256i q_lo = _mm256_set1_epi64x(ql), q_hi = _mm256_set1_epi64x(qh);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256i v =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + kQ4KCodesAt + ((4 * j + c) * 2 + h) * 32));
-          lo[h] = _mm256_adds_epi16(lo[h], _mm256_maddubs_epi16(_mm256_and_si256(v, low4), q_lo));
-          hi[h] = _mm256_adds_epi16(hi[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q_hi));
-        }
-      }
-      const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kQ4KScalesAt + 16 * j)));
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(lo[h], _mm256_shuffle_epi8(sc, smask[h][0])));
-        isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(hi[h], _mm256_shuffle_epi8(sc, smask[h][1])));
-      }
-    }
+    const __m256i isum = kSums(gb + kQ4KCodesAt, gb + kQ4KScalesAt, xb + offsetof(BlockQ8K, qs));
     // (B_0 .. B_7): the activation's sums over the 8 sub-blocks, as int16
     // pairs in int32 elements 0, 1 (low lane) and 4, 5 (high lane).
     const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + offsetof(BlockQ8K, bsums)));
@@ -239,11 +289,19 @@ void packed_dot_q4_k_simd(int64_t k, const char* group, const void* x, float* ou
     const __m256 dx = _mm256_set1_ps(dxf);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kPackScales)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(isum[0], isum[1])), _mm256_mul_ps(d, dx), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx), acc);
     accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), accm);
   }
   store_rows(_mm256_sub_ps(acc, accm), out);
 }
+void packed_dot_q4_k_madd(int64_t k, const char* group, const void* x, float* out) {
+  packed_dot_q4_k_body<q4_k_sums_madd>(k, group, x, out);
+}
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q4_k_vnni(int64_t k, const char* group,
+                                                                             const void* x, float* out) {
+  packed_dot_q4_k_body<q4_k_sums_vnni>(k, group, x, out);
+}
+#undef QLENS_PACKED_VNNI_TARGET
 
 // The shuffle masks of the Q6_K scales: int16 element i of half-group h's
 // vector belongs to row 4h + i / 4, whose scale for sub-block 2p + odd is
@@ -371,7 +429,7 @@ void add_packed_kernels(GemmKernels& g) {
       vnni ? packed_dot_legacy_vnni<16, q4_0_sums_vnni> : packed_dot_legacy_madd<16, q4_0_sums_madd>;
   g.packed_dot[static_cast<int>(DType::Q8_0)] =
       vnni ? packed_dot_legacy_vnni<32, q8_0_sums_vnni> : packed_dot_legacy_madd<32, q8_0_sums_madd>;
-  g.packed_dot[static_cast<int>(DType::Q4_K)] = packed_dot_q4_k_simd;
+  g.packed_dot[static_cast<int>(DType::Q4_K)] = vnni ? packed_dot_q4_k_vnni : packed_dot_q4_k_madd;
   g.packed_dot[static_cast<int>(DType::Q6_K)] = packed_dot_q6_k_simd;
 }
 
