@@ -10,6 +10,7 @@
 #include "backend/cpu/qdot.h"
 #include "quant/kquants.h"
 #include "quant/kquants_codec.h"
+#include "quant/registry.h"
 #include "qlens/error.h"
 
 namespace qlens::cpu {
@@ -176,6 +177,64 @@ void packed_dot_q4_k(int64_t k, const char* group, const void* x, float* out) {
   for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = acc[lane] - accm[lane];
 }
 
+// ---- IQ4_XS ----
+//
+// Per super-block and group of 8 rows (1168 bytes): d[8] (fp16, lane
+// order), sc[8 sub-blocks][8 rows] (int8 s_j - 32, row order: the kernels
+// weigh the code sums with them), the same scales as pairs [4][8 lanes][2]
+// (the layout of Q4_K's mins: the VNNI kernel's bias term), then the codes
+// (0 .. 15, the level kIq4nlValues[code]) in Q4_K's order: vector (4 j + c) *
+// 2 + h, rows 4h .. 4h+3, low nibbles elements 64j + 8c .. +7 (sub-block
+// 2j), high nibbles 64j + 32 + 8c .. +7 (sub-block 2j + 1).
+using quant::kq::BlockIQ4XS;
+
+void pack_iq4_xs(const Tensor& w, int64_t row0, int64_t b, char* dst) {
+  std::memset(dst, 0, kIQ4XSGroupBlock);
+  auto* u = reinterpret_cast<uint8_t*>(dst);
+  for (int lane = 0; lane < kPackRows; ++lane) {
+    const int r = kPackLane[lane];
+    if (row0 + r >= w.ne[1]) continue;
+    const auto* blk = reinterpret_cast<const BlockIQ4XS*>(w.at(0, row0 + r) + b * sizeof(BlockIQ4XS));
+    quant::kq::Unpacked un;
+    quant::kq::IQ4XS::unpack(*blk, un);
+    std::memcpy(dst + lane * 2, &blk->d, 2);
+    for (int s = 0; s < 8; ++s) {
+      u[kIQ4XSScalesAt + s * kPackRows + r] = static_cast<uint8_t>(un.sc[s]);
+      u[kIQ4XSPairsAt + (s / 2) * 16 + lane * 2 + s % 2] = static_cast<uint8_t>(un.sc[s]);
+    }
+    for (int e = 0; e < kSuper; ++e) {
+      const int j = e / 64, half = (e % 64) / 32, c = (e % 32) / 8, i = e % 8;
+      u[kIQ4XSCodesAt + ((4 * j + c) * 2 + r / 4) * 32 + (r % 4) * 8 + i] |= static_cast<uint8_t>(un.q[e] << (4 * half));
+    }
+  }
+}
+
+// Per row, super-blocks in order: isum = sum over sub-blocks s of sc_s (sum
+// level x), exact in int32, then acc = fma(float(isum), d * d_x, acc), as
+// the SIMD kernels and ggml's IQ4_XS dot product.
+void packed_dot_iq4_xs(int64_t k, const char* group, const void* x, float* out) {
+  const int64_t nb = k / kSuper;
+  float acc[kPackRows] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    const char* gb = group + b * kIQ4XSGroupBlock;
+    const auto* u = reinterpret_cast<const uint8_t*>(gb);
+    const Q8KBlock xb = q8k_block(x, b);
+    for (int lane = 0; lane < kPackRows; ++lane) {
+      const int r = kPackLane[lane];
+      int32_t sub[8] = {};
+      for (int e = 0; e < kSuper; ++e) {
+        const int j = e / 64, half = (e % 64) / 32, c = (e % 32) / 8, i = e % 8;
+        const int code = (u[kIQ4XSCodesAt + ((4 * j + c) * 2 + r / 4) * 32 + (r % 4) * 8 + i] >> (4 * half)) & 15;
+        sub[e / 32] += quant::kIq4nlValues[code] * xb.q[e];
+      }
+      int32_t isum = 0;
+      for (int s = 0; s < 8; ++s) isum += static_cast<int8_t>(u[kIQ4XSScalesAt + s * kPackRows + r]) * sub[s];
+      acc[lane] = std::fma(static_cast<float>(isum), fp16_to_fp32(load_u16(gb + lane * 2)) * xb.d, acc[lane]);
+    }
+  }
+  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = acc[lane];
+}
+
 // ---- Q6_K ----
 //
 // Per super-block and group of 8 rows (1680 bytes, as the rows' blocks):
@@ -262,6 +321,7 @@ constexpr PackedFormat kFormats[] = {
     {DType::Q8_0, kBlock, legacy_group_block(32), pack_legacy<BlockQ8_0, 0x80>, packed_dot_q8_0},
     {DType::Q4_K, kSuper, kQ4KGroupBlock, pack_q4_k, packed_dot_q4_k},
     {DType::Q6_K, kSuper, kQ6KGroupBlock, pack_q6_k, packed_dot_q6_k},
+    {DType::IQ4_XS, kSuper, kIQ4XSGroupBlock, pack_iq4_xs, packed_dot_iq4_xs},
 };
 
 const PackedFormat* format_of(DType t) {

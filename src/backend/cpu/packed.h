@@ -14,7 +14,8 @@
 // kernels.
 //
 // The layouts of Q8_0 (codes stored as v + 128), Q4_K (8-bit scales and
-// mins) and Q6_K (the 6-bit codes in two planes) are described in
+// mins), IQ4_XS (Q4_K's code order, signed scales) and Q6_K (the 6-bit codes
+// in two planes) are described in
 // packed.cpp. Q4_0, per group of 8 rows and block of 32 (144 bytes, as 8
 // blocks):
 //   d[8]     the rows' fp16 scales in lane order kPackLane (see below)
@@ -47,6 +48,10 @@ constexpr size_t legacy_group_block(size_t code_bytes) { return kPackScales + kP
 // Q4_K's group block (packed.cpp describes it): d, dmin, scales, mins, codes.
 inline constexpr size_t kQ4KScalesAt = 2 * kPackScales, kQ4KMinsAt = kQ4KScalesAt + 64,
                         kQ4KCodesAt = kQ4KMinsAt + 64, kQ4KGroupBlock = kQ4KCodesAt + kPackRows * 128;
+// IQ4_XS's group block (packed.cpp): d, the signed sub-block scales by row
+// and as lane-order pairs, then the 4-bit codes in Q4_K's arrangement.
+inline constexpr size_t kIQ4XSScalesAt = kPackScales, kIQ4XSPairsAt = kIQ4XSScalesAt + 64,
+                        kIQ4XSCodesAt = kIQ4XSPairsAt + 64, kIQ4XSGroupBlock = kIQ4XSCodesAt + kPackRows * 128;
 // Q6_K's group block (packed.cpp): d, scales, then the codes' high and low
 // bits in the order the kernel reads them; as many bytes as the rows' blocks.
 inline constexpr size_t kQ6KScalesAt = kPackScales, kQ6KCodesAt = kQ6KScalesAt + 128,

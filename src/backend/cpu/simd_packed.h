@@ -301,6 +301,107 @@ __attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q4_k_vnni(int6
                                                                              const void* x, float* out) {
   packed_dot_q4_k_body<q4_k_sums_vnni>(k, group, x, out);
 }
+// IQ4_XS, per super-block and group of 8 rows (the layout: packed.cpp; the
+// codes in Q4_K's order): the nibbles become levels by a table lookup, the
+// sums per sub-block and half-group are weighed by the rows' signed scales
+// (each row's as the two int32 of its 64-bit lane: the byte shuffled to the
+// top of the int32 and shifted down with its sign) with one vpmulld, then
+// one float chain. Exact integer sums, as the plain kernel.
+//
+// With VNNI, vpdpbusd takes the levels as v + 128 (unsigned): sum v q =
+// sum (v + 128) q - 128 B_s per sub-block (B_s the activation's sum over
+// it), and sum_s sc_s 128 B_s is taken out once per super-block, by madd of
+// the (sc_2t, sc_2t+1) pairs with (B_2t, B_2t+1) as Q4_K's mins. |sum (v +
+// 128) q| <= 32 * 241 * 128, times |sc| <= 32, over 8 sub-blocks: < 2^31.
+// Without VNNI: maddubs(|v|, sign(q, v)) (at most 2 * 127 * 128), widened
+// per piece by madd.
+inline __m256i iq4_xs_scale_mask(int h, int odd) {
+  const char r0 = static_cast<char>(4 * h + 8 * odd), z = static_cast<char>(0x80);
+  return _mm256_setr_epi8(z, z, z, r0, z, z, z, r0, z, z, z, r0 + 1, z, z, z, r0 + 1,  //
+                          z, z, z, r0 + 2, z, z, z, r0 + 2, z, z, z, r0 + 3, z, z, z, r0 + 3);
+}
+template <bool kVnni>
+__attribute__((always_inline)) inline __m256i iq4_xs_sums(const char* codes, const char* scales, const char* xq) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues)));
+  const __m256i table = kVnni ? _mm256_xor_si256(levels, _mm256_set1_epi8(static_cast<char>(0x80))) : levels;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i smask[2][2] = {{iq4_xs_scale_mask(0, 0), iq4_xs_scale_mask(0, 1)},
+                               {iq4_xs_scale_mask(1, 0), iq4_xs_scale_mask(1, 1)}};
+  __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      long long ql, qh;
+      std::memcpy(&ql, xq + 64 * j + 8 * c, 8);
+      std::memcpy(&qh, xq + 64 * j + 32 + 8 * c, 8);
+      const __m256i q_lo = _mm256_set1_epi64x(ql), q_hi = _mm256_set1_epi64x(qh);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + ((4 * j + c) * 2 + h) * 32));
+        const __m256i vl = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
+        const __m256i vh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+        if constexpr (kVnni) {
+          lo[h] = dot4(lo[h], vl, q_lo);
+          hi[h] = dot4(hi[h], vh, q_hi);
+        } else {
+          const __m256i pl = _mm256_maddubs_epi16(_mm256_sign_epi8(vl, vl), _mm256_sign_epi8(q_lo, vl));
+          const __m256i ph = _mm256_maddubs_epi16(_mm256_sign_epi8(vh, vh), _mm256_sign_epi8(q_hi, vh));
+          lo[h] = _mm256_add_epi32(lo[h], _mm256_madd_epi16(pl, ones));
+          hi[h] = _mm256_add_epi32(hi[h], _mm256_madd_epi16(ph, ones));
+        }
+      }
+    }
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * j)));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i s_lo = _mm256_srai_epi32(_mm256_shuffle_epi8(sc, smask[h][0]), 24);
+      const __m256i s_hi = _mm256_srai_epi32(_mm256_shuffle_epi8(sc, smask[h][1]), 24);
+      isum[h] = _mm256_add_epi32(isum[h], _mm256_add_epi32(_mm256_mullo_epi32(lo[h], s_lo), _mm256_mullo_epi32(hi[h], s_hi)));
+    }
+  }
+  return _mm256_hadd_epi32(isum[0], isum[1]);
+}
+
+template <bool kVnni>
+__attribute__((always_inline)) inline void packed_dot_iq4_xs_body(int64_t k, const char* group, const void* x,
+                                                                  float* out) {
+  using quant::kq::BlockQ8K;
+  const int64_t nb = k / quant::kq::kQK;
+  const char* xr = static_cast<const char*>(x);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const char* gb = group + b * kIQ4XSGroupBlock;
+    const char* xb = xr + b * sizeof(BlockQ8K);
+    __m256i isum = iq4_xs_sums<kVnni>(gb + kIQ4XSCodesAt, gb + kIQ4XSScalesAt, xb + offsetof(BlockQ8K, qs));
+    if constexpr (kVnni) {  // - 128 sum_s sc_s B_s (the pairs as Q4_K's mins)
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + offsetof(BlockQ8K, bsums)));
+      const __m256i pairs = _mm256_hadd_epi16(bs, bs);
+      __m256i bias = _mm256_setzero_si256();
+      constexpr int kPairAt[4] = {0, 1, 4, 5};
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kIQ4XSPairsAt + 16 * t)));
+        bias = _mm256_add_epi32(bias, _mm256_madd_epi16(s, _mm256_permutevar8x32_epi32(pairs, _mm256_set1_epi32(kPairAt[t]))));
+      }
+      isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(bias, 7));
+    }
+    float dxf;
+    std::memcpy(&dxf, xb + offsetof(BlockQ8K, d), sizeof dxf);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(dxf)), acc);
+  }
+  store_rows(acc, out);
+}
+void packed_dot_iq4_xs_madd(int64_t k, const char* group, const void* x, float* out) {
+  packed_dot_iq4_xs_body<false>(k, group, x, out);
+}
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_iq4_xs_vnni(int64_t k, const char* group,
+                                                                               const void* x, float* out) {
+  packed_dot_iq4_xs_body<true>(k, group, x, out);
+}
 #undef QLENS_PACKED_VNNI_TARGET
 
 // The shuffle masks of the Q6_K scales: int16 element i of half-group h's
@@ -431,6 +532,7 @@ void add_packed_kernels(GemmKernels& g) {
       vnni ? packed_dot_legacy_vnni<32, q8_0_sums_vnni> : packed_dot_legacy_madd<32, q8_0_sums_madd>;
   g.packed_dot[static_cast<int>(DType::Q4_K)] = vnni ? packed_dot_q4_k_vnni : packed_dot_q4_k_madd;
   g.packed_dot[static_cast<int>(DType::Q6_K)] = packed_dot_q6_k_simd;
+  g.packed_dot[static_cast<int>(DType::IQ4_XS)] = vnni ? packed_dot_iq4_xs_vnni : packed_dot_iq4_xs_madd;
 }
 
 #endif
