@@ -23,6 +23,7 @@
 #include "backend/cpu/packed.h"
 #include "backend/cpu/qdot.h"
 #include "quant/kquants.h"
+#include "quant/registry.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/vec.h"
 
@@ -172,97 +173,124 @@ void packed_dot_legacy_madd(int64_t k, const char* group, const void* x, float* 
   packed_dot_legacy<kCodeBytes, kSums>(k, group, x, out);
 }
 
-// Q4_K, per super-block and group of 8 rows (the layout: packed.cpp): for
-// each 64-element chunk j, the 8-byte activation pieces broadcast against the
-// low and the high nibbles (sub-blocks 2j and 2j + 1), summed per sub-block
-// and half-group, then weighed by the rows' sub-block scales; the mins times
-// the activation's 32-element sums by madd of the (m_2t, m_2t+1) pairs with
-// (B_2t, B_2t+1). Exact integer sums; then the plain kernel's two float
+// The 4-bit K types, Q4_K and IQ4_XS, per super-block and group of 8 rows
+// (the layouts: packed.cpp; both keep their codes in Q4_K's order): for each
+// 64-element chunk j, the 8-byte activation pieces broadcast against the low
+// and the high nibbles (sub-blocks 2j and 2j + 1), summed per sub-block and
+// half-group by the variant's add, then weighed by the rows' sub-block
+// scales (weigh) into int32, exactly. The variants:
+//   Q4_K without VNNI: the codes' maddubs summed in int16 (4 * 2 * 15 * 127
+//     at most), madd with the scales (each row's in its 64-bit lane's four
+//     int16);
+//   with VNNI (Q4_K's codes, IQ4_XS's levels + 128 by a table lookup):
+//     vpdpbusd into int32, one vpmulld with the scales (each row's as the two
+//     int32 of its 64-bit lane, the byte shuffled to the top and shifted
+//     down with its sign: IQ4_XS's are signed, Q4_K's below 64);
+//   IQ4_XS without VNNI: maddubs(|v|, sign(q, v)) (at most 2 * 127 * 128)
+//     widened per piece by madd, the scales as with VNNI.
+// IQ4_XS's + 128 is taken out per super-block (packed_dot_iq4_xs_body):
+// sum v q = sum (v + 128) q - 128 B_s over sub-block s. |sum (v + 128) q| <=
+// 32 * 241 * 128, times |sc| <= 32, over 8 sub-blocks: < 2^31.
+template <class P>
+__attribute__((always_inline)) inline __m256i k4_sums(const char* codes, const char* scales, const char* xq) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      long long ql, qh;
+      std::memcpy(&ql, xq + 64 * j + 8 * c, 8);
+      std::memcpy(&qh, xq + 64 * j + 32 + 8 * c, 8);
+      const __m256i q_lo = _mm256_set1_epi64x(ql), q_hi = _mm256_set1_epi64x(qh);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + ((4 * j + c) * 2 + h) * 32));
+        lo[h] = P::add(lo[h], _mm256_and_si256(v, low4), q_lo);
+        hi[h] = P::add(hi[h], _mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q_hi);
+      }
+    }
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * j)));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h)
+      isum[h] = _mm256_add_epi32(isum[h], _mm256_add_epi32(P::weigh(lo[h], sc, h, 0), P::weigh(hi[h], sc, h, 1)));
+  }
+  return _mm256_hadd_epi32(isum[0], isum[1]);
+}
+
+// The shuffle of the scales of half-group h, sub-block parity odd (its bytes
+// follow the even one's): row 4h + i's byte into int16 lane elements 4i ..
+// 4i + 3 (low bytes), or to the top byte of int32 elements 2i, 2i + 1.
+inline __m256i k4_scale_mask16(int h, int odd) {
+  const char r0 = static_cast<char>(4 * h + 8 * odd), z = static_cast<char>(0x80);
+  return _mm256_setr_epi8(r0, z, r0, z, r0, z, r0, z, r0 + 1, z, r0 + 1, z, r0 + 1, z, r0 + 1, z,  //
+                          r0 + 2, z, r0 + 2, z, r0 + 2, z, r0 + 2, z, r0 + 3, z, r0 + 3, z, r0 + 3, z, r0 + 3, z);
+}
+inline __m256i k4_scale_mask32(int h, int odd) {
+  const char r0 = static_cast<char>(4 * h + 8 * odd), z = static_cast<char>(0x80);
+  return _mm256_setr_epi8(z, z, z, r0, z, z, z, r0, z, z, z, r0 + 1, z, z, z, r0 + 1,  //
+                          z, z, z, r0 + 2, z, z, z, r0 + 2, z, z, z, r0 + 3, z, z, z, r0 + 3);
+}
+// int32 sums times the signed scale bytes, as vpmulld.
+inline __m256i k4_weigh32(__m256i sums, __m256i sc, int h, int odd) {
+  return _mm256_mullo_epi32(sums, _mm256_srai_epi32(_mm256_shuffle_epi8(sc, k4_scale_mask32(h, odd)), 24));
+}
+inline __m256i iq4_levels() {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues)));
+}
+
+struct Q4KMadd {
+  __attribute__((always_inline)) static __m256i add(__m256i acc, __m256i codes, __m256i q) {
+    return _mm256_adds_epi16(acc, _mm256_maddubs_epi16(codes, q));
+  }
+  __attribute__((always_inline)) static __m256i weigh(__m256i sums, __m256i sc, int h, int odd) {
+    return _mm256_madd_epi16(sums, _mm256_shuffle_epi8(sc, k4_scale_mask16(h, odd)));
+  }
+};
+struct Q4KVnni {
+  __attribute__((always_inline)) static __m256i add(__m256i acc, __m256i codes, __m256i q) { return dot4(acc, codes, q); }
+  __attribute__((always_inline)) static __m256i weigh(__m256i sums, __m256i sc, int h, int odd) { return k4_weigh32(sums, sc, h, odd); }
+};
+struct Iq4XsVnni {
+  __attribute__((always_inline)) static __m256i add(__m256i acc, __m256i codes, __m256i q) {
+    const __m256i biased = _mm256_xor_si256(iq4_levels(), _mm256_set1_epi8(static_cast<char>(0x80)));
+    return dot4(acc, _mm256_shuffle_epi8(biased, codes), q);
+  }
+  __attribute__((always_inline)) static __m256i weigh(__m256i sums, __m256i sc, int h, int odd) { return k4_weigh32(sums, sc, h, odd); }
+};
+struct Iq4XsMadd {
+  __attribute__((always_inline)) static __m256i add(__m256i acc, __m256i codes, __m256i q) {
+    const __m256i v = _mm256_shuffle_epi8(iq4_levels(), codes);
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  }
+  __attribute__((always_inline)) static __m256i weigh(__m256i sums, __m256i sc, int h, int odd) { return k4_weigh32(sums, sc, h, odd); }
+};
+
+// The activation's sub-block sums (B_0 .. B_7) against int8 pairs per lane
+// at `pairs` ([4][8 lanes][2]: Q4_K's mins, IQ4_XS's scales), by madd:
+// sum_s p_s B_s per lane (lane order), exact in int32.
+template <bool kSigned>
+__attribute__((always_inline)) inline __m256i k4_pair_sums(const char* pairs, const char* xb) {
+  using quant::kq::BlockQ8K;
+  // B_s as int16 pairs in int32 elements 0, 1 (low lane) and 4, 5 (high lane).
+  const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + offsetof(BlockQ8K, bsums)));
+  const __m256i b = _mm256_hadd_epi16(bs, bs);
+  __m256i sum = _mm256_setzero_si256();
+  constexpr int kPairAt[4] = {0, 1, 4, 5};
+#pragma GCC unroll 4
+  for (int t = 0; t < 4; ++t) {
+    const __m128i p8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs + 16 * t));
+    const __m256i p = kSigned ? _mm256_cvtepi8_epi16(p8) : _mm256_cvtepu8_epi16(p8);
+    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, _mm256_permutevar8x32_epi32(b, _mm256_set1_epi32(kPairAt[t]))));
+  }
+  return sum;
+}
+
+// Q4_K: the codes' sums and the mins' sums, then the plain kernel's two float
 // chains.
-//
-// Without VNNI: the four pieces' maddubs summed in int16 (4 * 2 * 15 * 127
-// at most), then madd with the scales (each row's in its 64-bit lane's four
-// int16) into int32.
-__attribute__((always_inline)) inline __m256i q4_k_sums_madd(const char* codes, const char* scales, const char* xq) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  // Sub-block scales to int16, row 4h + i's in 64-bit lane i: half h, and +8
-  // for the odd sub-block of a chunk (its bytes follow the even one's).
-  auto scale_mask = [](int h, int odd) {
-    const char r0 = static_cast<char>(4 * h + 8 * odd), z = static_cast<char>(0x80);
-    return _mm256_setr_epi8(r0, z, r0, z, r0, z, r0, z, r0 + 1, z, r0 + 1, z, r0 + 1, z, r0 + 1, z,  //
-                            r0 + 2, z, r0 + 2, z, r0 + 2, z, r0 + 2, z, r0 + 3, z, r0 + 3, z, r0 + 3, z, r0 + 3, z);
-  };
-  const __m256i smask[2][2] = {{scale_mask(0, 0), scale_mask(0, 1)}, {scale_mask(1, 0), scale_mask(1, 1)}};
-  __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      long long ql, qh;
-      std::memcpy(&ql, xq + 64 * j + 8 * c, 8);
-      std::memcpy(&qh, xq + 64 * j + 32 + 8 * c, 8);
-      const __m256i q_lo = _mm256_set1_epi64x(ql), q_hi = _mm256_set1_epi64x(qh);
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + ((4 * j + c) * 2 + h) * 32));
-        lo[h] = _mm256_adds_epi16(lo[h], _mm256_maddubs_epi16(_mm256_and_si256(v, low4), q_lo));
-        hi[h] = _mm256_adds_epi16(hi[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q_hi));
-      }
-    }
-    const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * j)));
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(lo[h], _mm256_shuffle_epi8(sc, smask[h][0])));
-      isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(hi[h], _mm256_shuffle_epi8(sc, smask[h][1])));
-    }
-  }
-  return _mm256_hadd_epi32(isum[0], isum[1]);
-}
-
-// With VNNI: vpdpbusd sums the four pieces' products in int32 per sub-block
-// and half-group, and one vpmulld per sub-block weighs them by the scales
-// (each row's as the two int32 of its 64-bit lane): fewer instructions than
-// the maddubs chain, the same integers.
-__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q4_k_sums_vnni(const char* codes, const char* scales,
-                                                                                 const char* xq) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  // Sub-block scales to int32, row 4h + i's in int32 elements 2i, 2i + 1.
-  auto scale_mask = [](int h, int odd) {
-    const char r0 = static_cast<char>(4 * h + 8 * odd), z = static_cast<char>(0x80);
-    return _mm256_setr_epi8(r0, z, z, z, r0, z, z, z, r0 + 1, z, z, z, r0 + 1, z, z, z,  //
-                            r0 + 2, z, z, z, r0 + 2, z, z, z, r0 + 3, z, z, z, r0 + 3, z, z, z);
-  };
-  const __m256i smask[2][2] = {{scale_mask(0, 0), scale_mask(0, 1)}, {scale_mask(1, 0), scale_mask(1, 1)}};
-  __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      long long ql, qh;
-      std::memcpy(&ql, xq + 64 * j + 8 * c, 8);
-      std::memcpy(&qh, xq + 64 * j + 32 + 8 * c, 8);
-      const __m256i q_lo = _mm256_set1_epi64x(ql), q_hi = _mm256_set1_epi64x(qh);
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + ((4 * j + c) * 2 + h) * 32));
-        lo[h] = dot4(lo[h], _mm256_and_si256(v, low4), q_lo);
-        hi[h] = dot4(hi[h], _mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q_hi);
-      }
-    }
-    const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * j)));
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      isum[h] = _mm256_add_epi32(isum[h], _mm256_mullo_epi32(lo[h], _mm256_shuffle_epi8(sc, smask[h][0])));
-      isum[h] = _mm256_add_epi32(isum[h], _mm256_mullo_epi32(hi[h], _mm256_shuffle_epi8(sc, smask[h][1])));
-    }
-  }
-  return _mm256_hadd_epi32(isum[0], isum[1]);
-}
-
-using Q4KSumsFn = __m256i (*)(const char* codes, const char* scales, const char* xq);
-template <Q4KSumsFn kSums>
+template <class P>
 __attribute__((always_inline)) inline void packed_dot_q4_k_body(int64_t k, const char* group, const void* x,
                                                                 float* out) {
   using quant::kq::BlockQ8K;
@@ -272,18 +300,8 @@ __attribute__((always_inline)) inline void packed_dot_q4_k_body(int64_t k, const
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kQ4KGroupBlock;
     const char* xb = xr + b * sizeof(BlockQ8K);
-    const __m256i isum = kSums(gb + kQ4KCodesAt, gb + kQ4KScalesAt, xb + offsetof(BlockQ8K, qs));
-    // (B_0 .. B_7): the activation's sums over the 8 sub-blocks, as int16
-    // pairs in int32 elements 0, 1 (low lane) and 4, 5 (high lane).
-    const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + offsetof(BlockQ8K, bsums)));
-    const __m256i pairs = _mm256_hadd_epi16(bs, bs);
-    __m256i msum = _mm256_setzero_si256();
-    constexpr int kPairAt[4] = {0, 1, 4, 5};
-#pragma GCC unroll 4
-    for (int t = 0; t < 4; ++t) {
-      const __m256i m = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kQ4KMinsAt + 16 * t)));
-      msum = _mm256_add_epi32(msum, _mm256_madd_epi16(m, _mm256_permutevar8x32_epi32(pairs, _mm256_set1_epi32(kPairAt[t]))));
-    }
+    const __m256i isum = k4_sums<P>(gb + kQ4KCodesAt, gb + kQ4KScalesAt, xb + offsetof(BlockQ8K, qs));
+    const __m256i msum = k4_pair_sums<false>(gb + kQ4KMinsAt, xb);
     float dxf;
     std::memcpy(&dxf, xb + offsetof(BlockQ8K, d), sizeof dxf);
     const __m256 dx = _mm256_set1_ps(dxf);
@@ -294,78 +312,10 @@ __attribute__((always_inline)) inline void packed_dot_q4_k_body(int64_t k, const
   }
   store_rows(_mm256_sub_ps(acc, accm), out);
 }
-void packed_dot_q4_k_madd(int64_t k, const char* group, const void* x, float* out) {
-  packed_dot_q4_k_body<q4_k_sums_madd>(k, group, x, out);
-}
-__attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q4_k_vnni(int64_t k, const char* group,
-                                                                             const void* x, float* out) {
-  packed_dot_q4_k_body<q4_k_sums_vnni>(k, group, x, out);
-}
-// IQ4_XS, per super-block and group of 8 rows (the layout: packed.cpp; the
-// codes in Q4_K's order): the nibbles become levels by a table lookup, the
-// sums per sub-block and half-group are weighed by the rows' signed scales
-// (each row's as the two int32 of its 64-bit lane: the byte shuffled to the
-// top of the int32 and shifted down with its sign) with one vpmulld, then
-// one float chain. Exact integer sums, as the plain kernel.
-//
-// With VNNI, vpdpbusd takes the levels as v + 128 (unsigned): sum v q =
-// sum (v + 128) q - 128 B_s per sub-block (B_s the activation's sum over
-// it), and sum_s sc_s 128 B_s is taken out once per super-block, by madd of
-// the (sc_2t, sc_2t+1) pairs with (B_2t, B_2t+1) as Q4_K's mins. |sum (v +
-// 128) q| <= 32 * 241 * 128, times |sc| <= 32, over 8 sub-blocks: < 2^31.
-// Without VNNI: maddubs(|v|, sign(q, v)) (at most 2 * 127 * 128), widened
-// per piece by madd.
-inline __m256i iq4_xs_scale_mask(int h, int odd) {
-  const char r0 = static_cast<char>(4 * h + 8 * odd), z = static_cast<char>(0x80);
-  return _mm256_setr_epi8(z, z, z, r0, z, z, z, r0, z, z, z, r0 + 1, z, z, z, r0 + 1,  //
-                          z, z, z, r0 + 2, z, z, z, r0 + 2, z, z, z, r0 + 3, z, z, z, r0 + 3);
-}
-template <bool kVnni>
-__attribute__((always_inline)) inline __m256i iq4_xs_sums(const char* codes, const char* scales, const char* xq) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues)));
-  const __m256i table = kVnni ? _mm256_xor_si256(levels, _mm256_set1_epi8(static_cast<char>(0x80))) : levels;
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i smask[2][2] = {{iq4_xs_scale_mask(0, 0), iq4_xs_scale_mask(0, 1)},
-                               {iq4_xs_scale_mask(1, 0), iq4_xs_scale_mask(1, 1)}};
-  __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      long long ql, qh;
-      std::memcpy(&ql, xq + 64 * j + 8 * c, 8);
-      std::memcpy(&qh, xq + 64 * j + 32 + 8 * c, 8);
-      const __m256i q_lo = _mm256_set1_epi64x(ql), q_hi = _mm256_set1_epi64x(qh);
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + ((4 * j + c) * 2 + h) * 32));
-        const __m256i vl = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
-        const __m256i vh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
-        if constexpr (kVnni) {
-          lo[h] = dot4(lo[h], vl, q_lo);
-          hi[h] = dot4(hi[h], vh, q_hi);
-        } else {
-          const __m256i pl = _mm256_maddubs_epi16(_mm256_sign_epi8(vl, vl), _mm256_sign_epi8(q_lo, vl));
-          const __m256i ph = _mm256_maddubs_epi16(_mm256_sign_epi8(vh, vh), _mm256_sign_epi8(q_hi, vh));
-          lo[h] = _mm256_add_epi32(lo[h], _mm256_madd_epi16(pl, ones));
-          hi[h] = _mm256_add_epi32(hi[h], _mm256_madd_epi16(ph, ones));
-        }
-      }
-    }
-    const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * j)));
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256i s_lo = _mm256_srai_epi32(_mm256_shuffle_epi8(sc, smask[h][0]), 24);
-      const __m256i s_hi = _mm256_srai_epi32(_mm256_shuffle_epi8(sc, smask[h][1]), 24);
-      isum[h] = _mm256_add_epi32(isum[h], _mm256_add_epi32(_mm256_mullo_epi32(lo[h], s_lo), _mm256_mullo_epi32(hi[h], s_hi)));
-    }
-  }
-  return _mm256_hadd_epi32(isum[0], isum[1]);
-}
 
-template <bool kVnni>
+// IQ4_XS: the levels' sums (less 128 sum_s sc_s B_s with VNNI), then one
+// float chain.
+template <class P, bool kBiased>
 __attribute__((always_inline)) inline void packed_dot_iq4_xs_body(int64_t k, const char* group, const void* x,
                                                                   float* out) {
   using quant::kq::BlockQ8K;
@@ -375,19 +325,8 @@ __attribute__((always_inline)) inline void packed_dot_iq4_xs_body(int64_t k, con
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kIQ4XSGroupBlock;
     const char* xb = xr + b * sizeof(BlockQ8K);
-    __m256i isum = iq4_xs_sums<kVnni>(gb + kIQ4XSCodesAt, gb + kIQ4XSScalesAt, xb + offsetof(BlockQ8K, qs));
-    if constexpr (kVnni) {  // - 128 sum_s sc_s B_s (the pairs as Q4_K's mins)
-      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + offsetof(BlockQ8K, bsums)));
-      const __m256i pairs = _mm256_hadd_epi16(bs, bs);
-      __m256i bias = _mm256_setzero_si256();
-      constexpr int kPairAt[4] = {0, 1, 4, 5};
-#pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t) {
-        const __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kIQ4XSPairsAt + 16 * t)));
-        bias = _mm256_add_epi32(bias, _mm256_madd_epi16(s, _mm256_permutevar8x32_epi32(pairs, _mm256_set1_epi32(kPairAt[t]))));
-      }
-      isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(bias, 7));
-    }
+    __m256i isum = k4_sums<P>(gb + kIQ4XSCodesAt, gb + kIQ4XSScalesAt, xb + offsetof(BlockQ8K, qs));
+    if constexpr (kBiased) isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(k4_pair_sums<true>(gb + kIQ4XSPairsAt, xb), 7));
     float dxf;
     std::memcpy(&dxf, xb + offsetof(BlockQ8K, d), sizeof dxf);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
@@ -395,12 +334,20 @@ __attribute__((always_inline)) inline void packed_dot_iq4_xs_body(int64_t k, con
   }
   store_rows(acc, out);
 }
+
+void packed_dot_q4_k_madd(int64_t k, const char* group, const void* x, float* out) {
+  packed_dot_q4_k_body<Q4KMadd>(k, group, x, out);
+}
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q4_k_vnni(int64_t k, const char* group,
+                                                                             const void* x, float* out) {
+  packed_dot_q4_k_body<Q4KVnni>(k, group, x, out);
+}
 void packed_dot_iq4_xs_madd(int64_t k, const char* group, const void* x, float* out) {
-  packed_dot_iq4_xs_body<false>(k, group, x, out);
+  packed_dot_iq4_xs_body<Iq4XsMadd, false>(k, group, x, out);
 }
 __attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_iq4_xs_vnni(int64_t k, const char* group,
                                                                                const void* x, float* out) {
-  packed_dot_iq4_xs_body<true>(k, group, x, out);
+  packed_dot_iq4_xs_body<Iq4XsVnni, true>(k, group, x, out);
 }
 #undef QLENS_PACKED_VNNI_TARGET
 
