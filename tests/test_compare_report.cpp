@@ -172,6 +172,46 @@ TEST(CompareLogits, MergeEqualsOneRunOverAllTokens) {
   EXPECT_NEAR(b.ppl_diff.error, a.ppl_diff.error, kTol);
 }
 
+// The KL sum from the reference's exponentials (Σ p_i d_i - (lse_ref -
+// lse_test)) against the definition term by term, on a vocabulary of 262k
+// with large logits, and its edge cases: a -inf logit in both models adds
+// nothing, one the reference gives weight and the test model not makes the
+// KLD infinite, NaN or +inf logits are refused.
+TEST(CompareLogits, KlDivergenceEqualsItsDefinition) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<float> ref(262144), test(262144);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ref[i] = 20 + normal(rng);
+    test[i] = ref[i] + 0.3f * normal(rng);
+  }
+  auto definition = [](const std::vector<float>& r, const std::vector<float>& t) {
+    const std::vector<double> lr = tools::log_softmax(r), lt = tools::log_softmax(t);
+    double kld = 0;
+    for (size_t i = 0; i < lr.size(); ++i)
+      if (std::exp(lr[i]) > 0) kld += std::exp(lr[i]) * (lr[i] - lt[i]);
+    return kld;
+  };
+  const double want = definition(ref, test);
+  const LogitComparison::TokenStats got = LogitComparison::measure(ref, test, 5);
+  EXPECT_NEAR(got.kld, want, 1e-12 + 1e-9 * want);
+  EXPECT_NEAR(got.nll_ref, -tools::log_softmax(ref)[5], 1e-9);
+  EXPECT_NEAR(got.nll_test, -tools::log_softmax(test)[5], 1e-9);
+
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> r = {1, 2, -inf, 0}, t = {1.5f, 1, -inf, 0.5f};
+  const std::vector<float> r3 = {1, 2, 0}, t3 = {1.5f, 1, 0.5f};
+  EXPECT_NEAR(LogitComparison::measure(r, t, 0).kld, definition(r3, t3), 1e-12);
+  t[1] = -inf;
+  EXPECT_EQ(LogitComparison::measure(r, t, 0).kld, kInf);
+  t[1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(LogitComparison::measure(r, t, 0), Error);
+  t[1] = inf;
+  EXPECT_THROW(LogitComparison::measure(r, t, 0), Error);
+  const std::vector<float> none = {-inf, -inf}, zeros = {0.0f, 0.0f};
+  EXPECT_THROW(LogitComparison::measure(none, zeros, 0), Error);
+}
+
 TEST(CompareLogits, RejectsMismatchedVocabulariesAndTokens) {
   LogitComparison cmp;
   const std::vector<float> three = {0, 1, 2}, four = {0, 1, 2, 3};
