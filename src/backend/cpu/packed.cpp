@@ -21,6 +21,11 @@ using quant::BlockQ4_0;
 using quant::BlockQ8_0;
 constexpr int64_t kBlock = quant::kLegacyBlock;
 
+// Row r's 8 code bytes of piece p of a group block's codes: vector 2p + h
+// holds piece p of rows 4h .. 4h + 3 (the legacy types, and Q4_K's and
+// IQ4_XS's pieces 4j + c of chunk j).
+constexpr size_t piece_at(size_t p, int r) { return (2 * p + r / 4) * 32 + (r % 4) * 8; }
+
 // Block b of the 8 rows from row0 (a legacy type) into its group block: the
 // scales in lane order, then the codes in 8-byte pieces, piece c of rows 4h ..
 // 4h + 3 in vector 2c + h, each byte XORed with code_xor (rows past the
@@ -35,7 +40,7 @@ void pack_group_block(const Tensor& w, int64_t row0, int64_t b, size_t block_byt
     const char* blk = w.at(0, row0 + r) + b * block_bytes;
     std::memcpy(dst + lane * sizeof(uint16_t), blk, sizeof(uint16_t));  // d leads both block types
     for (size_t c = 0; c < code_bytes / 8; ++c) {
-      char* piece = qs + (2 * c + r / 4) * 32 + (r % 4) * 8;
+      char* piece = qs + piece_at(c, r);
       for (int j = 0; j < 8; ++j) piece[j] = static_cast<char>(blk[codes_offset + 8 * c + j] ^ code_xor);
     }
   }
@@ -58,7 +63,7 @@ void packed_dot_plain(int64_t k, const char* group, const void* x, float* out, P
       const int r = kPackLane[lane];
       int32_t sum = 0;
       for (size_t c = 0; c < kCodeBytes / 8; ++c)
-        sum += piece_sum(reinterpret_cast<const uint8_t*>(gb + kPackScales + (2 * c + r / 4) * 32 + (r % 4) * 8), c, q);
+        sum += piece_sum(reinterpret_cast<const uint8_t*>(gb + kPackScales + piece_at(c, r)), c, q);
       const float dw = fp16_to_fp32(load_u16(gb + lane * sizeof(uint16_t)));
       acc[lane] = std::fma(static_cast<float>(sum), dw * dx, acc[lane]);
     }
@@ -105,6 +110,13 @@ using quant::kq::BlockQ4K;
 using quant::kq::BlockQ8K;
 constexpr int64_t kSuper = quant::kq::kQK;
 
+// Where element e of a super-block sits in the K types' packed codes: chunk j
+// of 64, half (the low nibble: +0, the high: +32), piece c of 8, byte i.
+struct KPos {
+  int j, half, c, i;
+};
+constexpr KPos k_pos(int e) { return {e / 64, (e % 64) / 32, (e % 32) / 8, e % 8}; }
+
 // Super-block b of a Q8_K activation row, as the plain kernels read it.
 struct Q8KBlock {
   float d;
@@ -137,7 +149,7 @@ void pack_q4_k(const Tensor& w, int64_t row0, int64_t b, char* dst) {
     }
     for (int j = 0; j < 4; ++j)
       for (int c = 0; c < 4; ++c)
-        std::memcpy(dst + kQ4KCodesAt + ((4 * j + c) * 2 + r / 4) * 32 + (r % 4) * 8,
+        std::memcpy(dst + kQ4KCodesAt + piece_at(4 * j + c, r),
                     blk + offsetof(BlockQ4K, qs) + 32 * j + 8 * c, 8);
   }
 }
@@ -159,7 +171,7 @@ void packed_dot_q4_k(int64_t k, const char* group, const void* x, float* out) {
       for (int j = 0; j < 4; ++j) {
         int32_t lo = 0, hi = 0;
         for (int c = 0; c < 4; ++c) {
-          const uint8_t* codes = u + kQ4KCodesAt + ((4 * j + c) * 2 + r / 4) * 32 + (r % 4) * 8;
+          const uint8_t* codes = u + kQ4KCodesAt + piece_at(4 * j + c, r);
           for (int e = 0; e < 8; ++e) {
             lo += (codes[e] & 0x0f) * xb.q[64 * j + 8 * c + e];
             hi += (codes[e] >> 4) * xb.q[64 * j + 32 + 8 * c + e];
@@ -203,8 +215,8 @@ void pack_iq4_xs(const Tensor& w, int64_t row0, int64_t b, char* dst) {
       u[kIQ4XSPairsAt + (s / 2) * 16 + lane * 2 + s % 2] = static_cast<uint8_t>(un.sc[s]);
     }
     for (int e = 0; e < kSuper; ++e) {
-      const int j = e / 64, half = (e % 64) / 32, c = (e % 32) / 8, i = e % 8;
-      u[kIQ4XSCodesAt + ((4 * j + c) * 2 + r / 4) * 32 + (r % 4) * 8 + i] |= static_cast<uint8_t>(un.q[e] << (4 * half));
+      const auto [j, half, c, i] = k_pos(e);
+      u[kIQ4XSCodesAt + piece_at(4 * j + c, r) + i] |= static_cast<uint8_t>(un.q[e] << (4 * half));
     }
   }
 }
@@ -223,8 +235,8 @@ void packed_dot_iq4_xs(int64_t k, const char* group, const void* x, float* out) 
       const int r = kPackLane[lane];
       int32_t sub[8] = {};
       for (int e = 0; e < kSuper; ++e) {
-        const int j = e / 64, half = (e % 64) / 32, c = (e % 32) / 8, i = e % 8;
-        const int code = (u[kIQ4XSCodesAt + ((4 * j + c) * 2 + r / 4) * 32 + (r % 4) * 8 + i] >> (4 * half)) & 15;
+        const auto [j, half, c, i] = k_pos(e);
+        const int code = (u[kIQ4XSCodesAt + piece_at(4 * j + c, r) + i] >> (4 * half)) & 15;
         sub[e / 32] += quant::kIq4nlValues[code] * xb.q[e];
       }
       int32_t isum = 0;
@@ -267,7 +279,7 @@ void pack_q6_k(const Tensor& w, int64_t row0, int64_t b, char* dst) {
     std::memcpy(dst + lane * 2, &blk->d, 2);
     for (int s = 0; s < 16; ++s) u[q6k_scale_at(s, lane)] = static_cast<uint8_t>(un.sc[s]);
     for (int e = 0; e < kSuper; ++e) {
-      const int j = e / 64, half = (e % 64) / 32, c = (e % 32) / 8, i = e % 8;
+      const auto [j, half, c, i] = k_pos(e);
       u[q6k_low_at(j, c, r / 4) + (r % 4) * 8 + i] |= static_cast<uint8_t>((un.q[e] & 15) << (4 * half));
       u[q6k_high_at(j, c, r / 4) + (r % 4) * 8 + i] |= static_cast<uint8_t>((un.q[e] >> 4) << (4 * (j % 2) + 2 * half));
     }
@@ -288,7 +300,7 @@ void packed_dot_q6_k(int64_t k, const char* group, const void* x, float* out) {
       const int r = kPackLane[lane];
       int32_t sub[16] = {};
       for (int e = 0; e < kSuper; ++e) {
-        const int j = e / 64, half = (e % 64) / 32, c = (e % 32) / 8, i = e % 8;
+        const auto [j, half, c, i] = k_pos(e);
         const int low = (u[q6k_low_at(j, c, r / 4) + (r % 4) * 8 + i] >> (4 * half)) & 15;
         const int high = (u[q6k_high_at(j, c, r / 4) + (r % 4) * 8 + i] >> (4 * (j % 2) + 2 * half)) & 3;
         sub[e / 16] += (low | high << 4) * xb.q[e];

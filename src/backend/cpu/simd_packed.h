@@ -137,6 +137,15 @@ inline void store_rows(__m256 acc, float* out) {
   for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = lanes[lane];
 }
 
+// The K types' float chain: acc + float(isum) * (d_w * d_x), d_w the rows'
+// fp16 scales at dw (lane order), d_x the Q8_K block xb's scale.
+inline __m256 k_accumulate(__m256 acc, __m256i isum, const char* dw, const char* xb) {
+  float dx;
+  std::memcpy(&dx, xb + offsetof(quant::kq::BlockQ8K, d), sizeof dx);
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw)));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc);
+}
+
 // A legacy type's group kernel: per block, the activation's four 8-byte
 // pieces broadcast, the eight rows' int32 sums from kSums, then one
 // conversion, one scale product and one FMA for the eight rows. Inlined into
@@ -301,14 +310,8 @@ __attribute__((always_inline)) inline void packed_dot_q4_k_body(int64_t k, const
     const char* gb = group + b * kQ4KGroupBlock;
     const char* xb = xr + b * sizeof(BlockQ8K);
     const __m256i isum = k4_sums<P>(gb + kQ4KCodesAt, gb + kQ4KScalesAt, xb + offsetof(BlockQ8K, qs));
-    const __m256i msum = k4_pair_sums<false>(gb + kQ4KMinsAt, xb);
-    float dxf;
-    std::memcpy(&dxf, xb + offsetof(BlockQ8K, d), sizeof dxf);
-    const __m256 dx = _mm256_set1_ps(dxf);
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + kPackScales)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx), acc);
-    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), accm);
+    acc = k_accumulate(acc, isum, gb, xb);
+    accm = k_accumulate(accm, k4_pair_sums<false>(gb + kQ4KMinsAt, xb), gb + kPackScales, xb);
   }
   store_rows(_mm256_sub_ps(acc, accm), out);
 }
@@ -327,10 +330,7 @@ __attribute__((always_inline)) inline void packed_dot_iq4_xs_body(int64_t k, con
     const char* xb = xr + b * sizeof(BlockQ8K);
     __m256i isum = k4_sums<P>(gb + kIQ4XSCodesAt, gb + kIQ4XSScalesAt, xb + offsetof(BlockQ8K, qs));
     if constexpr (kBiased) isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(k4_pair_sums<true>(gb + kIQ4XSPairsAt, xb), 7));
-    float dxf;
-    std::memcpy(&dxf, xb + offsetof(BlockQ8K, d), sizeof dxf);
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(dxf)), acc);
+    acc = k_accumulate(acc, isum, gb, xb);
   }
   store_rows(acc, out);
 }
@@ -463,10 +463,7 @@ void packed_dot_q6_k_simd(int64_t k, const char* group, const void* x, float* ou
       bias = _mm256_add_epi32(bias, _mm256_madd_epi16(sc, _mm256_permutevar8x32_epi32(bs, _mm256_set1_epi32(p))));
     }
     const __m256i total = _mm256_sub_epi32(_mm256_hadd_epi32(isum[0], isum[1]), _mm256_slli_epi32(bias, 5));
-    float dxf;
-    std::memcpy(&dxf, xb + offsetof(BlockQ8K, d), sizeof dxf);
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(dxf)), acc);
+    acc = k_accumulate(acc, total, gb, xb);
   }
   store_rows(acc, out);
 }
