@@ -369,9 +369,15 @@ TEST(Ops, MulMatLongRows) {
 TEST(Ops, MulMatBroadcast) {
   const F32Kernels exact;
   // Batches, and grouped-query attention: b has twice (three times) a's heads.
+  // With one activation row per head (generation), the query heads of a K/V
+  // head are folded into one product: 2, 4 and 8 heads per group take the
+  // dot path and (from 2/3 of a micro-tile) the GEMM path; with dim-3
+  // batches too.
   const std::vector<MatMulCase> cases = {
-      {16, 9, 5, 2, 4, 1, 1},  {33, 17, 12, 2, 4, 1, 1}, {8, 5, 3, 1, 3, 2, 2},
-      {24, 20, 10, 1, 3, 2, 2}, {64, 7, 1, 4, 8, 1, 1},   {64, 70, 20, 4, 8, 1, 1},
+      {16, 9, 5, 2, 4, 1, 1},   {33, 17, 12, 2, 4, 1, 1},  {8, 5, 3, 1, 3, 2, 2},
+      {24, 20, 10, 1, 3, 2, 2}, {64, 7, 1, 4, 8, 1, 1},    {64, 70, 20, 4, 8, 1, 1},
+      {64, 37, 1, 2, 16, 1, 1}, {256, 45, 1, 1, 4, 1, 1},  {40, 19, 1, 3, 24, 2, 2},
+      {96, 50, 1, 2, 8, 1, 3},  {130, 33, 1, 1, 12, 1, 1},
   };
   for (DType type : kFloatTypes)
     for (const MatMulCase& c : cases) {
@@ -417,17 +423,18 @@ TEST(Ops, MulMatNonContiguous) {
           },
           Check::MatMul, 23);
       // a a permuted view of a KV cache [D, H_kv, ctx] -> [D, n_kv, H_kv], with
-      // GQA broadcast to 4 query heads.
-      check_op(
-          [&](Fixture& f) {
-            Tensor* cache = f.rand(type, {16, 2, 50, 1}, -1, 1, "cache");
-            Tensor* k = view(f.g, cache, {16, 2, 37}, {cache->nb[1], cache->nb[2]}, 0);
-            Tensor* q = f.rand(DType::F32, {16, 4, n, 1});
-            Tensor* r = mul_mat(f.g, permute(f.g, k, 0, 2, 1, 3), permute(f.g, q, 0, 2, 1, 3));
-            f.output(r);
-            return r;
-          },
-          Check::MatMul, 24);
+      // GQA broadcast to 2 and 8 query heads per K/V head.
+      for (int64_t group : {2, 8})
+        check_op(
+            [&](Fixture& f) {
+              Tensor* cache = f.rand(type, {16, 2, 50, 1}, -1, 1, "cache");
+              Tensor* k = view(f.g, cache, {16, 2, 37}, {cache->nb[1], cache->nb[2]}, 0);
+              Tensor* q = f.rand(DType::F32, {16, 2 * group, n, 1});
+              Tensor* r = mul_mat(f.g, permute(f.g, k, 0, 2, 1, 3), permute(f.g, q, 0, 2, 1, 3));
+              f.output(r);
+              return r;
+            },
+            Check::MatMul, 24);
     }
 }
 
@@ -1590,6 +1597,16 @@ TEST(Simd, GemmPathIsTaken) {
     EXPECT_FALSE(cpu::matmul_uses_gemm(*small, isa));
     EXPECT_TRUE(cpu::matmul_uses_gemm(*big, isa));
     EXPECT_FALSE(cpu::matmul_uses_gemm(*big, Isa::Scalar));
+    // One query row per head, 8 heads per K/V head: folded into 8 activation
+    // rows, on the GEMM path; 2 heads per K/V head stay on the dot path.
+    const int64_t mr = cpu::gemm_kernels(isa).mr;
+    EXPECT_LE(mr, 12) << "8 folded heads must fill 2/3 of a micro-tile";
+    EXPECT_TRUE(cpu::matmul_uses_gemm(*build_mul_mat(f, DType::F16, {64, 16, 1, 2, 16}), isa));
+    EXPECT_FALSE(cpu::matmul_uses_gemm(*build_mul_mat(f, DType::F16, {64, 16, 1, 2, 4}), isa));
+    // A quantized cache keeps its type's rule for 8 activation rows.
+    Tensor* q8_cache = f.leaf(DType::Q8_0, {64, 16, 2, 1});
+    EXPECT_EQ(cpu::matmul_uses_gemm(*mul_mat(f.g, q8_cache, f.rand(DType::F32, {64, 1, 16, 1})), isa),
+              cpu::matmul_uses_gemm(*mul_mat(f.g, q8_cache, f.rand(DType::F32, {64, 8, 2, 1})), isa));
   }
 }
 
