@@ -159,6 +159,28 @@ class FoldedHeads {
 
 // ---- dot path ---------------------------------------------------------------
 
+// Calls f(i12, i13, m0, m1) for ranges of weight rows this thread claims from
+// the shared counter (the rows of all batches one after another; a range
+// never crosses a batch). Guided: a range is 1 / (2 nth) of the rows still
+// unclaimed, rounded up to `align`, so ranges shrink as the work runs out and
+// the threads finish close together. With equal ranges (8 per thread) the
+// thread that finished first waited 7 us on average after each weight
+// matmul of a 1.1B model's generation, half a range; the results do not
+// depend on the ranges.
+template <class F>
+void for_each_guided(const KernelCtx& c, const Shape& s, int64_t align, F&& f) {
+  const int64_t total = s.nbatch() * s.M;
+  int64_t p = c.counter->load(std::memory_order_relaxed);
+  while (p < total) {
+    const int64_t batch = p / s.M, first = batch * s.M;
+    const int64_t chunk = round_up(std::max<int64_t>(1, (total - p) / (2 * c.nth)), align);
+    const int64_t q = std::min(first + s.M, p + chunk);
+    if (!c.counter->compare_exchange_weak(p, q, std::memory_order_relaxed)) continue;
+    f(batch % s.B2, batch / s.B2, p - first, q - first);
+    p = c.counter->load(std::memory_order_relaxed);
+  }
+}
+
 struct DotPlan {
   VecDotFn dot;
   VecDotRowsFn dot_rows;  // nullptr: row by row
@@ -230,11 +252,10 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
   const FromFloatFn x_from_float = vo.from_float[static_cast<int>(p.x_type)];
   int64_t x_batch = -1;  // the batch whose activations are in xbuf
 
-  // Chunks of at least 16 rows (whole packed groups), about 8 per thread.
+  // Ranges of whole packed groups.
   static_assert(16 % kPackRows == 0);
-  const Items items = Items::make(s, c.nth, 16, 8);
   const PackedWeight* packed = s.N == 1 && p.packed_dot ? packed_of(a) : nullptr;
-  for_each_item(c, s, items, [&](int64_t i12, int64_t i13, int64_t m0, int64_t m1) {
+  for_each_guided(c, s, 16, [&](int64_t i12, int64_t i13, int64_t m0, int64_t m1) {
     const int64_t i02 = i12 / s.r2, i03 = i13 / s.r3;
     const char* x = b.at(0, 0, i12, i13);
     if (p.convert_x) {

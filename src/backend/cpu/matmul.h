@@ -14,7 +14,9 @@
 //    integer dot products (gemm_int8.h, simd_gemm_int8.h).
 //
 // Work is handed out in items from a shared counter (so a thread that gets
-// less CPU time does less of the work): chunks of weight rows of each batch.
+// less CPU time does less of the work): chunks of weight rows of each batch,
+// on the dot path guided ones (each a share of the rows still unclaimed, so
+// they shrink towards the end and the threads finish together).
 // With fewer batches than threads (the weight matmuls), the threads first
 // pack the activations together into shared scratch, once; otherwise an item
 // is a whole batch and packs its own activations.
