@@ -239,7 +239,7 @@ TEST(QuantizeModel, DryRunTotalMatchesTheWrittenFile) {
 
 // Generation's packed weights (backend/cpu/packed.h): Context::pack_for_generation
 // packs every packable matrix once (Q4_0 and the Q6_K output of a Q4_0 model;
-// Q4_K and Q6_K of a Q4_K_M one, whose rows need multiples of 256; IQ4_XS),
+// Q5_0; Q4_K and Q6_K of a Q4_K_M one, whose rows need multiples of 256; IQ4_XS),
 // and token-by-token logits stay those of the unpacked kernels within float
 // reordering.
 TEST(QuantizeModel, PackedWeightsForGenerationGiveTheSameLogits) {
@@ -249,8 +249,8 @@ TEST(QuantizeModel, PackedWeightsForGenerationGiveTheSameLogits) {
     const char* preset;
     std::vector<DType> packed_types;  // each must be among the packed matrices
   };
-  for (const Case& c : {Case{"Q4_0", "tiny", {DType::Q4_0}}, Case{"Q4_K_M", "160m", {DType::Q4_K, DType::Q6_K}},
-                        Case{"IQ4_XS", "160m", {DType::IQ4_XS}}}) {
+  for (const Case& c : {Case{"Q4_0", "tiny", {DType::Q4_0}}, Case{"Q5_0", "tiny", {DType::Q5_0}},
+                        Case{"Q4_K_M", "160m", {DType::Q4_K, DType::Q6_K}}, Case{"IQ4_XS", "160m", {DType::IQ4_XS}}}) {
     SCOPED_TRACE(std::string(c.mix) + " " + c.preset);
     tools::QuantizeOptions opt;
     opt.mix = c.mix;

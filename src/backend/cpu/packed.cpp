@@ -18,6 +18,7 @@ namespace qlens::cpu {
 namespace {
 
 using quant::BlockQ4_0;
+using quant::BlockQ5_0;
 using quant::BlockQ8_0;
 constexpr int64_t kBlock = quant::kLegacyBlock;
 
@@ -48,8 +49,10 @@ void pack_group_block(const Tensor& w, int64_t row0, int64_t b, size_t block_byt
 
 // The plain kernels: per row, blocks in order, one float chain:
 // acc = fma(float(sum_j v_j q_j), d_w * d_x, acc), which the SIMD kernels
-// compute per lane. piece_sum(codes, c, q) gives piece c's part of the sum.
-template <size_t kCodeBytes, class PieceSum>
+// compute per lane, over a group block of kCodeBytes per row in kPieces
+// pieces. piece_sum(codes, c, r, q) gives row r's piece c's part of the sum,
+// codes the group block's codes.
+template <size_t kCodeBytes, size_t kPieces, class PieceSum>
 void packed_dot_plain(int64_t k, const char* group, const void* x, float* out, PieceSum piece_sum) {
   const int64_t nb = k / kBlock;
   constexpr size_t kGroupBlock = legacy_group_block(kCodeBytes);
@@ -62,8 +65,8 @@ void packed_dot_plain(int64_t k, const char* group, const void* x, float* out, P
     for (int lane = 0; lane < kPackRows; ++lane) {
       const int r = kPackLane[lane];
       int32_t sum = 0;
-      for (size_t c = 0; c < kCodeBytes / 8; ++c)
-        sum += piece_sum(reinterpret_cast<const uint8_t*>(gb + kPackScales + piece_at(c, r)), c, q);
+      for (size_t c = 0; c < kPieces; ++c)
+        sum += piece_sum(reinterpret_cast<const uint8_t*>(gb + kPackScales), c, r, q);
       const float dw = fp16_to_fp32(load_u16(gb + lane * sizeof(uint16_t)));
       acc[lane] = std::fma(static_cast<float>(sum), dw * dx, acc[lane]);
     }
@@ -73,10 +76,29 @@ void packed_dot_plain(int64_t k, const char* group, const void* x, float* out, P
 
 // Q4_0: piece c holds elements 8c .. 8c+7 (low nibbles) and 16+8c .. (high).
 void packed_dot_q4_0(int64_t k, const char* group, const void* x, float* out) {
-  packed_dot_plain<16>(k, group, x, out, [](const uint8_t* codes, size_t c, const int8_t* q) {
+  packed_dot_plain<16, 2>(k, group, x, out, [](const uint8_t* codes, size_t c, int r, const int8_t* q) {
+    const uint8_t* piece = codes + piece_at(c, r);
     int32_t sum = 0;
     for (int j = 0; j < 8; ++j)
-      sum += ((codes[j] & 0x0f) - 8) * q[8 * c + j] + ((codes[j] >> 4) - 8) * q[16 + 8 * c + j];
+      sum += ((piece[j] & 0x0f) - 8) * q[8 * c + j] + ((piece[j] >> 4) - 8) * q[16 + 8 * c + j];
+    return sum;
+  });
+}
+
+// Q5_0: Q4_0's nibbles, and the fifth bits as masks (packed.h): bit 8 (r %
+// 4) + j of the mask of vector 2c + h and nibble n is element 16 n + 8c + j's.
+void packed_dot_q5_0(int64_t k, const char* group, const void* x, float* out) {
+  packed_dot_plain<20, 2>(k, group, x, out, [](const uint8_t* codes, size_t c, int r, const int8_t* q) {
+    const uint8_t* piece = codes + piece_at(c, r);
+    int32_t sum = 0;
+    for (int n = 0; n < 2; ++n) {
+      uint32_t mask;
+      std::memcpy(&mask, codes + q5_0_high_at(c, r / 4, n) - kPackScales, sizeof mask);
+      for (int j = 0; j < 8; ++j) {
+        const int v = ((piece[j] >> (4 * n)) & 0x0f) | (((mask >> (8 * (r % 4) + j)) & 1) << 4);
+        sum += (v - 16) * q[16 * n + 8 * c + j];
+      }
+    }
     return sum;
   });
 }
@@ -84,9 +106,10 @@ void packed_dot_q4_0(int64_t k, const char* group, const void* x, float* out) {
 // Q8_0: piece c holds elements 8c .. 8c+7 as v + 128 (unsigned, vpdpbusd's
 // operand).
 void packed_dot_q8_0(int64_t k, const char* group, const void* x, float* out) {
-  packed_dot_plain<32>(k, group, x, out, [](const uint8_t* codes, size_t c, const int8_t* q) {
+  packed_dot_plain<32, 4>(k, group, x, out, [](const uint8_t* codes, size_t c, int r, const int8_t* q) {
+    const uint8_t* piece = codes + piece_at(c, r);
     int32_t sum = 0;
-    for (int j = 0; j < 8; ++j) sum += static_cast<int8_t>(codes[j] ^ 0x80) * q[8 * c + j];
+    for (int j = 0; j < 8; ++j) sum += static_cast<int8_t>(piece[j] ^ 0x80) * q[8 * c + j];
     return sum;
   });
 }
@@ -96,6 +119,20 @@ void packed_dot_q8_0(int64_t k, const char* group, const void* x, float* out) {
 template <class B, uint8_t kXor>
 void pack_legacy(const Tensor& w, int64_t row0, int64_t b, char* dst) {
   pack_group_block(w, row0, b, sizeof(B), offsetof(B, qs), sizeof(B::qs), kXor, dst);
+}
+
+// Block b of 8 rows of Q5_0: d and the nibbles as Q4_0's, then the fifth
+// bits as one 32-bit mask per code vector and nibble: element 8c + j's bit
+// (low nibbles) is qh bit 8c + j, element 16 + 8c + j's (high) qh bit 16 +
+// 8c + j, so the mask's byte r % 4 is row r's qh byte c or 2 + c.
+void pack_q5_0(const Tensor& w, int64_t row0, int64_t b, char* dst) {
+  pack_group_block(w, row0, b, sizeof(BlockQ5_0), offsetof(BlockQ5_0, qs), sizeof(BlockQ5_0::qs), 0, dst);
+  std::memset(dst + kQ5_0HighAt, 0, kQ5_0GroupBlock - kQ5_0HighAt);
+  for (int r = 0; r < kPackRows && row0 + r < w.ne[1]; ++r) {
+    const char* blk = w.at(0, row0 + r) + b * sizeof(BlockQ5_0);
+    for (int c = 0; c < 2; ++c)
+      for (int n = 0; n < 2; ++n) dst[q5_0_high_at(c, r / 4, n) + r % 4] = blk[offsetof(BlockQ5_0, qh) + 2 * n + c];
+  }
 }
 
 // ---- Q4_K ----
@@ -330,6 +367,7 @@ struct PackedFormat {
 };
 constexpr PackedFormat kFormats[] = {
     {DType::Q4_0, kBlock, legacy_group_block(16), pack_legacy<BlockQ4_0, 0x00>, packed_dot_q4_0},
+    {DType::Q5_0, kBlock, kQ5_0GroupBlock, pack_q5_0, packed_dot_q5_0},
     {DType::Q8_0, kBlock, legacy_group_block(32), pack_legacy<BlockQ8_0, 0x80>, packed_dot_q8_0},
     {DType::Q4_K, kSuper, kQ4KGroupBlock, pack_q4_k, packed_dot_q4_k},
     {DType::Q6_K, kSuper, kQ6KGroupBlock, pack_q6_k, packed_dot_q6_k},

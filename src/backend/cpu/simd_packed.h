@@ -130,6 +130,67 @@ inline __m256i q4_0_sums_madd(const char* qs, const __m256i* q) {
   return _mm256_hadd_epi32(half[0], half[1]);
 }
 
+// Q5_0's fifth bits: a code vector's 32-bit mask (byte i for the vector's
+// row i, bit j for its byte j) as 16 where set, else 0.
+inline __m256i q5_0_high(const char* mask_at) {
+  uint32_t m;
+  std::memcpy(&m, mask_at, sizeof m);
+  const __m256i sixteen = _mm256_set1_epi8(16);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  return _mm256_maskz_mov_epi8(static_cast<__mmask32>(m), sixteen);
+#else
+  const __m256i spread = _mm256_shuffle_epi8(  // byte i of m to bytes 8i .. 8i + 7
+      _mm256_set1_epi32(static_cast<int>(m)),
+      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), sixteen);
+#endif
+}
+
+// Q5_0's eight rows' int32 sums of one group block (lanes in kPackLane
+// order): Q4_0's nibbles with the fifth bits added (codes u = v + 16 in 0 ..
+// 31), sum (u - 16) q as sum u q - 16 sum q, with vpdpbusd; or by the sign
+// trick on v, maddubs(|v|, sign(q, v)) (at most 2 * 16 * 127, four of them
+// summed in int16), widened by madd.
+template <bool kVnni>
+__attribute__((always_inline)) inline __m256i q5_0_sums(const char* qs, const __m256i* q) {
+  const char* high = qs + (kQ5_0HighAt - kPackScales);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i bias = zero;
+  if constexpr (kVnni) {
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    bias = dot4(dot4(dot4(dot4(zero, sixteen, q[0]), sixteen, q[1]), sixteen, q[2]), sixteen, q[3]);
+  }
+  __m256i half[2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m256i s = zero;
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; ++c) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 * c + h) * 32));
+      const __m256i u[2] = {_mm256_or_si256(_mm256_and_si256(v, low4), q5_0_high(high + ((2 * c + h) * 2) * 4)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4),
+                                            q5_0_high(high + ((2 * c + h) * 2 + 1) * 4))};
+#pragma GCC unroll 2
+      for (int n = 0; n < 2; ++n) {
+        if constexpr (kVnni) {
+          s = dot4(s, u[n], q[2 * n + c]);
+        } else {
+          const __m256i sv = _mm256_sub_epi8(u[n], _mm256_set1_epi8(16));
+          s = _mm256_add_epi16(s, _mm256_maddubs_epi16(_mm256_abs_epi8(sv), _mm256_sign_epi8(q[2 * n + c], sv)));
+        }
+      }
+    }
+    half[h] = kVnni ? _mm256_sub_epi32(s, bias) : _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+  }
+  return _mm256_hadd_epi32(half[0], half[1]);
+}
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q5_0_sums_vnni(const char* qs, const __m256i* q) {
+  return q5_0_sums<true>(qs, q);
+}
+inline __m256i q5_0_sums_madd(const char* qs, const __m256i* q) { return q5_0_sums<false>(qs, q); }
+
 // The eight rows' outputs from the lanes of their accumulator.
 inline void store_rows(__m256 acc, float* out) {
   alignas(32) float lanes[kPackRows];
@@ -472,6 +533,8 @@ void add_packed_kernels(GemmKernels& g) {
   const bool vnni = packed_vnni_available();
   g.packed_dot[static_cast<int>(DType::Q4_0)] =
       vnni ? packed_dot_legacy_vnni<16, q4_0_sums_vnni> : packed_dot_legacy_madd<16, q4_0_sums_madd>;
+  g.packed_dot[static_cast<int>(DType::Q5_0)] =
+      vnni ? packed_dot_legacy_vnni<20, q5_0_sums_vnni> : packed_dot_legacy_madd<20, q5_0_sums_madd>;
   g.packed_dot[static_cast<int>(DType::Q8_0)] =
       vnni ? packed_dot_legacy_vnni<32, q8_0_sums_vnni> : packed_dot_legacy_madd<32, q8_0_sums_madd>;
   g.packed_dot[static_cast<int>(DType::Q4_K)] = vnni ? packed_dot_q4_k_vnni : packed_dot_q4_k_madd;
