@@ -350,6 +350,31 @@ TEST(Ops, MulMatPrivatePacking) {
   cpu::matmul_set_max_shared(saved);
 }
 
+// Causal attention's probabilities: activation row j is zero past element
+// 6j, and rows 0-4 are zero throughout (whole activation panels of zeros
+// at the end of a K block, partial ones, panels with no nonzero at all; K =
+// 300 spans two K blocks). The GEMM path stops each panel at its last
+// nonzero element; the products are still the reference's, and those of
+// the all-zero rows exactly zero.
+TEST(Ops, MulMatActivationsWithZeroTails) {
+  const F32Kernels exact;
+  for (DType type : kFloatTypes) {
+    SCOPED_TRACE(tname(type));
+    check_op(
+        [&](Fixture& f) {
+          Tensor* a = f.rand(type, {300, 40, 2, 1});
+          Tensor* b = f.rand(DType::F32, {300, 50, 2, 1});
+          for (int64_t i2 = 0; i2 < 2; ++i2)
+            for (int64_t j = 0; j < 50; ++j)
+              for (int64_t k = j < 5 ? 0 : 6 * j + 1; k < 300; ++k) set_elem(*b, 0.0f, k, j, i2, 0);
+          Tensor* r = mul_mat(f.g, a, b);
+          f.output(r);
+          return r;
+        },
+        Check::MatMul, 31);
+  }
+}
+
 TEST(Ops, MulMatEmpty) {
   // Empty sums give zeros; empty results compute nothing.
   for (MatMulCase c : {MatMulCase{0, 5, 3}, MatMulCase{0, 20, 30}, MatMulCase{8, 0, 4}, MatMulCase{8, 4, 0}})

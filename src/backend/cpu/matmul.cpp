@@ -438,6 +438,18 @@ void pack_weights(const Tensor& a, int64_t i02, int64_t i03, int64_t m0, int64_t
   }
 }
 
+// Where an activation panel (kc x mr, k-major) ends, leaving out its
+// trailing all-zero k: causal attention's probabilities past a token's
+// position (the prompt's kqv), about half of them. Those terms add nothing,
+// so the micro-kernel stops there: the same sums (but for the sign of a zero
+// one; a NaN or inf is nonzero and stays).
+int64_t nonzero_length(const float* bp, int64_t kc, int mr) {
+  for (int64_t k = kc; k > 0; --k)
+    for (int r = 0; r < mr; ++r)
+      if (bp[(k - 1) * mr + r] != 0.0f) return k;
+  return 0;
+}
+
 // Output rows [m0, m1) of one batch for K block pc, activations packed at bp.
 void gemm_block(const Tensor& a, const Tensor& d, const Shape& s, int64_t i12, int64_t i13, int64_t m0, int64_t m1,
                 int64_t pc, int64_t kc, const float* bp, const GemmScratch& sc, const GemmKernels& gk,
@@ -451,19 +463,22 @@ void gemm_block(const Tensor& a, const Tensor& d, const Shape& s, int64_t i12, i
     pack_weights(a, i12 / s.r2, i13 / s.r3, jc, jc1, pc, kc, gk, vo, sc.row, sc.wp);
     for (int64_t ic = 0; ic < s.N; ic += gk.nc) {
       const int64_t ic1 = std::min(s.N, ic + gk.nc);
+      int64_t length[kMaxPanelsPerBlock];
+      for (int64_t p0 = ic; p0 < ic1; p0 += mr) length[(p0 - ic) / mr] = nonzero_length(bp + p0 * kc, kc, mr);
       for (int64_t q0 = jc; q0 < jc1; q0 += nr) {
         const float* wpanel = sc.wp + (q0 - jc) * kc;
         const int64_t cols = std::min<int64_t>(nr, jc1 - q0);
         for (int64_t p0 = ic; p0 < ic1; p0 += mr) {
           const float* bpanel = bp + p0 * kc;
           const int64_t rows = std::min<int64_t>(mr, s.N - p0);
+          const int64_t k_used = length[(p0 - ic) / mr];
           float* ct = c + p0 * ldc + q0;
           if (rows == mr && cols == nr) {
-            gk.micro(kc, wpanel, bpanel, ct, ldc, accumulate);
+            gk.micro(k_used, wpanel, bpanel, ct, ldc, accumulate);
             continue;
           }
           // Edge tile: the same arithmetic into a buffer, then the valid part.
-          gk.micro(kc, wpanel, bpanel, sc.tile, nr, false);
+          gk.micro(k_used, wpanel, bpanel, sc.tile, nr, false);
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t i = 0; i < cols; ++i) {
               float& dst = ct[r * ldc + i];

@@ -219,7 +219,7 @@ GemmKernels make_gemm_kernels() {
   g.nr = V::kNv * V::W;
   g.kc = 256;
   g.mc = 8 * g.nr;
-  g.nc = 16 * V::kMr;
+  g.nc = kMaxPanelsPerBlock * V::kMr;
   g.min_n = 2 * V::kMr;  // measured crossover with the dot path (AVX2: N = 10..12)
   g.dot[static_cast<int>(DType::F32)] = vec_dot<V, DType::F32>;
   g.dot[static_cast<int>(DType::F16)] = vec_dot<V, DType::F16>;
