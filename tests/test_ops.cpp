@@ -1368,6 +1368,34 @@ TEST(Simd, ArithmeticMatchesScalarExactly) {
   }
 }
 
+// Softmax's first pass: the product rounded before the mask is added, as
+// two passes (ggml's scale, then add) round it; a fused multiply-add would
+// round once and differ in about half of these elements.
+TEST(Simd, ScaleAddMaxRoundsTheProductFirst) {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-100, 100);
+  for (Isa isa : all_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    const cpu::VecOps& v = cpu::vec_ops(isa);
+    for (int64_t n : {0, 1, 5, 16, 17, 31, 64, 1001}) {
+      std::vector<float> x(n), m(n), want(n), got(n);
+      for (auto& e : x) e = u(rng);
+      for (auto& e : m) e = u(rng);
+      for (const float* mask : {static_cast<const float*>(m.data()), static_cast<const float*>(nullptr)}) {
+        volatile float product;
+        float want_max = -std::numeric_limits<float>::infinity();
+        for (int64_t i = 0; i < n; ++i) {
+          product = x[i] * 0.37f;
+          want[i] = mask ? product + mask[i] : product;
+          want_max = std::max(want_max, want[i]);
+        }
+        EXPECT_EQ(v.scale_add_max(n, got.data(), x.data(), 0.37f, mask), want_max);
+        EXPECT_EQ(got, want) << (mask ? "with a mask" : "without a mask");
+      }
+    }
+  }
+}
+
 // The SIMD gelu against the scalar one: the bound on |simd - scalar| / |scalar|.
 // The two round u = sqrt(2/pi) x (1 + 0.044715 x^2) differently (an fma in the
 // SIMD one), so their u can be an ulp or two apart, and for negative x the

@@ -163,6 +163,37 @@ float v_max(int64_t n, const float* x) {
   for (; i < n; ++i) m = x[i] > m ? x[i] : m;
   return m;
 }
+// The value as it is, opaque to the compiler: a product passed through it is
+// not fused into the following addition (one rounding instead of two).
+template <class R>
+inline R unfused(R v) {
+  asm("" : "+v"(v));
+  return v;
+}
+template <class V>
+float v_scale_add_max(int64_t n, float* y, const float* x, float s, const float* m) {
+  using R = typename V::R;
+  const R vs = V::set1(s);
+  float mx = -__builtin_inff();
+  int64_t i = 0;
+  if (n >= V::W) {
+    R vm = V::set1(mx);
+    for (; i + V::W <= n; i += V::W) {
+      R v = unfused(V::mul(V::load(x + i), vs));
+      if (m) v = V::add(v, V::load(m + i));
+      V::store(y + i, v);
+      vm = V::max(vm, v);
+    }
+    mx = V::hmax(vm);
+  }
+  for (; i < n; ++i) {
+    float v = unfused(x[i] * s);
+    if (m) v += m[i];
+    y[i] = v;
+    mx = v > mx ? v : mx;
+  }
+  return mx;
+}
 template <class V>
 double v_exp_sum(int64_t n, float* y, const float* x, float m) {
   using R = typename V::R;
@@ -205,6 +236,7 @@ VecOps make_vec_ops() {
   v.gelu_f16 = v_gelu_f16<V>;
   v.sum_sq = v_sum_sq<V>;
   v.max = v_max<V>;
+  v.scale_add_max = v_scale_add_max<V>;
   v.exp_sum = v_exp_sum<V>;
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
   add_act_quantizers(v);  // 256-bit integer code, for both AVX2 and AVX-512

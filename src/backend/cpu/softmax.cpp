@@ -19,22 +19,23 @@ void op_soft_max(const Tensor& d, const KernelCtx& c) {
     row_coords(a, r, &i1, &i2, &i3);
     float* y = reinterpret_cast<float*>(d.at(0, i1, i2, i3));
     const char* p = a.at(0, i1, i2, i3);
-    if (f32_rows(a)) {
-      c.vec->scale(n, y, reinterpret_cast<const float*>(p), scale);
-    } else {
-      for (int64_t i = 0; i < n; ++i) y[i] = *reinterpret_cast<const float*>(p + i * a.nb[0]) * scale;
+    const float* x = reinterpret_cast<const float*>(p);
+    if (!f32_rows(a)) {  // gathered into y, scaled there
+      for (int64_t i = 0; i < n; ++i) y[i] = *reinterpret_cast<const float*>(p + i * a.nb[0]);
+      x = y;
     }
+    const float* m = nullptr;
     if (mask) {
       // Mask rows follow a's dim 1 and are broadcast over dims 2 and 3.
       const char* mp = mask->at(0, i1, i2 % mask->ne[2], i3 % mask->ne[3]);
-      const float* m = reinterpret_cast<const float*>(mp);
+      m = reinterpret_cast<const float*>(mp);
       if (!f32_rows(*mask)) {
         for (int64_t i = 0; i < n; ++i) buf[i] = *reinterpret_cast<const float*>(mp + i * mask->nb[0]);
         m = buf;
       }
-      c.vec->add(n, y, y, m);
     }
-    const float mx = c.vec->max(n, y);
+    // One pass: scale, mask and max.
+    const float mx = c.vec->scale_add_max(n, y, x, scale, m);
     if (mx == -INFINITY) {
       for (int64_t i = 0; i < n; ++i) y[i] = 0.0f;
       continue;

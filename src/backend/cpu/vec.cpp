@@ -84,6 +84,16 @@ float max_scalar(int64_t n, const float* x) {
   for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
   return m;
 }
+float scale_add_max_scalar(int64_t n, float* y, const float* x, float s, const float* m) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    volatile float product = x[i] * s;  // rounded on its own, never fused into the sum
+    const float v = m ? product + m[i] : product;
+    y[i] = v;
+    mx = v > mx ? v : mx;
+  }
+  return mx;
+}
 double exp_sum_scalar(int64_t n, float* y, const float* x, float m) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -110,6 +120,7 @@ VecOps make_scalar() {
   v.gelu_f16 = gelu_f16_scalar;
   v.sum_sq = sum_sq_scalar;
   v.max = max_scalar;
+  v.scale_add_max = scale_add_max_scalar;
   v.exp_sum = exp_sum_scalar;
   return v;
 }

@@ -34,6 +34,10 @@ struct VecOps {
   void (*gelu_f16)(int64_t n, float* y, const float* x);
   double (*sum_sq)(int64_t n, const float* x);                       // sum of float(x^2), in double
   float (*max)(int64_t n, const float* x);                           // -inf when n == 0
+  // y = x * s + m (m null: + 0), the product rounded before the sum as two
+  // passes would round it; returns the max of y (-inf when n == 0). Softmax's
+  // first pass.
+  float (*scale_add_max)(int64_t n, float* y, const float* x, float s, const float* m);
   // y = exp(x - m); returns the sum of y.
   double (*exp_sum)(int64_t n, float* y, const float* x, float m);
 };
