@@ -610,6 +610,32 @@ TEST(Ops, AddMulNonContiguous) {
   }
 }
 
+// Generation's element-wise ops have one row, cut into pieces of whole
+// multiples of 64 elements for the threads: every op on one row (and two)
+// of lengths around the pieces, with a broadcast b, gives the reference's
+// result and the same bits on 2, 3 and 7 threads as on one (the vector
+// kernels' scalar tails stay where the row's are).
+TEST(Ops, ElementWiseRowsInPieces) {
+  const F32Kernels exact;
+  for (int64_t n : {63, 64, 65, 130, 1000, 5639})
+    for (int64_t rows : {1, 2}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " rows=" + std::to_string(rows));
+      for (int op = 0; op < 5; ++op)
+        check_op(
+            [&](Fixture& f) {
+              Tensor* a = f.rand(DType::F32, {n, rows, 1, 1}, -9, 9);
+              Tensor* r = op == 0   ? add(f.g, a, f.rand(DType::F32, {n, 1, 1, 1}))
+                          : op == 1 ? mul(f.g, a, f.rand(DType::F32, {n, rows, 1, 1}))
+                          : op == 2 ? scale(f.g, a, 0.3f)
+                          : op == 3 ? silu(f.g, a)
+                                    : gelu(f.g, a);
+              f.output(r);
+              return r;
+            },
+            op <= 2 ? Check::Exact : Check::Nmse);
+    }
+}
+
 TEST(Ops, Scale) {
   for (int64_t n : {1, 7, 33, 257}) {
     check_op(

@@ -18,19 +18,47 @@ const float* f32_row(const Tensor& t, int64_t i1, int64_t i2, int64_t i3, float*
 
 using BinaryFn = void (*)(int64_t n, float* z, const float* x, const float* y);
 
+// The work of an element-wise node: its rows, each cut into pieces where
+// there are fewer rows than threads (generation's single rows: otherwise one
+// thread does the node while the others wait at the barrier). Pieces are
+// whole multiples of 64 elements, so each vector kernel sees the same
+// vectors and the same scalar tail as on the whole row, whatever the
+// thread count.
+struct Pieces {
+  int64_t per_row, length, count;
+  Pieces(int64_t rows, int64_t n, int nth) {
+    per_row = rows >= nth || n <= 64 ? 1 : (nth + rows - 1) / rows;
+    length = round_up<int64_t>((n + per_row - 1) / per_row, 64);
+    per_row = std::max<int64_t>(1, (n + length - 1) / length);
+    count = rows * per_row;
+  }
+};
+
+// Calls f(i1, i2, i3, e0, e1) for the pieces this thread takes: elements
+// [e0, e1) of row (i1, i2, i3) of t.
+template <class F>
+void for_each_piece(const Tensor& t, const KernelCtx& c, F&& f) {
+  const int64_t n = t.ne[0];
+  const Pieces pieces(t.nrows(), n, c.nth);
+  int64_t p0, p1;
+  split_range(pieces.count, c.ith, c.nth, &p0, &p1);
+  for (int64_t p = p0; p < p1; ++p) {
+    int64_t i1, i2, i3;
+    row_coords(t, p / pieces.per_row, &i1, &i2, &i3);
+    const int64_t e0 = p % pieces.per_row * pieces.length;
+    f(i1, i2, i3, e0, std::min(n, e0 + pieces.length));
+  }
+}
+
 void binary(const Tensor& d, const KernelCtx& c, BinaryFn f) {
   const Tensor& a = *d.src[0];
   const Tensor& b = *d.src[1];
   const int64_t n = a.ne[0];
   float* abuf = reinterpret_cast<float*>(c.scratch);
   float* bbuf = abuf + n;  // b's row, repeated to length n when b is narrower
-  int64_t r0, r1;
-  split_range(a.nrows(), c.ith, c.nth, &r0, &r1);
   const float* brow = nullptr;
   const char* bsrc_cached = nullptr;
-  for (int64_t r = r0; r < r1; ++r) {
-    int64_t i1, i2, i3;
-    row_coords(a, r, &i1, &i2, &i3);
+  for_each_piece(a, c, [&](int64_t i1, int64_t i2, int64_t i3, int64_t e0, int64_t e1) {
     const int64_t j1 = i1 % b.ne[1], j2 = i2 % b.ne[2], j3 = i3 % b.ne[3];
     const char* bsrc = b.at(0, j1, j2, j3);
     if (bsrc != bsrc_cached) {
@@ -43,8 +71,8 @@ void binary(const Tensor& d, const KernelCtx& c, BinaryFn f) {
         brow = bbuf;
       }
     }
-    f(n, reinterpret_cast<float*>(d.at(0, i1, i2, i3)), f32_row(a, i1, i2, i3, abuf), brow);
-  }
+    f(e1 - e0, reinterpret_cast<float*>(d.at(0, i1, i2, i3)) + e0, f32_row(a, i1, i2, i3, abuf) + e0, brow + e0);
+  });
 }
 
 // Applies f(n, dst_row, src_row) to each row of the node's first source.
@@ -52,13 +80,9 @@ template <class F>
 void unary(const Tensor& d, const KernelCtx& c, F&& f) {
   const Tensor& a = *d.src[0];
   float* abuf = reinterpret_cast<float*>(c.scratch);
-  int64_t r0, r1;
-  split_range(a.nrows(), c.ith, c.nth, &r0, &r1);
-  for (int64_t r = r0; r < r1; ++r) {
-    int64_t i1, i2, i3;
-    row_coords(a, r, &i1, &i2, &i3);
-    f(a.ne[0], reinterpret_cast<float*>(d.at(0, i1, i2, i3)), f32_row(a, i1, i2, i3, abuf));
-  }
+  for_each_piece(a, c, [&](int64_t i1, int64_t i2, int64_t i3, int64_t e0, int64_t e1) {
+    f(e1 - e0, reinterpret_cast<float*>(d.at(0, i1, i2, i3)) + e0, f32_row(a, i1, i2, i3, abuf) + e0);
+  });
 }
 
 }  // namespace
