@@ -182,7 +182,7 @@ void BM_MulMatVec(benchmark::State& state) {
 }
 void MulMatVecArgs(benchmark::internal::Benchmark* bm) {
   bm->ArgNames({"type", "K", "M", "packed"});
-  for (DType t : {DType::F16, DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::IQ4_XS})
+  for (DType t : {DType::F16, DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
     for (auto [k, m] : {std::pair<int64_t, int64_t>{2048, 5632}, {5632, 2048}})
       for (int64_t packed : {0, 1})
         if (packed == 0 || cpu::packable(t)) bm->Args({static_cast<int64_t>(t), k, m, packed});

@@ -22,6 +22,7 @@
 #include "backend/cpu/isa.h"
 #include "backend/cpu/packed.h"
 #include "backend/cpu/qdot.h"
+#include "backend/cpu/simd_qdot.h"
 #include "quant/kquants.h"
 #include "quant/registry.h"
 #include "backend/cpu/simd.h"
@@ -130,23 +131,6 @@ inline __m256i q4_0_sums_madd(const char* qs, const __m256i* q) {
   return _mm256_hadd_epi32(half[0], half[1]);
 }
 
-// Q5_0's fifth bits: a code vector's 32-bit mask (byte i for the vector's
-// row i, bit j for its byte j) as 16 where set, else 0.
-inline __m256i q5_0_high(const char* mask_at) {
-  uint32_t m;
-  std::memcpy(&m, mask_at, sizeof m);
-  const __m256i sixteen = _mm256_set1_epi8(16);
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
-  return _mm256_maskz_mov_epi8(static_cast<__mmask32>(m), sixteen);
-#else
-  const __m256i spread = _mm256_shuffle_epi8(  // byte i of m to bytes 8i .. 8i + 7
-      _mm256_set1_epi32(static_cast<int>(m)),
-      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), sixteen);
-#endif
-}
-
 // Q5_0's eight rows' int32 sums of one group block (lanes in kPackLane
 // order): Q4_0's nibbles with the fifth bits added (codes u = v + 16 in 0 ..
 // 31), sum (u - 16) q as sum u q - 16 sum q, with vpdpbusd; or by the sign
@@ -169,9 +153,9 @@ __attribute__((always_inline)) inline __m256i q5_0_sums(const char* qs, const __
 #pragma GCC unroll 2
     for (int c = 0; c < 2; ++c) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 * c + h) * 32));
-      const __m256i u[2] = {_mm256_or_si256(_mm256_and_si256(v, low4), q5_0_high(high + ((2 * c + h) * 2) * 4)),
+      const __m256i u[2] = {_mm256_or_si256(_mm256_and_si256(v, low4), fifth_bits(high + ((2 * c + h) * 2) * 4)),
                             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4),
-                                            q5_0_high(high + ((2 * c + h) * 2 + 1) * 4))};
+                                            fifth_bits(high + ((2 * c + h) * 2 + 1) * 4))};
 #pragma GCC unroll 2
       for (int n = 0; n < 2; ++n) {
         if constexpr (kVnni) {

@@ -47,16 +47,21 @@ inline __m256i unpack_nibbles(const char* qs) {
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
-// 0x10 in byte j where bit j of the little-endian 32-bit qh is set, else 0.
+// 0x10 in byte j where bit j of the little-endian 32-bit qh is set, else 0:
+// Q5_0's and Q5_1's fifth bits, and the packed layouts' masks of them.
 inline __m256i fifth_bits(const char* qh) {
   uint32_t h;
   std::memcpy(&h, qh, sizeof h);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  return _mm256_maskz_mov_epi8(static_cast<__mmask32>(h), _mm256_set1_epi8(0x10));
+#else
   const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(h)),
                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
                                                              2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
   const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
   return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+#endif
 }
 
 // The 32 values v_j of a weight block as int8 (see qdot.h).
