@@ -86,30 +86,11 @@ inline __m256i q8_0_sums_madd(const char* qs, const __m256i* q) {
   return _mm256_hadd_epi32(half[0], half[1]);
 }
 
-// Q4_0's eight rows' int32 sums of one group block (lanes in kPackLane
-// order) from the codes (c, unsigned) and the activation pieces: sum (c - 8) q
-// as sum c q - 8 sum q, with vpdpbusd, or maddubs into int16 then madd.
-// Piece c of the codes: low nibbles against q[c] (elements 8c ..), high
-// nibbles against q[2 + c] (16 + 8c ..).
-__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q4_0_sums_vnni(const char* qs, const __m256i* q) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  const __m256i eight = _mm256_set1_epi8(8);
-  const __m256i zero = _mm256_setzero_si256();
-  const __m256i bias = dot4(dot4(dot4(dot4(zero, eight, q[0]), eight, q[1]), eight, q[2]), eight, q[3]);
-  __m256i half[2];
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    __m256i s = zero;
-#pragma GCC unroll 2
-    for (int c = 0; c < 2; ++c) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 * c + h) * 32));
-      s = dot4(s, _mm256_and_si256(v, low4), q[c]);
-      s = dot4(s, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4), q[2 + c]);
-    }
-    half[h] = _mm256_sub_epi32(s, bias);
-  }
-  return _mm256_hadd_epi32(half[0], half[1]);
-}
+// Q4_0's eight rows' int32 sums of one group block without VNNI (lanes in
+// kPackLane order) from the codes (c, unsigned) and the activation pieces:
+// sum (c - 8) q as sum c q - 8 sum q by maddubs into int16, then madd. Piece
+// c of the codes: low nibbles against q[c] (elements 8c ..), high nibbles
+// against q[2 + c] (16 + 8c ..). (With VNNI: nibble_sums below.)
 inline __m256i q4_0_sums_madd(const char* qs, const __m256i* q) {
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i eight = _mm256_set1_epi8(8);
@@ -131,20 +112,24 @@ inline __m256i q4_0_sums_madd(const char* qs, const __m256i* q) {
   return _mm256_hadd_epi32(half[0], half[1]);
 }
 
-// Q5_0's eight rows' int32 sums of one group block (lanes in kPackLane
-// order): Q4_0's nibbles with the fifth bits added (codes u = v + 16 in 0 ..
-// 31), sum (u - 16) q as sum u q - 16 sum q, with vpdpbusd; or by the sign
-// trick on v, maddubs(|v|, sign(q, v)) (at most 2 * 16 * 127, four of them
-// summed in int16), widened by madd.
-template <bool kVnni>
-__attribute__((always_inline)) inline __m256i q5_0_sums(const char* qs, const __m256i* q) {
+// The nibble types' eight rows' int32 sums of one group block with
+// vpdpbusd (lanes in kPackLane order), from the codes c (Q4_0's nibbles, 0 ..
+// 15; kFive: Q5_0's, the fifth bits added, 0 .. 31) and the activation
+// pieces: sum (c - z) q as sum c q - z sum q (z = 8 or 16). Piece c of the
+// codes: low nibbles against q[c] (elements 8c ..), high nibbles against
+// q[2 + c] (16 + 8c ..). Without VNNI, Q5_0 (kVnni false) goes by the sign
+// trick on v = c - 16, maddubs(|v|, sign(q, v)) (at most 2 * 16 * 127, four
+// of them summed in int16), widened by madd.
+template <bool kFive, bool kVnni>
+__attribute__((always_inline)) inline __m256i nibble_sums(const char* qs, const __m256i* q) {
+  static_assert(kFive || kVnni, "Q4_0 without VNNI: q4_0_sums_madd");
   const char* high = qs + (kQ5_0HighAt - kPackScales);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i zero = _mm256_setzero_si256();
   __m256i bias = zero;
   if constexpr (kVnni) {
-    const __m256i sixteen = _mm256_set1_epi8(16);
-    bias = dot4(dot4(dot4(dot4(zero, sixteen, q[0]), sixteen, q[1]), sixteen, q[2]), sixteen, q[3]);
+    const __m256i z = _mm256_set1_epi8(kFive ? 16 : 8);
+    bias = dot4(dot4(dot4(dot4(zero, z, q[0]), z, q[1]), z, q[2]), z, q[3]);
   }
   __m256i half[2];
 #pragma GCC unroll 2
@@ -153,9 +138,10 @@ __attribute__((always_inline)) inline __m256i q5_0_sums(const char* qs, const __
 #pragma GCC unroll 2
     for (int c = 0; c < 2; ++c) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 * c + h) * 32));
-      const __m256i u[2] = {_mm256_or_si256(_mm256_and_si256(v, low4), fifth_bits(high + ((2 * c + h) * 2) * 4)),
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4),
-                                            fifth_bits(high + ((2 * c + h) * 2 + 1) * 4))};
+      __m256i u[2] = {_mm256_and_si256(v, low4), _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)};
+      if constexpr (kFive)
+#pragma GCC unroll 2
+        for (int n = 0; n < 2; ++n) u[n] = _mm256_or_si256(u[n], fifth_bits(high + ((2 * c + h) * 2 + n) * 4));
 #pragma GCC unroll 2
       for (int n = 0; n < 2; ++n) {
         if constexpr (kVnni) {
@@ -170,10 +156,13 @@ __attribute__((always_inline)) inline __m256i q5_0_sums(const char* qs, const __
   }
   return _mm256_hadd_epi32(half[0], half[1]);
 }
-__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q5_0_sums_vnni(const char* qs, const __m256i* q) {
-  return q5_0_sums<true>(qs, q);
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q4_0_sums_vnni(const char* qs, const __m256i* q) {
+  return nibble_sums<false, true>(qs, q);
 }
-inline __m256i q5_0_sums_madd(const char* qs, const __m256i* q) { return q5_0_sums<false>(qs, q); }
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q5_0_sums_vnni(const char* qs, const __m256i* q) {
+  return nibble_sums<true, true>(qs, q);
+}
+inline __m256i q5_0_sums_madd(const char* qs, const __m256i* q) { return nibble_sums<true, false>(qs, q); }
 
 // The eight rows' outputs from the lanes of their accumulator.
 inline void store_rows(__m256 acc, float* out) {
