@@ -53,6 +53,9 @@ enum class DType : uint32_t {
 
 constexpr uint32_t kDTypeCount = 36;
 
+// The plain floating-point types (F32, F16, BF16).
+constexpr bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
 // Converts `n` elements (a multiple of the block size) to or from float.
 using ToFloatFn = void (*)(const void* src, float* dst, int64_t n);
 using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);

@@ -22,8 +22,6 @@ namespace cpu {
 
 namespace {
 
-bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
 [[noreturn]] void fail(const Tensor& node, const std::string& what) {
   throw Error(std::string("cpu backend: ") + op_name(node.op) + " '" + node.name + "' " + shape_string(node) + ": " +
               what);

@@ -538,10 +538,10 @@ void gemm_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gem
 }
 
 // From min_n activation rows on (per type where set), or where a test forces
-// it. Folded query heads (attention rows of at most a few hundred elements,
-// in cache) from 2/3 of a micro-tile's rows on: their packing costs little,
-// and the dot path converts each activation vector again for every K or V
-// row. Measured per token (perf): N = 8 of 12 (a 1.1B llama, 32 heads of 64
+// it. Folded query heads of a float cache from 2/3 of a micro-tile's rows
+// on: the packing of a K/V head's rows serves all of its query heads, and
+// the dot path converts each activation vector again for every K or V row.
+// Measured per token (perf): N = 8 of 12 (a 1.1B llama, 32 heads of 64
 // over 4 K/V heads) 2.2% on the GEMM path against 3.9% on the dot path; N = 4
 // of 12 (Gemma 3 270M, 4 heads of 256 over 1) 8.7% against 6.5%.
 bool uses_gemm(const FoldedHeads& f, const GemmKernels& gk) {
@@ -549,8 +549,7 @@ bool uses_gemm(const FoldedHeads& f, const GemmKernels& gk) {
   const Tensor& a = *node.src[0];
   const int64_t forced = g_min_n[static_cast<int>(a.type)].load(std::memory_order_relaxed);
   const int64_t own = gk.min_n_type[static_cast<int>(a.type)];
-  const bool float_rows = a.type == DType::F32 || a.type == DType::F16 || a.type == DType::BF16;
-  const int64_t folded = f.is_folded() && float_rows ? (2 * gk.mr + 2) / 3 : 0;
+  const int64_t folded = f.is_folded() && is_float_type(a.type) ? (2 * gk.mr + 2) / 3 : 0;
   const int64_t min_n = forced > 0 ? forced : folded > 0 ? folded : own > 0 ? own : gk.min_n;
   return gk.micro && node.src[1]->ne[1] >= min_n && node.nb[0] == sizeof(float) &&
          type_traits(a.type).to_float != nullptr;

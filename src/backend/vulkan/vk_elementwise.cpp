@@ -29,8 +29,6 @@ struct CopyPush {
   uint32_t a_off, d_off, n;
 };
 
-bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
 const char* float_type_suffix(DType t) {
   switch (t) {
     case DType::F32: return "f32";
