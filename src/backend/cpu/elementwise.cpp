@@ -25,10 +25,10 @@ using BinaryFn = void (*)(int64_t n, float* z, const float* x, const float* y);
 // vectors and the same scalar tail as on the whole row, whatever the
 // thread count.
 struct Pieces {
-  int64_t per_row, length, count;
+  int64_t length, per_row, count;
   Pieces(int64_t rows, int64_t n, int nth) {
-    per_row = rows >= nth || n <= 64 ? 1 : (nth + rows - 1) / rows;
-    length = round_up<int64_t>((n + per_row - 1) / per_row, 64);
+    const int64_t wanted = rows >= nth ? 1 : (nth + rows - 1) / rows;  // pieces per row
+    length = wanted == 1 || n <= 64 ? std::max<int64_t>(n, 1) : round_up<int64_t>((n + wanted - 1) / wanted, 64);
     per_row = std::max<int64_t>(1, (n + length - 1) / length);
     count = rows * per_row;
   }

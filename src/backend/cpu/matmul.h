@@ -96,17 +96,18 @@ struct Int8Gemm {
 
 // The most activation rows of a GEMM micro-tile (GemmKernels::mr).
 constexpr int kMaxMr = 16;
-
-// A plain aggregate (see VecOps for why): build value-initialized.
+// The most activation panels (micro-tile rows) of an inner block
+// (GemmKernels::nc / mr).
 inline constexpr int kMaxPanelsPerBlock = 16;
 
+// A plain aggregate (see VecOps for why): build value-initialized.
 struct GemmKernels {
   MicroFn micro;   // nullptr: no GEMM path
   int mr;          // activation rows per micro-tile
   int nr;          // weight rows per micro-tile
   int64_t kc;      // K block (a multiple of 256, so quantized blocks never straddle it)
   int64_t mc;      // weight rows per packed block (a multiple of nr)
-  int64_t nc;      // activation rows per inner block (a multiple of mr, at most kMaxPanelsPerBlock panels)
+  int64_t nc;      // activation rows per inner block (mr times at most kMaxPanelsPerBlock)
   int64_t min_n;   // the GEMM path is used from this many activation rows on
   // Per weight type, overriding min_n where not 0 (the quantized types with
   // int8 GEMM kernels, which beat the dot kernels from a smaller N).

@@ -13,9 +13,9 @@
 // (sensitivity) or a copy pointing elsewhere falls back to the original
 // kernels.
 //
-// The layouts of Q8_0 (codes stored as v + 128), Q5_0 (Q4_0's and bit masks), Q4_K (8-bit scales and
-// mins), IQ4_XS (Q4_K's code order, signed scales) and Q6_K (the 6-bit codes
-// in two planes) are described in
+// The layouts of Q8_0 (codes stored as v + 128), Q5_0 (Q4_0's and bit
+// masks), Q4_K (8-bit scales and mins), IQ4_XS (Q4_K's code order, signed
+// scales) and Q6_K (the 6-bit codes in two planes) are described in
 // packed.cpp. Q4_0, per group of 8 rows and block of 32 (144 bytes, as 8
 // blocks):
 //   d[8]     the rows' fp16 scales in lane order kPackLane (see below)
