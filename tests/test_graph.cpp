@@ -7,6 +7,7 @@
 
 #include "qlens/backend.h"
 #include "qlens/error.h"
+#include "qlens/pointer_map.h"
 #include "qlens/tensor.h"
 #include "qlens/types.h"
 
@@ -154,6 +155,34 @@ TEST(Graph, DeepChainDoesNotOverflowTheStack) {
   for (int i = 0; i < 100000; ++i) t = scale(g, t, 1.0f);
   g.build(t);
   EXPECT_EQ(g.nodes().size(), 100000u);
+}
+
+TEST(PointerMap, FindsWhatWasInsertedThroughGrowthAndClear) {
+  std::vector<Tensor> tensors(1000);  // adjacent addresses: the hash must spread them
+  PointerMap<int> map;
+  EXPECT_EQ(map.find(&tensors[0]), nullptr);
+  for (int i = 0; i < 1000; i += 2) EXPECT_TRUE(map.insert(&tensors[i], i).second);
+  EXPECT_EQ(map.size(), 500u);
+  for (int i = 0; i < 1000; ++i) {
+    const int* v = map.find(&tensors[i]);
+    if (i % 2 == 0) {
+      ASSERT_NE(v, nullptr) << i;
+      EXPECT_EQ(*v, i);
+    } else {
+      EXPECT_EQ(v, nullptr) << i;
+    }
+  }
+  // insert keeps the first value; operator[] starts from a value-initialized one.
+  EXPECT_FALSE(map.insert(&tensors[2], -1).second);
+  EXPECT_EQ(*map.find(&tensors[2]), 2);
+  EXPECT_EQ(map[&tensors[3]], 0);
+  map[&tensors[3]] += 7;
+  EXPECT_EQ(*map.find(&tensors[3]), 7);
+  map.clear();
+  EXPECT_TRUE(map.empty());
+  for (int i = 0; i < 1000; ++i) EXPECT_FALSE(map.contains(&tensors[i])) << i;
+  EXPECT_TRUE(map.insert(&tensors[999], 1).second);
+  EXPECT_EQ(*map.find(&tensors[999]), 1);
 }
 
 // Checks that no two tensors alive at the same time share bytes.

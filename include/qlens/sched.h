@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "qlens/backend.h"
+#include "qlens/pointer_map.h"
 #include "qlens/tap.h"
 
 namespace qlens {
@@ -86,7 +87,7 @@ class Scheduler {
   std::vector<Backend*> backends_;
   Backend* host_ = nullptr;  // the fallback
   std::map<Backend*, std::unique_ptr<Buffer>> buffers_;
-  std::map<const Tensor*, Backend*> assignment_;
+  PointerMap<Backend*> assignment_;
   std::vector<Split> splits_;
   std::deque<Tensor> copies_;  // copies of cross-backend inputs (and their views)
   // A copy (or view of one) -> the source it replaced in the allocated

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "qlens/pointer_map.h"
 #include "qlens/types.h"
 
 namespace qlens {
@@ -163,7 +164,7 @@ class Graph {
   std::deque<Tensor> arena_;
   std::vector<Tensor*> nodes_;
   std::vector<Tensor*> leaves_;
-  std::vector<const Tensor*> visited_;  // sorted, for membership tests
+  PointerMap<char> visited_;  // a set
   std::vector<std::pair<Tensor*, Tensor*>> kept_;
 };
 

@@ -8,12 +8,12 @@
 // compute.
 #include <algorithm>
 #include <functional>
-#include <map>
-#include <unordered_map>
+#include <vector>
 
 #include "core/round_up.h"
 #include "qlens/backend.h"
 #include "qlens/error.h"
+#include "qlens/pointer_map.h"
 
 namespace qlens {
 
@@ -23,7 +23,8 @@ Tensor* owner_of(Tensor* t) { return t->view_src ? t->view_src : t; }
 
 bool needs_memory(const Tensor* t) { return t->data == nullptr && t->view_src == nullptr; }
 
-// First-fit-by-size free list over [0, high_water) with coalescing.
+// Best-fit free list over [0, high_water) with coalescing: blocks sorted by
+// offset in a vector (a graph has a handful free at a time).
 class FreeList {
  public:
   explicit FreeList(size_t alignment) : alignment_(alignment) {}
@@ -32,41 +33,42 @@ class FreeList {
     bytes = round_up(std::max<size_t>(bytes, 1), alignment_);
     auto best = blocks_.end();
     for (auto it = blocks_.begin(); it != blocks_.end(); ++it)
-      if (it->second >= bytes && (best == blocks_.end() || it->second < best->second)) best = it;
+      if (it->size >= bytes && (best == blocks_.end() || it->size < best->size)) best = it;
     if (best == blocks_.end()) {
       // Grow: reuse a free block at the end of the buffer if there is one.
-      if (!blocks_.empty()) {
-        auto last = std::prev(blocks_.end());
-        if (last->first + last->second == high_water_) {
-          size_t offset = last->first;
-          blocks_.erase(last);
-          high_water_ = offset + bytes;
-          return offset;
-        }
+      if (!blocks_.empty() && blocks_.back().offset + blocks_.back().size == high_water_) {
+        const size_t offset = blocks_.back().offset;
+        blocks_.pop_back();
+        high_water_ = offset + bytes;
+        return offset;
       }
-      size_t offset = high_water_;
+      const size_t offset = high_water_;
       high_water_ += bytes;
       return offset;
     }
-    size_t offset = best->first;
-    size_t remaining = best->second - bytes;
-    blocks_.erase(best);
-    if (remaining) blocks_[offset + bytes] = remaining;
+    const size_t offset = best->offset;
+    if (best->size == bytes) {
+      blocks_.erase(best);
+    } else {
+      best->offset += bytes;
+      best->size -= bytes;
+    }
     return offset;
   }
 
   void release(size_t offset, size_t bytes) {
     bytes = round_up(std::max<size_t>(bytes, 1), alignment_);
-    auto it = blocks_.emplace(offset, bytes).first;
-    auto next = std::next(it);
-    if (next != blocks_.end() && it->first + it->second == next->first) {
-      it->second += next->second;
+    auto it = std::lower_bound(blocks_.begin(), blocks_.end(), offset,
+                               [](const Block& b, size_t o) { return b.offset < o; });
+    it = blocks_.insert(it, Block{offset, bytes});
+    if (auto next = std::next(it); next != blocks_.end() && it->offset + it->size == next->offset) {
+      it->size += next->size;
       blocks_.erase(next);
     }
     if (it != blocks_.begin()) {
       auto prev = std::prev(it);
-      if (prev->first + prev->second == it->first) {
-        prev->second += it->second;
+      if (prev->offset + prev->size == it->offset) {
+        prev->size += it->size;
         blocks_.erase(it);
       }
     }
@@ -75,9 +77,12 @@ class FreeList {
   size_t high_water() const { return high_water_; }
 
  private:
+  struct Block {
+    size_t offset, size;
+  };
   size_t alignment_;
   size_t high_water_ = 0;
-  std::map<size_t, size_t> blocks_;  // offset -> size
+  std::vector<Block> blocks_;  // free, by offset
 };
 
 }  // namespace
@@ -88,19 +93,23 @@ MemoryPlan plan_memory(const Graph& graph, size_t alignment, const std::function
   const int n = static_cast<int>(nodes.size());
   constexpr int kForever = 1 << 30;
 
-  std::unordered_map<const Tensor*, int> last_use;
+  // The last node that reads each owner (or a view of it).
+  PointerMap<int> last_use;
+  auto used_at = [&](const Tensor* owner, int j) {
+    int& last = last_use[owner];
+    last = std::max(last, j);
+  };
   for (int j = 0; j < n; ++j) {
     Tensor* node = nodes[j];
     for (Tensor* s : node->src)
-      if (s) last_use[owner_of(s)] = j;
-    last_use[owner_of(node)] = std::max(last_use[owner_of(node)], j);
+      if (s) used_at(owner_of(s), j);
+    used_at(owner_of(node), j);
   }
-  {
-    std::unordered_map<const Tensor*, int> index;
-    for (int j = 0; j < n; ++j) index[nodes[j]] = j;
+  if (!graph.kept().empty()) {
+    PointerMap<int> index;
+    for (int j = 0; j < n; ++j) index.insert(nodes[j], j);
     for (const auto& [t, reader] : graph.kept())
-      if (auto it = index.find(reader); it != index.end())
-        last_use[owner_of(t)] = std::max(last_use[owner_of(t)], it->second);
+      if (const int* j = index.find(reader)) used_at(owner_of(t), *j);
   }
   for (Tensor* node : nodes)
     if (node->flags & kFlagOutput) last_use[owner_of(node)] = kForever;
@@ -108,11 +117,11 @@ MemoryPlan plan_memory(const Graph& graph, size_t alignment, const std::function
 
   MemoryPlan plan;
   FreeList free_list(alignment);
-  std::unordered_map<const Tensor*, size_t> offset_of;
+  PointerMap<size_t> offset_of;
   auto planned = [&](const Tensor* t) { return needs_memory(t) && (!include || include(t)); };
   auto allocate = [&](Tensor* t) {
-    size_t off = free_list.allocate(t->nbytes());
-    offset_of[t] = off;
+    const size_t off = free_list.allocate(t->nbytes());
+    offset_of.insert(t, off);
     plan.offsets.emplace_back(t, off);
   };
 
@@ -120,19 +129,24 @@ MemoryPlan plan_memory(const Graph& graph, size_t alignment, const std::function
   for (Tensor* leaf : graph.leaves())
     if (planned(leaf)) allocate(leaf);
 
-  // Release lists: tensors whose last reader is node j.
-  std::vector<std::vector<Tensor*>> release_after(n);
+  // Each planned node with the node after which it is released, by that node.
+  std::vector<std::pair<int, Tensor*>> releases;
   for (int j = 0; j < n; ++j) {
     Tensor* node = nodes[j];
     if (!planned(node) || op_is_view(node->op)) continue;
-    int last = last_use.count(node) ? last_use[node] : j;
-    if (last != kForever) release_after[last].push_back(node);
+    const int* last = last_use.find(node);
+    const int after = last ? *last : j;
+    if (after != kForever) releases.emplace_back(after, node);
   }
+  std::stable_sort(releases.begin(), releases.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
 
+  auto next_release = releases.begin();
   for (int j = 0; j < n; ++j) {
     Tensor* node = nodes[j];
     if (planned(node) && !op_is_view(node->op)) allocate(node);
-    for (Tensor* t : release_after[j]) free_list.release(offset_of[t], t->nbytes());
+    for (; next_release != releases.end() && next_release->first == j; ++next_release)
+      free_list.release(*offset_of.find(next_release->second), next_release->second->nbytes());
   }
   plan.size = free_list.high_water();
   return plan;

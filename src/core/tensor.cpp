@@ -156,19 +156,13 @@ void Graph::visit(Tensor* t) {
     Tensor* t;
     int next_src;
   };
-  auto seen = [this](const Tensor* x) { return std::binary_search(visited_.begin(), visited_.end(), x); };
-  auto mark = [this](const Tensor* x) { visited_.insert(std::upper_bound(visited_.begin(), visited_.end(), x), x); };
-  if (seen(t)) return;
-  mark(t);
+  if (!visited_.insert(t, 1).second) return;
   std::vector<Frame> stack{{t, 0}};
   while (!stack.empty()) {
     Frame& f = stack.back();
     if (f.next_src < kMaxSrc) {
       Tensor* s = f.t->src[f.next_src++];
-      if (s && !seen(s)) {
-        mark(s);
-        stack.push_back({s, 0});
-      }
+      if (s && visited_.insert(s, 1).second) stack.push_back({s, 0});
       continue;
     }
     if (f.t->op == Op::None)

@@ -180,17 +180,14 @@ void Context::check_tokens(std::span<const Token> tokens) const {
 
 bool Context::decode(std::span<const Token> tokens, bool all_logits) {
   check_tokens(tokens);
-  logits_.clear();
   logits_rows_ = 0;
   logits_first_ = 0;
   for (size_t start = 0; start < tokens.size(); start += options_.n_batch) {
     const size_t n = std::min<size_t>(options_.n_batch, tokens.size() - start);
     if (!all_logits) {  // only the very last row survives
-      logits_.clear();
       logits_rows_ = 0;
     }
     if (!decode_batch(tokens.subspan(start, n), all_logits)) {
-      logits_.clear();
       logits_rows_ = 0;
       return false;
     }
@@ -217,7 +214,6 @@ bool Context::decode_layers(std::span<const Token> tokens, int first, int last, 
                 std::to_string(tokens.size()));
   const int64_t n_embd = model_.hparams().n_embd;
   if (out) out->resize(tokens.size() * n_embd);
-  logits_.clear();
   logits_rows_ = 0;
   logits_first_ = out ? 0 : first_logit;
   for (size_t start = 0; start < tokens.size(); start += options_.n_batch) {
@@ -225,7 +221,6 @@ bool Context::decode_layers(std::span<const Token> tokens, int first, int last, 
     const LayerRange range{first, last, in ? in + start * n_embd : nullptr, out ? out->data() + start * n_embd : nullptr,
                            std::max<int64_t>(0, first_logit - static_cast<int64_t>(start))};
     if (!decode_batch(tokens.subspan(start, n), true, &range)) {
-      logits_.clear();
       logits_rows_ = 0;
       return false;
     }
@@ -271,8 +266,10 @@ bool Context::decode_batch(std::span<const Token> tokens, bool all_logits, const
     return true;
   }
   const int64_t rows = out->ne[1], n_vocab = out->ne[0];
-  const size_t old = logits_.size();
-  logits_.resize(old + rows * n_vocab);
+  // logits_ keeps its size between decodes: resizing it for every token
+  // zeroed a vocabulary's worth of floats only to overwrite them.
+  const size_t old = static_cast<size_t>(logits_rows_ * n_vocab);
+  if (logits_.size() < old + rows * n_vocab) logits_.resize(old + rows * n_vocab);
   tensor_read(*out, &logits_[old], 0, rows * n_vocab * sizeof(float));
   logits_rows_ += rows;
   return true;

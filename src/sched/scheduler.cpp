@@ -62,8 +62,8 @@ size_t Scheduler::buffer_bytes() const {
 }
 
 Backend* Scheduler::backend_of(const Tensor& node) const {
-  auto it = assignment_.find(&node);
-  return it == assignment_.end() ? nullptr : it->second;
+  Backend* const* b = assignment_.find(&node);
+  return b ? *b : nullptr;
 }
 
 // The backend whose memory holds the tensor's data: its buffer's backend,
@@ -125,16 +125,16 @@ void Scheduler::allocate(const Graph& graph) {
   Backend* previous = nullptr;
   for (const Tensor* n : nodes) {
     Backend* b = assign(*n, previous);
-    assignment_[n] = b;
+    assignment_.insert(n, b);
     if (!op_is_view(n->op)) previous = b;
   }
   for (const Tensor* n : nodes)
     for (const Tensor* s : n->src)
-      if (s && !s->data && !s->view_src && s->op == Op::None && !assignment_.count(s)) assignment_[s] = assignment_[n];
+      if (s && !s->data && !s->view_src && s->op == Op::None) assignment_.insert(s, *assignment_.find(n));
 
   // Splits: runs of nodes on one backend (views join the run they are in).
   for (size_t i = 0; i < nodes.size(); ++i) {
-    Backend* b = assignment_[nodes[i]];
+    Backend* b = *assignment_.find(nodes[i]);
     if (op_is_view(nodes[i]->op) && !splits_.empty()) b = splits_.back().backend;
     if (splits_.empty() || splits_.back().backend != b) splits_.push_back({b, i, i, {}});
     splits_.back().end = i + 1;
@@ -144,8 +144,8 @@ void Scheduler::allocate(const Graph& graph) {
   std::map<Backend*, MemoryPlan> plans;
   for (Backend* b : backends_) {
     plans[b] = plan_memory(graph, kBufferAlignment, [&](const Tensor* t) {
-      auto it = assignment_.find(t);
-      return it != assignment_.end() && it->second == b;
+      Backend* const* home = assignment_.find(t);
+      return home && *home == b;
     });
   }
   // Bind provisional addresses so that copies can be planned from homes,
