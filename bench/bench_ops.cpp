@@ -154,14 +154,17 @@ BENCHMARK(BM_MulMat)->Name("BM_MulMatQuant")->Apply(MulMatQuantArgs)->UseRealTim
 
 // Generation's matrix-vector product (N = 1) on the packable types, the
 // weights packed for it (packed = 1, packed.h) or in the GGUF layout (0);
-// args type, K, M, packed. GB/s counts the GGUF bytes (the packed copies
-// have as many, up to padding).
+// args type, K, M, packed, cached. GB/s counts the GGUF bytes (the packed
+// copies have as many, up to padding). Uncached (0), enough copies of the
+// weight to stream 192 MiB from memory; cached (1), one copy read again and
+// again from the caches: the kernel's own speed, which tells an
+// instruction-bound kernel from a memory-bound one.
 void BM_MulMatVec(benchmark::State& state) {
   const auto type = static_cast<DType>(state.range(0));
   const int64_t K = state.range(1), M = state.range(2);
   Bench b;
   const size_t weight_bytes = row_bytes(type, K) * M;
-  const int64_t copies = static_cast<int64_t>((192u << 20) / weight_bytes + 1);
+  const int64_t copies = state.range(4) != 0 ? 1 : static_cast<int64_t>((192u << 20) / weight_bytes + 1);
   std::vector<std::unique_ptr<cpu::PackedWeight>> packs;
   Tensor* x = b.leaf(DType::F32, {K, 1});
   for (int64_t i = 0; i < copies; ++i) {
@@ -181,11 +184,12 @@ void BM_MulMatVec(benchmark::State& state) {
   set_labels(state);
 }
 void MulMatVecArgs(benchmark::internal::Benchmark* bm) {
-  bm->ArgNames({"type", "K", "M", "packed"});
+  bm->ArgNames({"type", "K", "M", "packed", "cached"});
   for (DType t : {DType::F16, DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
     for (auto [k, m] : {std::pair<int64_t, int64_t>{2048, 5632}, {5632, 2048}})
       for (int64_t packed : {0, 1})
-        if (packed == 0 || cpu::packable(t)) bm->Args({static_cast<int64_t>(t), k, m, packed});
+        for (int64_t cached : {0, 1})
+          if (packed == 0 || cpu::packable(t)) bm->Args({static_cast<int64_t>(t), k, m, packed, cached});
 }
 BENCHMARK(BM_MulMatVec)->Apply(MulMatVecArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 
