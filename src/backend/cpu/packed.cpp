@@ -85,17 +85,18 @@ void packed_dot_q4_0(int64_t k, const char* group, const void* x, float* out) {
   });
 }
 
-// Q5_0: Q4_0's nibbles, and the fifth bits as masks (packed.h): bit 8 (r %
-// 4) + j of the mask of vector 2c + h and nibble n is element 16 n + 8c + j's.
+// Q5_0: Q4_0's nibbles, and the fifth bits in a plane (packed.h): byte
+// 8 (r % 4) + j of vector 2c + h is row r's bytes j of piece c, its nibble
+// n element 16 n + 8c + j.
 void packed_dot_q5_0(int64_t k, const char* group, const void* x, float* out) {
   packed_dot_plain<20, 2>(k, group, x, out, [](const uint8_t* codes, size_t c, int r, const int8_t* q) {
     const uint8_t* piece = codes + piece_at(c, r);
+    const uint8_t* plane = codes + (kQ5_0HighAt - kPackScales) + 8 * (r % 4);
     int32_t sum = 0;
     for (int n = 0; n < 2; ++n) {
-      uint32_t mask;
-      std::memcpy(&mask, codes + q5_0_high_at(c, r / 4, n) - kPackScales, sizeof mask);
+      const int bit = q5_0_plane_bit(static_cast<int>(c), r / 4, n);
       for (int j = 0; j < 8; ++j) {
-        const int v = ((piece[j] >> (4 * n)) & 0x0f) | (((mask >> (8 * (r % 4) + j)) & 1) << 4);
+        const int v = ((piece[j] >> (4 * n)) & 0x0f) | (((plane[j] >> bit) & 1) << 4);
         sum += (v - 16) * q[16 * n + 8 * c + j];
       }
     }
@@ -122,16 +123,20 @@ void pack_legacy(const Tensor& w, int64_t row0, int64_t b, char* dst) {
 }
 
 // Block b of 8 rows of Q5_0: d and the nibbles as Q4_0's, then the fifth
-// bits as one 32-bit mask per code vector and nibble: element 8c + j's bit
-// (low nibbles) is qh bit 8c + j, element 16 + 8c + j's (high) qh bit 16 +
-// 8c + j, so the mask's byte r % 4 is row r's qh byte c or 2 + c.
+// bits' plane: element e's fifth bit is qh bit e, element 8c + j the low
+// nibble of row r's byte j of piece c (plane byte 8 (r % 4) + j), 16 + 8c +
+// j its high nibble.
 void pack_q5_0(const Tensor& w, int64_t row0, int64_t b, char* dst) {
   pack_group_block(w, row0, b, sizeof(BlockQ5_0), offsetof(BlockQ5_0, qs), sizeof(BlockQ5_0::qs), 0, dst);
-  std::memset(dst + kQ5_0HighAt, 0, kQ5_0GroupBlock - kQ5_0HighAt);
+  auto* plane = reinterpret_cast<uint8_t*>(dst + kQ5_0HighAt);
+  std::memset(plane, 0, kQ5_0GroupBlock - kQ5_0HighAt);
   for (int r = 0; r < kPackRows && row0 + r < w.ne[1]; ++r) {
-    const char* blk = w.at(0, row0 + r) + b * sizeof(BlockQ5_0);
+    uint32_t qh;
+    std::memcpy(&qh, w.at(0, row0 + r) + b * sizeof(BlockQ5_0) + offsetof(BlockQ5_0, qh), sizeof qh);
     for (int c = 0; c < 2; ++c)
-      for (int n = 0; n < 2; ++n) dst[q5_0_high_at(c, r / 4, n) + r % 4] = blk[offsetof(BlockQ5_0, qh) + 2 * n + c];
+      for (int n = 0; n < 2; ++n)
+        for (int j = 0; j < 8; ++j)
+          plane[8 * (r % 4) + j] |= static_cast<uint8_t>(((qh >> (16 * n + 8 * c + j)) & 1) << q5_0_plane_bit(c, r / 4, n));
   }
 }
 

@@ -13,8 +13,8 @@
 // (sensitivity) or a copy pointing elsewhere falls back to the original
 // kernels.
 //
-// The layouts of Q8_0 (codes stored as v + 128), Q5_0 (Q4_0's and bit
-// masks), Q4_K (8-bit scales and mins), IQ4_XS (Q4_K's code order, signed
+// The layouts of Q8_0 (codes stored as v + 128), Q5_0 (Q4_0's and a plane
+// of the fifth bits), Q4_K (8-bit scales and mins), IQ4_XS (Q4_K's code order, signed
 // scales) and Q6_K (the 6-bit codes in two planes) are described in
 // packed.cpp. Q4_0, per group of 8 rows and block of 32 (144 bytes, as 8
 // blocks):
@@ -45,10 +45,12 @@ inline constexpr int kPackLane[kPackRows] = {0, 1, 4, 5, 2, 3, 6, 7};
 inline constexpr size_t kPackScales = kPackRows * sizeof(uint16_t);  // the rows' fp16 d (then dmin for Q4_K)
 // A legacy type's group block: the scales, then kPackRows * code_bytes codes.
 constexpr size_t legacy_group_block(size_t code_bytes) { return kPackScales + kPackRows * code_bytes; }
-// Q5_0's group block: Q4_0's, then the fifth bits as 32-bit masks, one per
-// code vector 2c + h and nibble n (0: low), byte i for row 4h + i.
+// Q5_0's group block: Q4_0's, then the fifth bits as one 32-byte plane: bit
+// q5_0_plane_bit(c, h, n) of plane byte p is the fifth bit of nibble n (0:
+// low) of byte p of code vector 2c + h. A 16-bit shift and a mask put a code
+// vector's fifth bits in place (bit 4 of each byte) for all 32 bytes.
 inline constexpr size_t kQ5_0HighAt = legacy_group_block(16), kQ5_0GroupBlock = kQ5_0HighAt + 32;
-constexpr size_t q5_0_high_at(int c, int h, int n) { return kQ5_0HighAt + ((2 * c + h) * 2 + n) * 4; }
+constexpr int q5_0_plane_bit(int c, int h, int n) { return (2 * c + h) * 2 + n; }
 static_assert(kQ5_0GroupBlock == legacy_group_block(20));
 // Q4_K's group block (packed.cpp describes it): d, dmin, scales, mins, codes.
 inline constexpr size_t kQ4KScalesAt = 2 * kPackScales, kQ4KMinsAt = kQ4KScalesAt + 64,

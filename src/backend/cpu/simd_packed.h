@@ -86,50 +86,38 @@ inline __m256i q8_0_sums_madd(const char* qs, const __m256i* q) {
   return _mm256_hadd_epi32(half[0], half[1]);
 }
 
-// Q4_0's eight rows' int32 sums of one group block without VNNI (lanes in
-// kPackLane order) from the codes (c, unsigned) and the activation pieces:
-// sum (c - 8) q as sum c q - 8 sum q by maddubs into int16, then madd. Piece
-// c of the codes: low nibbles against q[c] (elements 8c ..), high nibbles
-// against q[2 + c] (16 + 8c ..). (With VNNI: nibble_sums below.)
-inline __m256i q4_0_sums_madd(const char* qs, const __m256i* q) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  const __m256i eight = _mm256_set1_epi8(8);
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i bias =
-      _mm256_adds_epi16(_mm256_adds_epi16(_mm256_maddubs_epi16(eight, q[0]), _mm256_maddubs_epi16(eight, q[2])),
-                        _mm256_adds_epi16(_mm256_maddubs_epi16(eight, q[1]), _mm256_maddubs_epi16(eight, q[3])));
-  __m256i half[2];
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + h * 32));
-    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 + h) * 32));
-    __m256i s = _mm256_maddubs_epi16(_mm256_and_si256(v0, low4), q[0]);
-    s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), low4), q[2]));
-    s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(v1, low4), q[1]));
-    s = _mm256_adds_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), low4), q[3]));
-    half[h] = _mm256_madd_epi16(_mm256_subs_epi16(s, bias), ones);
-  }
-  return _mm256_hadd_epi32(half[0], half[1]);
+// Bit `bit` of each byte of v moved to bit 4, the others cleared (16-bit
+// shifts: bit 4 of either byte comes from its own byte for bit 0 .. 7).
+__attribute__((always_inline)) inline __m256i plane_bit_at_4(__m256i v, int bit) {
+  const __m256i moved = bit < 4 ? _mm256_slli_epi16(v, 4 - bit) : _mm256_srli_epi16(v, bit - 4);
+  return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
 }
 
-// The nibble types' eight rows' int32 sums of one group block with
-// vpdpbusd (lanes in kPackLane order), from the codes c (Q4_0's nibbles, 0 ..
-// 15; kFive: Q5_0's, the fifth bits added, 0 .. 31) and the activation
-// pieces: sum (c - z) q as sum c q - z sum q (z = 8 or 16). Piece c of the
-// codes: low nibbles against q[c] (elements 8c ..), high nibbles against
-// q[2 + c] (16 + 8c ..). Without VNNI, Q5_0 (kVnni false) goes by the sign
-// trick on v = c - 16, maddubs(|v|, sign(q, v)) (at most 2 * 16 * 127, four
-// of them summed in int16), widened by madd.
+// The nibble types' eight rows' int32 sums of one group block (lanes in
+// kPackLane order), from the codes c (Q4_0's nibbles, 0 .. 15; kFive:
+// Q5_0's, the fifth bits added, 0 .. 31) and the activation pieces:
+// sum (c - z) q as sum c q - z sum q (z = 8 or 16). Piece c of the codes:
+// low nibbles against q[c] (elements 8c ..), high nibbles against q[2 + c]
+// (16 + 8c ..). With VNNI by vpdpbusd into int32; without, by maddubs into
+// int16, four per half-group (at most 4 * 2 * 31 * 127 = 31496, exact with
+// the saturating add, which also keeps GCC from reassociating), and z sum q
+// the same way; Q4_0 takes the bias out in int16 (15240 + 8128 at most) and
+// widens once, Q5_0 widens both first (their difference can pass 32767).
 template <bool kFive, bool kVnni>
 __attribute__((always_inline)) inline __m256i nibble_sums(const char* qs, const __m256i* q) {
-  static_assert(kFive || kVnni, "Q4_0 without VNNI: q4_0_sums_madd");
-  const char* high = qs + (kQ5_0HighAt - kPackScales);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i plane =
+      kFive ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (kQ5_0HighAt - kPackScales))) : low4;
   const __m256i zero = _mm256_setzero_si256();
-  __m256i bias = zero;
+  const __m256i z = _mm256_set1_epi8(kFive ? 16 : 8);
+  __m256i bias;
   if constexpr (kVnni) {
-    const __m256i z = _mm256_set1_epi8(kFive ? 16 : 8);
     bias = dot4(dot4(dot4(dot4(zero, z, q[0]), z, q[1]), z, q[2]), z, q[3]);
+  } else {
+    bias = _mm256_adds_epi16(_mm256_adds_epi16(_mm256_maddubs_epi16(z, q[0]), _mm256_maddubs_epi16(z, q[2])),
+                             _mm256_adds_epi16(_mm256_maddubs_epi16(z, q[1]), _mm256_maddubs_epi16(z, q[3])));
+    if constexpr (kFive) bias = _mm256_madd_epi16(bias, ones);
   }
   __m256i half[2];
 #pragma GCC unroll 2
@@ -141,18 +129,17 @@ __attribute__((always_inline)) inline __m256i nibble_sums(const char* qs, const 
       __m256i u[2] = {_mm256_and_si256(v, low4), _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)};
       if constexpr (kFive)
 #pragma GCC unroll 2
-        for (int n = 0; n < 2; ++n) u[n] = _mm256_or_si256(u[n], fifth_bits(high + ((2 * c + h) * 2 + n) * 4));
+        for (int n = 0; n < 2; ++n) u[n] = _mm256_or_si256(u[n], plane_bit_at_4(plane, q5_0_plane_bit(c, h, n)));
 #pragma GCC unroll 2
-      for (int n = 0; n < 2; ++n) {
-        if constexpr (kVnni) {
-          s = dot4(s, u[n], q[2 * n + c]);
-        } else {
-          const __m256i sv = _mm256_sub_epi8(u[n], _mm256_set1_epi8(16));
-          s = _mm256_add_epi16(s, _mm256_maddubs_epi16(_mm256_abs_epi8(sv), _mm256_sign_epi8(q[2 * n + c], sv)));
-        }
-      }
+      for (int n = 0; n < 2; ++n)
+        s = kVnni ? dot4(s, u[n], q[2 * n + c]) : _mm256_adds_epi16(s, _mm256_maddubs_epi16(u[n], q[2 * n + c]));
     }
-    half[h] = kVnni ? _mm256_sub_epi32(s, bias) : _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+    if constexpr (kVnni)
+      half[h] = _mm256_sub_epi32(s, bias);
+    else if constexpr (kFive)
+      half[h] = _mm256_sub_epi32(_mm256_madd_epi16(s, ones), bias);
+    else
+      half[h] = _mm256_madd_epi16(_mm256_subs_epi16(s, bias), ones);
   }
   return _mm256_hadd_epi32(half[0], half[1]);
 }
@@ -162,6 +149,7 @@ __attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q4_0_sums_vnni(
 __attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q5_0_sums_vnni(const char* qs, const __m256i* q) {
   return nibble_sums<true, true>(qs, q);
 }
+inline __m256i q4_0_sums_madd(const char* qs, const __m256i* q) { return nibble_sums<false, false>(qs, q); }
 inline __m256i q5_0_sums_madd(const char* qs, const __m256i* q) { return nibble_sums<true, false>(qs, q); }
 
 // The eight rows' outputs from the lanes of their accumulator.

@@ -48,7 +48,7 @@ inline __m256i unpack_nibbles(const char* qs) {
 }
 
 // 0x10 in byte j where bit j of the little-endian 32-bit qh is set, else 0:
-// Q5_0's and Q5_1's fifth bits, and the packed layouts' masks of them.
+// Q5_0's and Q5_1's fifth bits.
 inline __m256i fifth_bits(const char* qh) {
   uint32_t h;
   std::memcpy(&h, qh, sizeof h);
