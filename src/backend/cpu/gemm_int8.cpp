@@ -31,6 +31,7 @@ constexpr int64_t kKc = 2048;
 
 struct I8Shape {
   int64_t K, M, N, B2, B3, r2, r3;
+  int mr, nr;       // the type's micro-tile
   int64_t nu;       // units per row
   int64_t npanels;  // activation panels per batch
   int64_t mc;       // weight rows repacked at a time
@@ -52,8 +53,10 @@ I8Shape i8_shape(const Tensor& node, const GemmKernels& gk) {
   s.r2 = b.ne[2] / a.ne[2];
   s.r3 = b.ne[3] / a.ne[3];
   s.nu = e.unit > 0 ? s.K / e.unit : 0;
-  s.npanels = ceil_div(s.N, gk.i8_mr);
-  s.mc = 4 * static_cast<int64_t>(gk.i8_nr);
+  s.mr = e.mr;
+  s.nr = e.nr;
+  s.npanels = ceil_div(s.N, e.mr);
+  s.mc = 4 * static_cast<int64_t>(e.nr);
   s.x_panel = static_cast<size_t>(s.nu) * e.x_unit_bytes;
   s.w_panel = static_cast<size_t>(s.nu) * e.w_unit_bytes;
   return s;
@@ -67,11 +70,11 @@ struct I8Scratch {
   float* tile;     // an edge tile (mr x nr)
 };
 
-size_t scratch_layout(const Tensor& node, const I8Shape& s, const GemmKernels& gk, char* base, I8Scratch* out) {
+size_t scratch_layout(const Tensor& node, const I8Shape& s, char* base, I8Scratch* out) {
   const DType xt = type_traits(node.src[0]->type).vec_dot_type;
   const size_t xrow = align_scratch(row_bytes(xt, s.K));
-  const size_t wp = align_scratch(static_cast<size_t>(s.mc / gk.i8_nr) * s.w_panel);
-  const size_t tile = align_scratch(static_cast<size_t>(gk.i8_mr * gk.i8_nr) * sizeof(float));
+  const size_t wp = align_scratch(static_cast<size_t>(s.mc / s.nr) * s.w_panel);
+  const size_t tile = align_scratch(static_cast<size_t>(s.mr * s.nr) * sizeof(float));
   if (out) {
     out->xrow = base;
     out->wp = reinterpret_cast<uint8_t*>(base + xrow);
@@ -88,10 +91,10 @@ void pack_activations(const Tensor& node, const I8Shape& s, const GemmKernels& g
   const DType xt = type_traits(node.src[0]->type).vec_dot_type;
   const FromFloatFn from_float =
       vo.from_float[static_cast<int>(xt)] ? vo.from_float[static_cast<int>(xt)] : type_traits(xt).from_float;
-  const int64_t batch = t / s.npanels, p0 = t % s.npanels * gk.i8_mr;
+  const int64_t batch = t / s.npanels, p0 = t % s.npanels * s.mr;
   // Rows past N stay zero: zero codes, scales and starts contribute nothing.
   std::memset(panel, 0, s.x_panel);
-  for (int r = 0; r < gk.i8_mr && p0 + r < s.N; ++r) {
+  for (int r = 0; r < s.mr && p0 + r < s.N; ++r) {
     from_float(reinterpret_cast<const float*>(b.at(0, p0 + r, batch % s.B2, batch / s.B2)), xrow, s.K);
     e.pack_x(xrow, r, s.nu, panel);
   }
@@ -100,13 +103,13 @@ void pack_activations(const Tensor& node, const I8Shape& s, const GemmKernels& g
 // One micro-tile: activation rows [j0, j0 + rows) x weight rows [i0, i0 +
 // cols) of c (ldc floats per activation row), units [u0, u0 + nu). Edge tiles
 // go through the tile buffer with the same kernel and accumulation.
-void tile(const Int8Gemm& e, const GemmKernels& gk, int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c,
+void tile(const Int8Gemm& e, int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c,
           int64_t ldc, int64_t rows, int64_t cols, bool accumulate, float* buf) {
-  if (rows == gk.i8_mr && cols == gk.i8_nr) {
+  if (rows == e.mr && cols == e.nr) {
     e.micro(nu, wp, xp, c, ldc, accumulate);
     return;
   }
-  const int nr = gk.i8_nr;
+  const int nr = e.nr;
   if (accumulate)
     for (int64_t r = 0; r < rows; ++r) std::memcpy(buf + r * nr, c + r * ldc, cols * sizeof(float));
   e.micro(nu, wp, xp, buf, nr, accumulate);
@@ -119,7 +122,7 @@ void compute_item(const Tensor& node, const I8Shape& s, const GemmKernels& gk, i
   const Tensor& a = *node.src[0];
   const Tensor& d = node;
   const Int8Gemm& e = gk.i8[static_cast<int>(a.type)];
-  const int mr = gk.i8_mr, nr = gk.i8_nr;
+  const int mr = e.mr, nr = e.nr;
   const int64_t ldc = static_cast<int64_t>(d.nb[1] / sizeof(float));
   const int64_t kcu = std::max<int64_t>(1, kKc / e.unit);
   float* c = reinterpret_cast<float*>(d.at(0, 0, i12, i13));
@@ -136,7 +139,7 @@ void compute_item(const Tensor& node, const I8Shape& s, const GemmKernels& gk, i
         for (int64_t p = 0; p < s.npanels; ++p) {
           const uint8_t* xp = xb + p * s.x_panel + u0 * e.x_unit_bytes;
           const int64_t rows = std::min<int64_t>(mr, s.N - p * mr);
-          tile(e, gk, nu, wp, xp, c + p * mr * ldc + q0, ldc, rows, cols, u0 > 0, sc.tile);
+          tile(e, nu, wp, xp, c + p * mr * ldc + q0, ldc, rows, cols, u0 > 0, sc.tile);
         }
       }
     }
@@ -158,7 +161,7 @@ bool int8_applies(const Tensor& node, const GemmKernels& gk) {
 }
 
 size_t int8_scratch(const Tensor& node, const GemmKernels& gk) {
-  return scratch_layout(node, i8_shape(node, gk), gk, nullptr, nullptr);
+  return scratch_layout(node, i8_shape(node, gk), nullptr, nullptr);
 }
 
 size_t int8_shared_scratch(const Tensor& node, const GemmKernels& gk) { return shared_bytes(i8_shape(node, gk)); }
@@ -166,14 +169,14 @@ size_t int8_shared_scratch(const Tensor& node, const GemmKernels& gk) { return s
 void int8_gemm(const Tensor& node, const KernelCtx& c, const GemmKernels& gk) {
   const I8Shape s = i8_shape(node, gk);
   I8Scratch sc;
-  scratch_layout(node, s, gk, c.scratch, &sc);
+  scratch_layout(node, s, c.scratch, &sc);
   auto* shared = reinterpret_cast<uint8_t*>(c.shared);
   const int64_t total = s.nbatch() * s.npanels;
   for (int64_t t = total * c.ith / c.nth; t < total * (c.ith + 1) / c.nth; ++t)
     pack_activations(node, s, gk, *c.vec, t, sc.xrow, shared + t * s.x_panel);
   c.barrier();
   // Chunks of weight rows (multiples of nr), about 4 per thread.
-  const int64_t nr = gk.i8_nr;
+  const int64_t nr = s.nr;
   const int64_t want = std::max<int64_t>(1, c.nth * 4 / s.nbatch());
   const int64_t rows = std::max(nr, ceil_div(ceil_div(s.M, want), nr) * nr);
   const int64_t nchunk = ceil_div(s.M, rows), count = nchunk * s.nbatch();

@@ -20,8 +20,10 @@
 // buffer with accumulation), so results do not depend on the thread count.
 //
 // Panels are made of units (a legacy block of 32 or a K super-block of 256):
-// interleaved codes, 4 per row at a time ([unit/4][rows][4] bytes), then the
-// unit's scales, integer group starts and min terms (simd_gemm_int8.h).
+// interleaved codes, 4 per row at a time ([unit/4][rows][4] bytes; the signed
+// types on plain AVX2: int16 pairs, [unit/2][rows][2]), then the unit's
+// scales, integer group starts and min terms (simd_gemm_int8.h). The
+// micro-tile (mr activation rows x nr weight rows) is the type's.
 #pragma once
 
 #include <cstddef>

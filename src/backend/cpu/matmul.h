@@ -89,6 +89,7 @@ struct Int8Gemm {
   I8PackWFn pack_w;  // nullptr: no int8 path for the type
   I8PackXFn pack_x;
   I8MicroFn micro;
+  int mr, nr;           // the micro-tile: activation rows x weight rows
   int unit;             // elements per unit
   size_t w_unit_bytes;  // bytes of one unit of a weight panel (nr rows)
   size_t x_unit_bytes;  // bytes of one unit of an activation panel (mr rows)
@@ -123,7 +124,6 @@ struct GemmKernels {
   PackActFn pack_act_f16;     // pack_act rounding each value through F16; nullptr: none
   Int8Gemm i8[kDTypeCount];   // by weight type; pack_w nullptr: F32 panels
   PackedDotFn packed_dot[kDTypeCount];  // by weight type: packed weights (packed.h); nullptr: none
-  int i8_mr, i8_nr;           // the int8 micro-tile
 };
 
 const GemmKernels& gemm_kernels(Isa isa);

@@ -111,6 +111,22 @@ struct Avx2 {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
   }
 };
+
+// Integer additions GCC keeps in program order. It reassociates plain vector
+// additions of a chain into a tree that keeps every operand live (spilling
+// them), and the saturating vpaddsw, which also stops it, runs on only the 2
+// ports of Zen 3 that multiply (vpaddw and vpaddd: all 4). For sums that
+// cannot overflow.
+inline __m256i add16_in_order(__m256i a, __m256i b) {
+  __m256i sum = _mm256_add_epi16(a, b);
+  asm("" : "+x"(sum));
+  return sum;
+}
+inline __m256i add32_in_order(__m256i a, __m256i b) {
+  __m256i sum = _mm256_add_epi32(a, b);
+  asm("" : "+x"(sum));
+  return sum;
+}
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)

@@ -22,6 +22,9 @@
 // Q4_K, Q5_K; B_j the activations' sum over sub-block j, from the Q8_K
 // bsums) exact in int32 as well, with vpdpwssd on int16 pairs (m_j, m_j+1) x
 // (B_j, B_j+1) (|B_j| <= 32 * 127, m_j <= 63), as ggml's dot kernels do.
+// Plain AVX2 takes the signed types (Q8_0, IQ4_NL, IQ4_XS) "wide": their
+// levels v themselves (b = 0) as int16, and the activations as int16 (see
+// I8Wide).
 // The float sums differ from the dot kernels' only in their order.
 #pragma once
 
@@ -45,37 +48,39 @@ namespace {
 
 // unit: elements per panel unit (a legacy block, a K super-block); group:
 // elements per integer scale; mins: a min term (legacy: m_w * s_x per block;
-// K: the mins' sum above); bias: b above; sign: the codes are the signed
-// levels v themselves (bias 0), for the maddubs kernels' sign trick (below);
+// K: the mins' sum above); bias: b above; wide: the codes are the signed
+// levels v themselves (bias 0), and codes and activations are int16 (I8Wide);
 // umax: the largest |code| the kernels see.
 struct I8Format {
   bool legacy;
   int unit, group;
   bool mins;
   int bias;
-  bool sign;
+  bool wide;
   int umax;
   constexpr int groups() const { return unit / group; }
+  // Bytes of a unit's codes per panel row (weights and activations alike).
+  constexpr int code_bytes() const { return wide ? 2 * unit : unit; }
 };
 
 // The format of type T; signed_codes: the kernel takes the signed types'
-// levels as they are (the maddubs kernels) instead of as v + 128 (vpdpbusd).
+// levels as they are, wide (plain AVX2), instead of as v + 128 (vpdpbusd).
 template <DType T, bool signed_codes>
 constexpr I8Format i8_format() {
   if constexpr (T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 || T == DType::Q5_1 ||
                 T == DType::Q8_0 || T == DType::IQ4_NL) {
     using F = QFormat<T>;
     const bool is_signed = F::kBits == 8 || F::kTable;
-    const bool sign = is_signed && signed_codes;
-    return {true,  quant::kLegacyBlock, quant::kLegacyBlock, F::kOffset, is_signed ? (sign ? 0 : 128) : F::kBias,
-            sign,  is_signed ? 128 : (1 << F::kBits) - 1};
+    const bool wide = is_signed && signed_codes;
+    return {true,  quant::kLegacyBlock, quant::kLegacyBlock, F::kOffset, is_signed ? (wide ? 0 : 128) : F::kBias,
+            wide,  is_signed ? 128 : (1 << F::kBits) - 1};
   } else {
     using K = KBlock<T>;
-    const bool sign = K::kSigned && signed_codes;
+    const bool wide = K::kSigned && signed_codes;
     // Unsigned codes: 2 bits (Q2_K), 3 (Q3_K), 4 (Q4_K), 5 (Q5_K), 6 (Q6_K).
     const int bits = T == DType::Q2_K ? 2 : T == DType::Q3_K ? 3 : T == DType::Q4_K ? 4 : T == DType::Q5_K ? 5 : 6;
     return {false, quant::kq::kQK, KCodec<T>::type::kSub, K::kMins && !K::kFold,
-            K::kSigned ? (sign ? 0 : 128) : K::kLevel, sign, K::kSigned ? 128 : (1 << bits) - 1};
+            K::kSigned ? (wide ? 0 : 128) : K::kLevel, wide, K::kSigned ? 128 : (1 << bits) - 1};
   }
 }
 
@@ -84,19 +89,20 @@ constexpr I8Format i8_format() {
 constexpr size_t i8_min_bytes(I8Format f) {
   return !f.mins ? 0 : f.legacy ? 4 : 2 * static_cast<size_t>(f.groups()) + 4;
 }
-// Bytes of one unit of a weight panel of nr rows: codes [unit / 4][nr][4],
-// scales [groups][nr] floats, then the mins (where the type has them):
-// legacy [nr] floats; K pairs [groups / 2][nr] int16 x 2, -dmin [nr] floats.
+// Bytes of one unit of a weight panel of nr rows: codes [unit / 4][nr][4]
+// (wide: int16 [unit / 2][nr][2]), scales [groups][nr] floats, then the mins
+// (where the type has them): legacy [nr] floats; K pairs [groups / 2][nr]
+// int16 x 2, -dmin [nr] floats.
 constexpr size_t i8_w_unit_bytes(I8Format f, int nr) {
-  return (static_cast<size_t>(f.unit) + 4 * static_cast<size_t>(f.groups()) + i8_min_bytes(f)) * nr;
+  return (static_cast<size_t>(f.code_bytes()) + 4 * static_cast<size_t>(f.groups()) + i8_min_bytes(f)) * nr;
 }
-// Bytes of one unit of an activation panel of mr rows: codes [unit / 4][mr][4],
-// d_x [mr] floats, group starts [groups][mr] int32, then the min factors
-// where the type has mins: legacy s_x [mr] floats; K the int16 pairs of B_j
-// [groups / 2][mr].
+// Bytes of one unit of an activation panel of mr rows: codes [unit / 4][mr][4]
+// (wide: int16 [unit / 2][mr][2]), d_x [mr] floats, group starts [groups][mr]
+// int32, then the min factors where the type has mins: legacy s_x [mr]
+// floats; K the int16 pairs of B_j [groups / 2][mr].
 constexpr size_t i8_x_unit_bytes(I8Format f, int mr) {
   const size_t mins = !f.mins ? 0 : f.legacy ? 4 : 2 * static_cast<size_t>(f.groups());
-  return (static_cast<size_t>(f.unit) + 4 + 4 * static_cast<size_t>(f.groups()) + mins) * mr;
+  return (static_cast<size_t>(f.code_bytes()) + 4 + 4 * static_cast<size_t>(f.groups()) + mins) * mr;
 }
 
 // ---- weight repacking --------------------------------------------------------
@@ -107,7 +113,7 @@ inline __m256i flip_sign(__m256i v) { return _mm256_xor_si256(v, _mm256_set1_epi
 template <DType T, bool SC>
 __m256i legacy_codes(const char* blk) {
   constexpr I8Format f = i8_format<T, SC>();
-  if constexpr (f.sign) {
+  if constexpr (f.wide) {
     return decode_block<T>(blk);  // the signed levels
   } else if constexpr (f.bias == 128) {
     return flip_sign(decode_block<T>(blk));
@@ -128,6 +134,38 @@ inline void interleave8(__m256i* r, uint8_t* dst, int g8) {
   for (int j = 0; j < 8; ++j) _mm256_storeu_ps(reinterpret_cast<float*>(dst + (j * NR + g8) * 4), f[j]);
 }
 
+// The same 8 rows wide: [16 pairs][nr][2 int16], dword j of interleave8
+// split into its rows' first two codes (pair 2j) and last two (pair 2j + 1).
+template <int NR>
+inline void interleave8_wide(__m256i* r, uint8_t* dst, int g8) {
+  __m256 f[8];
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) f[t] = _mm256_castsi256_ps(r[t]);
+  Avx2::transpose8(f);
+  // Per 128-bit lane (4 rows of 4 codes): the rows' codes 0-1, then 2-3;
+  // then the lanes' halves in order: rows 0-7's pair 2j, rows 0-7's pair 2j + 1.
+  const __m256i pairs = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
+                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    const __m256i v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_castps_si256(f[j]), pairs), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (2 * j * NR + g8) * 4),
+                        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + ((2 * j + 1) * NR + g8) * 4),
+                        _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)));
+  }
+}
+
+// Interleaves 8 rows' 32 codes in format f's layout.
+template <I8Format f, int NR>
+inline void interleave8_codes(__m256i* r, uint8_t* dst, int g8) {
+  if constexpr (f.wide) {
+    interleave8_wide<NR>(r, dst, g8);
+  } else {
+    interleave8<NR>(r, dst, g8);
+  }
+}
+
 // I8PackWFn for a legacy type: rows [0, nrows) (zeros past them), blocks
 // [u0, u0 + nu).
 template <DType T, int NR, bool SC>
@@ -136,7 +174,7 @@ void i8_pack_legacy(const char* row0, size_t row_stride, int64_t nrows, int64_t 
   using B = typename QFormat<T>::Block;
   const float* f16 = fp16_table();
   for (int64_t u = 0; u < nu; ++u, out += i8_w_unit_bytes(f, NR)) {
-    float* scale = reinterpret_cast<float*>(out + f.unit * NR);
+    float* scale = reinterpret_cast<float*>(out + f.code_bytes() * NR);
     float* mins = scale + NR;
     for (int g8 = 0; g8 < NR; g8 += 8) {
       __m256i r[8];
@@ -153,7 +191,7 @@ void i8_pack_legacy(const char* row0, size_t row_stride, int64_t nrows, int64_t 
         scale[i] = f16[load_u16(blk + offsetof(B, d))];
         if constexpr (f.mins) mins[i] = f16[load_u16(blk + offsetof(B, m))];
       }
-      interleave8<NR>(r, out, g8);
+      interleave8_codes<f, NR>(r, out, g8);
     }
   }
 }
@@ -178,7 +216,7 @@ void i8_pack_k(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, i
   using B = typename KCodec<T>::type::Block;
   const float* f16 = fp16_table();
   for (int64_t u = 0; u < nu; ++u, out += i8_w_unit_bytes(f, NR)) {
-    float* scale = reinterpret_cast<float*>(out + f.unit * NR);
+    float* scale = reinterpret_cast<float*>(out + f.code_bytes() * NR);
     uint32_t* pairs = reinterpret_cast<uint32_t*>(scale + G * NR);
     float* dmin = reinterpret_cast<float*>(pairs + G / 2 * NR);
     for (int g8 = 0; g8 < NR; g8 += 8) {
@@ -196,7 +234,7 @@ void i8_pack_k(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, i
         }
         const K kb(row0 + i * row_stride + (u0 + u) * sizeof(B), f16);
 #pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c) codes[c][t] = K::kSigned && !f.sign ? flip_sign(kb.codes(c)) : kb.codes(c);
+        for (int c = 0; c < 8; ++c) codes[c][t] = K::kSigned && !f.wide ? flip_sign(kb.codes(c)) : kb.codes(c);
         alignas(32) float dl[16], ml[16];
         kb.sub_scales(dl, ml);
         for (int j = 0; j < G; ++j) scale[j * NR + i] = dl[j];
@@ -207,12 +245,26 @@ void i8_pack_k(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, i
           dmin[i] = -kb.dmin;
         }
       }
-      for (int c = 0; c < 8; ++c) interleave8<NR>(codes[c], out + c * 32 * NR, g8);
+      for (int c = 0; c < 8; ++c) interleave8_codes<f, NR>(codes[c], out + c * f.code_bytes() / 8 * NR, g8);
     }
   }
 }
 
 // ---- activation packing --------------------------------------------------------
+
+// A unit's activation codes q into slot r of a panel of MR rows: 4 at a
+// time, or (wide) int16 pairs.
+template <I8Format f, int MR>
+inline void pack_x_codes(const int8_t* q, int r, uint8_t* out) {
+  if constexpr (f.wide) {
+    for (int k2 = 0; k2 < f.unit / 2; ++k2) {
+      const int16_t pair[2] = {q[2 * k2], q[2 * k2 + 1]};
+      std::memcpy(out + (k2 * MR + r) * 4, pair, 4);
+    }
+  } else {
+    for (int k4 = 0; k4 < f.unit / 4; ++k4) std::memcpy(out + (k4 * MR + r) * 4, q + 4 * k4, 4);
+  }
+}
 
 // I8PackXFn for a legacy type: one Q8_0 / Q8_1 row (nu blocks) into slot r of
 // an activation panel of MR rows (the other slots untouched).
@@ -226,8 +278,8 @@ void i8_pack_x_legacy(const char* xrow, int r, int64_t nu, uint8_t* out) {
     const auto* q = reinterpret_cast<const int8_t*>(xb + qs_offset<XB>());
     int sum = 0;
     for (int k = 0; k < 32; ++k) sum += q[k];
-    for (int k4 = 0; k4 < 8; ++k4) std::memcpy(out + (k4 * MR + r) * 4, q + 4 * k4, 4);
-    float* dx = reinterpret_cast<float*>(out + f.unit * MR);
+    pack_x_codes<f, MR>(q, r, out);
+    float* dx = reinterpret_cast<float*>(out + f.code_bytes() * MR);
     dx[r] = f16[load_u16(xb + offsetof(XB, d))];
     reinterpret_cast<int32_t*>(dx + MR)[r] = -f.bias * sum;
     if constexpr (f.mins) dx[2 * MR + r] = f16[load_u16(xb + offsetof(XB, s))];
@@ -242,8 +294,8 @@ void i8_pack_x_k(const char* xrow, int r, int64_t nu, uint8_t* out) {
   using XB = quant::kq::BlockQ8K;
   for (int64_t u = 0; u < nu; ++u, out += i8_x_unit_bytes(f, MR)) {
     const char* xb = xrow + u * sizeof(XB);
-    for (int k4 = 0; k4 < f.unit / 4; ++k4) std::memcpy(out + (k4 * MR + r) * 4, xb + offsetof(XB, qs) + 4 * k4, 4);
-    float* dx = reinterpret_cast<float*>(out + f.unit * MR);
+    pack_x_codes<f, MR>(reinterpret_cast<const int8_t*>(xb + offsetof(XB, qs)), r, out);
+    float* dx = reinterpret_cast<float*>(out + f.code_bytes() * MR);
     std::memcpy(dx + r, xb + offsetof(XB, d), sizeof(float));
     int16_t bsums[16];
     std::memcpy(bsums, xb + offsetof(XB, bsums), sizeof bsums);
@@ -266,6 +318,13 @@ inline int32_t load_i32(const uint8_t* p) {
   return v;
 }
 
+// The wrapper whose tile computes format F's products: Q itself, or the
+// wide formats' (AVX2).
+template <class Q, bool wide>
+struct TileOf {
+  using type = Q;
+};
+
 // The integer-vector wrappers of this file's instruction set.
 //
 // I8Vnni: one vpdpbusd per 4 code x activation pairs. It is a VNNI
@@ -276,13 +335,22 @@ inline int32_t load_i32(const uint8_t* p) {
 // with the same flags but contain no VNNI instruction: only the wrappers'
 // intrinsics emit vector integer instructions.
 //
-// I8Madd (plain AVX2): vpmaddubsw multiplies codes by activations and adds
-// pairs into int16 (saturating), vpmaddwd with ones adds int16 pairs into
-// int32. Saturation never happens: codes are at most umax, |q| <= 127, and an
+// I8Madd (plain AVX2, the unsigned codes): vpmaddubsw multiplies codes by
+// activations and adds pairs into int16, vpmaddwd with ones adds int16 pairs
+// into int32. Nothing saturates: codes are at most umax, |q| <= 127, and an
 // int16 lane sums at most 2 * i8_span(F) products (2 * span * umax * 127 <=
-// 32767); the signed types enter as their levels v, as |v| times q with v's
-// sign (vpsignb), as ggml's dot kernels do. The integer sums are those of
-// I8Vnni and the dot kernels.
+// 32767).
+//
+// I8Wide (plain AVX2, the signed types' levels, |v| <= 127, wide formats):
+// codes and activations as int16, vpmaddwd alone, 2 products per int32 lane.
+// One pair of such products already fills an int16, so vpmaddubsw would need
+// the sign trick (|v| times q with v's sign, as ggml's dot kernels do) and a
+// vpmaddwd for every 4 elements: 3.25 operations on the 2 ports of Zen 3
+// that multiply (vpsignb and vpabsb among them) per 4 elements and 8 rows,
+// where vpmaddwd on int16 takes 2. Its tile is 3 x 16 (I8Madd's 4 x 8) so
+// that one broadcast of an activation pair feeds two weight vectors.
+//
+// The integer sums are those of I8Vnni and the dot kernels.
 #pragma GCC push_options
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
 #pragma GCC target("avx512vnni")
@@ -341,18 +409,25 @@ struct I8Vnni : I8Avx2Common {
 };
 struct I8Madd : I8Avx2Common {
   // 4 int32 sums, 4 int16 partial sums and 4 float accumulators; 1 weight
-  // vector (2 for the signed types: the levels and their magnitudes).
+  // vector.
   static constexpr int kMr = 4, kNv = 1;
   static constexpr bool kMaddubs = true;
   static bool available() { return true; }
   static I maddubs(I u, I s) { return _mm256_maddubs_epi16(u, s); }
-  // The saturating add, exact here (no sum saturates): GCC reassociates the
-  // plain one's vector additions into a tree that keeps every product live.
-  static I add16(I a, I b) { return _mm256_adds_epi16(a, b); }
+  // No sum saturates or wraps (i8_span).
+  static I add16(I a, I b) { return add16_in_order(a, b); }
   static I widen_add(I acc, I p16) { return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1))); }
-  static I abs8(I v) { return _mm256_abs_epi8(v); }
-  static I sign8(I x, I v) { return _mm256_sign_epi8(x, v); }
   static I dpwssd(I acc, I a, I b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+};
+struct I8Wide : I8Avx2Common {
+  // 6 int32 sums and 6 float accumulators, 2 weight vectors, 1 activation pair.
+  static constexpr int kMr = 3, kNv = 2;
+  static constexpr bool kMaddubs = true;
+  static I dpwssd(I acc, I a, I b) { return add32_in_order(acc, _mm256_madd_epi16(a, b)); }
+};
+template <>
+struct TileOf<I8Madd, true> {
+  using type = I8Wide;
 };
 #endif
 
@@ -373,7 +448,25 @@ inline void i8_group_sums(const uint8_t* wp, const uint8_t* xp, int g, const int
                           typename Q::I (&isum)[Q::kMr][Q::kNv]) {
   using I = typename Q::I;
   constexpr int MR = Q::kMr, NV = Q::kNv, L = Q::L, NR = NV * L, S = F.group / 4;
-  if constexpr (!Q::kMaddubs) {
+  if constexpr (F.wide) {  // int16 pairs (k2) by vpmaddwd
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) isum[r][v] = Q::iset1(start[r]);
+#pragma GCC unroll 16
+    for (int s = 0; s < 2 * S; ++s) {
+      const int k2 = g * 2 * S + s;
+      I w[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) w[v] = Q::iload(wp + (k2 * NR + v * L) * 4);
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const I x = Q::iset1(load_i32(xp + (k2 * MR + r) * 4));
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) isum[r][v] = Q::dpwssd(isum[r][v], w[v], x);
+      }
+    }
+  } else if constexpr (!Q::kMaddubs) {
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
@@ -401,18 +494,15 @@ inline void i8_group_sums(const uint8_t* wp, const uint8_t* xp, int g, const int
 #pragma GCC unroll 8
       for (int s = s0; s < s0 + SP; ++s) {
         const int k4 = g * S + s;
-        I w[NV], u[NV];
+        I w[NV];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) {
-          w[v] = Q::iload(wp + (k4 * NR + v * L) * 4);
-          u[v] = F.sign ? Q::abs8(w[v]) : w[v];
-        }
+        for (int v = 0; v < NV; ++v) w[v] = Q::iload(wp + (k4 * NR + v * L) * 4);
 #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
           const I x = Q::iset1(load_i32(xp + (k4 * MR + r) * 4));
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) {
-            const I prod = Q::maddubs(u[v], F.sign ? Q::sign8(x, w[v]) : x);
+            const I prod = Q::maddubs(w[v], x);
             p16[r][v] = s == s0 ? prod : Q::add16(p16[r][v], prod);
           }
         }
@@ -440,8 +530,8 @@ void i8_micro(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = Q::fzero();
   for (int64_t u = 0; u < nu; ++u) {
-    const float* ws = reinterpret_cast<const float*>(wp + F.unit * NR);
-    const float* dx = reinterpret_cast<const float*>(xp + F.unit * MR);
+    const float* ws = reinterpret_cast<const float*>(wp + F.code_bytes() * NR);
+    const float* dx = reinterpret_cast<const float*>(xp + F.code_bytes() * MR);
     const int32_t* start = reinterpret_cast<const int32_t*>(dx + MR);
     const float* xmin = dx + MR + G * MR;
     for (int g = 0; g < G; ++g) {
@@ -523,10 +613,11 @@ void i8_micro(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_
 
 // One table row per type: its repacking, its family's activation packing and
 // micro-kernel, and the panel sizes, for wrapper Q.
-template <class Q, DType T>
+template <class Q0, DType T>
 Int8Gemm int8_entry() {
-  constexpr bool SC = Q::kMaddubs;
+  constexpr bool SC = Q0::kMaddubs;
   constexpr I8Format f = i8_format<T, SC>();
+  using Q = typename TileOf<Q0, f.wide>::type;
   constexpr int MR = Q::kMr, NR = Q::kNv * Q::L;
   Int8Gemm e{};
   if constexpr (f.legacy) {
@@ -537,7 +628,9 @@ Int8Gemm int8_entry() {
     e.pack_x = i8_pack_x_k<T, MR, SC>;
   }
   // The bias is the packing's only: one kernel per family and code range.
-  e.micro = i8_micro<Q, I8Format{f.legacy, f.unit, f.group, f.mins, 0, f.sign, Q::kMaddubs ? f.umax : 0}>;
+  e.micro = i8_micro<Q, I8Format{f.legacy, f.unit, f.group, f.mins, 0, f.wide, Q::kMaddubs && !f.wide ? f.umax : 0}>;
+  e.mr = MR;
+  e.nr = NR;
   e.unit = f.unit;
   e.w_unit_bytes = i8_w_unit_bytes(f, NR);
   e.x_unit_bytes = i8_x_unit_bytes(f, MR);
@@ -546,8 +639,6 @@ Int8Gemm int8_entry() {
 
 template <class Q>
 void add_int8_kernels_of(GemmKernels& g, int min_n_legacy, int min_n_k) {
-  g.i8_mr = Q::kMr;
-  g.i8_nr = Q::kNv * Q::L;
   auto add = [&]<DType T>() {
     g.i8[static_cast<int>(T)] = int8_entry<Q, T>();
     g.min_n_type[static_cast<int>(T)] = i8_format<T, false>().legacy ? min_n_legacy : min_n_k;
