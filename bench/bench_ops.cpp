@@ -227,6 +227,50 @@ void MulMatInt8Args(benchmark::internal::Benchmark* bm) {
 }
 BENCHMARK(BM_MulMatInt8)->Apply(MulMatInt8Args)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// The int8 GEMM's micro-kernel alone, one thread, its panels in the L1/L2
+// caches (K elements, one weight panel of nr rows and one activation panel of
+// mr rows, packed from quantized random rows): the kernel's own speed in
+// multiply-adds per second, apart from packing, memory and threads. Args:
+// type, K.
+void BM_Int8Micro(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  const int64_t k = state.range(1);
+  const cpu::Int8Gemm& e = cpu::gemm_kernels(g_isa).i8[static_cast<int>(type)];
+  if (!e.pack_w) {
+    state.SkipWithError("no int8 GEMM kernel for this type and instruction set");
+    return;
+  }
+  const int64_t nu = k / e.unit;
+  const std::vector<char>& w = quantized_tile(type, k);
+  std::vector<uint8_t> wp(nu * e.w_unit_bytes), xp(nu * e.x_unit_bytes, 0);
+  e.pack_w(w.data(), row_bytes(type, k), e.nr, 0, nu, wp.data());
+  const DType xt = type_traits(type).vec_dot_type;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> xf(k);
+  std::vector<char> xrow(row_bytes(xt, k));
+  for (int r = 0; r < e.mr; ++r) {
+    for (float& v : xf) v = u(rng);
+    type_traits(xt).from_float(xf.data(), xrow.data(), k);
+    e.pack_x(xrow.data(), r, nu, xp.data());
+  }
+  std::vector<float> c(static_cast<size_t>(e.mr) * e.nr);
+  for (auto _ : state) {
+    e.micro(nu, wp.data(), xp.data(), c.data(), e.nr, false);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(e.mr * e.nr * k) * state.iterations() / 1e9,
+                                                benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(cpu::isa_name(g_isa)) + ", tile " + std::to_string(e.mr) + " x " + std::to_string(e.nr));
+}
+void Int8MicroArgs(benchmark::internal::Benchmark* bm) {
+  bm->ArgNames({"type", "K"});
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL, DType::Q2_K,
+                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
+    bm->Args({static_cast<int64_t>(t), 2048});
+}
+BENCHMARK(BM_Int8Micro)->Apply(Int8MicroArgs)->Unit(benchmark::kMicrosecond);
+
 // Where the int8 GEMM path meets the dot path (args type, K, M, N, path: 0
 // dot, 1 GEMM), K = 2048, M = 2048: the measurements behind the int8 min_n.
 void MulMatInt8SmallN(benchmark::internal::Benchmark* bm) {

@@ -99,8 +99,7 @@ __attribute__((always_inline)) inline __m256i plane_bit_at_4(__m256i v, int bit)
 // sum (c - z) q as sum c q - z sum q (z = 8 or 16). Piece c of the codes:
 // low nibbles against q[c] (elements 8c ..), high nibbles against q[2 + c]
 // (16 + 8c ..). With VNNI by vpdpbusd into int32; without, by maddubs into
-// int16, four per half-group (at most 4 * 2 * 31 * 127 = 31496, exact with
-// the saturating add, which also keeps GCC from reassociating), and z sum q
+// int16, four per half-group (at most 4 * 2 * 31 * 127 = 31496), and z sum q
 // the same way; Q4_0 takes the bias out in int16 (15240 + 8128 at most) and
 // widens once, Q5_0 widens both first (their difference can pass 32767).
 template <bool kFive, bool kVnni>
@@ -115,8 +114,8 @@ __attribute__((always_inline)) inline __m256i nibble_sums(const char* qs, const 
   if constexpr (kVnni) {
     bias = dot4(dot4(dot4(dot4(zero, z, q[0]), z, q[1]), z, q[2]), z, q[3]);
   } else {
-    bias = _mm256_adds_epi16(_mm256_adds_epi16(_mm256_maddubs_epi16(z, q[0]), _mm256_maddubs_epi16(z, q[2])),
-                             _mm256_adds_epi16(_mm256_maddubs_epi16(z, q[1]), _mm256_maddubs_epi16(z, q[3])));
+    bias = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(z, q[0]), _mm256_maddubs_epi16(z, q[2])),
+                            _mm256_add_epi16(_mm256_maddubs_epi16(z, q[1]), _mm256_maddubs_epi16(z, q[3])));
     if constexpr (kFive) bias = _mm256_madd_epi16(bias, ones);
   }
   __m256i half[2];
@@ -132,7 +131,7 @@ __attribute__((always_inline)) inline __m256i nibble_sums(const char* qs, const 
         for (int n = 0; n < 2; ++n) u[n] = _mm256_or_si256(u[n], plane_bit_at_4(plane, q5_0_plane_bit(c, h, n)));
 #pragma GCC unroll 2
       for (int n = 0; n < 2; ++n)
-        s = kVnni ? dot4(s, u[n], q[2 * n + c]) : _mm256_adds_epi16(s, _mm256_maddubs_epi16(u[n], q[2 * n + c]));
+        s = kVnni ? dot4(s, u[n], q[2 * n + c]) : add16_in_order(s, _mm256_maddubs_epi16(u[n], q[2 * n + c]));
     }
     if constexpr (kVnni)
       half[h] = _mm256_sub_epi32(s, bias);
@@ -273,7 +272,7 @@ inline __m256i iq4_levels() {
 
 struct Q4KMadd {
   __attribute__((always_inline)) static __m256i add(__m256i acc, __m256i codes, __m256i q) {
-    return _mm256_adds_epi16(acc, _mm256_maddubs_epi16(codes, q));
+    return add16_in_order(acc, _mm256_maddubs_epi16(codes, q));
   }
   __attribute__((always_inline)) static __m256i weigh(__m256i sums, __m256i sc, int h, int odd) {
     return _mm256_madd_epi16(sums, _mm256_shuffle_epi8(sc, k4_scale_mask16(h, odd)));
@@ -441,7 +440,7 @@ __attribute__((always_inline)) inline void q6_k_chunk_pair(const char* gb, const
         for (int u = 0; u < 2; ++u)
 #pragma GCC unroll 2
           for (int part = 0; part < 2; ++part)
-            sub[u][part][h] = _mm256_adds_epi16(sub[u][part][h], _mm256_maddubs_epi16(q[u][part], x[u][part]));
+            sub[u][part][h] = add16_in_order(sub[u][part][h], _mm256_maddubs_epi16(q[u][part], x[u][part]));
       }
     }
     // Chunk j's low part is sub-blocks 4j + cp (scale pair 2j), its high part
