@@ -584,9 +584,12 @@ void i8_micro(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_
       for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
+          // One explicit FMA: GCC contracts a multiply and an add of
+          // intrinsics into one or not depending on register pressure, which
+          // made a row's last bit depend on its place in the tile.
           float* p = c + r * ldc + v * L;
-          const R prod = Q::fmul(acc[r][v], Q::fset1(dx[r]));
-          Q::fstore(p, add ? Q::fadd(Q::fload(p), prod) : prod);
+          const R dxr = Q::fset1(dx[r]);
+          Q::fstore(p, add ? Q::fma(acc[r][v], dxr, Q::fload(p)) : Q::fmul(acc[r][v], dxr));
           acc[r][v] = Q::fzero();
         }
     }
