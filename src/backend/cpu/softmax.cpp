@@ -1,10 +1,29 @@
 // SoftMax: softmax over each row of a*scale + mask. Rows whose entries are all
 // -inf (fully masked) give zeros rather than NaN.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/ops.h"
 
 namespace qlens::cpu {
+
+namespace {
+
+// The exponentials of a row need only go as far as its last entry above
+// -inf (a causal mask leaves half of a prompt's scores at -inf): the length
+// up to that entry, rounded up to a multiple of 64 so that every exp_sum
+// kernel (at most 2 x 16 lanes a step) assigns the entries it still sees to
+// the same lanes as over the whole row. The entries past it are exp(-inf) =
+// 0 either way, and adding zeros leaves the sums as they were: the results
+// are the whole row's, bit for bit (Ops.SoftMaxCausalRowsEqualWholeRows).
+int64_t exp_length(const float* y, int64_t n) {
+  int64_t len = n;
+  while (len > 0 && y[len - 1] == -INFINITY) --len;
+  constexpr int64_t kLaneBlock = 64;
+  return std::min(n, (len + kLaneBlock - 1) / kLaneBlock * kLaneBlock);
+}
+
+}  // namespace
 
 void op_soft_max(const Tensor& d, const KernelCtx& c) {
   const Tensor& a = *d.src[0];
@@ -40,8 +59,10 @@ void op_soft_max(const Tensor& d, const KernelCtx& c) {
       for (int64_t i = 0; i < n; ++i) y[i] = 0.0f;
       continue;
     }
-    const double sum = c.vec->exp_sum(n, y, y, mx);
-    c.vec->scale(n, y, y, static_cast<float>(1.0 / sum));
+    const int64_t len = mask ? exp_length(y, n) : n;
+    const double sum = c.vec->exp_sum(len, y, y, mx);
+    c.vec->scale(len, y, y, static_cast<float>(1.0 / sum));
+    std::fill(y + len, y + n, 0.0f);
   }
 }
 
