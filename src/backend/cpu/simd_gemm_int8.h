@@ -448,40 +448,30 @@ inline void i8_group_sums(const uint8_t* wp, const uint8_t* xp, int g, const int
                           typename Q::I (&isum)[Q::kMr][Q::kNv]) {
   using I = typename Q::I;
   constexpr int MR = Q::kMr, NV = Q::kNv, L = Q::L, NR = NV * L, S = F.group / 4;
-  if constexpr (F.wide) {  // int16 pairs (k2) by vpmaddwd
+  if constexpr (F.wide || !Q::kMaddubs) {
+    // One instruction per 32-bit lane and step: vpdpbusd on 4 codes, or
+    // (wide) vpmaddwd on 2 int16 codes.
+    constexpr int E = F.wide ? 2 : 4, steps = F.group / E;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) isum[r][v] = Q::iset1(start[r]);
 #pragma GCC unroll 16
-    for (int s = 0; s < 2 * S; ++s) {
-      const int k2 = g * 2 * S + s;
+    for (int s = 0; s < steps; ++s) {
+      const int k = g * steps + s;
       I w[NV];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) w[v] = Q::iload(wp + (k2 * NR + v * L) * 4);
+      for (int v = 0; v < NV; ++v) w[v] = Q::iload(wp + (k * NR + v * L) * 4);
 #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
-        const I x = Q::iset1(load_i32(xp + (k2 * MR + r) * 4));
+        const I x = Q::iset1(load_i32(xp + (k * MR + r) * 4));
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) isum[r][v] = Q::dpwssd(isum[r][v], w[v], x);
-      }
-    }
-  } else if constexpr (!Q::kMaddubs) {
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) isum[r][v] = Q::iset1(start[r]);
-#pragma GCC unroll 8
-    for (int s = 0; s < S; ++s) {
-      const int k4 = g * S + s;
-      I w[NV];
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) w[v] = Q::iload(wp + (k4 * NR + v * L) * 4);
-#pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) {
-        const I x = Q::iset1(load_i32(xp + (k4 * MR + r) * 4));
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) isum[r][v] = Q::dpbusd(isum[r][v], w[v], x);
+        for (int v = 0; v < NV; ++v) {
+          if constexpr (F.wide)
+            isum[r][v] = Q::dpwssd(isum[r][v], w[v], x);
+          else
+            isum[r][v] = Q::dpbusd(isum[r][v], w[v], x);
+        }
       }
     }
   } else {
