@@ -422,7 +422,7 @@ struct I8Madd : I8Avx2Common {
 struct I8Wide : I8Avx2Common {
   // 6 int32 sums and 6 float accumulators, 2 weight vectors, 1 activation pair.
   static constexpr int kMr = 3, kNv = 2;
-  static constexpr bool kMaddubs = true;
+  static constexpr bool kMaddubs = false;
   static I dpwssd(I acc, I a, I b) { return add32_in_order(acc, _mm256_madd_epi16(a, b)); }
 };
 template <>
@@ -448,7 +448,7 @@ inline void i8_group_sums(const uint8_t* wp, const uint8_t* xp, int g, const int
                           typename Q::I (&isum)[Q::kMr][Q::kNv]) {
   using I = typename Q::I;
   constexpr int MR = Q::kMr, NV = Q::kNv, L = Q::L, NR = NV * L, S = F.group / 4;
-  if constexpr (F.wide || !Q::kMaddubs) {
+  if constexpr (!Q::kMaddubs) {
     // One instruction per 32-bit lane and step: vpdpbusd on 4 codes, or
     // (wide) vpmaddwd on 2 int16 codes.
     constexpr int E = F.wide ? 2 : 4, steps = F.group / E;
@@ -621,7 +621,7 @@ Int8Gemm int8_entry() {
     e.pack_x = i8_pack_x_k<T, MR, SC>;
   }
   // The bias is the packing's only: one kernel per family and code range.
-  e.micro = i8_micro<Q, I8Format{f.legacy, f.unit, f.group, f.mins, 0, f.wide, Q::kMaddubs && !f.wide ? f.umax : 0}>;
+  e.micro = i8_micro<Q, I8Format{f.legacy, f.unit, f.group, f.mins, 0, f.wide, Q::kMaddubs ? f.umax : 0}>;
   e.mr = MR;
   e.nr = NR;
   e.unit = f.unit;

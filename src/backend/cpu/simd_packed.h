@@ -138,7 +138,7 @@ __attribute__((always_inline)) inline __m256i nibble_sums(const char* qs, const 
     else if constexpr (kFive)
       half[h] = _mm256_sub_epi32(_mm256_madd_epi16(s, ones), bias);
     else
-      half[h] = _mm256_madd_epi16(_mm256_subs_epi16(s, bias), ones);
+      half[h] = _mm256_madd_epi16(_mm256_sub_epi16(s, bias), ones);
   }
   return _mm256_hadd_epi32(half[0], half[1]);
 }

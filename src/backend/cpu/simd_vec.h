@@ -194,6 +194,10 @@ float v_scale_add_max(int64_t n, float* y, const float* x, float s, const float*
   }
   return mx;
 }
+// Each lane sums the entries a multiple of 2 W apart from its first (2 W at
+// most 32, AVX-512). SoftMax stops a row at a multiple of 64 past its last
+// entry above -inf on that assumption; Ops.SoftMaxCausalRowsEqualWholeRows
+// holds the two to it.
 template <class V>
 double v_exp_sum(int64_t n, float* y, const float* x, float m) {
   using R = typename V::R;
