@@ -21,6 +21,7 @@
 #include "backend/cpu/isa.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/packed.h"
+#include "backend/cpu/vec.h"
 #include "core/host_memory.h"
 #include "qlens/backend.h"
 #include "qlens/tensor.h"
@@ -368,6 +369,25 @@ void BM_Gelu(benchmark::State& state) {
   set_labels(state);
 }
 BENCHMARK(BM_Gelu)->Arg(1)->Arg(512)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// args: vocabulary size. The normalizer of one token's log-softmax in double
+// (tools' log_sum_exp: perplexity, compare, sensitivity), one thread, the
+// vector loops of --isa; Gemma 3's vocabulary is 262,144.
+void BM_LogSumExp(benchmark::State& state) {
+  const cpu::VecOps& v = cpu::vec_ops(g_isa);
+  std::vector<float> logits(static_cast<size_t>(state.range(0)));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 4.0f);
+  for (float& x : logits) x = d(rng);
+  const auto n = static_cast<int64_t>(logits.size());
+  for (auto _ : state) {
+    const double m = v.max(n, logits.data());
+    benchmark::DoNotOptimize(v.exp_sum_f64(n, logits.data(), m));
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  set_labels(state);
+}
+BENCHMARK(BM_LogSumExp)->Arg(32000)->Arg(262144)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

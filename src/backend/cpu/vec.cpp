@@ -103,6 +103,12 @@ double exp_sum_scalar(int64_t n, float* y, const float* x, float m) {
   return s;
 }
 
+double exp_sum_f64_scalar(int64_t n, const float* x, double m) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(x[i]) - m);
+  return s;
+}
+
 VecOps make_scalar() {
   VecOps v{};
   for (uint32_t t = 0; t < kDTypeCount; ++t) {
@@ -122,6 +128,7 @@ VecOps make_scalar() {
   v.max = max_scalar;
   v.scale_add_max = scale_add_max_scalar;
   v.exp_sum = exp_sum_scalar;
+  v.exp_sum_f64 = exp_sum_f64_scalar;
   return v;
 }
 
