@@ -12,6 +12,14 @@
 namespace qlens::tools {
 namespace {
 
+// The CPU backend's row loops, for sums of exponentials over a vocabulary:
+// 262,144 logits a token made libm's exp a sixth of a sensitivity probe on
+// Gemma 3.
+const cpu::VecOps& row_ops() {
+  static const cpu::VecOps& vec = cpu::vec_ops(cpu::best_isa());
+  return vec;
+}
+
 size_t argmax(std::span<const float> logits) {
   return static_cast<size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
@@ -95,13 +103,13 @@ void LogitComparison::add_token(std::span<const float> ref_logits, std::span<con
   add(measure(ref_logits, test_logits, next_token));
 }
 
-// Two passes and two exponentials per vocabulary entry. With d_i = ref_i -
-// test_i, KL = Σ p_i (log p_i - log q_i) = Σ p_i d_i - (lse_ref - lse_test),
-// and p_i = exp(ref_i - max_ref) / Σ: the exponential that sums the
-// reference's normalizer also weighs d_i, so no log-probability is stored and
-// none is exponentiated again (a third of compare's exp time on a 262k
-// vocabulary). Terms whose p_i is 0 are skipped (0 * log 0 = 0): a -inf logit
-// in both models would otherwise make the sum NaN.
+// With d_i = ref_i - test_i, KL = Σ p_i (log p_i - log q_i) = Σ p_i d_i -
+// (lse_ref - lse_test), p_i = exp(ref_i - max_ref) / Σ: no log-probability is
+// stored. The two normalizers come from the CPU backend's vector loop (the
+// same code for both models, so a model against itself gives exactly 0);
+// libm's exponential weighs d_i only where it is not 0. Terms whose p_i is 0
+// are skipped (0 * log 0 = 0): a -inf reference logit would otherwise make
+// the sum NaN.
 LogitComparison::TokenStats LogitComparison::measure(std::span<const float> ref_logits,
                                                 std::span<const float> test_logits, int32_t next_token) {
   if (ref_logits.size() != test_logits.size())
@@ -114,13 +122,15 @@ LogitComparison::TokenStats LogitComparison::measure(std::span<const float> ref_
 
   const size_t top_ref = argmax(ref_logits), top_test = argmax(test_logits);
   const double max_ref = ref_logits[top_ref], max_test = test_logits[top_test];
-  double sum_ref = 0, sum_test = 0, weighted_diff = 0;
+  const auto n = static_cast<int64_t>(ref_logits.size());
+  const double sum_ref = row_ops().exp_sum_f64(n, ref_logits.data(), max_ref);
+  const double sum_test = row_ops().exp_sum_f64(n, test_logits.data(), max_test);
+  double weighted_diff = 0;
   for (size_t i = 0; i < ref_logits.size(); ++i) {
     const double ref = ref_logits[i], test = test_logits[i];
+    if (ref == test) continue;
     const double e_ref = std::exp(ref - max_ref);
-    sum_ref += e_ref;
     if (e_ref > 0) weighted_diff += e_ref * (ref - test);
-    sum_test += std::exp(test - max_test);
   }
   // NaN (caught by the sums) or +inf (by the maxima): every figure would be NaN.
   if (!std::isfinite(max_ref) || !std::isfinite(sum_ref) || !std::isfinite(max_test) || !std::isfinite(sum_test))
@@ -240,9 +250,7 @@ void print_logit_summary(std::ostream& out, const LogitSummary& s) {
 }
 
 double log_sum_exp(std::span<const float> logits) {
-  // The CPU backend's row loops: a vocabulary of 262,144 logits per token
-  // made libm's exp a sixth of a sensitivity probe on Gemma 3.
-  static const cpu::VecOps& vec = cpu::vec_ops(cpu::best_isa());
+  const cpu::VecOps& vec = row_ops();
   const auto n = static_cast<int64_t>(logits.size());
   const double max_logit = vec.max(n, logits.data());
   const double sum_exp = vec.exp_sum_f64(n, logits.data(), max_logit);

@@ -85,10 +85,7 @@ void LlamaLogitsWriter::add_position(std::span<const float> logits) {
     min = std::min(min, l);
   }
   const float min_logit = std::max(min, max - 16.0f);
-  double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  if (!std::isfinite(max) || !std::isfinite(sum)) throw Error(kNonFiniteLogits);
-  const float lse = static_cast<float>(std::log(sum));
+  const float lse = static_cast<float>(log_sum_exp(logits) - max);  // log Σ exp(l - max)
   const float scale = (max - min_logit) / 65535.0f;
   const float min_log_prob = min_logit - max - lse;
   const size_t words = 2 * static_cast<size_t>((n_vocab_ + 1) / 2) + 4;

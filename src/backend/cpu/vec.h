@@ -41,7 +41,8 @@ struct VecOps {
   // y = exp(x - m); returns the sum of y.
   double (*exp_sum)(int64_t n, float* y, const float* x, float m);
   // Sum of e^(x - m) in double, each term to about 1 ulp of double (the
-  // scalar entry calls exp); for x - m <= 709, terms below e^-708 count as 0.
+  // scalar entry calls exp), for x - m <= 709; the SIMD entries count terms
+  // below e^-708 as 0.
   // A log-softmax's normalizer over a vocabulary (tools' log_sum_exp).
   double (*exp_sum_f64)(int64_t n, const float* x, double m);
 };
