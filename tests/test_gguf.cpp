@@ -355,7 +355,7 @@ std::vector<qlens::gguf::KeyValue> every_value_type() {
 }
 
 TEST(GgufRoundTrip, EveryValueTypeAndSeveralTensorTypes) {
-  for (uint32_t align : {0u, 64u, 1u}) {  // 0: general.alignment unset (default 32)
+  for (uint32_t align : {0u, 64u, 8u}) {  // 0: general.alignment unset (default 32)
     SCOPED_TRACE("alignment " + std::to_string(align));
     const auto kvs = every_value_type();
     const auto ts = sample_tensors();
@@ -504,6 +504,7 @@ TEST(GgufWriter, ValidatesMetadata) {
   fails_with("x.deep", deep, "nested deeper than 8");
   fails_with("general.alignment", Value::make_u64(32), "must be u32");
   fails_with("general.alignment", Value::make_u32(48), "not a non-zero power of two");
+  fails_with("general.alignment", Value::make_u32(4), "below the 8 GGUF requires");
   fails_with("", Value::make_u32(1), "empty metadata key");
   Writer w;
   w.set("general.alignment", Value::make_u32(0));
@@ -1039,6 +1040,23 @@ TEST(GgufHostile, GeneralAlignment) {
   auto f = File::open(path);
   EXPECT_EQ(f->alignment(), 256u);
   EXPECT_EQ(f->data_offset(), 256u);
+}
+
+// llama.cpp reads any power-of-two alignment, GGUF's spec asks a multiple of
+// 8: under it a tensor may start where its elements cannot be read in place.
+// Such a file opens when every tensor happens to sit right, else it names the
+// tensor (a fuzz finding: an imatrix read a float at an odd address).
+TEST(GgufHostile, TensorDataAlignedForItsType) {
+  const auto aligned_1 = [](uint32_t type, uint64_t offset) {
+    return craft({{"w", {8}, type, offset}}, 64, [](Raw& r) { r.kv_u32("general.alignment", 1); }, 1, 1);
+  };
+  const size_t data_offset = aligned_1(kF32, 0).size() - 64;
+  const uint64_t odd = (4 - data_offset % 4) % 4 + 2;  // data_offset + odd == 2 (mod 4)
+  expect_error(aligned_1(kF32, odd), {"'w'", "F32 data starts at file byte " + std::to_string(data_offset + odd),
+                                      "not a multiple of the 4 bytes", "general.alignment is 1"});
+  expect_error(aligned_1(kF16, odd + 1), {"'w'", "F16", "2 bytes"});
+  EXPECT_EQ(File::open(temp_file(aligned_1(kF16, odd)))->find_tensor("w")->nbytes, 16u);
+  EXPECT_EQ(File::open(temp_file(aligned_1(kF32, odd + 2)))->alignment(), 1u);
 }
 
 // ---------------------------------------------------------------- GGUF v1

@@ -216,6 +216,9 @@ size_t Writer::alignment() const {
     const uint64_t a = kv.value.u;
     if (a == 0 || (a & (a - 1)) != 0 || a > 0xffffffffu)
       fail("key 'general.alignment' is " + std::to_string(a) + ", not a non-zero power of two");
+    // GGUF's spec asks for a multiple of 8; below it a float could start at
+    // an address the reader refuses.
+    if (a < 8) fail("key 'general.alignment' is " + std::to_string(a) + ", below the 8 GGUF requires");
     return static_cast<size_t>(a);
   }
   return kDefaultAlignment;

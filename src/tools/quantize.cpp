@@ -509,7 +509,9 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
   const int n_threads = opt.n_threads > 0 ? opt.n_threads : default_thread_count();
 
   gguf::Writer w;
-  for (const auto& kv : in->metadata()) w.set(kv.key, kv.value);
+  for (const auto& kv : in->metadata())
+    // An input aligned below GGUF's 8 (llama.cpp reads them) gets the default layout.
+    if (kv.key != "general.alignment" || kv.value.u >= 8) w.set(kv.key, kv.value);
   w.set("general.file_type", gguf::Value::make_u32(plan.from_mix ? plan.mix.file_type : file_type_of(plan)));
   w.set("general.quantization_version", gguf::Value::make_u32(2));
   w.set("quantize.qlens_version", gguf::Value::make_string(QLENS_VERSION));
