@@ -57,6 +57,13 @@ __attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i dot4(__m256i ac
 }
 #endif
 
+// Eight activation bytes at p (any alignment) in every 64-bit lane: one
+// broadcast load (vpbroadcastq ymm, m64), where an int64 through memcpy made
+// GCC bounce pieces through the stack or shuffle them from a register.
+__attribute__((always_inline)) inline __m256i broadcast_piece(const char* p) {
+  return _mm256_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
 // The eight rows' int32 sums of one Q8_0 group block (lanes in kPackLane
 // order): with vpdpbusd, or with maddubs.
 __attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q8_0_sums_vnni(const char* qs, const __m256i* q) {
@@ -182,10 +189,9 @@ __attribute__((always_inline)) inline void packed_dot_legacy(int64_t k, const ch
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kGroupBlock;
     const char* xb = xr + b * sizeof(quant::BlockQ8_0);
-    long long piece[4];
-    std::memcpy(piece, xb + offsetof(quant::BlockQ8_0, qs), sizeof piece);
-    const __m256i q[4] = {_mm256_set1_epi64x(piece[0]), _mm256_set1_epi64x(piece[1]), _mm256_set1_epi64x(piece[2]),
-                          _mm256_set1_epi64x(piece[3])};
+    const char* xq = xb + offsetof(quant::BlockQ8_0, qs);
+    const __m256i q[4] = {broadcast_piece(xq), broadcast_piece(xq + 8), broadcast_piece(xq + 16),
+                          broadcast_piece(xq + 24)};
     const __m256i isum = kSums(gb + kPackScales, q);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
     const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
@@ -230,10 +236,7 @@ __attribute__((always_inline)) inline __m256i k4_sums(const char* codes, const c
     __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
-      long long ql, qh;
-      std::memcpy(&ql, xq + 64 * j + 8 * c, 8);
-      std::memcpy(&qh, xq + 64 * j + 32 + 8 * c, 8);
-      const __m256i q_lo = _mm256_set1_epi64x(ql), q_hi = _mm256_set1_epi64x(qh);
+      const __m256i q_lo = broadcast_piece(xq + 64 * j + 8 * c), q_hi = broadcast_piece(xq + 64 * j + 32 + 8 * c);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + ((4 * j + c) * 2 + h) * 32));
@@ -406,11 +409,7 @@ inline constexpr Q6KScaleMasks kQ6KScaleMasks = q6k_scale_masks();
 __attribute__((always_inline)) inline void q6_k_chunk_pair(const char* gb, const char* xq, int t, __m256i* isum) {
   const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
   auto load = [](const char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
-  auto piece = [&](int at) {
-    long long v;
-    std::memcpy(&v, xq + at, 8);
-    return _mm256_set1_epi64x(v);
-  };
+  auto piece = [&](int at) { return broadcast_piece(xq + at); };
   // Code vector from the low nibbles' or high nibbles' 4 bits and 2 high bits.
   auto codes = [&](__m256i low_bits, __m256i high_bits) {
     return _mm256_or_si256(_mm256_and_si256(low_bits, low4), _mm256_and_si256(high_bits, bits45));
