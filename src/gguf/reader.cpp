@@ -403,12 +403,10 @@ class Parser {
              (oe ? std::string("2^64+") : std::to_string(end)) + ") lies outside the file (size " +
              std::to_string(size_) + ", data section starts at " + std::to_string(f_.data_offset_) + ")");
       }
-    }
-    // The mapping starts on a page, so a tensor's address is aligned as its
-    // file offset is. GGUF's spec asks general.alignment to be a multiple of 8,
-    // llama.cpp accepts any power of two: under 8 a tensor may start where its
-    // elements cannot be read in place (a float at an odd address).
-    for (const TensorInfo& t : f_.tensors_) {
+      // The mapping starts on a page, so a tensor's address is aligned as its
+      // file offset is. GGUF's spec asks general.alignment to be a multiple of
+      // 8, llama.cpp accepts any power of two: under 8 a tensor may start where
+      // its elements cannot be read in place (a float at an odd address).
       const uint64_t at = f_.data_offset_ + t.offset;
       const uint64_t need = element_alignment(t.type);
       if (need > 1 && at % need != 0)
