@@ -174,7 +174,7 @@ std::vector<uint8_t> craft(const std::vector<TI>& ts, size_t data_bytes,
   return std::move(r.b);
 }
 
-constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2;
+constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_K = 12, kQ8_K = 15;
 
 // ---------------------------------------------------------------- Value
 
@@ -1057,6 +1057,16 @@ TEST(GgufHostile, TensorDataAlignedForItsType) {
   expect_error(aligned_1(kF16, odd + 1), {"'w'", "F16", "2 bytes"});
   EXPECT_EQ(File::open(temp_file(aligned_1(kF16, odd)))->find_tensor("w")->nbytes, 16u);
   EXPECT_EQ(File::open(temp_file(aligned_1(kF32, odd + 2)))->alignment(), 1u);
+  // A quantized block is read as its struct, whose fp16 scale needs 2 (Q8_K's
+  // float 4), whatever the block's size: Q4_K (144 bytes) opens 2 past a
+  // multiple of 8, Q8_K not.
+  const auto one_block = [](uint32_t type, uint64_t offset, size_t bytes) {
+    return craft({{"w", {256}, type, offset}}, bytes, [](Raw& r) { r.kv_u32("general.alignment", 1); }, 1, 1);
+  };
+  const uint64_t two_past_8 = (8 - data_offset % 8) % 8 + 2;
+  EXPECT_EQ(File::open(temp_file(one_block(kQ4_K, two_past_8, 160)))->find_tensor("w")->nbytes, 144u);
+  expect_error(one_block(kQ4_K, two_past_8 + 1, 160), {"'w'", "Q4_K", "2 bytes"});
+  expect_error(one_block(kQ8_K, two_past_8, 300), {"'w'", "Q8_K", "4 bytes"});
 }
 
 // ---------------------------------------------------------------- GGUF v1

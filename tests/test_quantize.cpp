@@ -359,6 +359,59 @@ TEST(QuantizeModel, LlamaCppHabits) {
   EXPECT_NE(out.find("NTHREADS must be a thread count"), std::string::npos) << out;
 }
 
+// llama.cpp reads files aligned below GGUF's 8, qlens's writer refuses to
+// write them: quantize gives such an input the default alignment, and the
+// same tensors as the input laid out at 8.
+TEST(QuantizeModel, InputAlignedBelowEightGetsTheDefaultAlignment) {
+  if (!can_quantize_to(DType::Q8_0)) GTEST_SKIP() << "Q8_0 not available";
+  const std::string dir = test::temp_dir();
+  auto base = gguf::File::open(synth_f32());
+  // The input at alignment 8, then 4 patched into its general.alignment: a
+  // pad string makes the header end where 4 and 8 give the same data offset.
+  std::string at4;
+  for (int pad = 0; pad < 8 && at4.empty(); ++pad) {
+    gguf::Writer w;
+    for (const auto& kv : base->metadata()) w.set(kv.key, kv.value);
+    w.set("general.alignment", gguf::Value::make_u32(8));
+    w.set("test.pad", gguf::Value::make_string(std::string(pad, 'p')));
+    for (const auto& t : base->tensors())
+      w.add_tensor(t.name, t.type, std::span<const int64_t>(t.ne.data(), t.n_dims), base->tensor_data(t), t.nbytes);
+    w.write(dir + "/a8.gguf");
+    std::string bytes = read_text_file(dir + "/a8.gguf");
+    const std::string key = "general.alignment";
+    const size_t k = bytes.find(key);
+    ASSERT_NE(k, std::string::npos);
+    const size_t value_at = k + key.size() + 4;  // after the key, the u32 type id
+    ASSERT_EQ(bytes[value_at], 8);
+    bytes[value_at] = 4;
+    {
+      std::ofstream(dir + "/a4.gguf", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    if (gguf::File::open(dir + "/a4.gguf")->data_offset() == gguf::File::open(dir + "/a8.gguf")->data_offset())
+      at4 = dir + "/a4.gguf";
+  }
+  ASSERT_FALSE(at4.empty());
+  ASSERT_EQ(gguf::File::open(at4)->alignment(), 4u);
+  tools::QuantizeOptions opt;
+  opt.mix = "Q8_0";
+  std::ostringstream log;
+  tools::quantize_model(at4, dir + "/from4.gguf", opt, log);
+  tools::quantize_model(dir + "/a8.gguf", dir + "/from8.gguf", opt, log);
+  auto from4 = gguf::File::open(dir + "/from4.gguf");
+  auto from8 = gguf::File::open(dir + "/from8.gguf");
+  EXPECT_EQ(from4->alignment(), 32u);
+  EXPECT_FALSE(from4->find("general.alignment"));
+  EXPECT_EQ(from8->alignment(), 8u);
+  ASSERT_EQ(from4->tensors().size(), from8->tensors().size());
+  for (size_t i = 0; i < from4->tensors().size(); ++i) {
+    const auto& a = from4->tensors()[i];
+    const auto& b = from8->tensors()[i];
+    ASSERT_EQ(a.name, b.name);
+    ASSERT_EQ(a.nbytes, b.nbytes) << a.name;
+    EXPECT_EQ(std::memcmp(from4->tensor_data(a), from8->tensor_data(b), a.nbytes), 0) << a.name;
+  }
+}
+
 TEST(QuantizeModel, RequantizingNeedsPermission) {
   if (!can_quantize_to(DType::Q8_0) || !can_quantize_to(DType::Q4_0)) GTEST_SKIP() << "Q8_0/Q4_0 not available";
   const std::string dir = test::temp_dir();

@@ -78,6 +78,10 @@ struct TypeTraits {
   // Type that activations are converted to before a dot product with a weight
   // row of this type (F32 for the plain float types).
   DType vec_dot_type = DType::F32;
+  // Where a block may start in memory for the engine to read it in place (a
+  // float's 4, the 2 of a quantized block's fp16 scale); 1 for the types the
+  // engine cannot read.
+  size_t data_alignment = 1;
 };
 
 // The traits of a type id, or nullptr when the id is not a known type.

@@ -103,6 +103,7 @@ struct TraitsTable {
     r.block_size = block;
     r.block_bytes = bytes;
     r.is_quantized = quantized;
+    if (!quantized) r.data_alignment = bytes;
   }
 
   TraitsTable() {
@@ -162,6 +163,7 @@ struct TraitsTable {
       rows[id].from_float = q->from_float;
       rows[id].quantize = q->quantize;
       rows[id].vec_dot_type = q->vec_dot_type;
+      rows[id].data_alignment = q->block_alignment;
     }
   }
 };

@@ -375,14 +375,6 @@ class Parser {
     f_.data_offset_ = pos_ + (a - pos_ % a) % a;
   }
 
-  // The alignment a block of the type needs to be read in place: the largest
-  // power of two dividing its size, up to 8 (a float's 4, a half's 2, an
-  // 18-byte Q4_0 block's 2).
-  static uint64_t element_alignment(DType type) {
-    const uint64_t bytes = type_traits(type).block_bytes;
-    return std::min<uint64_t>(bytes & (~bytes + 1), 8);
-  }
-
   static std::string shape_text(const TensorInfo& t) {
     std::string s = "[";
     for (int d = 0; d < t.n_dims; ++d) s += (d ? ", " : "") + std::to_string(t.ne[d]);
@@ -408,7 +400,7 @@ class Parser {
       // 8, llama.cpp accepts any power of two: under 8 a tensor may start where
       // its elements cannot be read in place (a float at an odd address).
       const uint64_t at = f_.data_offset_ + t.offset;
-      const uint64_t need = element_alignment(t.type);
+      const uint64_t need = type_traits(t.type).data_alignment;
       if (need > 1 && at % need != 0)
         fail("tensor " + quoted(t.name) + ": " + type_traits(t.type).name + " data starts at file byte " +
              std::to_string(at) + ", not a multiple of the " + std::to_string(need) + " bytes its elements need (" +

@@ -430,7 +430,7 @@ void q8k_quantize(const float* src, void* dst, int64_t nrows, int64_t n_per_row,
 
 template <class C>
 constexpr Functions functions() {
-  return Functions{to_float<C>, from_float<C>, quantize_rows<C>, DType::Q8_K};
+  return Functions{to_float<C>, from_float<C>, quantize_rows<C>, DType::Q8_K, alignof(typename C::Block)};
 }
 
 }  // namespace
@@ -444,7 +444,8 @@ const Functions* kquant_functions(DType type) {
   static const Functions q6k = kq::functions<kq::Q6KQ>();
   static const Functions iq4xs = kq::functions<kq::IQ4XSQ>();
   // Q8_K as a weight has no dot kernel: rows are converted to F32 (as in ggml).
-  static const Functions q8k{kq::q8k_to_float, kq::q8k_from_float, kq::q8k_quantize, DType::F32};
+  static const Functions q8k{kq::q8k_to_float, kq::q8k_from_float, kq::q8k_quantize, DType::F32,
+                             alignof(kq::BlockQ8K)};
   switch (type) {
     case DType::Q2_K: return &q2k;
     case DType::Q3_K: return &q3k;

@@ -689,7 +689,7 @@ void quantize_rows(const float* src, void* dst, int64_t nrows, int64_t n_per_row
 
 template <class F>
 constexpr Functions functions_of(DType vec_dot_type) {
-  return Functions{to_float_rows<F>, from_float_rows<F>, quantize_rows<F>, vec_dot_type};
+  return Functions{to_float_rows<F>, from_float_rows<F>, quantize_rows<F>, vec_dot_type, alignof(typename F::Block)};
 }
 
 // vec_dot_type as ggml: Q8_1 (which carries the sum for the offset term) for
