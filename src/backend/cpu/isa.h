@@ -5,6 +5,8 @@
 // kernels are always present and are what the SIMD ones are tested against.
 #pragma once
 
+#include <cstddef>
+
 namespace qlens::cpu {
 
 enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
@@ -12,10 +14,15 @@ enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 const char* isa_name(Isa isa);
 // Whether this CPU can run the kernels of `isa`.
 bool isa_supported(Isa isa);
-// The instruction set the backend uses by default: the widest supported one
-// (AVX-512 only on request for now, see isa.cpp); QLENS_CPU_ISA=scalar|avx2|
-// avx512 in the environment sets the cap.
+// The instruction set the backend uses by default: the widest supported one;
+// QLENS_CPU_ISA=scalar|avx2|avx512 in the environment sets the cap.
 Isa best_isa();
+
+// How many bytes ahead of the one they read the packed matrix-vector kernels
+// of `isa` (packed.h) prefetch weights: 1024 with AVX2, none with AVX-512
+// (measured on Zen 3 and Zen 4: isa.cpp); QLENS_CPU_PREFETCH=N (0 .. 65536)
+// in the environment sets it for both.
+size_t packed_prefetch_bytes(Isa isa);
 
 // Extensions the kernels of an instruction set use where the CPU has them
 // (the int8 GEMM path's dot instructions): AVX-512 VNNI (512-bit vpdpbusd)
