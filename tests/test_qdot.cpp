@@ -56,6 +56,7 @@
 #include "qlens/types.h"
 #include "quant/kquants.h"
 #include "quant/legacy.h"
+#include "test_util.h"
 
 namespace qlens {
 namespace {
@@ -670,6 +671,26 @@ TEST(Qdot, PackedKernelsMatchThePlainOneAndTheReference) {
         }
       }
   }
+}
+
+// How far ahead the packed kernels prefetch: 1 KiB with AVX2, none with
+// AVX-512 or the plain kernels; QLENS_CPU_PREFETCH sets it (0 .. 65536),
+// anything else leaves the defaults. (Prefetching changes no result: the
+// packed kernels' tests above run with the default.)
+TEST(Qdot, PackedPrefetchDistance) {
+  const auto check = [](const char* env, size_t avx2, size_t avx512) {
+    SCOPED_TRACE(env ? env : "(unset)");
+    test::ScopedEnv scoped("QLENS_CPU_PREFETCH", env ? env : "");  // restores the suite's value
+    if (!env) unsetenv("QLENS_CPU_PREFETCH");
+    EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Avx2), avx2);
+    EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Avx512), avx512);
+    EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Scalar), env ? avx512 : 0u);
+  };
+  check(nullptr, 1024, 0);
+  check("0", 0, 0);
+  check("2048", 2048, 2048);
+  check("65536", 65536, 65536);
+  for (const char* bad : {"", "-64", "65537", "1k", " 512", "99999999999999999999"}) check(bad, 1024, 0);
 }
 
 TEST(Qdot, MulMatMatchesReferences) {
