@@ -12,7 +12,7 @@ struct Functions {
   FromFloatFn from_float = nullptr;
   QuantizeRowsFn quantize = nullptr;
   DType vec_dot_type = DType::F32;  // activation type for dot products with this weight type
-  size_t block_alignment = 1;       // alignof the block's struct: to_float reads blocks in place
+  size_t block_alignment = 1;       // alignof the block's struct, which code reading blocks in place needs
 };
 
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL (blocks of 32): src/quant/legacy.cpp.

@@ -95,8 +95,9 @@ const char* int8_kernel_name(Isa isa) {
 // read 8-21% faster than the hardware prefetcher alone (bench_ops
 // BM_MulMatVec, uncached, six alternated rounds, every packed type) and
 // generated 14% (Q4_0) and 25% (Q4_K_M) faster on the 1.1B model; 512 and 2048
-// were close. On Zen 4 (AVX-512 kernels, 2026-12-03) 1.1-5.7 KiB ahead was
-// equal or up to 8% slower, so the AVX-512 kernels do not prefetch until a
+// were close. On Zen 4 (AVX-512 kernels, 2026-12-03) 8-40 group blocks ahead
+// was equal or up to 8% slower (1 KiB, less than one block of the K types,
+// was not tried there), so the AVX-512 kernels do not prefetch until a
 // machine with them shows a gain.
 size_t packed_prefetch_bytes(Isa isa) {
   if (const char* env = std::getenv("QLENS_CPU_PREFETCH")) {
