@@ -35,9 +35,9 @@ namespace {
 
 // A chunk of groups is one contiguous stream, which the hardware prefetcher
 // follows; on Zen 3 (AVX2) the kernels still read memory 8-21% faster, and
-// generate 14-25% faster on the 1.1B models, with each group block's lines
+// generate 12-25% faster on the 1.1B models, with each group block's lines
 // prefetched 1 KiB ahead into L1 (when the weights are in L3 already, Q6_K
-// and IQ4_XS lose 5-9% to the extra instructions). On Zen 4 (AVX-512),
+// and IQ4_XS lose 4-9% to the extra instructions). On Zen 4 (AVX-512),
 // 8-40 group blocks ahead measured equal or up to 8% slower: see
 // packed_prefetch_bytes.
 
