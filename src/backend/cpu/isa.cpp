@@ -93,9 +93,9 @@ const char* int8_kernel_name(Isa isa) {
 // Generation streams the packed weights from memory once per token. On Zen 3
 // (AVX2 kernels, 2026-12-04) prefetching each group block's lines 1 KiB ahead
 // read 8-21% faster than the hardware prefetcher alone (bench_ops
-// BM_MulMatVec, uncached, six to ten alternated rounds, each packed type but Q5_0, which shares Q4_0's loop) and
-// generated 14% (Q4_0) and 25% (Q4_K_M) faster on the 1.1B model; 512 and 2048
-// were close. On Zen 4 (AVX-512 kernels, 2026-12-03) 8-40 group blocks ahead
+// BM_MulMatVec, uncached, six to ten alternated rounds, each packed type but
+// Q5_0, which shares Q4_0's loop) and generated 14% (Q4_0) and 25% (Q4_K_M)
+// faster on the 1.1B model; 512 and 2048 were close. On Zen 4 (AVX-512 kernels, 2026-12-03) 8-40 group blocks ahead
 // was equal or up to 8% slower (1 KiB, less than one block of the K types,
 // was not tried there), so the AVX-512 kernels do not prefetch until a
 // machine with them shows a gain.
