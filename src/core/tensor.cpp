@@ -9,12 +9,6 @@ namespace qlens {
 
 namespace {
 
-constexpr const char* kOpNames[kOpCount] = {
-    "NONE",     "GET_ROWS", "MUL_MAT", "ADD", "MUL",  "SCALE",   "RMS_NORM", "ROPE",
-    "SOFT_MAX", "SILU",     "GELU",    "CPY", "CONT", "RESHAPE", "VIEW",     "PERMUTE", "TRANSPOSE",
-    "MUL_MAT_ID", "ARGSORT", "SUM_ROWS", "CLAMP", "DIV",
-};
-
 [[noreturn]] void fail(const std::string& op, const std::string& what) {
   throw Error(op + ": " + what);
 }
@@ -63,12 +57,6 @@ void require_f32(const char* op, const Tensor* t) {
 }
 
 }  // namespace
-
-const char* op_name(Op op) { return kOpNames[static_cast<int>(op)]; }
-
-bool op_is_view(Op op) {
-  return op == Op::Reshape || op == Op::View || op == Op::Permute || op == Op::Transpose;
-}
 
 std::array<size_t, kMaxDims> contiguous_strides(DType type, const std::array<int64_t, kMaxDims>& ne) {
   const TypeTraits& tt = type_traits(type);

@@ -9,8 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/ops.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/taps.h"
 #include "backend/cpu/thread_pool.h"
 #include "backend/host_buffer.h"
@@ -27,92 +26,6 @@ namespace {
               what);
 }
 
-// Checks the types and shapes the kernels rely on, so that they never need
-// to fail. Throws Error naming the node and the reason.
-void check_op(const Tensor& n) {
-  if (op_is_view(n.op)) return;
-  const Tensor* a = n.src[0];
-  const Tensor* b = n.src[1];
-  const DType result_type = n.op == Op::ArgSort ? DType::I32 : DType::F32;
-  if (n.op != Op::Cpy && n.op != Op::Cont && (n.type != result_type || n.nb[0] != sizeof(float)))
-    fail(n, std::string("result must be ") + type_name(result_type).data() + " with adjacent elements");
-  auto need_f32 = [&](const Tensor* t) {
-    if (!t || t->type != DType::F32) fail(n, "source must be F32");
-  };
-  switch (n.op) {
-    case Op::GetRows: {
-      const TypeTraits& tt = type_traits(a->type);
-      if (!tt.to_float) fail(n, "cannot read rows of type " + std::string(tt.name));
-      if (tt.block_size > 1 && a->nb[0] != tt.block_bytes) fail(n, "rows of a quantized source must be contiguous");
-      if (b->type != DType::I32) fail(n, "indices must be I32");
-      break;
-    }
-    case Op::MulMat: {
-      const TypeTraits& tt = type_traits(a->type);
-      if (!tt.to_float) fail(n, "cannot read weights of type " + std::string(tt.name));
-      if (tt.block_size > 1 && a->nb[0] != tt.block_bytes) fail(n, "rows of quantized weights must be contiguous");
-      if (!type_traits(tt.vec_dot_type).from_float && tt.vec_dot_type != DType::F32)
-        fail(n, "cannot convert activations to " + std::string(type_name(tt.vec_dot_type)));
-      need_f32(b);
-      if (a->ne[0] != b->ne[0] || b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0) fail(n, "shapes do not match");
-      break;
-    }
-    case Op::MulMatId: {
-      const TypeTraits& tt = type_traits(a->type);
-      const Tensor* ids = n.src[2];
-      if (!tt.to_float) fail(n, "cannot read weights of type " + std::string(tt.name));
-      if (tt.block_size > 1 && a->nb[0] != tt.block_bytes) fail(n, "rows of quantized weights must be contiguous");
-      need_f32(b);
-      if (!ids || ids->type != DType::I32) fail(n, "expert ids must be I32");
-      if (a->ne[0] != b->ne[0] || b->ne[2] != ids->ne[1] || (b->ne[1] != 1 && b->ne[1] != ids->ne[0]) ||
-          n.ne[0] != a->ne[1] || n.ne[1] != ids->ne[0] || n.ne[2] != ids->ne[1])
-        fail(n, "shapes do not match");
-      break;
-    }
-    case Op::Add:
-    case Op::Mul:
-    case Op::Div:
-      need_f32(a);
-      need_f32(b);
-      for (int i = 0; i < kMaxDims; ++i)
-        if (b->ne[i] == 0 || a->ne[i] % b->ne[i] != 0) fail(n, "cannot broadcast b");
-      break;
-    case Op::Scale:
-    case Op::RmsNorm:
-    case Op::Silu:
-    case Op::Gelu:
-    case Op::Clamp:
-    case Op::SumRows:
-    case Op::ArgSort:
-      need_f32(a);
-      break;
-    case Op::Rope:
-      need_f32(a);
-      if (b->type != DType::I32 || b->ne[0] != a->ne[2]) fail(n, "positions must be I32, one per token");
-      if (n.params[0] <= 0 || n.params[0] % 2 != 0 || n.params[0] > a->ne[0]) fail(n, "bad rotated dims");
-      if (n.params[1] != static_cast<int32_t>(RopeMode::Normal) && n.params[1] != static_cast<int32_t>(RopeMode::NeoX))
-        fail(n, "unknown rope mode " + std::to_string(n.params[1]));
-      if (n.src[2] && (n.src[2]->type != DType::F32 || n.src[2]->nb[0] != sizeof(float) ||
-                       n.src[2]->ne[0] < n.params[0] / 2))
-        fail(n, "frequency factors must be a contiguous F32 vector of n_dims / 2 entries");
-      break;
-    case Op::SoftMax:
-      need_f32(a);
-      if (b && (b->type != DType::F32 || b->ne[0] != a->ne[0] || b->ne[1] < a->ne[1]))
-        fail(n, "mask does not cover the input");
-      break;
-    case Op::Cpy:
-    case Op::Cont: {
-      const Tensor& d = n.op == Op::Cpy ? *b : n;
-      if (!is_float_type(a->type) || !is_float_type(d.type)) fail(n, "copies F32, F16 and BF16 only");
-      if (a->nelements() != d.nelements()) fail(n, "element counts differ");
-      break;
-    }
-    default:
-      fail(n, "unsupported operation");
-  }
-}
-
 // Checks a node about to run: its op, and the data it reads.
 void check_node(const Tensor& n) {
   if (!n.data) fail(n, "has no data (apply a memory plan first)");
@@ -121,7 +34,7 @@ void check_node(const Tensor& n) {
   for (const Tensor* s : {&n, static_cast<const Tensor*>(n.src[0]), static_cast<const Tensor*>(n.src[1]),
                           static_cast<const Tensor*>(n.src[2])})
     if (s && s->buffer && !s->buffer->is_host()) fail(n, "'" + s->name + "' lies in device memory");
-  check_op(n);
+  if (auto why = cannot_compute(n); !why.empty()) fail(n, why);
   // Indices are data: those of an input are checked here, before any node
   // runs; an argsort's (the router's) lie below its row length.
   auto check_indices = [&](const Tensor& idx, int64_t limit, const char* what) {
@@ -144,38 +57,6 @@ void check_node(const Tensor& n) {
   if (n.op == Op::MulMatId) check_indices(*n.src[2], n.src[0]->ne[2], "expert id");
 }
 
-bool op_supported(const Tensor& n) {
-  try {
-    check_op(n);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
-void run_node(const Tensor& n, const KernelCtx& c) {
-  switch (n.op) {
-    case Op::GetRows: op_get_rows(n, c); break;
-    case Op::MulMat: matmul(n, c); break;
-    case Op::MulMatId: matmul_id(n, c); break;
-    case Op::Add: op_add(n, c); break;
-    case Op::Mul: op_mul(n, c); break;
-    case Op::Div: op_div(n, c); break;
-    case Op::Clamp: op_clamp(n, c); break;
-    case Op::SumRows: op_sum_rows(n, c); break;
-    case Op::ArgSort: op_argsort(n, c); break;
-    case Op::Scale: op_scale(n, c); break;
-    case Op::RmsNorm: op_rms_norm(n, c); break;
-    case Op::Rope: op_rope(n, c); break;
-    case Op::SoftMax: op_soft_max(n, c); break;
-    case Op::Silu: op_silu(n, c); break;
-    case Op::Gelu: op_gelu(n, c); break;
-    case Op::Cpy:
-    case Op::Cont: op_cpy(n, c); break;
-    default: break;  // views: nothing to do
-  }
-}
-
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int n_threads, Isa isa) : pool_(n_threads), isa_(isa), vec_(&vec_ops(isa)) {}
@@ -185,7 +66,7 @@ class CpuBackend final : public Backend {
 
   std::unique_ptr<Buffer> alloc_buffer(size_t bytes) override { return make_host_buffer(*this, bytes); }
   bool uses_host_memory() const override { return true; }
-  bool supports_op(const Tensor& node) const override { return op_supported(node); }
+  bool supports_op(const Tensor& node) const override { return cannot_compute(node).empty(); }
 
   std::unique_ptr<TapState> make_tap_state(TapKind kind, int64_t n_columns) override {
     return std::make_unique<CpuTapState>(kind, n_columns, pool_.size());
@@ -254,7 +135,7 @@ class CpuBackend final : public Backend {
         }
         if (ith == 0) counters_[(node_no + 1) % 2].store(0, std::memory_order_relaxed);
         c.counter = &counters_[node_no % 2];
-        run_node(*work[i].node, c);
+        kernel_of(work[i].node->op).run(*work[i].node, c);
         ++node_no;
       }
     });
@@ -269,35 +150,6 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
-
-size_t scratch_bytes(const Tensor& n, int nth, Isa isa) {
-  const int64_t row = n.src[0] ? n.src[0]->ne[0] : 0;
-  switch (n.op) {
-    case Op::MulMat: return matmul_scratch(n, nth, isa);
-    case Op::MulMatId: return matmul_id_scratch(n, nth, isa);
-    case Op::Add:
-    case Op::Mul:
-    case Op::Div: return 2 * row * sizeof(float);
-    case Op::Clamp:
-    case Op::Scale:
-    case Op::Silu:
-    case Op::Gelu:
-    case Op::RmsNorm:
-    case Op::SoftMax: return row * sizeof(float);
-    case Op::Rope: return (n.params[0] / 2) * (sizeof(double) + 2 * sizeof(float));
-    case Op::Cpy:
-    case Op::Cont: return 1024 * sizeof(float);
-    default: return 0;
-  }
-}
-
-size_t shared_scratch_bytes(const Tensor& n, int nth, Isa isa) {
-  switch (n.op) {
-    case Op::MulMat: return matmul_shared_scratch(n, nth, isa);
-    case Op::MulMatId: return matmul_id_shared_scratch(n, nth, isa);
-    default: return 0;
-  }
-}
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, Isa isa) {
   if (!isa_supported(isa)) throw Error(std::string("cpu backend: this CPU cannot run ") + isa_name(isa) + " kernels");

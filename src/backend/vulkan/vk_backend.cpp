@@ -149,47 +149,6 @@ void VulkanBackend::download(const DeviceBuffer& src, size_t offset, void* dst, 
   }
 }
 
-namespace {
-
-bool has_kernel(const Tensor& node) {
-  switch (node.op) {
-    case Op::Add:
-    case Op::Mul:
-    case Op::Div:
-    case Op::Scale:
-    case Op::Clamp:
-    case Op::Silu:
-    case Op::Gelu:
-    case Op::Cpy:
-    case Op::Cont: return supports_elementwise(node);
-    case Op::RmsNorm:
-    case Op::SoftMax:
-    case Op::Rope:
-    case Op::SumRows:
-    case Op::ArgSort: return supports_row_op(node);
-    case Op::MulMat:
-    case Op::MulMatId:
-    case Op::GetRows: return supports_matmul(node);
-    default: return false;
-  }
-}
-
-}  // namespace
-
-std::vector<ShaderUse> shaders_of(const Tensor& node, bool is_cpu, bool has_float64) {
-  switch (node.op) {
-    case Op::RmsNorm:
-    case Op::SoftMax:
-    case Op::Rope:
-    case Op::SumRows:
-    case Op::ArgSort: return row_op_shaders(node, is_cpu, has_float64);
-    case Op::MulMat:
-    case Op::MulMatId:
-    case Op::GetRows: return matmul_shaders(node, is_cpu);
-    default: return elementwise_shaders(node);
-  }
-}
-
 // A tensor a shader binds must fit in one storage-buffer window (starting at
 // an aligned offset below it); larger ones stay with the CPU.
 bool VulkanBackend::fits_one_window(const Tensor& t) const {
@@ -198,41 +157,14 @@ bool VulkanBackend::fits_one_window(const Tensor& t) const {
 
 bool VulkanBackend::supports_op(const Tensor& node) const {
   if (op_is_view(node.op)) return true;
-  if (!has_kernel(node) || !fits_one_window(node)) return false;
+  const Kernel& kernel = kernel_of(node.op);
+  if (!kernel.supports || !kernel.supports(node) || !fits_one_window(node)) return false;
   for (const Tensor* s : node.src)
     if (s && !fits_one_window(*s)) return false;
-  for (const ShaderUse& shader : shaders_of(node, device_->is_cpu(), device_->has_float64()))
+  for (const ShaderUse& shader : kernel.shaders(node, device_->is_cpu(), device_->has_float64()))
     if (!pipelines_->can_build(shader.name, shader.n_buffers)) return false;
   return true;
 }
-
-namespace {
-
-void record_node(Recorder& r, const Tensor& node) {
-  switch (node.op) {
-    case Op::Add:
-    case Op::Mul:
-    case Op::Div:
-    case Op::Scale:
-    case Op::Clamp:
-    case Op::Silu:
-    case Op::Gelu: record_elementwise(r, node); break;
-    case Op::Cpy:
-    case Op::Cont: record_copy(r, node); break;
-    case Op::RmsNorm: record_rms_norm(r, node); break;
-    case Op::SoftMax: record_soft_max(r, node); break;
-    case Op::Rope: record_rope(r, node); break;
-    case Op::SumRows: record_sum_rows(r, node); break;
-    case Op::ArgSort: record_argsort(r, node); break;
-    case Op::MulMat: record_mul_mat(r, node); break;
-    case Op::MulMatId: record_mul_mat_id(r, node); break;
-    case Op::GetRows: record_get_rows(r, node); break;
-    default:
-      throw Error(std::string("vulkan: no kernel for ") + op_name(node.op) + " (node '" + node.name + "')");
-  }
-}
-
-}  // namespace
 
 void VulkanBackend::compute_async(std::span<Tensor* const> nodes, std::span<const TapWork> taps) {
   synchronize();  // one command buffer in flight: its descriptor sets can be recycled now
@@ -251,10 +183,11 @@ void VulkanBackend::compute_async(std::span<Tensor* const> nodes, std::span<cons
         if (!node.data) throw Error("vulkan: node '" + node.name + "' has no data");
         // The cheap part of supports_op: its shaders were built when the
         // scheduler asked, and record_node's dispatch names one that failed.
-        if (!has_kernel(node))
+        const Kernel& kernel = kernel_of(node.op);
+        if (!kernel.supports || !kernel.supports(node))
           throw Error(name() + ": cannot compute node '" + node.name + "' (" + op_name(node.op) + " " +
                       shape_string(node) + ", " + std::string(type_name(node.type)) + ")");
-        record_node(rec, node);
+        kernel.record(rec, node);
       }
       for (const TapWork& tap : taps)
         if (tap.node_index == i) record_tap(rec, tap, node);

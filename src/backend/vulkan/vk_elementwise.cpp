@@ -1,5 +1,6 @@
 // Add, Mul, Div, Scale, Clamp, Silu, Gelu (shaders/elementwise.comp) and
 // Cpy, Cont (shaders/copy.comp): one thread per element, any strides.
+#include <cctype>
 #include <limits>
 
 #include "backend/vulkan/vk_ops.h"
@@ -42,16 +43,13 @@ void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
   for (int i = 0; i < 4; ++i) dst[i] = src[i];
 }
 
-const char* elementwise_shader(Op op) {
-  switch (op) {
-    case Op::Add: return "add";
-    case Op::Mul: return "mul";
-    case Op::Div: return "div";
-    case Op::Scale: return "scale";
-    case Op::Clamp: return "clamp";
-    case Op::Gelu: return "gelu";
-    default: return "silu";
-  }
+// An arithmetic op's shader is its ggml name in lower case ("silu"): one
+// variant of elementwise.comp per OP_<NAME> the shader defines (vulkan.cmake
+// reads them from it).
+std::string elementwise_shader(Op op) {
+  std::string name = op_name(op);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
 }
 
 // Cpy writes into its destination src[1] (the node is a view of it); Cont
@@ -82,35 +80,34 @@ bool indexable(const Tensor& t, size_t bytes) {
   return true;
 }
 
-bool supports_elementwise(const Tensor& node) {
+bool supports_binary(const Tensor& node) {
   const Tensor* a = node.src[0];
-  if (!a) return false;
-  switch (node.op) {
-    case Op::Add:
-    case Op::Mul:
-    case Op::Div:
-      return node.src[1] && a->type == DType::F32 && node.src[1]->type == DType::F32 && node.type == DType::F32 &&
-             indexable(*a, 4) && indexable(*node.src[1], 4) && indexable(node, 4);
-    case Op::Scale:
-    case Op::Clamp:
-    case Op::Silu:
-    case Op::Gelu: return a->type == DType::F32 && node.type == DType::F32 && indexable(*a, 4) && indexable(node, 4);
-    case Op::Cpy: {
-      const Tensor* b = node.src[1];
-      return b && is_float_type(a->type) && is_float_type(b->type) && indexable(*a, element_bytes(a->type)) &&
-             indexable(*b, element_bytes(b->type));
-    }
-    case Op::Cont:
-      return is_float_type(a->type) && node.type == a->type && indexable(*a, element_bytes(a->type)) &&
-             indexable(node, element_bytes(node.type));
-    default: return false;
-  }
+  const Tensor* b = node.src[1];
+  return a && b && a->type == DType::F32 && b->type == DType::F32 && node.type == DType::F32 && indexable(*a, 4) &&
+         indexable(*b, 4) && indexable(node, 4);
 }
 
-std::vector<ShaderUse> elementwise_shaders(const Tensor& node) {
-  if (node.op == Op::Cpy || node.op == Op::Cont) return {{copy_shader(node), 2}};
-  return {{elementwise_shader(node.op), 3}};
+bool supports_unary(const Tensor& node) {
+  const Tensor* a = node.src[0];
+  return a && a->type == DType::F32 && node.type == DType::F32 && indexable(*a, 4) && indexable(node, 4);
 }
+
+bool supports_cpy(const Tensor& node) {
+  const Tensor* a = node.src[0];
+  const Tensor* b = node.src[1];
+  return a && b && is_float_type(a->type) && is_float_type(b->type) && indexable(*a, element_bytes(a->type)) &&
+         indexable(*b, element_bytes(b->type));
+}
+
+bool supports_cont(const Tensor& node) {
+  const Tensor* a = node.src[0];
+  return a && is_float_type(a->type) && node.type == a->type && indexable(*a, element_bytes(a->type)) &&
+         indexable(node, element_bytes(node.type));
+}
+
+std::vector<ShaderUse> elementwise_shaders(const Tensor& node) { return {{elementwise_shader(node.op), 3}}; }
+
+std::vector<ShaderUse> copy_shaders(const Tensor& node) { return {{copy_shader(node), 2}}; }
 
 void record_elementwise(Recorder& r, const Tensor& node) {
   const Tensor& a = *node.src[0];
@@ -126,8 +123,10 @@ void record_elementwise(Recorder& r, const Tensor& node) {
   p.a_off = ba.offset_in(4, "'" + a.name + "'");
   p.b_off = bb.offset_in(4, "'" + b.name + "'");
   p.d_off = bd.offset_in(4, "'" + node.name + "'");
-  p.param = node.op == Op::Scale || node.op == Op::Clamp ? node.param_f(0) : 0.0f;
-  p.param2 = node.op == Op::Clamp ? node.param_f(1) : 0.0f;
+  // An op's float parameters, as the shader's param and param2 (0 for ops
+  // without: unset parameters are zero bits).
+  p.param = node.param_f(0);
+  p.param2 = node.param_f(1);
   r.dispatch(elementwise_shader(node.op), {ba, bb, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
 }
 

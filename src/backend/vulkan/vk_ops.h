@@ -27,21 +27,41 @@ struct ShaderUse {
   uint32_t n_buffers;
 };
 
-// Every shader variant the record_* function of a supported node may
+// The kernel table (vk_kernels.cpp): one row per op, in the op table's
+// order. `shaders` lists every shader variant the row's record function may
 // dispatch on a device (is_cpu and has_float64 as Recorder says them):
 // VulkanBackend::supports_op builds them before saying yes, so that a shader
-// the driver cannot build sends the op to the CPU instead of failing mid-graph.
-std::vector<ShaderUse> shaders_of(const Tensor& node, bool is_cpu, bool has_float64);
+// the driver cannot build sends the op to the CPU instead of failing
+// mid-graph.
+struct Kernel {
+  Op op;
+  bool (*supports)(const Tensor& node);  // null: the device declines the op
+  std::vector<ShaderUse> (*shaders)(const Tensor& node, bool is_cpu, bool has_float64);
+  void (*record)(Recorder& r, const Tensor& node);
+};
+const Kernel& kernel_of(Op op);
 
-// vk_elementwise.cpp: Add, Mul, Div, Scale, Clamp, Silu, Gelu, Cpy, Cont.
-bool supports_elementwise(const Tensor& node);
+// vk_elementwise.cpp: Add, Mul, Div (binary), Scale, Clamp, Silu, Gelu
+// (unary; shaders/elementwise.comp), Cpy and Cont (shaders/copy.comp).
+bool supports_binary(const Tensor& node);
+bool supports_unary(const Tensor& node);
+bool supports_cpy(const Tensor& node);
+bool supports_cont(const Tensor& node);
 std::vector<ShaderUse> elementwise_shaders(const Tensor& node);
+std::vector<ShaderUse> copy_shaders(const Tensor& node);
 void record_elementwise(Recorder& r, const Tensor& node);
 void record_copy(Recorder& r, const Tensor& node);
 
 // vk_rows.cpp: RmsNorm, SoftMax, Rope, SumRows, ArgSort.
-bool supports_row_op(const Tensor& node);
-std::vector<ShaderUse> row_op_shaders(const Tensor& node, bool is_cpu, bool has_float64);
+bool supports_f32_row_op(const Tensor& node);  // RmsNorm, SumRows
+bool supports_soft_max(const Tensor& node);
+bool supports_rope(const Tensor& node);
+bool supports_argsort(const Tensor& node);
+std::vector<ShaderUse> rms_norm_shaders(const Tensor& node, bool is_cpu, bool has_float64);
+std::vector<ShaderUse> soft_max_shaders(const Tensor& node, bool is_cpu, bool has_float64);
+std::vector<ShaderUse> rope_shaders(const Tensor& node, bool is_cpu, bool has_float64);
+std::vector<ShaderUse> sum_rows_shaders(const Tensor& node, bool is_cpu, bool has_float64);
+std::vector<ShaderUse> argsort_shaders(const Tensor& node, bool is_cpu, bool has_float64);
 void record_rms_norm(Recorder& r, const Tensor& node);
 void record_soft_max(Recorder& r, const Tensor& node);
 void record_rope(Recorder& r, const Tensor& node);

@@ -73,34 +73,47 @@ std::string quoted(const Tensor& t) { return "'" + t.name + "'"; }
 
 }  // namespace
 
-bool supports_row_op(const Tensor& node) {
+namespace {
+
+// An F32 row op's source and result.
+bool f32_rows_indexable(const Tensor& node) {
   const Tensor* a = node.src[0];
-  if (!a || a->type != DType::F32 || !indexable(*a, 4) || !indexable(node, 4)) return false;
-  if (node.op == Op::ArgSort) return node.type == DType::I32 && a->ne[0] <= kArgSortMaxRow;
-  if (node.type != DType::F32) return false;
-  switch (node.op) {
-    case Op::RmsNorm:
-    case Op::SumRows: return true;
-    case Op::SoftMax: return !node.src[1] || (node.src[1]->type == DType::F32 && indexable(*node.src[1], 4));
-    case Op::Rope:
-      return node.src[1] && node.src[1]->type == DType::I32 && indexable(*node.src[1], 4) &&
-             (node.params[1] == static_cast<int32_t>(RopeMode::Normal) ||
-              node.params[1] == static_cast<int32_t>(RopeMode::NeoX)) &&
-             (!node.src[2] || (node.src[2]->type == DType::F32 && indexable(*node.src[2], 4)));
-    default: return false;
-  }
+  return a && a->type == DType::F32 && indexable(*a, 4) && indexable(node, 4);
 }
 
-std::vector<ShaderUse> row_op_shaders(const Tensor& node, bool is_cpu, bool has_float64) {
-  switch (node.op) {
-    case Op::RmsNorm: return {{row_shader("rms_norm", is_cpu), 2}};
-    case Op::SoftMax: return {{row_shader("soft_max", is_cpu), 3}};
-    case Op::Rope: return {{rope_shader(has_float64), 4}};
-    case Op::SumRows: return {{sum_rows_shader(has_float64), 2}};
-    case Op::ArgSort: return {{"argsort", 2}};
-    default: return {};
-  }
+}  // namespace
+
+bool supports_f32_row_op(const Tensor& node) { return f32_rows_indexable(node) && node.type == DType::F32; }
+
+bool supports_soft_max(const Tensor& node) {
+  const Tensor* mask = node.src[1];
+  return supports_f32_row_op(node) && (!mask || (mask->type == DType::F32 && indexable(*mask, 4)));
 }
+
+bool supports_rope(const Tensor& node) {
+  const Tensor* pos = node.src[1];
+  const Tensor* factors = node.src[2];
+  return supports_f32_row_op(node) && pos && pos->type == DType::I32 && indexable(*pos, 4) &&
+         (node.params[1] == static_cast<int32_t>(RopeMode::Normal) ||
+          node.params[1] == static_cast<int32_t>(RopeMode::NeoX)) &&
+         (!factors || (factors->type == DType::F32 && indexable(*factors, 4)));
+}
+
+bool supports_argsort(const Tensor& node) {
+  return f32_rows_indexable(node) && node.type == DType::I32 && node.src[0]->ne[0] <= kArgSortMaxRow;
+}
+
+std::vector<ShaderUse> rms_norm_shaders(const Tensor&, bool is_cpu, bool) {
+  return {{row_shader("rms_norm", is_cpu), 2}};
+}
+std::vector<ShaderUse> soft_max_shaders(const Tensor&, bool is_cpu, bool) {
+  return {{row_shader("soft_max", is_cpu), 3}};
+}
+std::vector<ShaderUse> rope_shaders(const Tensor&, bool, bool has_float64) { return {{rope_shader(has_float64), 4}}; }
+std::vector<ShaderUse> sum_rows_shaders(const Tensor&, bool, bool has_float64) {
+  return {{sum_rows_shader(has_float64), 2}};
+}
+std::vector<ShaderUse> argsort_shaders(const Tensor&, bool, bool) { return {{"argsort", 2}}; }
 
 void record_rms_norm(Recorder& r, const Tensor& node) {
   const Tensor& a = *node.src[0];

@@ -1,18 +1,18 @@
-// The reference backend: the semantics of tensor.h written out as plainly as
-// possible, one thread, element by element, sums and transcendental functions
-// in double. It is slow on purpose and is the oracle of the kernel tests.
+// The reference kernels: the semantics of each op (tensor.h) written out as
+// plainly as possible, one thread, element by element, sums and
+// transcendental functions in double. Slow on purpose: the oracle of the
+// kernel tests. The op table (op_table.cpp) names one per op.
+#include "ops/reference.h"
+
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <numbers>
 #include <string>
 #include <vector>
 
-#include "backend/host_buffer.h"
-#include "qlens/backend.h"
 #include "qlens/error.h"
 
-namespace qlens {
+namespace qlens::reference {
 
 namespace {
 
@@ -24,7 +24,7 @@ double get(const Tensor& t, int64_t i0, int64_t i1 = 0, int64_t i2 = 0, int64_t 
     case DType::F16: return fp16_to_fp32(*reinterpret_cast<const uint16_t*>(p));
     case DType::BF16: return bf16_to_fp32(*reinterpret_cast<const uint16_t*>(p));
     case DType::I32: return *reinterpret_cast<const int32_t*>(p);
-    default: throw Error("reference backend: cannot read elements of type " + std::string(type_name(t.type)));
+    default: throw Error("reference kernels: cannot read elements of type " + std::string(type_name(t.type)));
   }
 }
 
@@ -36,7 +36,7 @@ void set(const Tensor& t, double v, int64_t i0, int64_t i1 = 0, int64_t i2 = 0, 
     case DType::F32: *reinterpret_cast<float*>(p) = f; break;
     case DType::F16: *reinterpret_cast<uint16_t*>(p) = fp32_to_fp16(f); break;
     case DType::BF16: *reinterpret_cast<uint16_t*>(p) = fp32_to_bf16(f); break;
-    default: throw Error("reference backend: cannot write elements of type " + std::string(type_name(t.type)));
+    default: throw Error("reference kernels: cannot write elements of type " + std::string(type_name(t.type)));
   }
 }
 
@@ -45,7 +45,7 @@ std::vector<double> row(const Tensor& t, int64_t i1, int64_t i2 = 0, int64_t i3 
   std::vector<double> r(t.ne[0]);
   const TypeTraits& tt = type_traits(t.type);
   if (tt.block_size > 1) {
-    if (!tt.to_float) throw Error("reference backend: cannot read type " + std::string(tt.name));
+    if (!tt.to_float) throw Error("reference kernels: cannot read type " + std::string(tt.name));
     std::vector<float> f(t.ne[0]);
     tt.to_float(t.at(0, i1, i2, i3), f.data(), t.ne[0]);
     for (int64_t i = 0; i < t.ne[0]; ++i) r[i] = f[i];
@@ -63,13 +63,40 @@ void for_rows(const Tensor& t, F&& f) {
       for (int64_t i1 = 0; i1 < t.ne[1]; ++i1) f(i1, i2, i3);
 }
 
+enum class Binary { Add, Mul, Div };
+
+void binary(const Tensor& d, Binary op) {
+  const Tensor& a = *d.src[0];
+  const Tensor& b = *d.src[1];
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) {
+      const double x = get(a, i0, i1, i2, i3);
+      const double y = get(b, i0 % b.ne[0], i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]);
+      set(d, op == Binary::Add ? x + y : op == Binary::Mul ? x * y : x / y, i0, i1, i2, i3);
+    }
+  });
+}
+
+// Element e of a in its logical order goes to element e of dst.
+void copy_into(const Tensor& a, const Tensor& dst) {
+  if (a.nelements() != dst.nelements()) throw Error("reference kernels: cpy element counts differ");
+  int64_t ia[kMaxDims] = {}, id[kMaxDims] = {};
+  for (int64_t e = 0; e < a.nelements(); ++e) {
+    set(dst, get(a, ia[0], ia[1], ia[2], ia[3]), id[0], id[1], id[2], id[3]);
+    for (int k = 0; k < kMaxDims && ++ia[k] == a.ne[k]; ++k) ia[k] = 0;
+    for (int k = 0; k < kMaxDims && ++id[k] == dst.ne[k]; ++k) id[k] = 0;
+  }
+}
+
+}  // namespace
+
 void get_rows(const Tensor& d) {
   const Tensor& a = *d.src[0];
   const Tensor& idx = *d.src[1];
   for (int64_t j = 0; j < idx.ne[1]; ++j)
     for (int64_t i = 0; i < idx.ne[0]; ++i) {
       const int64_t r = static_cast<int64_t>(get(idx, i, j));
-      if (r < 0 || r >= a.ne[1]) throw Error("reference backend: get_rows index out of range");
+      if (r < 0 || r >= a.ne[1]) throw Error("reference kernels: get_rows index out of range");
       const std::vector<double> x = row(a, r, j);
       for (int64_t k = 0; k < a.ne[0]; ++k) set(d, x[k], k, i, j);
     }
@@ -98,7 +125,7 @@ void mul_mat_id(const Tensor& d) {
   for (int64_t t = 0; t < ids.ne[1]; ++t)
     for (int64_t u = 0; u < ids.ne[0]; ++u) {
       const int64_t e = static_cast<int64_t>(get(ids, u, t));
-      if (e < 0 || e >= as.ne[2]) throw Error("reference backend: mul_mat_id expert id out of range");
+      if (e < 0 || e >= as.ne[2]) throw Error("reference kernels: mul_mat_id expert id out of range");
       const int64_t bu = u % b.ne[1];
       for (int64_t i = 0; i < as.ne[1]; ++i) {
         const std::vector<double> w = row(as, i, e);
@@ -139,20 +166,6 @@ void clamp(const Tensor& d) {
       const double x = get(a, i0, i1, i2, i3);
       const double m = x < hi ? x : hi;  // NaN becomes hi, as in ggml
       set(d, m > lo ? m : lo, i0, i1, i2, i3);
-    }
-  });
-}
-
-enum class Binary { Add, Mul, Div };
-
-void binary(const Tensor& d, Binary op) {
-  const Tensor& a = *d.src[0];
-  const Tensor& b = *d.src[1];
-  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
-    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) {
-      const double x = get(a, i0, i1, i2, i3);
-      const double y = get(b, i0 % b.ne[0], i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]);
-      set(d, op == Binary::Add ? x + y : op == Binary::Mul ? x * y : x / y, i0, i1, i2, i3);
     }
   });
 }
@@ -249,55 +262,10 @@ void soft_max(const Tensor& d) {
   });
 }
 
-// Element e of a in its logical order goes to element e of dst.
-void copy(const Tensor& a, const Tensor& dst) {
-  if (a.nelements() != dst.nelements()) throw Error("reference backend: cpy element counts differ");
-  int64_t ia[kMaxDims] = {}, id[kMaxDims] = {};
-  for (int64_t e = 0; e < a.nelements(); ++e) {
-    set(dst, get(a, ia[0], ia[1], ia[2], ia[3]), id[0], id[1], id[2], id[3]);
-    for (int k = 0; k < kMaxDims && ++ia[k] == a.ne[k]; ++k) ia[k] = 0;
-    for (int k = 0; k < kMaxDims && ++id[k] == dst.ne[k]; ++k) id[k] = 0;
-  }
-}
+void add(const Tensor& d) { binary(d, Binary::Add); }
+void mul(const Tensor& d) { binary(d, Binary::Mul); }
+void div(const Tensor& d) { binary(d, Binary::Div); }
+void cpy(const Tensor& d) { copy_into(*d.src[0], *d.src[1]); }
+void cont(const Tensor& d) { copy_into(*d.src[0], d); }
 
-class ReferenceBackend final : public Backend {
- public:
-  std::string name() const override { return "reference"; }
-  std::unique_ptr<Buffer> alloc_buffer(size_t bytes) override { return make_host_buffer(*this, bytes); }
-  bool uses_host_memory() const override { return true; }
-  bool supports_op(const Tensor& node) const override { return node.op != Op::None; }
-
-  // Taps are left to the scheduler's host fallback: the reference of taps.
-  void compute_async(std::span<Tensor* const> nodes, std::span<const TapWork>) override {
-    for (const Tensor* n : nodes) {
-      if (op_is_view(n->op)) continue;
-      if (!n->data) throw Error("reference backend: '" + n->name + "' has no data");
-      switch (n->op) {
-        case Op::GetRows: get_rows(*n); break;
-        case Op::MulMat: mul_mat(*n); break;
-        case Op::MulMatId: mul_mat_id(*n); break;
-        case Op::Add: binary(*n, Binary::Add); break;
-        case Op::Mul: binary(*n, Binary::Mul); break;
-        case Op::Div: binary(*n, Binary::Div); break;
-        case Op::ArgSort: argsort_desc(*n); break;
-        case Op::SumRows: sum_rows(*n); break;
-        case Op::Clamp: clamp(*n); break;
-        case Op::Scale: scale(*n); break;
-        case Op::RmsNorm: rms_norm(*n); break;
-        case Op::Rope: rope(*n); break;
-        case Op::SoftMax: soft_max(*n); break;
-        case Op::Silu: silu(*n); break;
-        case Op::Gelu: gelu(*n); break;
-        case Op::Cpy: copy(*n->src[0], *n->src[1]); break;
-        case Op::Cont: copy(*n->src[0], *n); break;
-        default: throw Error(std::string("reference backend: unsupported operation ") + op_name(n->op));
-      }
-    }
-  }
-};
-
-}  // namespace
-
-std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<ReferenceBackend>(); }
-
-}  // namespace qlens
+}  // namespace qlens::reference

@@ -1,0 +1,50 @@
+// The op table: each operation defined once, in one row. A row gives the
+// op's name as ggml dumps it, whether it is a view (no computation), the
+// rules its result, sources and parameters follow, and its reference
+// kernel, the plain definition every backend's kernel is tested against.
+//
+// Backends keep a kernel table of their own with one row per op, in the
+// same order (a missing row does not compile): a kernel, or a decline that
+// the backend's supports_op answers with. See docs/ARCHITECTURE.md,
+// "Adding an op".
+#pragma once
+
+#include <array>
+#include <string>
+
+#include "qlens/tensor.h"
+
+namespace qlens {
+
+struct OpDef {
+  Op op;
+  const char* name;  // "MUL_MAT", as in ggml's node dumps
+  bool is_view;      // shares its source's memory; nothing to compute
+  // Why the node breaks the op's rules (its result's and sources' types and
+  // shapes, its parameters); empty when it keeps them. What a kernel cannot
+  // take beyond that is the backend's to say.
+  std::string (*invalid)(const Tensor& node);
+  // The reference backend's kernel: the op's semantics, one thread, element
+  // by element, sums and transcendental functions in double. Null for views
+  // and leaves.
+  void (*reference)(const Tensor& node);
+};
+
+const OpDef& op_def(Op op);
+
+// Every op in the table's order, for code that walks all of them (tests,
+// dumps).
+std::array<Op, kOpCount> all_ops();
+
+// A backend's kernel table must have one row per op in the enum's order,
+// each row naming its op: checked at compile time by
+// static_assert(rows_follow_ops(table)).
+template <class Row, size_t N>
+constexpr bool rows_follow_ops(const std::array<Row, N>& rows) {
+  if (N != static_cast<size_t>(kOpCount)) return false;
+  for (size_t i = 0; i < N; ++i)
+    if (static_cast<size_t>(rows[i].op) != i) return false;
+  return true;
+}
+
+}  // namespace qlens

@@ -1,0 +1,27 @@
+// The reference kernels (reference.cpp), one per op that computes: the op
+// table hands them to the reference backend.
+#pragma once
+
+#include "qlens/tensor.h"
+
+namespace qlens::reference {
+
+void get_rows(const Tensor& node);
+void mul_mat(const Tensor& node);
+void mul_mat_id(const Tensor& node);
+void add(const Tensor& node);
+void mul(const Tensor& node);
+void div(const Tensor& node);
+void scale(const Tensor& node);
+void clamp(const Tensor& node);
+void silu(const Tensor& node);
+void gelu(const Tensor& node);
+void rms_norm(const Tensor& node);
+void rope(const Tensor& node);
+void soft_max(const Tensor& node);
+void sum_rows(const Tensor& node);
+void argsort_desc(const Tensor& node);
+void cpy(const Tensor& node);
+void cont(const Tensor& node);
+
+}  // namespace qlens::reference
