@@ -591,8 +591,8 @@ void check_mul_mat(std::mt19937& rng, const std::vector<DType>& types, const std
             // the dot bound, equal on 1, 2 and 3 threads; a packed copy of
             // other data is not used.
             if (N == 1 && cpu::packable(t) && run.a->ne[2] == 1) {
-              const std::unique_ptr<cpu::PackedWeight> packed = cpu::pack_weight(*run.a);
-              run.a->packed = packed.get();
+              const Tensor* weights[] = {run.a};
+              for (auto& cpu : cpus[ii]) EXPECT_GT(cpu->prepare_weights(weights, Op::MulMat), 0u);
               const std::vector<float> p1 = run.compute(*cpus[ii][0]);
               size_t pbad = 0;
               for (size_t o = 0; o < p1.size(); ++o)
@@ -608,12 +608,11 @@ void check_mul_mat(std::mt19937& rng, const std::vector<DType>& types, const std
               std::memcpy(moved.data(), run.a->data, moved.size());
               void* original = run.a->data;
               run.a->data = moved.data();
-              EXPECT_EQ(cpu::packed_of(*run.a), nullptr);
               const std::vector<float> unpacked = run.compute(*cpus[ii][0]);
               EXPECT_EQ(std::memcmp(unpacked.data(), one.data(), one.size() * sizeof(float)), 0)
                   << "a packed copy of other data was used";
               run.a->data = original;
-              run.a->packed = nullptr;
+              for (auto& cpu : cpus[ii]) cpu->release_weights(weights);
             }
           }
         }

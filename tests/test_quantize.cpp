@@ -263,8 +263,15 @@ TEST(QuantizeModel, PackedWeightsForGenerationGiveTheSameLogits) {
     copt.n_ctx = 16;
     copt.n_threads = 2;
     const std::vector<Token> tokens = {1, 300, 301, 302, 17, 5};
-    auto token_by_token = [&] {
+    // The CPU backend packs each matrix once, all it can, and keeps the
+    // copies: the bytes it reports are those of every packable matrix.
+    size_t packable_bytes = 0;
+    auto token_by_token = [&](bool pack) {
       Context ctx(*m, copt);
+      if (pack) {
+        EXPECT_EQ(ctx.pack_for_generation(), packable_bytes);
+        EXPECT_EQ(ctx.pack_for_generation(), 0u);  // once
+      }
       std::vector<std::vector<float>> logits;
       for (Token t : tokens) {
         const Token one[1] = {t};
@@ -273,32 +280,21 @@ TEST(QuantizeModel, PackedWeightsForGenerationGiveTheSameLogits) {
       }
       return logits;
     };
-    const auto plain = token_by_token();
+    const auto plain = token_by_token(false);
     // The matrices the packed kernels multiply (token_embd only when tied).
     auto multiplied = [&](const Tensor* w) {
       for (Role r : m->roles_of(w))
         if (role_info(r).reader == Op::MulMat) return cpu::packable(w->type);
       return false;
     };
-    size_t packable_matrices = 0;
     std::map<DType, size_t> of_type;
     for (const auto& [name, w] : m->weights()) {
-      packable_matrices += multiplied(w);
       of_type[w->type] += multiplied(w);
+      if (multiplied(w)) packable_bytes += cpu::pack_weight(*w)->nbytes();
     }
     for (DType t : c.packed_types) EXPECT_GT(of_type[t], 0u) << type_name(t);
-    {
-      Context ctx(*m, copt);
-      EXPECT_GT(ctx.pack_for_generation(), 0u);
-      EXPECT_EQ(ctx.pack_for_generation(), 0u);  // once
-    }
-    size_t packed = 0;
-    for (const auto& [name, w] : m->weights()) {
-      packed += cpu::packed_of(*w) != nullptr;
-      EXPECT_EQ(cpu::packed_of(*w) != nullptr, multiplied(w)) << name;
-    }
-    EXPECT_EQ(packed, packable_matrices);
-    const auto with_packs = token_by_token();
+    EXPECT_GT(packable_bytes, 0u);
+    const auto with_packs = token_by_token(true);
     for (size_t i = 0; i < plain.size(); ++i) {
       float scale = 0;
       for (float v : plain[i]) scale = std::max(scale, std::fabs(v));

@@ -74,6 +74,22 @@ class Backend {
   // Convenience: every node of the graph, then synchronize.
   void compute(const Graph& graph);
 
+  // ---- weights
+  // A backend may keep its own layout of model weights for the op that reads
+  // them (the CPU: matrices' rows interleaved for generation's matrix-vector
+  // products), as ggml's extra buffer types do: owned by the backend,
+  // invisible to the model and the graph, used only while a weight's data is
+  // the data it was made from. Not while the backend computes. Returns the
+  // bytes added (0: nothing kept).
+  virtual size_t prepare_weights(std::span<const Tensor* const> weights, Op reader) {
+    (void)weights;
+    (void)reader;
+    return 0;
+  }
+  // Drops what prepare_weights kept for these weights (also dropped with the
+  // backend): before their memory is freed while the backend lives on.
+  virtual void release_weights(std::span<const Tensor* const> weights) { (void)weights; }
+
   // ---- taps (see qlens/tap.h): a backend that returns null here leaves the
   // reduction to the scheduler's host fallback.
   virtual std::unique_ptr<TapState> make_tap_state(TapKind kind, int64_t n_columns);

@@ -25,10 +25,6 @@
 
 namespace qlens {
 
-namespace cpu {
-struct PackedWeight;
-}
-
 // Hyper-parameters every architecture here shares, read from `<arch>.*` keys
 // by the architecture file (src/model/arch/), which also sets the options its
 // graph uses.
@@ -156,13 +152,6 @@ class Model {
   int64_t n_params() const;
   size_t weight_bytes() const;
 
-  // Lays out each matrix `wanted` picks, of a type the CPU has packed
-  // kernels for, in the CPU's matrix-vector layout (backend/cpu/packed.h): a
-  // copy made once and kept with the model. For the tools that generate token
-  // by token; everything else reads the weights as stored. Not while this
-  // model computes. Returns the bytes added.
-  size_t pack_for_generation(const std::function<bool(const Tensor*)>& wanted) const;
-
   ~Model();
 
  private:
@@ -177,7 +166,6 @@ class Model {
   std::map<std::string, Tensor*> weights_;
   std::array<Tensor*, kRoleCount> globals_{};
   std::vector<std::array<Tensor*, kRoleCount>> layers_;
-  mutable std::vector<std::unique_ptr<cpu::PackedWeight>> packed_;
 };
 
 struct ContextOptions {
@@ -336,8 +324,10 @@ class Context {
   std::span<const float> last_logits() const;
 
   void clear();  // empties the KV cache
-  // Packs the weights the CPU runs for generation (Model::pack_for_generation):
-  // every matrix not offloaded to the device. Returns the bytes added.
+  // Hands the matrices the CPU runs (every one not offloaded to the device)
+  // to the CPU backend to prepare for generation (Backend::prepare_weights:
+  // packed copies for its matrix-vector kernels, kept by the backend). For
+  // the tools that generate token by token. Returns the bytes added.
   size_t pack_for_generation();
   void set_observer(GraphObserver observer) { observer_ = std::move(observer); }
   // The scheduler's observe callback and taps (qlens/sched.h), for every

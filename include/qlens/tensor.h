@@ -98,10 +98,6 @@ struct Tensor {
   Buffer* buffer = nullptr;                  // backend memory holding data; null: host memory
   std::string name;
   uint32_t flags = 0;
-  // A weight's rows laid out for the CPU's matrix-vector kernels
-  // (backend/cpu/packed.h), owned by the model; used only while `data` is
-  // the data it was made from. Null: none.
-  const void* packed = nullptr;
 
   int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t nrows() const { return ne[1] * ne[2] * ne[3]; }

@@ -153,7 +153,13 @@ void Context::replace_weight(const Tensor* model_weight, Tensor* replacement) {
 }
 
 size_t Context::pack_for_generation() {
-  return model_.pack_for_generation([&](const Tensor* w) { return !device_weight_of_.count(w); });
+  std::vector<const Tensor*> matrices;
+  for (const auto& [name, w] : model_.weights()) {
+    const std::vector<Role> roles = model_.roles_of(w);
+    const bool matrix = std::any_of(roles.begin(), roles.end(), [](Role r) { return role_info(r).reader == Op::MulMat; });
+    if (matrix && !device_weight_of_.count(w)) matrices.push_back(w);
+  }
+  return backend_->prepare_weights(matrices, Op::MulMat);
 }
 
 Tensor* Context::weight(Tensor* model_weight) const {

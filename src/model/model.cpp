@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <sstream>
 
-#include "backend/cpu/packed.h"
 #include "core/parallel.h"
 #include "model/arch/architecture.h"
 #include "qlens/error.h"
@@ -82,25 +81,6 @@ std::vector<std::pair<std::string, std::string>> HParams::fields() const {
 }
 
 Model::~Model() = default;
-
-size_t Model::pack_for_generation(const std::function<bool(const Tensor*)>& wanted) const {
-  std::vector<Tensor*> todo;
-  for (const auto& [name, w] : weights_) {
-    const std::vector<Role> roles = roles_of(w);
-    const bool matrix = std::any_of(roles.begin(), roles.end(), [](Role r) { return role_info(r).reader == Op::MulMat; });
-    if (matrix && cpu::packable(w->type) && w->ne[2] == 1 && w->ne[3] == 1 && !cpu::packed_of(*w) && wanted(w))
-      todo.push_back(w);
-  }
-  std::vector<std::unique_ptr<cpu::PackedWeight>> made(todo.size());
-  parallel_for(static_cast<int64_t>(todo.size()), 0, [&](int64_t i, int) { made[i] = cpu::pack_weight(*todo[i]); });
-  size_t added = 0;
-  for (size_t i = 0; i < todo.size(); ++i) {
-    todo[i]->packed = made[i].get();
-    added += made[i]->nbytes();
-    packed_.push_back(std::move(made[i]));
-  }
-  return added;
-}
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
   std::unique_ptr<Model> m(new Model());

@@ -68,6 +68,13 @@ class CpuBackend final : public Backend {
   bool uses_host_memory() const override { return true; }
   bool supports_op(const Tensor& node) const override { return cannot_compute(node).empty(); }
 
+  // Generation's matrix-vector kernels read matrices of the packable types
+  // from a packed copy (packed.h).
+  size_t prepare_weights(std::span<const Tensor* const> weights, Op reader) override {
+    return reader == Op::MulMat ? packed_.add(weights) : 0;
+  }
+  void release_weights(std::span<const Tensor* const> weights) override { packed_.remove(weights); }
+
   std::unique_ptr<TapState> make_tap_state(TapKind kind, int64_t n_columns) override {
     return std::make_unique<CpuTapState>(kind, n_columns, pool_.size());
   }
@@ -118,7 +125,7 @@ class CpuBackend final : public Backend {
     counters_[0].store(0, std::memory_order_relaxed);
     counters_[1].store(0, std::memory_order_relaxed);
     pool_.run([&](int ith) {
-      KernelCtx c{ith, nth, base + ith * per_thread, shared_base, nullptr, &pool_, vec_, isa_};
+      KernelCtx c{ith, nth, base + ith * per_thread, shared_base, nullptr, &pool_, vec_, isa_, &packed_};
       size_t node_no = 0;
       for (size_t i = 0; i < work.size(); ++i) {
         const TapWork* tap = work[i].tap;
@@ -146,6 +153,7 @@ class CpuBackend final : public Backend {
   Isa isa_;
   const VecOps* vec_;
   std::vector<char> scratch_;
+  PackedWeights packed_;
   std::atomic<int64_t> counters_[2];
 };
 

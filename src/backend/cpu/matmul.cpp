@@ -254,7 +254,7 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
 
   // Ranges of whole packed groups.
   static_assert(16 % kPackRows == 0);
-  const PackedWeight* packed = s.N == 1 && p.packed_dot ? packed_of(a) : nullptr;
+  const PackedWeight* packed = s.N == 1 && p.packed_dot ? c.packed->find(a) : nullptr;
   for_each_guided(c, s, 16, [&](int64_t i12, int64_t i13, int64_t m0, int64_t m1) {
     const int64_t i02 = i12 / s.r2, i03 = i13 / s.r3;
     const char* x = b.at(0, 0, i12, i13);

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/packed.h"
 #include "backend/cpu/thread_pool.h"
 #include "backend/cpu/vec.h"
 #include "core/round_up.h"
@@ -33,6 +34,7 @@ struct KernelCtx {
   ThreadPool* pool;               // pool->barrier() inside a kernel: every thread must call it
   const VecOps* vec;
   Isa isa;
+  const PackedWeights* packed;  // the backend's packed copies of weights (packed.h)
 
   void barrier() const { pool->barrier(); }
   // The next unclaimed item (>= n when none are left).

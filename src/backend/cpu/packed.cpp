@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/qdot.h"
+#include "core/parallel.h"
 #include "quant/kquants.h"
 #include "quant/kquants_codec.h"
 #include "quant/registry.h"
@@ -415,11 +417,31 @@ std::unique_ptr<PackedWeight> pack_weight(const Tensor& w) {
   return p;
 }
 
-const PackedWeight* packed_of(const Tensor& w) {
-  const auto* p = static_cast<const PackedWeight*>(w.packed);
-  if (!p || p->source != w.data || p->type != w.type || p->rows != w.ne[1] || p->k != w.ne[0] || w.ne[2] != 1 ||
-      w.ne[3] != 1)
-    return nullptr;
+size_t PackedWeights::add(std::span<const Tensor* const> weights) {
+  std::vector<const Tensor*> todo;
+  for (const Tensor* w : weights)
+    if (packable(w->type) && w->ne[2] == 1 && w->ne[3] == 1 && w->is_contiguous() && !find(*w) &&
+        w->ne[0] % type_traits(w->type).block_size == 0)
+      todo.push_back(w);
+  std::vector<std::unique_ptr<PackedWeight>> made(todo.size());
+  parallel_for(static_cast<int64_t>(todo.size()), 0, [&](int64_t i, int) { made[i] = pack_weight(*todo[i]); });
+  size_t added = 0;
+  for (auto& p : made) {
+    added += p->nbytes();
+    by_source_[p->source] = std::move(p);
+  }
+  return added;
+}
+
+void PackedWeights::remove(std::span<const Tensor* const> weights) {
+  for (const Tensor* w : weights) by_source_.erase(w->data);
+}
+
+const PackedWeight* PackedWeights::find(const Tensor& w) const {
+  const auto it = by_source_.find(w.data);
+  if (it == by_source_.end()) return nullptr;
+  const PackedWeight* p = it->second.get();
+  if (p->type != w.type || p->rows != w.ne[1] || p->k != w.ne[0] || w.ne[2] != 1 || w.ne[3] != 1) return nullptr;
   return p;
 }
 

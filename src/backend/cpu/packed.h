@@ -30,6 +30,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <unordered_map>
 
 #include "core/host_memory.h"
 #include "qlens/tensor.h"
@@ -86,9 +88,21 @@ bool packable(DType t);
 // The packed layout of a 2-D weight whose type is packable.
 std::unique_ptr<PackedWeight> pack_weight(const Tensor& w);
 
-// The tensor's packed copy, or null when it has none or it was made from
-// other data.
-const PackedWeight* packed_of(const Tensor& w);
+// The packed copies a CPU backend keeps (Backend::prepare_weights), by the
+// data they were made from.
+class PackedWeights {
+ public:
+  // Packs the 2-D contiguous weights of a packable type that have no copy
+  // yet, in parallel; returns the bytes added.
+  size_t add(std::span<const Tensor* const> weights);
+  // w's packed copy, or null when it has none or w's data, type or shape are
+  // no longer those it was made from (a replacement weight, a moved copy).
+  const PackedWeight* find(const Tensor& w) const;
+  void remove(std::span<const Tensor* const> weights);
+
+ private:
+  std::unordered_map<const void*, std::unique_ptr<PackedWeight>> by_source_;
+};
 
 // Eight rows of a packed group against one activation row in the type's
 // activation format (Q8_0 for Q4_0): out[r] for rows r = 0..7 of the group.
