@@ -59,7 +59,8 @@ def main():
     run("quantize-stats", model, "--type", "Q4_0", "--type", "Q8_0", "--json", p("quantize_stats.json"))
     run("quantize", model, "Q4_K_M", "--dry-run", "--json", p("quantize.json"))
     run("inspect", model, "--json", stdout_to=p("inspect.json"))
-    run("bench", "-m", model, "-p", "32", "-n", "8", "-r", "1", "--json", p("bench.json"))
+    run("bench", "-m", model, "-p", "32", "-n", "8", "-r", "1", "--json", p("bench.json"), "-o", "json",
+        stdout_to=p("bench_rows.json"))
     run("compare", "--ref", model, "-m", model, "-f", text, *common, "--chunks", "2", "--json", p("compare.json"))
     run("sensitivity", "-m", model, "-f", text, *common, "--chunks", "2", "--types", "Q4_0,Q8_0",
         "--json", p("sensitivity.json"))
@@ -119,11 +120,32 @@ def main():
                 failures.append(f"{where} '{key}' at the top level (paths belong under inputs)")
         print(f"{name}: {doc.get('tool')} v{doc.get('schema_version')}, "
               f"{len(pd.json_normalize(doc, record_path=record_path)) if record_path else 1} rows")
+    failures += check_bench_rows(pd, p("bench_rows.json"), p("bench.json"))
     if failures:
         print("\n".join(failures))
         return 1
     print("ok")
     return 0
+
+
+def check_bench_rows(pd, rows_path, doc_path):
+    """`bench -o json` prints llama-bench's shape: a bare array of rows (no
+    header), the same objects as the --json file's results (docs/JSON.md)."""
+    rows = json.load(open(rows_path))
+    where = "bench -o json:"
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        return [f"{where} not a bare array of objects, as llama-bench prints it"]
+    failures = []
+    frame = pd.json_normalize(rows)
+    if len(frame) != 2:
+        failures.append(f"{where} {len(frame)} rows, want 2 (pp32, tg8)")
+    for c in ("model_filename", "model_size", "model_n_params", "n_prompt", "n_gen", "avg_ts", "stddev_ts", "test"):
+        if c not in frame.columns:
+            failures.append(f"{where} rows lack column '{c}'")
+    if rows != json.load(open(doc_path)).get("results"):
+        failures.append(f"{where} the rows differ from the --json file's results of the same run")
+    print(f"bench_rows.json: bare array, {len(frame)} rows")
+    return failures
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 // The qlens command line, run as a user runs it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
+#include "core/json_reader.h"
 #include "core/text_file.h"
 #include "test_util.h"
 
@@ -279,6 +281,81 @@ TEST(Cli, DevicesListsTheCpuAndBadDevicesAreErrors) {
   EXPECT_NE(out.find("cpu"), std::string::npos) << out;
   EXPECT_NE(test::run_command(std::string(QLENS_BINARY) + " perplexity -m x.gguf -f y.txt --device tpu:3", &out), 0);
   EXPECT_NE(out.find("tpu:3"), std::string::npos) << out;
+}
+
+// Two parsed JSON values hold the same thing (members in the same order).
+bool same_json(const JsonValue& a, const JsonValue& b) {
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case JsonValue::Kind::Null: return true;
+    case JsonValue::Kind::Bool: return a.as_bool() == b.as_bool();
+    case JsonValue::Kind::Number: return a.as_number() == b.as_number();
+    case JsonValue::Kind::String: return a.as_string() == b.as_string();
+    case JsonValue::Kind::Array:
+      if (a.size() != b.size()) return false;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (!same_json(a.at(i), b.at(i))) return false;
+      return true;
+    case JsonValue::Kind::Object:
+      if (a.size() != b.size()) return false;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (a.as_object()[i].first != b.as_object()[i].first ||
+            !same_json(a.as_object()[i].second, b.as_object()[i].second))
+          return false;
+      return true;
+  }
+  return false;
+}
+
+// `bench -o json` prints what `llama-bench -o json` prints: a bare array, one
+// object per test, llama-bench's field names; --json FILE wraps the very same
+// objects in qlens's header, and -o csv's columns are their keys.
+TEST(Cli, BenchJsonIsLlamaBenchsArrayOfRows) {
+  const std::string dir = test::temp_dir();
+  const std::string model = dir + "/tiny.gguf";
+  std::string out;
+  ASSERT_EQ(qlens("synth --preset tiny --type F32 -o " + model, &out), 0) << out;
+  const std::string bench = std::string(QLENS_BINARY) + " bench -m " + model + " -p 8 -n 2 -r 1 -t 1";
+  // stdout alone into the file; stderr (device, packing) to the captured text.
+  ASSERT_EQ(test::run_command("(" + bench + " -o json --json " + dir + "/bench.json > " + dir + "/rows.json)", &out),
+            0)
+      << out;
+  const JsonValue rows = parse_json(read_text_file(dir + "/rows.json"), "rows.json");
+  ASSERT_TRUE(rows.is_array()) << "-o json must print a bare array, as llama-bench does";
+  ASSERT_EQ(rows.size(), 2u);
+  const char* tests[] = {"pp8", "tg2"};
+  for (size_t i = 0; i < 2; ++i) {
+    const JsonValue& row = rows.at(i);
+    ASSERT_TRUE(row.is_object());
+    for (const char* key : {"model_filename", "model_size", "model_n_params", "backends", "cpu_info", "n_batch",
+                            "n_threads", "n_gpu_layers", "n_prompt", "n_gen", "avg_ts", "stddev_ts"})
+      EXPECT_NE(row.find(key), nullptr) << "llama-bench's field " << key << " missing from row " << i;
+    for (const char* key : {"test", "weights_gb_per_s", "read_bandwidth_gb_per_s", "share_of_read_bandwidth"})
+      EXPECT_NE(row.find(key), nullptr) << "qlens's field " << key << " missing from row " << i;
+    EXPECT_EQ(row.at("test").as_string(), tests[i]);
+    EXPECT_EQ(row.at("model_filename").as_string(), model);
+    EXPECT_EQ(row.at("n_prompt").as_int(), i == 0 ? 8 : 0);
+    EXPECT_EQ(row.at("n_gen").as_int(), i == 0 ? 0 : 2);
+    EXPECT_EQ(row.at("n_threads").as_int(), 1);
+    EXPECT_GT(row.at("avg_ts").as_number(), 0);
+  }
+  EXPECT_TRUE(rows.at(0).at("weights_gb_per_s").is_null()) << "prompts stream no weights per token";
+  EXPECT_GT(rows.at(1).at("weights_gb_per_s").as_number(), 0);
+
+  const JsonValue doc = parse_json(read_text_file(dir + "/bench.json"), "bench.json");
+  ASSERT_TRUE(doc.is_object());
+  EXPECT_EQ(doc.at("tool").as_string(), "qlens bench");
+  EXPECT_EQ(doc.at("schema_version").as_int(), 1);
+  EXPECT_EQ(doc.at("inputs").at("model").as_string(), model);
+  EXPECT_EQ(doc.at("settings").at("repetitions").as_int(), 1);
+  EXPECT_TRUE(same_json(doc.at("results"), rows)) << "--json's results differ from the -o json rows of the same run";
+
+  ASSERT_EQ(test::run_command("(" + bench + " -o csv > " + dir + "/rows.csv)", &out), 0) << out;
+  const std::string csv = read_text_file(dir + "/rows.csv");
+  std::string keys;
+  for (const auto& [key, value] : rows.at(0).as_object()) keys += (keys.empty() ? "" : ",") + key;
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), keys) << "-o csv's columns are the JSON rows' keys";
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
 }
 
 // A machine without Vulkan devices (the loader pointed at no driver): only the

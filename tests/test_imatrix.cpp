@@ -13,7 +13,9 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "core/text_file.h"
 #include "qlens/backend.h"
@@ -112,6 +114,121 @@ TEST(ImatrixConventions, HandComputedSumsAndBothFileFormats) {
     EXPECT_FLOAT_EQ(imp[0], 8.5f);
     EXPECT_FLOAT_EQ(imp[2], 22.5f);
   }
+}
+
+// ---------------------------------------------------------------------------
+// The GGUF file's dims: llama-imatrix's (ggml's writer drops trailing 1s), and
+// the 2-D form earlier qlens versions wrote, which users still have.
+
+// A checkpoint-like matrix: a dense weight, an expert weight with an unused
+// expert, the metadata and qlens's run state.
+tools::Imatrix dense_and_experts() {
+  tools::Imatrix m;
+  m.datasets = {"wiki.train.raw"};
+  m.model_name = "tiny";
+  m.chunk_count = 3;
+  m.chunk_size = 512;
+  m.run = {3, 7.5, 20.25, 1533};
+  tools::ImatrixEntry& dense = m.entries["blk.0.attn_q.weight"];
+  dense.n_cols = 8;
+  for (int j = 0; j < 8; ++j) dense.sum2.push_back(0.5 * (j + 1));
+  dense.counts = {1536};
+  tools::ImatrixEntry& experts = m.entries["blk.0.ffn_up_exps.weight"];
+  experts.n_cols = 4;
+  experts.n_mat = 3;
+  for (int j = 0; j < 12; ++j) experts.sum2.push_back(j < 8 ? 0.25 * j : 0.0);
+  experts.counts = {700, 836, 0};
+  return m;
+}
+
+// The file as earlier qlens versions wrote it: every tensor 2-D, a dense
+// weight's in_sum2 [n_cols, 1] and counts [1, 1]; metadata and data as they are.
+void write_two_dimensional(const std::string& in, const std::string& out) {
+  auto f = gguf::File::open(in);
+  gguf::Writer w;
+  for (const auto& kv : f->metadata()) w.set(kv.key, kv.value);
+  for (const auto& t : f->tensors()) {
+    const int64_t ne[2] = {t.ne[0], t.ne[1]};
+    w.add_tensor(t.name, t.type, ne, f->tensor_data(t), t.nbytes);
+  }
+  w.write(out);
+}
+
+void expect_dims(const gguf::File& f, const std::string& name, std::vector<int64_t> want) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  ASSERT_NE(t, nullptr) << name;
+  EXPECT_EQ(std::vector<int64_t>(t->ne.begin(), t->ne.begin() + t->n_dims), want) << name;
+}
+
+void expect_same_matrix(const tools::Imatrix& a, const tools::Imatrix& b) {
+  EXPECT_EQ(a.datasets, b.datasets);
+  EXPECT_EQ(a.model_name, b.model_name);
+  EXPECT_EQ(a.chunk_count, b.chunk_count);
+  EXPECT_EQ(a.chunk_size, b.chunk_size);
+  EXPECT_EQ(a.run.next_chunk, b.run.next_chunk);
+  EXPECT_EQ(a.run.nll_sum, b.run.nll_sum);
+  EXPECT_EQ(a.run.nll_sq_sum, b.run.nll_sq_sum);
+  EXPECT_EQ(a.run.n_scored, b.run.n_scored);
+  ASSERT_EQ(a.entries.size(), b.entries.size());
+  for (const auto& [name, e] : a.entries) {
+    ASSERT_TRUE(b.entries.count(name)) << name;
+    const tools::ImatrixEntry& o = b.entries.at(name);
+    EXPECT_EQ(e.n_cols, o.n_cols) << name;
+    EXPECT_EQ(e.n_mat, o.n_mat) << name;
+    EXPECT_EQ(e.sum2, o.sum2) << name;
+    EXPECT_EQ(e.counts, o.counts) << name;
+    EXPECT_EQ(a.tensor_importance(name, e.n_cols, e.n_mat), b.tensor_importance(name, o.n_cols, o.n_mat)) << name;
+  }
+}
+
+// tools/imatrix/imatrix.cpp makes in_sum2 [nval / nmat, nmat] and counts
+// [1, nmat]; gguf_write stores ggml_n_dims of them, so a dense entry is 1-D.
+TEST(ImatrixFile, GgufHasLlamaImatrixDims) {
+  const std::string dir = test::temp_dir();
+  tools::save_imatrix_gguf(dense_and_experts(), dir + "/m.gguf");
+  auto f = gguf::File::open(dir + "/m.gguf");
+  expect_dims(*f, "blk.0.attn_q.weight.in_sum2", {8});
+  expect_dims(*f, "blk.0.attn_q.weight.counts", {1});
+  expect_dims(*f, "blk.0.ffn_up_exps.weight.in_sum2", {4, 3});
+  expect_dims(*f, "blk.0.ffn_up_exps.weight.counts", {1, 3});
+  expect_same_matrix(tools::load_imatrix(dir + "/m.gguf"), dense_and_experts());
+}
+
+// Every reader goes through load_imatrix: quantize's importance, --in-file
+// (combine), --show-statistics and --resume get the same matrix from the old
+// 2-D form as from llama.cpp's, and writing it again gives llama.cpp's dims.
+TEST(ImatrixFile, TwoDimensionalFilesOfEarlierVersionsLoadTheSame) {
+  const std::string dir = test::temp_dir();
+  tools::save_imatrix_gguf(dense_and_experts(), dir + "/new.gguf");
+  write_two_dimensional(dir + "/new.gguf", dir + "/old.gguf");
+  auto old_file = gguf::File::open(dir + "/old.gguf");
+  expect_dims(*old_file, "blk.0.attn_q.weight.in_sum2", {8, 1});
+  expect_dims(*old_file, "blk.0.attn_q.weight.counts", {1, 1});
+  const tools::Imatrix fresh = tools::load_imatrix(dir + "/new.gguf");
+  const tools::Imatrix old = tools::load_imatrix(dir + "/old.gguf");
+  expect_same_matrix(old, fresh);
+
+  tools::Imatrix from_old = old, from_new = fresh;
+  tools::combine_imatrix(from_old, old);
+  tools::combine_imatrix(from_new, fresh);
+  expect_same_matrix(from_old, from_new);
+  EXPECT_EQ(from_old.entries.at("blk.0.attn_q.weight").counts, (std::vector<double>{3072}));
+
+  tools::ImatrixStatistics old_stats = tools::compute_imatrix_statistics(old);
+  const tools::ImatrixStatistics new_stats = tools::compute_imatrix_statistics(fresh);
+  old_stats.path = new_stats.path;  // the file names differ, nothing else may
+  std::ostringstream old_text, new_text, old_json, new_json;
+  tools::print_imatrix_statistics(old_text, old_stats);
+  tools::print_imatrix_statistics(new_text, new_stats);
+  tools::write_imatrix_statistics_json(old_json, old_stats);
+  tools::write_imatrix_statistics_json(new_json, new_stats);
+  EXPECT_TRUE(contains(new_text.str(), "ffn_up_exps.weight")) << new_text.str();
+  EXPECT_EQ(old_text.str(), new_text.str());
+  EXPECT_EQ(old_json.str(), new_json.str());
+
+  tools::save_imatrix_gguf(old, dir + "/rewritten.gguf");
+  EXPECT_TRUE(read_bytes(dir + "/rewritten.gguf") == read_bytes(dir + "/new.gguf"))
+      << "an old file written again differs from the one written fresh";
 }
 
 // ---------------------------------------------------------------------------
@@ -244,6 +361,53 @@ TEST(ImatrixStories, KilledRunResumesToTheSameFile) {
                   &out),
             0);
   EXPECT_TRUE(contains(out, "-c 128")) << out;
+}
+
+// The old 2-D form through the command line, as users run it on the files
+// they have: quantize, --in-file, --show-statistics and --resume give what
+// the llama.cpp-shaped file gives.
+TEST(ImatrixStories, TwoDimensionalFilesOfEarlierVersionsWorkInEveryCommand) {
+  QLENS_REQUIRE_SHARED(model_path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  const std::string dir = test::temp_dir();
+  const std::string args = " -m " + model_path + " -f " + text_path + " -c 128 -b 128 -t 2 --chunks 4" +
+                           " --save-frequency 2 --output-frequency 0";
+  std::string out;
+  ASSERT_EQ(qlens("imatrix" + args + " -o " + dir + "/new.gguf", &out), 0) << out;
+  expect_dims(*gguf::File::open(dir + "/new.gguf"), "blk.0.attn_q.weight.in_sum2", {64});
+  expect_dims(*gguf::File::open(dir + "/new.gguf"), "blk.0.attn_q.weight.counts", {1});
+  write_two_dimensional(dir + "/new.gguf", dir + "/old.gguf");
+  write_two_dimensional(dir + "/new.gguf.at_2", dir + "/old.gguf.at_2");
+  expect_dims(*gguf::File::open(dir + "/old.gguf.at_2"), "blk.0.attn_q.weight.in_sum2", {64, 1});
+
+  for (const char* f : {"new", "old"}) {
+    const std::string form = f, m = dir + "/" + form + ".gguf";
+    ASSERT_EQ(qlens("quantize --imatrix " + m + " " + model_path + " " + dir + "/q-" + form + ".gguf Q4_K_M", &out), 0)
+        << out;
+    ASSERT_EQ(qlens("imatrix --in-file " + m + " --in-file " + m + " -o " + dir + "/sum-" + form + ".gguf", &out), 0)
+        << out;
+    ASSERT_EQ(qlens("imatrix --in-file " + m + " --show-statistics > " + dir + "/stats-" + form + ".txt", &out), 0)
+        << out;
+    ASSERT_EQ(qlens("imatrix" + args + " --resume " + m + ".at_2 -o " + dir + "/resumed-" + form + ".gguf", &out), 0)
+        << out;
+    EXPECT_TRUE(contains(out, "resumed")) << out;
+  }
+  auto q_new = gguf::File::open(dir + "/q-new.gguf"), q_old = gguf::File::open(dir + "/q-old.gguf");
+  ASSERT_EQ(q_new->tensors().size(), q_old->tensors().size());
+  for (size_t i = 0; i < q_new->tensors().size(); ++i) {
+    const gguf::TensorInfo &a = q_new->tensors()[i], &b = q_old->tensors()[i];
+    ASSERT_EQ(a.name, b.name);
+    ASSERT_EQ(a.nbytes, b.nbytes) << a.name;
+    EXPECT_EQ(std::memcmp(q_new->tensor_data(a), q_old->tensor_data(b), a.nbytes), 0) << a.name;
+  }
+  EXPECT_TRUE(read_bytes(dir + "/sum-old.gguf") == read_bytes(dir + "/sum-new.gguf")) << "--in-file";
+  std::string stats_old = read_bytes(dir + "/stats-old.txt");
+  const std::string old_path = dir + "/old.gguf";
+  for (size_t at; (at = stats_old.find(old_path)) != std::string::npos;)
+    stats_old.replace(at, old_path.size(), dir + "/new.gguf");
+  EXPECT_EQ(stats_old, read_bytes(dir + "/stats-new.txt")) << "--show-statistics";
+  EXPECT_TRUE(read_bytes(dir + "/resumed-old.gguf") == read_bytes(dir + "/new.gguf")) << "--resume";
+  EXPECT_TRUE(read_bytes(dir + "/resumed-new.gguf") == read_bytes(dir + "/new.gguf")) << "--resume";
 }
 
 TEST(ImatrixStories, BadInputIsAClearError) {

@@ -118,8 +118,14 @@ TEST(Imatrix, GgufAndDatRoundTrip) {
   }
   auto f = gguf::File::open(dir + "/m.gguf");
   EXPECT_EQ(f->get_string("general.type"), "imatrix");
-  ASSERT_NE(f->find_tensor("blk.0.ffn_down.weight.in_sum2"), nullptr);
-  EXPECT_EQ(f->find_tensor("blk.0.ffn_down.weight.counts")->ne[1], 1);
+  // A dense weight's entry has llama-imatrix's dims: in_sum2 [4], counts [1].
+  const gguf::TensorInfo* sum2 = f->find_tensor("blk.0.ffn_down.weight.in_sum2");
+  const gguf::TensorInfo* counts = f->find_tensor("blk.0.ffn_down.weight.counts");
+  ASSERT_TRUE(sum2 && counts);
+  EXPECT_EQ(sum2->n_dims, 1);
+  EXPECT_EQ(sum2->ne[0], 4);
+  EXPECT_EQ(counts->n_dims, 1);
+  EXPECT_EQ(counts->ne[0], 1);
 }
 
 // ---- plans ----

@@ -47,8 +47,9 @@ int cmd_bench(int argc, char** argv) {
   p.add({"-r", "--repetitions"}, &opt.repetitions, "N", "repetitions (default 3)");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
   p.add({"-o", "--output"}, &format, "md|json|csv",
-        "stdout's format (default md; json and csv with llama-bench's field names, docs/JSON.md)");
-  p.add({"--json"}, &json_path, "FILE", "also write the results as JSON");
+        "stdout's format (default md; json and csv as llama-bench prints them, one row per test; docs/JSON.md)");
+  p.add({"--json"}, &json_path, "FILE",
+        "also write the results as a qlens JSON file (header, settings, the rows in \"results\")");
   bool bandwidth = false;
   p.add_switch({"--bandwidth"}, &bandwidth,
                "also measure the machine's read bandwidth and show the share of it generation reaches");
@@ -80,7 +81,9 @@ int cmd_bench(int argc, char** argv) {
     std::fprintf(stderr, "generation: %s of weights packed for the CPU's matrix-vector kernels (QLENS_CPU_PACK=0: none)\n",
                  human_bytes(report.result.packed_bytes).c_str());
   if (format == "md") print_markdown(report, bandwidth);
-  if (format == "json") std::fputs(tools::bench_json(report).c_str(), stdout);
+  // stdout takes llama-bench's shape, for the scripts written for it; the
+  // file keeps the header every qlens --json file has, around the same rows.
+  if (format == "json") std::fputs(tools::bench_json_rows(report).c_str(), stdout);
   if (format == "csv") std::fputs(tools::bench_csv(report).c_str(), stdout);
   if (!json_path.empty()) write_file_atomic(json_path, tools::bench_json(report));
   return 0;

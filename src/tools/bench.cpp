@@ -95,7 +95,44 @@ std::vector<BenchRow> bench_rows(const BenchReport& r) {
 
 double share(double part, double whole) { return whole > 0 ? part / whole : std::numeric_limits<double>::quiet_NaN(); }
 
+// One test's object, the same in `-o json`'s array and the --json file's
+// "results", so a script reads either with the same keys.
+void write_row(JsonWriter& w, const BenchReport& r, const BenchRow& row) {
+  w.begin_object();
+  w.key("model_filename"); w.value(r.model_path);
+  w.key("model_size"); w.value(r.model_size);
+  w.key("model_n_params"); w.value(r.model_n_params);
+  w.key("backends"); w.value(r.backends);
+  w.key("cpu_info"); w.value(r.cpu_info);
+  w.key("n_batch"); w.value(r.options.n_batch);
+  w.key("n_threads"); w.value(r.n_threads);
+  w.key("n_gpu_layers"); w.value(r.options.n_gpu_layers);
+  w.key("test"); w.value(row.test);
+  w.key("n_prompt"); w.value(row.n_prompt);
+  w.key("n_gen"); w.value(row.n_gen);
+  w.key("avg_ts"); w.value(row.figure.mean);
+  w.key("stddev_ts"); w.value(row.figure.stddev);
+  w.key("weights_gb_per_s"); w.value(row.weights_gb_per_s);
+  w.key("read_bandwidth_gb_per_s"); w.value(r.read_bandwidth_gb_per_s);
+  w.key("share_of_read_bandwidth"); w.value(share(row.weights_gb_per_s, r.read_bandwidth_gb_per_s));
+  w.end_object();
+}
+
+void write_rows(JsonWriter& w, const BenchReport& r) {
+  w.begin_array();
+  for (const BenchRow& row : bench_rows(r)) write_row(w, r, row);
+  w.end_array();
+}
+
 }  // namespace
+
+std::string bench_json_rows(const BenchReport& r) {
+  std::ostringstream s;
+  JsonWriter w(s, /*pretty=*/true);
+  write_rows(w, r);
+  s << "\n";
+  return s.str();
+}
 
 std::string bench_json(const BenchReport& r) {
   std::ostringstream s;
@@ -112,28 +149,7 @@ std::string bench_json(const BenchReport& r) {
   w.key("n_gpu_layers"); w.value(r.options.n_gpu_layers);
   w.end_object();
   w.key("results");
-  w.begin_array();
-  for (const BenchRow& row : bench_rows(r)) {
-    w.begin_object();
-    w.key("model_filename"); w.value(r.model_path);
-    w.key("model_size"); w.value(r.model_size);
-    w.key("model_n_params"); w.value(r.model_n_params);
-    w.key("backends"); w.value(r.backends);
-    w.key("cpu_info"); w.value(r.cpu_info);
-    w.key("n_batch"); w.value(r.options.n_batch);
-    w.key("n_threads"); w.value(r.n_threads);
-    w.key("n_gpu_layers"); w.value(r.options.n_gpu_layers);
-    w.key("test"); w.value(row.test);
-    w.key("n_prompt"); w.value(row.n_prompt);
-    w.key("n_gen"); w.value(row.n_gen);
-    w.key("avg_ts"); w.value(row.figure.mean);
-    w.key("stddev_ts"); w.value(row.figure.stddev);
-    w.key("weights_gb_per_s"); w.value(row.weights_gb_per_s);
-    w.key("read_bandwidth_gb_per_s"); w.value(r.read_bandwidth_gb_per_s);
-    w.key("share_of_read_bandwidth"); w.value(share(row.weights_gb_per_s, r.read_bandwidth_gb_per_s));
-    w.end_object();
-  }
-  w.end_array();
+  write_rows(w, r);
   w.end_object();
   s << "\n";
   return s.str();

@@ -49,8 +49,12 @@ struct BenchReport {
   double read_bandwidth_gb_per_s = std::numeric_limits<double>::quiet_NaN();
   BenchResult result;
 };
-// Pretty JSON with qlens's header (docs/JSON.md) and one row per test in
-// "results" (pandas: json_normalize(doc["results"])), ending in a newline.
+// `-o json`: a bare array with one object per test, as `llama-bench -o json`
+// prints it, so that scripts written for llama-bench read it (pandas:
+// json_normalize(rows)); pretty, ending in a newline.
+std::string bench_json_rows(const BenchReport& report);
+// `--json FILE`: qlens's JSON document (docs/JSON.md: header, settings), the
+// same objects as bench_json_rows in "results"; pretty, ending in a newline.
 std::string bench_json(const BenchReport& report);
 // A header line and one row per test, llama-bench's column names first.
 std::string bench_csv(const BenchReport& report);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <span>
 #include <sstream>
 
 #include "core/text_file.h"
@@ -123,6 +124,9 @@ Imatrix load_gguf(const std::string& path) {
     const gguf::TensorInfo* counts = f->find_tensor(name + kCountsSuffix);
     if (!counts) throw Error(path + ": '" + t.name + "' has no matching '" + name + kCountsSuffix + "'");
     ImatrixEntry& e = m.entries[name];
+    // A dense entry's in_sum2 is 1-D [n_cols] in llama-imatrix's files and
+    // qlens's, [n_cols, 1] in those of earlier qlens versions: ne[1] reads
+    // as 1 in both, so both give the same entry.
     e.n_cols = t.ne[0];
     e.n_mat = t.ne[1];
     if (counts->nelements() != e.n_mat)
@@ -204,12 +208,20 @@ void save_imatrix_gguf(const Imatrix& m, const std::string& path) {
   }
   std::vector<std::vector<float>> keep;  // data must live until write()
   for (const auto& [name, e] : m.entries) {
+    // llama-imatrix makes both tensors 2-D, but ggml's GGUF writer stores
+    // ggml_n_dims dimensions, dropping trailing 1s: a dense weight's entry is
+    // in_sum2 [n_cols] and counts [1] in its files, an expert weight's
+    // [n_cols, n_mat] and [1, n_mat]. Tools that check shapes against
+    // llama.cpp's files (gguf-py, scripts) then see the same ones.
+    const size_t n_dims = e.n_mat > 1 ? 2 : 1;
     auto& sum2 = keep.emplace_back(e.sum2.begin(), e.sum2.end());
     const int64_t ne_sum2[2] = {e.n_cols, e.n_mat};
-    w.add_tensor(name + kSum2Suffix, DType::F32, ne_sum2, sum2.data(), sum2.size() * sizeof(float));
+    w.add_tensor(name + kSum2Suffix, DType::F32, std::span<const int64_t>(ne_sum2, n_dims), sum2.data(),
+                 sum2.size() * sizeof(float));
     auto& counts = keep.emplace_back(e.counts.begin(), e.counts.end());
     const int64_t ne_counts[2] = {1, e.n_mat};
-    w.add_tensor(name + kCountsSuffix, DType::F32, ne_counts, counts.data(), counts.size() * sizeof(float));
+    w.add_tensor(name + kCountsSuffix, DType::F32, std::span<const int64_t>(ne_counts, n_dims), counts.data(),
+                 counts.size() * sizeof(float));
   }
   w.write(path);
 }

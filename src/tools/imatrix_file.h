@@ -1,7 +1,9 @@
 // Importance matrices as llama.cpp stores them, in both of its formats:
 //  - GGUF (`general.type` = "imatrix"): per weight tensor `<name>.in_sum2`
 //    (F32 [n_cols, n_mat], sums of squared activations) and `<name>.counts`
-//    (F32 [1, n_mat], activation rows seen); `imatrix.datasets`,
+//    (F32 [1, n_mat], activation rows seen), 1-D ([n_cols] and [1]) for a
+//    dense weight as llama-imatrix writes them (earlier qlens versions wrote
+//    [n_cols, 1] and [1, 1]; both are read); `imatrix.datasets`,
 //    `imatrix.chunk_count`, `imatrix.chunk_size`;
 //  - legacy .dat: int32 entry count; per entry int32 name length, name,
 //    int32 ncall, int32 nval, float[nval] = mean(x^2) * ncall; then optionally
