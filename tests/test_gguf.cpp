@@ -1002,6 +1002,11 @@ TEST(GgufHostile, TensorInfoFields) {
   expect_error(craft({{"w", {uint64_t{1} << 31, uint64_t{1} << 31}, kF32, 0}}, 64), {"'w'", "2^64 bytes"});
   expect_error(craft({{"w", {uint64_t{1} << 40, uint64_t{1} << 20}, kF32, 0}}, 64), {"'w'", "outside the file"});
   expect_error(craft({{"w", {8}, 4, 0}}, 64), {"'w'", "unknown tensor type id 4"});
+  // Ids ggml removed stay unknown between the known ones (31-33, 36-38), as
+  // does the first id past ggml 0c1e570's GGML_TYPE_COUNT.
+  expect_error(craft({{"w", {8}, 31, 0}}, 64), {"'w'", "unknown tensor type id 31"});
+  expect_error(craft({{"w", {8}, 38, 0}}, 64), {"'w'", "unknown tensor type id 38"});
+  expect_error(craft({{"w", {8}, 43, 0}}, 64), {"'w'", "unknown tensor type id 43"});
   expect_error(craft({{"w", {8}, 99, 0}}, 64), {"'w'", "unknown tensor type id 99"});
   expect_error(craft({{"w", {8}, 0xffffffff, 0}}, 64), {"'w'", "unknown tensor type id 4294967295"});
   expect_error(craft({{"q", {33, 2}, kQ4_0, 0}}, 128), {"'q'", "row length 33", "Q4_0 block size 32"});

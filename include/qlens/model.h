@@ -124,12 +124,19 @@ struct TensorSpec {
 
 class Architecture;
 
+// Throws an error naming the file, the tensor and its type when the tensor's
+// type is one the engine can name and size but not compute with (MXFP4, the
+// IQ2/IQ3 types, ...): the tools that would compute with it call this before
+// any work. qlens inspect lists such tensors and qlens quantize copies them.
+void require_computable(const gguf::File& file, const gguf::TensorInfo& tensor);
+
 class Model {
  public:
   // Loads a GGUF file of an architecture qlens knows (src/model/arch/) and
   // validates its tensors against the architecture's table: a missing
   // required tensor, a wrong shape or type, or a tensor the table does not
-  // know is an error naming it and the file.
+  // know is an error naming it and the file. A tensor of a type the engine
+  // cannot compute with is refused first, before anything else is read.
   static std::unique_ptr<Model> load(const std::string& path);
 
   const std::string& path() const { return file_->path(); }

@@ -344,7 +344,7 @@ class Parser {
       }
       const uint64_t type_at = pos_;
       const uint32_t type = u32("tensor type");
-      const TypeTraits* tr = find_type_traits(type);
+      const TypeFormat* tr = find_type_format(type);
       if (!tr)
         fail(ctx_ + ": unknown tensor type id " + std::to_string(type) + " at byte offset " + std::to_string(type_at));
       t.type = static_cast<DType>(type);

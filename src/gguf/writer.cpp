@@ -180,7 +180,7 @@ void Writer::add_tensor(const std::string& name, DType type, std::span<const int
          std::to_string(kMaxTensorName));
   for (const PendingTensor& p : tensors_)
     if (p.info.name == name) fail(t + ": a tensor of that name was already added");
-  const TypeTraits* tr = find_type_traits(static_cast<uint32_t>(type));
+  const TypeFormat* tr = find_type_format(static_cast<uint32_t>(type));
   if (!tr) fail(t + ": unknown type id " + std::to_string(static_cast<uint32_t>(type)));
   if (ne.empty() || ne.size() > 4) fail(t + ": " + std::to_string(ne.size()) + " dimensions (allowed 1..4)");
   TensorInfo info;

@@ -82,10 +82,19 @@ std::vector<std::pair<std::string, std::string>> HParams::fields() const {
 
 Model::~Model() = default;
 
+void require_computable(const gguf::File& file, const gguf::TensorInfo& tensor) {
+  const TypeTraits& tt = type_traits(tensor.type);
+  if (!tt.to_float)
+    throw Error(file.path() + ": tensor '" + tensor.name + "' has type " + tt.name +
+                ", which qlens cannot compute with yet (qlens inspect lists such tensors; qlens quantize copies "
+                "them unchanged)");
+}
+
 std::unique_ptr<Model> Model::load(const std::string& path) {
   std::unique_ptr<Model> m(new Model());
   m->file_ = gguf::File::open(path);
   const gguf::File& f = *m->file_;
+  for (const gguf::TensorInfo& t : f.tensors()) require_computable(f, t);
   HParams& hp = m->hp_;
 
   hp.arch = f.try_string("general.architecture").value_or("");
@@ -126,8 +135,6 @@ Tensor* Model::bind(const TensorSpec& spec, int layer) {
     throw Error(file_->path() + ": tensor '" + name + "' has shape " + shape_text(info->ne) + ", expected " +
                 shape_text(spec.ne));
   const TypeTraits& tt = type_traits(info->type);
-  if (!tt.to_float)
-    throw Error(file_->path() + ": tensor '" + name + "' has type " + tt.name + ", which qlens cannot compute with yet");
   // Element-wise kernels and rope read their second or third operand as F32.
   const Op reader = role_info(spec.role).reader;
   if ((reader == Op::Mul || reader == Op::Add || reader == Op::Rope) && info->type != DType::F32)

@@ -1,6 +1,7 @@
-// The block-quantized types' functions, gathered into the type traits table
-// (src/core/types.cpp). Each family of formats lives in its own file and
-// answers for its types; a new type is a new row here and in that file.
+// The block-quantized types' functions, bound to core's format facts in the
+// type traits table (src/quant/traits.cpp). Each family of formats lives in
+// its own file and answers for its types; a type computed with is a new case
+// in that file (its format facts are a row of src/core/types.tsv).
 #pragma once
 
 #include "qlens/types.h"

@@ -175,6 +175,33 @@ DType fallback_type(DType wanted, int64_t n) {
   return n % type_traits(t).block_size == 0 ? t : DType::F16;
 }
 
+ModelFacts read_model_facts(const gguf::File& in) {
+  const std::string arch = in.try_string("general.architecture").value_or("llama");
+  ModelFacts facts;
+  facts.n_layer = static_cast<int>(in.try_int(arch + ".block_count").value_or(0));
+  const int64_t n_head = in.try_int(arch + ".attention.head_count").value_or(1);
+  const int64_t n_head_kv = in.try_int(arch + ".attention.head_count_kv").value_or(n_head);
+  facts.n_gqa = n_head_kv > 0 ? n_head / n_head_kv : 1;
+  facts.tied_output = in.find_tensor("output.weight") == nullptr;
+  facts.n_expert = in.try_int(arch + ".expert_count").value_or(0);
+  return facts;
+}
+
+// A --tensor-type rule, its pattern compiled.
+struct TypeRule {
+  std::regex re;
+  std::string text;
+  DType type;
+};
+
+std::vector<TypeRule> compile_rules(const QuantizeOptions& opt) {
+  std::vector<TypeRule> rules;
+  for (const auto& [pattern, type] : opt.tensor_types)
+    rules.push_back({user_regex(pattern, "--tensor-type"), pattern,
+                     parse_type(type, "--tensor-type " + pattern + "=" + type)});
+  return rules;
+}
+
 std::string shape_text(const std::array<int64_t, 4>& ne, int n_dims) {
   std::string s = "[";
   for (int i = 0; i < n_dims; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
@@ -232,11 +259,10 @@ std::vector<std::pair<std::string, std::string>> parse_tensor_type_rules(const s
   return rules;
 }
 
-QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt) {
-  QuantizePlan plan;
-  // No TYPE: the rules (a plan of qlens plan) must give every matrix its type.
-  const bool rules_only = opt.mix.empty();
-  auto mix = rules_only ? std::optional<QuantMix>(QuantMix{"rules", DType::F32, 0}) : find_mix(opt.mix);
+// The mix TYPE names; no TYPE: "rules", the rules (a plan of qlens plan) must
+// give every matrix its type.
+static QuantMix resolve_mix(const QuantizeOptions& opt) {
+  auto mix = opt.mix.empty() ? std::optional<QuantMix>(QuantMix{"rules", DType::F32, 0}) : find_mix(opt.mix);
   if (!mix) {
     std::string names;
     for (const auto& n : mix_names()) names += (names.empty() ? "" : ", ") + n;
@@ -244,25 +270,17 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
   }
   if (!is_weight_target(mix->base))
     throw Error("qlens cannot quantize to " + std::string(type_name(mix->base)) + " yet");
-  plan.mix = *mix;
+  return *mix;
+}
 
-  struct Rule {
-    std::regex re;
-    std::string text;
-    DType type;
-  };
-  std::vector<Rule> rules;
-  for (const auto& [pattern, type] : opt.tensor_types)
-    rules.push_back({user_regex(pattern, "--tensor-type"), pattern,
-                     parse_type(type, "--tensor-type " + pattern + "=" + type)});
-  const std::string arch = in.try_string("general.architecture").value_or("llama");
-  ModelFacts facts;
-  facts.n_layer = static_cast<int>(in.try_int(arch + ".block_count").value_or(0));
-  const int64_t n_head = in.try_int(arch + ".attention.head_count").value_or(1);
-  const int64_t n_head_kv = in.try_int(arch + ".attention.head_count_kv").value_or(n_head);
-  facts.n_gqa = n_head_kv > 0 ? n_head / n_head_kv : 1;
-  facts.tied_output = in.find_tensor("output.weight") == nullptr;
-  facts.n_expert = in.try_int(arch + ".expert_count").value_or(0);
+QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt) {
+  QuantizePlan plan;
+  const bool rules_only = opt.mix.empty();
+  plan.mix = resolve_mix(opt);
+  const QuantMix& mix = plan.mix;
+
+  const std::vector<TypeRule> rules = compile_rules(opt);
+  const ModelFacts facts = read_model_facts(in);
   const bool has_imatrix = !opt.imatrix_path.empty();
 
   for (const auto& t : in.tensors()) {
@@ -278,15 +296,19 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
       // As llama.cpp: the router is never quantized (its logits pick the
       // experts; it is tiny).
       p.reason = "router: kept";
+    } else if (!type_traits(t.type).to_float) {
+      // Its values cannot be read, so whatever a rule or the mix asks, its
+      // bytes go to the output as they are (gpt-oss's MXFP4 experts).
+      p.reason = std::string(type_name(t.type)) + ": copied as is (qlens cannot compute with it)";
     } else {
       const Role role = role_of(t.name);
       // llama.cpp 0c1e570's precedence: --token-embedding-type and
       // --output-tensor-type (and --leave-output-tensor), then the first
       // --tensor-type rule that matches, then the mix's role rules.
-      DType want = mix->base;
-      p.reason = "mix " + mix->name;
-      const Rule* rule = nullptr;
-      for (const Rule& r : rules)
+      DType want = mix.base;
+      p.reason = "mix " + mix.name;
+      const TypeRule* rule = nullptr;
+      for (const TypeRule& r : rules)
         if (!rule && std::regex_search(t.name, r.re)) rule = &r;
       if (role.name == "token_embd" && opt.token_embedding_type) {
         want = *opt.token_embedding_type;
@@ -304,10 +326,10 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
         throw Error("no TYPE given, and no --tensor-type rule gives " + t.name +
                     " its type: give TYPE for the tensors the rules leave out");
       } else {
-        plan.from_mix = plan.from_mix || type_traits(mix->base).is_quantized;
+        plan.from_mix = plan.from_mix || type_traits(mix.base).is_quantized;
         // As llama.cpp: the mixes' rules are for quantized types only.
-        if (!opt.pure && type_traits(mix->base).is_quantized)
-          want = role_type(*mix, role, t.ne[0], facts, has_imatrix, &p.reason);
+        if (!opt.pure && type_traits(mix.base).is_quantized)
+          want = role_type(mix, role, t.ne[0], facts, has_imatrix, &p.reason);
       }
       if (t.ne[0] % type_traits(want).block_size != 0) {
         const DType fb = fallback_type(want, t.ne[0]);
@@ -319,9 +341,6 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
       if (type_traits(t.type).is_quantized && want != t.type && !opt.allow_requantize)
         throw Error(in.path() + ": tensor '" + t.name + "' is already " + std::string(type_name(t.type)) +
                     "; quantizing it again loses quality (use --allow-requantize to do it anyway)");
-      if (want != t.type && !type_traits(t.type).to_float)
-        throw Error(in.path() + ": tensor '" + t.name + "' has type " + std::string(type_name(t.type)) +
-                    ", which qlens cannot read");
       p.to = want;
     }
     p.bytes = static_cast<size_t>(t.nelements() / type_traits(p.to).block_size) * type_traits(p.to).block_bytes;

@@ -14,6 +14,7 @@
 #include "tools/json_header.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
+#include "qlens/model.h"
 #include "tools/imatrix_file.h"
 #include "tools/user_regex.h"
 
@@ -106,18 +107,21 @@ QuantizeStatsResult quantize_stats(const std::string& model_path, const Quantize
   for (DType t : types)
     if (!type_traits(t).quantize || !type_traits(t).to_float)
       throw Error("quantize-stats: qlens cannot quantize to " + std::string(type_name(t)));
-  std::optional<Imatrix> imatrix;
-  if (!opt.imatrix_path.empty()) imatrix = load_imatrix(opt.imatrix_path);
   const std::regex filter =
       user_regex(opt.tensor_filter.empty() ? std::string(".*") : opt.tensor_filter, "quantize-stats: --include");
+  std::vector<const gguf::TensorInfo*> measured;
+  for (const auto& t : f->tensors())
+    if (t.n_dims >= 2 && std::regex_search(t.name, filter)) measured.push_back(&t);
+  for (const gguf::TensorInfo* t : measured) require_computable(*f, *t);  // before any long measurement
+  std::optional<Imatrix> imatrix;
+  if (!opt.imatrix_path.empty()) imatrix = load_imatrix(opt.imatrix_path);
   const int n_threads = opt.n_threads > 0 ? opt.n_threads : default_thread_count();
 
   QuantizeStatsResult r;
   std::map<DType, std::pair<int64_t, Sums>> totals;
-  for (const auto& t : f->tensors()) {
-    if (t.n_dims < 2 || !std::regex_search(t.name, filter)) continue;
+  for (const gguf::TensorInfo* tensor : measured) {
+    const gguf::TensorInfo& t = *tensor;
     const TypeTraits& from = type_traits(t.type);
-    if (!from.to_float) throw Error(model_path + ": tensor '" + t.name + "' has a type qlens cannot read");
     std::vector<float> x(t.nelements());
     from.to_float(f->tensor_data(t), x.data(), t.nelements());
     std::vector<float> importance;

@@ -1,11 +1,13 @@
 // MulMat and MulMatId (a matrix-vector path for few activation rows, a tiled
 // matrix-matrix path otherwise) and GetRows, for every weight type of
-// shaders/weight_types.glsl. Activations stay F32: results differ from the
-// reference's double sums only by float rounding.
+// shaders/weight_types.glsl (kWeightTypes: the generated list of the types
+// src/core/types.tsv gives a Vulkan SUB_SIZE). Activations stay F32: results
+// differ from the reference's double sums only by float rounding.
 #include <cctype>
 #include <limits>
 
 #include "backend/vulkan/vk_ops.h"
+#include "backend/vulkan/vk_weight_types.h"
 #include "qlens/error.h"
 
 namespace qlens::vulkan {
@@ -33,19 +35,6 @@ struct MulMatIdPush {
 
 struct GetRowsPush {
   uint32_t K, n_out, n_slices, a_rows, a_off, a_nb1, a_nb2, idx_off, idx_nb0, idx_nb1, d_off, d_nb1, d_nb2;
-};
-
-// The weight types of shaders/weight_types.glsl with their SUB_SIZE (the
-// elements one dequantize_sub call produces; it divides the block size and
-// 32, the tile depth of mul_mat.comp).
-struct WeightType {
-  DType type;
-  uint32_t sub_size;
-};
-constexpr WeightType kWeightTypes[] = {
-    {DType::F32, 1},   {DType::F16, 1},   {DType::BF16, 1},  {DType::Q8_0, 8},   {DType::Q4_0, 8},
-    {DType::Q4_1, 8},  {DType::Q5_0, 8},  {DType::Q5_1, 8},  {DType::IQ4_NL, 8}, {DType::Q2_K, 16},
-    {DType::Q3_K, 16}, {DType::Q4_K, 16}, {DType::Q5_K, 16}, {DType::Q6_K, 16},  {DType::IQ4_XS, 16},
 };
 
 const WeightType* find_weight_type(DType type) {

@@ -9,13 +9,6 @@ file(MAKE_DIRECTORY ${QLENS_VK_OUT})
 
 # Variants: "name|source|defines" (defines separated by spaces).
 set(QLENS_VK_VARIANTS
-  "add|elementwise.comp|-DOP_ADD"
-  "mul|elementwise.comp|-DOP_MUL"
-  "div|elementwise.comp|-DOP_DIV"
-  "scale|elementwise.comp|-DOP_SCALE"
-  "clamp|elementwise.comp|-DOP_CLAMP"
-  "silu|elementwise.comp|-DOP_SILU"
-  "gelu|elementwise.comp|-DOP_GELU"
   "rms_norm|rms_norm.comp|"
   "rms_norm_rows|rms_norm.comp|-DROW_PER_INVOCATION"
   "soft_max|soft_max.comp|"
@@ -26,26 +19,66 @@ set(QLENS_VK_VARIANTS
   "sum_rows_f32|sum_rows.comp|"
   "sum_rows_f64|sum_rows.comp|-DSUM_F64"
 )
+# The element-wise ops: one variant per OP_<NAME> that elementwise.comp
+# defines, named as the op's ggml name in lower case ("silu"), which is what
+# vk_elementwise.cpp dispatches; a new op is a section of the shader.
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${QLENS_VK_SHADER_DIR}/elementwise.comp)
+file(STRINGS ${QLENS_VK_SHADER_DIR}/elementwise.comp QLENS_VK_ELEMENTWISE_LINES REGEX "defined\\(OP_[A-Z0-9_]+\\)")
+foreach(line ${QLENS_VK_ELEMENTWISE_LINES})
+  string(REGEX MATCH "OP_([A-Z0-9_]+)" _ "${line}")
+  string(TOLOWER "${CMAKE_MATCH_1}" name)
+  list(APPEND QLENS_VK_VARIANTS "${name}|elementwise.comp|-DOP_${CMAKE_MATCH_1}")
+endforeach()
 foreach(src F32 F16 BF16)
   foreach(dst F32 F16 BF16)
     string(TOLOWER "copy_${src}_${dst}" name)
     list(APPEND QLENS_VK_VARIANTS "${name}|copy.comp|-DSRC_${src} -DDST_${dst}")
   endforeach()
 endforeach()
-# The weight types of mul_mat, mul_mat_id and get_rows: one line per type
-# here and one section in shaders/weight_types.glsl (and a row in
-# kWeightTypes of vk_matmul.cpp).
-foreach(type F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS)
+# The weight types of mul_mat, mul_mat_id and get_rows: the types with a
+# vulkan column in src/core/types.tsv (src/core/types.cmake reads it), each
+# one section of shaders/weight_types.glsl, which checks its block size,
+# bytes and SUB_SIZE against the list's (LIST_*). The host reads the same list
+# from the generated backend/vulkan/vk_weight_types.h.
+set(QLENS_VK_WEIGHT_ROWS "")
+foreach(type sub IN ZIP_LISTS QLENS_VULKAN_WEIGHT_TYPES QLENS_VULKAN_SUB_SIZES)
+  list(FIND QLENS_TYPE_NAMES ${type} i)
+  list(GET QLENS_TYPE_BLOCKS ${i} block)
+  list(GET QLENS_TYPE_BYTES ${i} bytes)
+  string(APPEND QLENS_VK_WEIGHT_ROWS "    {DType::${type}, ${sub}},\n")
   string(TOLOWER ${type} t)
+  set(defines "-DTYPE_${type} -DLIST_BLOCK_SIZE=${block}u -DLIST_BLOCK_BYTES=${bytes}u -DLIST_SUB_SIZE=${sub}u")
   list(APPEND QLENS_VK_VARIANTS
-    "get_rows_${t}|get_rows.comp|-DTYPE_${type}"
-    "mul_mat_vec_${t}|mul_mat_vec.comp|-DTYPE_${type}"
-    "mul_mat_${t}|mul_mat.comp|-DTYPE_${type}"
-    "mul_mat_direct_${t}|mul_mat.comp|-DTYPE_${type} -DDIRECT"
-    "mul_mat_id_vec_${t}|mul_mat_vec.comp|-DTYPE_${type} -DMUL_MAT_ID"
-    "mul_mat_id_${t}|mul_mat.comp|-DTYPE_${type} -DMUL_MAT_ID"
-    "mul_mat_id_direct_${t}|mul_mat.comp|-DTYPE_${type} -DDIRECT -DMUL_MAT_ID")
+    "get_rows_${t}|get_rows.comp|${defines}"
+    "mul_mat_vec_${t}|mul_mat_vec.comp|${defines}"
+    "mul_mat_${t}|mul_mat.comp|${defines}"
+    "mul_mat_direct_${t}|mul_mat.comp|${defines} -DDIRECT"
+    "mul_mat_id_vec_${t}|mul_mat_vec.comp|${defines} -DMUL_MAT_ID"
+    "mul_mat_id_${t}|mul_mat.comp|${defines} -DMUL_MAT_ID"
+    "mul_mat_id_direct_${t}|mul_mat.comp|${defines} -DDIRECT -DMUL_MAT_ID")
 endforeach()
+file(CONFIGURE OUTPUT ${QLENS_GENERATED_DIR}/backend/vulkan/vk_weight_types.h
+  CONTENT "// The weight types the Vulkan shaders are built for, with their SUB_SIZE.
+// Written by src/backend/vulkan/vulkan.cmake from src/core/types.tsv's vulkan
+// column: edit the list, not this file.
+#pragma once
+
+#include <cstdint>
+
+#include \"qlens/types.h\"
+
+namespace qlens::vulkan {
+
+struct WeightType {
+  DType type;
+  uint32_t sub_size;  // elements one dequantize_sub call produces (shaders/weight_types.glsl)
+};
+
+inline constexpr WeightType kWeightTypes[] = {
+${QLENS_VK_WEIGHT_ROWS}};
+
+}  // namespace qlens::vulkan
+")
 foreach(tap column_sum_sq stats error_stats)
   list(APPEND QLENS_VK_VARIANTS
     "tap_${tap}_f32|tap_${tap}.comp|"

@@ -1,6 +1,7 @@
-// Add, Mul, Div (b broadcast over a), Scale, Clamp, Silu and Gelu: one thread
-// per element of the result; every tensor may have any strides. Variants:
-// OP_ADD, OP_MUL, OP_DIV, OP_SCALE, OP_CLAMP, OP_SILU, OP_GELU.
+// The element-wise ops: Add, Mul, Div (b broadcast over a), Scale, Clamp,
+// Silu, Gelu; one thread per element of the result; every tensor may have
+// any strides. vulkan.cmake builds one variant per OP_<NAME> tested below
+// (shader "<name>", the op's ggml name in lower case).
 #version 450
 #include "common.glsl"
 

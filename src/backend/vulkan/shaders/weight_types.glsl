@@ -1,5 +1,6 @@
-// How mul_mat and get_rows read a weight type. A type plugs in by defining,
-// under its TYPE_* macro:
+// How mul_mat and get_rows read a weight type. A type plugs in by its SUB_SIZE
+// in the vulkan column of src/core/types.tsv and by defining, under its
+// TYPE_* macro:
 //   BLOCK_SIZE   elements per block (1 for the plain float types)
 //   BLOCK_BYTES  bytes per block
 //   SUB_SIZE     elements one dequantize_sub call produces (divides
@@ -219,6 +220,13 @@ void dequantize_sub(uint block_byte, uint sub, out float v[SUB_SIZE]) {
 #error "weight_types.glsl: define one TYPE_* macro"
 #endif
 #endif
+
+// The host sizes its dispatches from src/core/types.tsv (vulkan.cmake passes
+// the type's row as LIST_*): a section that disagrees with it fails to compile
+// here ("array size must be a positive integer").
+const bool SECTION_MATCHES_TYPE_LIST =
+    BLOCK_SIZE == LIST_BLOCK_SIZE && BLOCK_BYTES == LIST_BLOCK_BYTES && SUB_SIZE == LIST_SUB_SIZE;
+const uint SECTION_CHECK[SECTION_MATCHES_TYPE_LIST ? 1 : 0] = uint[](0u);
 
 const uint SUBS_PER_BLOCK = BLOCK_SIZE / SUB_SIZE;
 
