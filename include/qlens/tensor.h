@@ -192,8 +192,10 @@ Tensor* rms_norm(Graph& g, Tensor* a, float eps);
 Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale,
              Tensor* freq_factors = nullptr);
 Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale);  // mask may be null
-Tensor* silu(Graph& g, Tensor* a);
-Tensor* gelu(Graph& g, Tensor* a);
+// An element-wise op of one F32 value per element (Silu, Gelu, ...): a's shape.
+Tensor* unary(Graph& g, Op op, Tensor* a);
+inline Tensor* silu(Graph& g, Tensor* a) { return unary(g, Op::Silu, a); }
+inline Tensor* gelu(Graph& g, Tensor* a) { return unary(g, Op::Gelu, a); }
 Tensor* cpy(Graph& g, Tensor* a, Tensor* b);
 Tensor* cont(Graph& g, Tensor* a);
 Tensor* reshape(Graph& g, Tensor* a, std::initializer_list<int64_t> ne);

@@ -1,6 +1,7 @@
 #include "qlens/tensor.h"
 
 #include <algorithm>
+#include <cctype>
 #include <sstream>
 
 #include "qlens/error.h"
@@ -292,14 +293,11 @@ Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale) {
   return t;
 }
 
-Tensor* silu(Graph& g, Tensor* a) {
-  require_f32("silu", a);
-  return make_result(g, Op::Silu, a->ne, a);
-}
-
-Tensor* gelu(Graph& g, Tensor* a) {
-  require_f32("gelu", a);
-  return make_result(g, Op::Gelu, a->ne, a);
+Tensor* unary(Graph& g, Op op, Tensor* a) {
+  std::string name = op_name(op);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  require_f32(name.c_str(), a);
+  return make_result(g, op, a->ne, a);
 }
 
 Tensor* cpy(Graph& g, Tensor* a, Tensor* b) {

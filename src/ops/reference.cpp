@@ -178,29 +178,22 @@ void scale(const Tensor& d) {
   });
 }
 
-void silu(const Tensor& d) {
+void map(const Tensor& d, double (*f)(double)) {
   const Tensor& a = *d.src[0];
   for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
-    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) {
-      const double x = get(a, i0, i1, i2, i3);
-      set(d, x / (1.0 + std::exp(-x)), i0, i1, i2, i3);
-    }
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, f(get(a, i0, i1, i2, i3)), i0, i1, i2, i3);
   });
 }
 
+double silu_of(double x) { return x / (1.0 + std::exp(-x)); }
+
 // 1 + tanh u as 2 / (1 + e^-2u): in double the tanh form cancels to exactly 0
 // from x = -7.2, where the result is still a normal float (-2e-16).
-void gelu(const Tensor& d) {
-  const Tensor& a = *d.src[0];
+double gelu_of(double x) {
   const double c = std::sqrt(2.0 / std::numbers::pi);
-  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
-    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) {
-      const double x = get(a, i0, i1, i2, i3);
-      const double u = c * (x + 0.044715 * x * x * x);
-      // At -inf the quotient would be -inf / inf; the limit is 0.
-      set(d, x == -HUGE_VAL ? -0.0 : x / (1.0 + std::exp(-2.0 * u)), i0, i1, i2, i3);
-    }
-  });
+  const double u = c * (x + 0.044715 * x * x * x);
+  // At -inf the quotient would be -inf / inf; the limit is 0.
+  return x == -HUGE_VAL ? -0.0 : x / (1.0 + std::exp(-2.0 * u));
 }
 
 void rms_norm(const Tensor& d) {

@@ -14,8 +14,14 @@ void mul(const Tensor& node);
 void div(const Tensor& node);
 void scale(const Tensor& node);
 void clamp(const Tensor& node);
-void silu(const Tensor& node);
-void gelu(const Tensor& node);
+// The element-wise ops of one value: f applied to each element of src[0].
+void map(const Tensor& node, double (*f)(double));
+template <double (*f)(double)>
+void map_with(const Tensor& node) {
+  map(node, f);
+}
+double silu_of(double x);
+double gelu_of(double x);
 void rms_norm(const Tensor& node);
 void rope(const Tensor& node);
 void soft_max(const Tensor& node);
