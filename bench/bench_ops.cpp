@@ -3,7 +3,10 @@
 //
 //   bench_ops [--benchmark_filter=MulMat] [--threads=N] [--isa=scalar|avx2|avx512]
 //
-// Each benchmark computes a one-node graph with the CPU backend; counters give
+// The backend's other options come from the QLENS_CPU_* variables, as for the
+// qlens tool (cpu_options_from_env): QLENS_CPU_PREFETCH=N, say, measures
+// another prefetch distance. Each benchmark computes a one-node graph with the
+// CPU backend; counters give
 // GFLOP/s (matmul), weight bytes streamed per second (matmul with N = 1) and
 // elements per second (the rest).
 #include <benchmark/benchmark.h>
@@ -31,11 +34,19 @@ namespace {
 using namespace qlens;
 
 int g_threads = 0;  // 0: one per core
-cpu::Isa g_isa = cpu::best_isa();
+const CpuOptions g_options = cpu_options_from_env();
+cpu::Isa g_isa = cpu::isa_for(g_options.isa);
 
-Backend& backend() {
-  static std::unique_ptr<Backend> b = cpu::make_cpu_backend(g_threads, g_isa);
-  return *b;
+// The backend of --isa and the environment's options; int8 false: with the
+// int8 GEMM off (BM_MulMatInt8's F32 panels).
+Backend& backend(bool int8 = true) {
+  static std::unique_ptr<Backend> b[2];
+  if (!b[int8]) {
+    CpuOptions o = g_options;
+    o.int8_gemm = o.int8_gemm && int8;
+    b[int8] = cpu::make_cpu_backend(g_threads, g_isa, o);
+  }
+  return *b[int8];
 }
 
 // 64 rows of k random values in [-1, 1) quantized to `type` (cached).
@@ -87,9 +98,10 @@ struct Bench {
     buf.assign(plan.size + 64, 0);
     apply_memory_plan(g, plan, buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64);
   }
-  void run(benchmark::State& state) {
-    backend().compute(g);  // warm up (page faults, packing buffers)
-    for (auto _ : state) backend().compute(g);
+  void run(benchmark::State& state, bool int8 = true) {
+    Backend& be = backend(int8);
+    be.compute(g);  // warm up (page faults, packing buffers)
+    for (auto _ : state) be.compute(g);
   }
 };
 
@@ -101,7 +113,8 @@ void set_labels(benchmark::State& state) {
 // product; so that they come from memory as in a real model (not from a
 // 32 MiB L3 cache), the graph then holds enough distinct copies of them to
 // exceed 192 MiB and computes one product per copy (counters are totals).
-void BM_MulMat(benchmark::State& state) {
+// int8: the backend's int8 GEMM on (BM_MulMatInt8 compares).
+void mul_mat_bench(benchmark::State& state, bool int8) {
   const auto type = static_cast<DType>(state.range(0));
   const int64_t K = state.range(1), M = state.range(2), N = state.range(3);
   Bench b;
@@ -114,13 +127,14 @@ void BM_MulMat(benchmark::State& state) {
     b.g.build(out);
   }
   b.finish(b.g.nodes().back());
-  b.run(state);
+  b.run(state, int8);
   const double iters = static_cast<double>(state.iterations()) * copies;
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * K * M * N * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(weight_bytes) * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["products"] = static_cast<double>(copies);
   set_labels(state);
 }
+void BM_MulMat(benchmark::State& state) { mul_mat_bench(state, true); }
 
 void MulMatArgs(benchmark::internal::Benchmark* bm) {
   bm->ArgNames({"type", "K", "M", "N"});
@@ -166,20 +180,21 @@ void BM_MulMatVec(benchmark::State& state) {
   Bench b;
   const size_t weight_bytes = row_bytes(type, K) * M;
   const int64_t copies = state.range(4) != 0 ? 1 : static_cast<int64_t>((192u << 20) / weight_bytes + 1);
-  std::vector<std::unique_ptr<cpu::PackedWeight>> packs;
+  std::vector<const Tensor*> weights;
   Tensor* x = b.leaf(DType::F32, {K, 1});
   for (int64_t i = 0; i < copies; ++i) {
     Tensor* w = b.leaf(type, {K, M});
-    if (state.range(3) != 0) {
-      packs.push_back(cpu::pack_weight(*w));
-      w->packed = packs.back().get();
-    }
+    weights.push_back(w);
     Tensor* out = mul_mat(b.g, w, x);
     out->flags |= kFlagOutput;
     b.g.build(out);
   }
+  // The backend keeps the packed copies (Backend::prepare_weights); they go
+  // with the weights, whose addresses a later benchmark may reuse.
+  if (state.range(3) != 0) backend().prepare_weights(weights, Op::MulMat);
   b.finish(b.g.nodes().back());
   b.run(state);
+  backend().release_weights(weights);
   const double iters = static_cast<double>(state.iterations()) * copies;
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(weight_bytes) * iters / 1e9, benchmark::Counter::kIsRate);
   set_labels(state);
@@ -214,11 +229,7 @@ BENCHMARK(BM_MulMatPath)->Apply(MulMatPathArgs)->UseRealTime()->Unit(benchmark::
 // The GEMM path for quantized weights at N = 512 and the 1.1B shapes, on the
 // int8 panels (path 1, where the instruction set has them: VNNI) or on the
 // dequantized F32 panels (path 0): args type, K, M, N, path.
-void BM_MulMatInt8(benchmark::State& state) {
-  const bool prev = cpu::matmul_set_int8(state.range(4) != 0);
-  BM_MulMat(state);
-  cpu::matmul_set_int8(prev);
-}
+void BM_MulMatInt8(benchmark::State& state) { mul_mat_bench(state, state.range(4) != 0); }
 void MulMatInt8Args(benchmark::internal::Benchmark* bm) {
   bm->ArgNames({"type", "K", "M", "N", "int8"});
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL, DType::Q2_K,
@@ -236,7 +247,7 @@ BENCHMARK(BM_MulMatInt8)->Apply(MulMatInt8Args)->UseRealTime()->Unit(benchmark::
 void BM_Int8Micro(benchmark::State& state) {
   const auto type = static_cast<DType>(state.range(0));
   const int64_t k = state.range(1);
-  const cpu::Int8Gemm& e = cpu::gemm_kernels(g_isa).i8[static_cast<int>(type)];
+  const cpu::Int8Gemm& e = cpu::gemm_kernels(g_isa, g_options.vnni).i8[static_cast<int>(type)];
   if (!e.pack_w) {
     state.SkipWithError("no int8 GEMM kernel for this type and instruction set");
     return;

@@ -181,16 +181,18 @@ inline const std::map<std::string, std::string> kLlamaCppAliases = {{"embd", "in
                                                                     {"ffn_swiglu", "ffn_gate_par"}};
 
 // Runs `prompt` (BOS added as the model asks) through the model with every
-// node kept, as llama-eval-callback does (the last token's logits only), and
-// compares the graph with the dump.
+// node kept, as llama-eval-callback does (the last token's logits only), on a
+// CPU backend with `cpu`, and compares the graph with the dump.
 inline std::vector<NodeMatch> compare_model_with_dump(const std::string& model_path, const std::string& dump_path,
                                                       const std::string& prompt,
-                                                      const std::map<std::string, std::string>& alias) {
+                                                      const std::map<std::string, std::string>& alias,
+                                                      const CpuOptions& cpu = {}) {
   const auto ref = parse_eval_dump(dump_path);
   auto m = Model::load(model_path);
   const auto tokens = m->vocab().tokenize(prompt, true);
   ContextOptions opt;
   opt.n_ctx = 256;
+  opt.cpu = cpu;
   opt.keep_intermediates = true;
   Context ctx(*m, opt);
   std::vector<NodeMatch> matches;

@@ -14,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "core/json_reader.h"
 #include "qlens/error.h"
 #include "test_util.h"
+#include "tools/compare.h"
 #include "tools/compare_logits.h"
 #include "tools/compare_report.h"
 
@@ -487,6 +489,71 @@ TEST(CompareReport, CsvHasAHeaderAndOneLinePerNode) {
   for (const auto& line : lines) EXPECT_EQ(commas(line), commas(lines[0])) << line;
   EXPECT_EQ(lines[1].rfind("inp_embd,,inp_embd,10,0,", 0), 0u) << lines[1];  // no layer: an empty field
   EXPECT_TRUE(contains(lines.back(), ",0,inf,1,")) << lines.back();  // nmse 0, SQNR inf, cosine 1
+}
+
+tools::CompareResult result_for_files() {
+  tools::CompareResult r;
+  r.meta = {"ref.gguf", "test.gguf", "wiki.txt", 512, 256, 1, 3};
+  r.nodes = nodes_for_files();
+  LogitComparison cmp;
+  for (const auto& t : kHandTokens) cmp.add_token(logits_of(t.p_ref), logits_of(t.p_test), t.next);
+  r.logits = cmp.summary();
+  r.growth = tools::analyze_error_growth(r.nodes);
+  return r;
+}
+
+TEST(CompareReport, PrintedReportHasItsSectionsInOrder) {
+  tools::CompareResult r = result_for_files();
+  std::ostringstream out;
+  tools::print_compare(out, r, tools::Metric::NMSE, 2);
+  const std::string s = out.str();
+  std::ostringstream logits, table, growth, worst;
+  tools::print_logit_summary(logits, r.logits);
+  tools::print_layer_table(table, r.nodes, tools::Metric::NMSE);
+  tools::print_error_growth(growth, r.growth);
+  tools::print_top_worst(worst, tools::top_worst(r.nodes, 2));
+  EXPECT_EQ(s, "\n== Logits (3 tokens scored) ==\n" + logits.str() + "\n== NMSE by layer and node ==\n" + table.str() +
+                   "\n== Where the error grows ==\n" + growth.str() + "\n== The 2 worst nodes ==\n" + worst.str());
+
+  // SQNR cells, a router's agreement (MoE), no list of the worst.
+  tools::RouterAgreement router;
+  router.layer = 0;
+  router.n_expert = 4;
+  router.n_used = 2;
+  router.add({0, 1}, {0, 2});
+  r.routers.push_back(router);
+  std::ostringstream out2;
+  tools::print_compare(out2, r, tools::Metric::SQNR, 0);
+  std::ostringstream sqnr_table, routers;
+  tools::print_layer_table(sqnr_table, r.nodes, tools::Metric::SQNR);
+  tools::print_router_agreement(routers, r.routers);
+  EXPECT_EQ(out2.str(), "\n== Logits (3 tokens scored) ==\n" + logits.str() + "\n== SQNR (dB) by layer and node ==\n" +
+                            sqnr_table.str() + "\n== Where the error grows ==\n" + growth.str() +
+                            "\n== Expert routing against the reference ==\n" + routers.str());
+}
+
+TEST(CompareReport, JsonOfAResultAndOfALogitsFileComparison) {
+  const tools::CompareResult r = result_for_files();
+  std::ostringstream direct;
+  tools::write_compare_json(direct, r.meta, r.nodes, r.logits, r.growth, r.routers);
+  EXPECT_EQ(tools::compare_json(r), direct.str() + "\n");
+
+  const std::string text = tools::compare_logits_file_json("base.kld", "q.gguf", 128, 3, r.logits);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  const JsonValue doc = parse_json(text, "compare.json");
+  EXPECT_EQ(doc.at("tool").as_string(), "qlens compare");
+  EXPECT_EQ(doc.at("inputs").at("ref").as_string(), "base.kld");  // the reference is the file
+  EXPECT_EQ(doc.at("inputs").at("model").as_string(), "q.gguf");
+  EXPECT_TRUE(doc.at("inputs").at("text").is_null());  // its tokens, no text
+  EXPECT_EQ(doc.at("settings").at("n_ctx").as_int(), 128);
+  EXPECT_EQ(doc.at("settings").at("n_batch").as_int(), 128);
+  EXPECT_EQ(doc.at("settings").at("n_chunks").as_int(), 3);
+  EXPECT_EQ(doc.at("n_tokens_evaluated").as_int(), 3 * 128);
+  EXPECT_EQ(doc.at("logits").at("n_tokens_scored").as_int(), 3);
+  EXPECT_EQ(doc.at("nodes").size(), 0u);
+  EXPECT_EQ(doc.at("growth").at("layers").size(), 0u);
+  EXPECT_EQ(doc.at("routers").size(), 0u);
 }
 
 }  // namespace

@@ -25,7 +25,10 @@
 #include "qlens/sched.h"
 #include "test_util.h"
 #include "tools/imatrix.h"
+#include "core/json_reader.h"
+#include "tools/chunks.h"
 #include "tools/imatrix_file.h"
+#include "tools/imatrix_run.h"
 #include "tools/imatrix_stats.h"
 
 namespace qlens {
@@ -494,6 +497,251 @@ TEST(ImatrixStories, QuantizingWithAnImatrixLowersHeldOutPerplexity) {
       std::printf("%s: PPL %.4f without imatrix, %.4f with %s\n", type, p_plain, p_with, im);
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+// A collecting run's policy (tools/imatrix_run.h): format, starting point,
+// saves as it goes, the partial file of a failed run, perplexity, JSON.
+
+TEST(ImatrixRun, OutputFormatByFlagElseByName) {
+  EXPECT_EQ(tools::imatrix_output_format("", "a/imatrix.dat"), tools::ImatrixFormat::Dat);
+  EXPECT_EQ(tools::imatrix_output_format("", "imatrix.gguf"), tools::ImatrixFormat::Gguf);
+  EXPECT_EQ(tools::imatrix_output_format("", "imatrix.dat.gguf"), tools::ImatrixFormat::Gguf);
+  EXPECT_EQ(tools::imatrix_output_format("gguf", "imatrix.dat"), tools::ImatrixFormat::Gguf);
+  EXPECT_EQ(tools::imatrix_output_format("dat", "imatrix.gguf"), tools::ImatrixFormat::Dat);
+  EXPECT_EQ(test::error_of([] { tools::imatrix_output_format("GGUF", "x"); }),
+            "qlens imatrix: --output-format must be gguf or dat, got 'GGUF'");
+}
+
+TEST(ImatrixRun, SavesDueFollowTheFrequenciesOfThisRun) {
+  tools::ImatrixSaving s;
+  s.out_path = "out.gguf";
+  s.output_frequency = 3;
+  s.save_frequency = 2;
+  std::vector<int64_t> outputs;
+  std::vector<std::string> checkpoints;
+  // A run resumed at 10 chunks: frequencies count this run's chunks, the
+  // checkpoint is named by the matrix's chunks.
+  for (int64_t done = 1; done <= 6; ++done) {
+    const tools::ImatrixSavesDue due = tools::imatrix_saves_due(s, done, 10 + done);
+    if (due.output) outputs.push_back(done);
+    if (!due.checkpoint.empty()) checkpoints.push_back(due.checkpoint);
+  }
+  EXPECT_EQ(outputs, (std::vector<int64_t>{3, 6}));
+  EXPECT_EQ(checkpoints, (std::vector<std::string>{"out.gguf.at_12", "out.gguf.at_14", "out.gguf.at_16"}));
+  s.output_frequency = s.save_frequency = 0;  // 0: never during the run
+  for (int64_t done = 1; done <= 4; ++done) {
+    const tools::ImatrixSavesDue due = tools::imatrix_saves_due(s, done, done);
+    EXPECT_FALSE(due.output);
+    EXPECT_TRUE(due.checkpoint.empty());
+  }
+  EXPECT_EQ(tools::imatrix_checkpoint_path("a/o.dat", 40), "a/o.dat.at_40");
+  EXPECT_EQ(tools::imatrix_partial_path("a/o.dat"), "a/o.dat.partial.gguf");
+}
+
+tools::Imatrix small_checkpoint() {
+  tools::Imatrix m;
+  tools::ImatrixEntry e;
+  e.n_cols = 2;
+  e.sum2 = {512, 1024};
+  e.counts = {256};
+  m.entries["blk.0.attn_q.weight"] = e;
+  m.datasets = {"t.txt"};
+  m.chunk_count = 2;
+  m.chunk_size = 128;
+  m.run.next_chunk = 3;
+  m.run.nll_sum = 7.5;
+  m.run.nll_sq_sum = 30.25;
+  m.run.n_scored = 5;
+  return m;
+}
+
+TEST(ImatrixRun, StartsEmptyFromFilesOrFromACheckpoint) {
+  const std::string dir = test::temp_dir();
+  const tools::Imatrix empty = tools::imatrix_run_start("", {}, 128, dir + "/out.gguf");
+  EXPECT_EQ(empty.path, dir + "/out.gguf");
+  EXPECT_TRUE(empty.entries.empty());
+  EXPECT_EQ(empty.run.next_chunk, -1);
+
+  const std::string ckpt = dir + "/ckpt.gguf", dat = dir + "/m.dat";
+  tools::save_imatrix_gguf(small_checkpoint(), ckpt);
+  tools::save_imatrix_dat(small_checkpoint(), dat);
+  // --in-file: the data without the run's state.
+  const tools::Imatrix from_file = tools::imatrix_run_start("", {ckpt}, 128, dir + "/out.gguf");
+  ASSERT_EQ(from_file.entries.size(), 1u);
+  EXPECT_EQ(from_file.entries.at("blk.0.attn_q.weight").counts, (std::vector<double>{256}));
+  EXPECT_EQ(from_file.run.next_chunk, -1);
+  EXPECT_EQ(from_file.run.n_scored, 0);
+  EXPECT_EQ(from_file.run.nll_sum, 0);
+  // A .dat counts chunks: given rows of this run's chunk size.
+  const tools::Imatrix from_dat = tools::imatrix_run_start("", {dat}, 128, dir + "/out.gguf");
+  EXPECT_FALSE(from_dat.counts_in_chunks);
+  EXPECT_EQ(from_dat.entries.at("blk.0.attn_q.weight").counts, (std::vector<double>{256}));
+  // --resume: the state goes on.
+  const tools::Imatrix resumed = tools::imatrix_run_start(ckpt, {}, 128, dir + "/out.gguf");
+  EXPECT_EQ(resumed.run.next_chunk, 3);
+  EXPECT_EQ(resumed.run.n_scored, 5);
+  EXPECT_EQ(resumed.run.nll_sum, 7.5);
+  EXPECT_EQ(resumed.chunk_count, 2);
+  EXPECT_EQ(test::error_of([&] { tools::imatrix_run_start(ckpt, {}, 64, "o"); }),
+            "qlens imatrix: --resume " + ckpt + " was made with -c 128, this run has -c 64");
+  tools::Imatrix finished = small_checkpoint();
+  finished.run = {};  // a final file: no state to resume
+  tools::save_imatrix_gguf(finished, dir + "/final.gguf");
+  EXPECT_EQ(test::error_of([&] { tools::imatrix_run_start(dir + "/final.gguf", {}, 128, "o"); }),
+            "qlens imatrix: --resume " + dir +
+                "/final.gguf is not a qlens checkpoint (no qlens.imatrix.next_chunk key; checkpoints are GGUF files)");
+  EXPECT_TRUE(test::contains(test::error_of([&] { tools::imatrix_run_start(dat, {}, 128, "o"); }),
+                             "is not a qlens checkpoint"));
+}
+
+TEST(ImatrixRun, PerplexityOfWhatWasScored) {
+  tools::Imatrix m = small_checkpoint();
+  const auto ppl = tools::imatrix_run_perplexity(m, true);
+  ASSERT_TRUE(ppl.has_value());
+  // NLLs summing to 7.5 with squares 30.25 over 5: mean 1.5, variance 3.8.
+  EXPECT_DOUBLE_EQ(ppl->nll, 1.5);
+  EXPECT_DOUBLE_EQ(ppl->ppl, std::exp(1.5));
+  EXPECT_DOUBLE_EQ(ppl->ppl_error, std::sqrt(3.8 / 4) * std::exp(1.5));
+  EXPECT_FALSE(tools::imatrix_run_perplexity(m, false).has_value());  // --no-ppl
+  m.run.n_scored = 0;
+  EXPECT_FALSE(tools::imatrix_run_perplexity(m, true).has_value());
+}
+
+TEST(ImatrixRun, JsonSummaryHasTheRunItsFiguresAndEveryTensor) {
+  tools::Imatrix m = small_checkpoint();
+  tools::ImatrixEntry experts;
+  experts.n_cols = 2;
+  experts.n_mat = 2;
+  experts.sum2 = {1, 2, 3, 4};
+  experts.counts = {3, 5};
+  m.entries["output.weight"] = experts;
+  tools::ImatrixRunSummary s;
+  s.model_path = "m.gguf";
+  s.text_path = "t.txt";
+  s.out_path = "o.gguf";
+  s.options.n_ctx = 64;
+  s.options.n_batch = 32;
+  s.options.first_chunk = 3;
+  s.options.collect = tools::ImatrixCollect::Callback;
+  s.stats.chunks_this_run = 4;
+  s.stats.tokens_per_second = 123.5;
+  s.unrouted_experts = {"blk.1.ffn_up_exps.weight: expert 3 got no rows"};
+  const std::string text = tools::imatrix_run_json(s, m);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  const JsonValue doc = parse_json(text, "run.json");
+  EXPECT_EQ(doc.at("tool").as_string(), "qlens imatrix");
+  EXPECT_EQ(doc.at("schema_version").as_int(), tools::kImatrixStatisticsJsonSchemaVersion);
+  EXPECT_EQ(doc.at("inputs").at("model").as_string(), "m.gguf");
+  EXPECT_EQ(doc.at("inputs").at("text").as_string(), "t.txt");
+  EXPECT_TRUE(doc.at("inputs").at("resume").is_null());
+  const JsonValue& settings = doc.at("settings");
+  EXPECT_FALSE(settings.at("statistics").as_bool());
+  EXPECT_EQ(settings.at("n_ctx").as_int(), 64);
+  EXPECT_EQ(settings.at("n_batch").as_int(), 32);
+  EXPECT_EQ(settings.at("first_chunk").as_int(), 3);
+  EXPECT_TRUE(settings.at("n_chunks").is_null());  // every chunk
+  EXPECT_EQ(settings.at("collect").as_string(), "callback");
+  EXPECT_EQ(settings.at("device").as_string(), "cpu");
+  EXPECT_EQ(doc.at("outputs").at("imatrix").as_string(), "o.gguf");
+  EXPECT_EQ(doc.at("chunks_this_run").as_int(), 4);
+  EXPECT_EQ(doc.at("chunk_count").as_int(), 2);
+  EXPECT_EQ(doc.at("n_tokens_evaluated").as_int(), 4 * 64);
+  EXPECT_EQ(doc.at("tokens_per_second").as_number(), 123.5);
+  EXPECT_TRUE(doc.at("ppl").at("value").is_null());  // no perplexity given
+  EXPECT_TRUE(doc.at("ppl").at("error").is_null());
+  EXPECT_EQ(doc.at("n_tokens_scored").as_int(), 5);
+  const JsonValue& tensors = doc.at("tensors");
+  ASSERT_EQ(tensors.size(), 2u);
+  EXPECT_EQ(tensors.at(0).at("tensor").as_string(), "blk.0.attn_q.weight");
+  EXPECT_EQ(tensors.at(0).at("layer").as_int(), 0);
+  EXPECT_EQ(tensors.at(0).at("role").as_string(), "attn_q");
+  EXPECT_EQ(tensors.at(0).at("n_cols").as_int(), 2);
+  EXPECT_EQ(tensors.at(0).at("n_mat").as_int(), 1);
+  EXPECT_EQ(tensors.at(0).at("rows").as_number(), 256);
+  EXPECT_EQ(tensors.at(1).at("tensor").as_string(), "output.weight");
+  EXPECT_TRUE(tensors.at(1).at("layer").is_null());
+  EXPECT_EQ(tensors.at(1).at("role").as_string(), "output");
+  EXPECT_EQ(tensors.at(1).at("n_mat").as_int(), 2);
+  EXPECT_EQ(tensors.at(1).at("rows").as_number(), 8);  // summed over the experts
+  ASSERT_EQ(doc.at("unrouted_experts").size(), 1u);
+  EXPECT_EQ(doc.at("unrouted_experts").at(0).as_string(), s.unrouted_experts[0]);
+
+  s.resume_path = "r.gguf";
+  s.options.max_chunks = 6;
+  s.options.collect = tools::ImatrixCollect::Taps;
+  s.ppl = tools::PerplexityEstimate{1.5, 4.25, 0.125};
+  const JsonValue doc2 = parse_json(tools::imatrix_run_json(s, m), "run2.json");
+  EXPECT_EQ(doc2.at("inputs").at("resume").as_string(), "r.gguf");
+  EXPECT_EQ(doc2.at("settings").at("n_chunks").as_int(), 6);
+  EXPECT_EQ(doc2.at("settings").at("collect").as_string(), "taps");
+  EXPECT_EQ(doc2.at("ppl").at("value").as_number(), 4.25);
+  EXPECT_EQ(doc2.at("ppl").at("error").as_number(), 0.125);
+}
+
+// The files of a run on a real model: checkpoints as they fall due, the
+// partial file of a run stopped by an error, and a resumed run that ends
+// with what an uninterrupted one collects.
+TEST(ImatrixRun, SavesAsItGoesAndAFailedRunResumesToTheSameMatrix) {
+  QLENS_REQUIRE_SHARED(model_path, kStories);
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  const std::string dir = test::temp_dir();
+  auto model = Model::load(model_path);
+  tools::ImatrixOptions opt;
+  opt.n_ctx = opt.n_batch = 128;
+  opt.max_chunks = 3;
+  opt.n_threads = 2;
+  const auto tokens = tools::tokenize_text_file(model->vocab(), text_path, 3 * 128, "imatrix");
+  tools::ImatrixSaving saving;
+  saving.out_path = dir + "/stopped.gguf";
+  saving.output_frequency = 2;
+  saving.save_frequency = 1;
+
+  tools::Imatrix stopped = tools::imatrix_run_start("", {}, opt.n_ctx, saving.out_path);
+  std::ostringstream log;
+  EXPECT_EQ(test::error_of([&] {
+              tools::collect_imatrix_saving(*model, tokens, opt, stopped, saving, log,
+                                            [](const tools::ImatrixChunkReport& r) {
+                                              if (r.done == 2) throw Error("stopped by the test");
+                                            });
+            }),
+            "stopped by the test");
+  EXPECT_EQ(stopped.chunk_count, 2);
+  EXPECT_TRUE(std::filesystem::exists(saving.out_path + ".at_1"));
+  EXPECT_FALSE(std::filesystem::exists(saving.out_path + ".at_2")) << "the failing chunk's saves are not made";
+  EXPECT_FALSE(std::filesystem::exists(saving.out_path)) << "the output is due every 2 chunks";
+  const std::string partial = saving.out_path + ".partial.gguf";
+  EXPECT_EQ(log.str(), "saved the 2 chunks collected so far to " + partial + "\n");
+  EXPECT_EQ(tools::load_imatrix(partial).run.next_chunk, 2);
+
+  tools::Imatrix resumed = tools::imatrix_run_start(partial, {}, opt.n_ctx, dir + "/resumed.gguf");
+  tools::ImatrixSaving quiet;
+  quiet.out_path = dir + "/resumed.gguf";
+  quiet.output_frequency = 0;
+  std::ostringstream log2;
+  const tools::ImatrixRunStats rest = tools::collect_imatrix_saving(*model, tokens, opt, resumed, quiet, log2);
+  EXPECT_EQ(rest.chunks_this_run, 1);
+  EXPECT_GT(rest.tokens_per_second, 0);
+  EXPECT_TRUE(log2.str().empty());
+  EXPECT_FALSE(std::filesystem::exists(quiet.out_path));
+
+  tools::Imatrix whole = tools::imatrix_run_start("", {}, opt.n_ctx, dir + "/whole.gguf");
+  saving.out_path = dir + "/whole.gguf";
+  EXPECT_EQ(tools::collect_imatrix_saving(*model, tokens, opt, whole, saving, log2).chunks_this_run, 3);
+  EXPECT_TRUE(std::filesystem::exists(saving.out_path)) << "due after chunk 2";
+  EXPECT_TRUE(std::filesystem::exists(saving.out_path + ".at_3"));
+  EXPECT_EQ(resumed.chunk_count, whole.chunk_count);
+  EXPECT_EQ(resumed.run.n_scored, whole.run.n_scored);
+  EXPECT_EQ(resumed.run.nll_sum, whole.run.nll_sum);
+  ASSERT_EQ(resumed.entries.size(), whole.entries.size());
+  for (const auto& [name, e] : whole.entries) {
+    EXPECT_EQ(resumed.entries.at(name).sum2, e.sum2) << name;
+    EXPECT_EQ(resumed.entries.at(name).counts, e.counts) << name;
+  }
+  const auto ppl = tools::imatrix_run_perplexity(whole, true);
+  ASSERT_TRUE(ppl.has_value());
+  EXPECT_GT(ppl->ppl, 1);
 }
 
 }  // namespace

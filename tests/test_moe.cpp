@@ -158,6 +158,7 @@ std::map<std::string, ExpertSums> brute_force(const Model& model, const std::vec
   copt.n_ctx = n_ctx;
   copt.n_batch = n_ctx;
   copt.n_threads = 2;
+  copt.cpu = test::cpu_options();
   copt.cache_type = DType::F32;  // as collect_imatrix
   Context ctx(model, copt);
   ctx.set_observe_callback([&](const Tensor& t, bool ask) {
@@ -206,6 +207,7 @@ TEST(MoeImatrix, PerExpertSumsAndCountsEqualBruteForce) {
       opt.n_ctx = 128;
       opt.max_chunks = 8;
       opt.n_threads = 2;
+      opt.cpu = test::cpu_options();
       opt.compute_ppl = false;
       opt.collect = collect;
       tools::Imatrix m;
@@ -240,6 +242,7 @@ tools::Imatrix collect(const Model& model, const std::vector<Token>& tokens, int
   opt.n_ctx = 128;
   opt.max_chunks = chunks;
   opt.n_threads = 2;
+  opt.cpu = test::cpu_options();
   opt.compute_ppl = false;
   tools::Imatrix m;
   tools::collect_imatrix(model, tokens, opt, m);
@@ -312,6 +315,7 @@ TEST(MoeQuantize, LlamaCppTypesAndEachExpertsOwnImportance) {
     tools::PerplexityOptions popt;
     popt.n_ctx = 128;
     popt.max_chunks = 8;
+    popt.cpu = test::cpu_options();
     const double ppl_f32 = tools::perplexity(*model, tokens, popt).ppl, ppl_q = tools::perplexity(*q, tokens, popt).ppl;
     std::printf("%s %s: PPL %.2f, F32 %.2f\n", mix.model, mix.mix, ppl_q, ppl_f32);
     EXPECT_LT(std::fabs(ppl_q / ppl_f32 - 1), 0.15);

@@ -601,5 +601,26 @@ TEST(Plan, JsonOutputIsCheckedBeforeAnyWork) {
   EXPECT_EQ(doc.at("outputs").at("tensor_type_file").as_string(), dir + "/p.txt");
 }
 
+TEST(Plan, RestrictedTypesKeepTheirOrderAndEveryTensorAnOption) {
+  SensitivityTable table = three_tensor_problem();
+  table.tensors.push_back(tensor("blk.1.attn_k.weight", 1, {}));  // no candidate at all
+  tools::restrict_plan_types(table, {DType::Q8_0, DType::Q4_K, DType::Q2_K});
+  const auto types = [&](size_t i) {
+    std::vector<DType> t;
+    for (const PlanOption& o : table.tensors[i].options) t.push_back(o.type);
+    return t;
+  };
+  EXPECT_EQ(types(0), (std::vector<DType>{DType::Q2_K, DType::Q4_K, DType::Q8_0}));  // the table's order
+  EXPECT_EQ(types(1), (std::vector<DType>{DType::Q2_K, DType::Q4_K, DType::Q8_0}));
+  EXPECT_EQ(table.tensors[1].options[1].bytes, 40u);
+  EXPECT_EQ(types(2), (std::vector<DType>{DType::Q4_K, DType::Q8_0}));
+  EXPECT_TRUE(table.tensors[3].options.empty());
+  // A tensor none of the types fits keeps its first option.
+  tools::restrict_plan_types(table, {DType::IQ4_XS});
+  EXPECT_EQ(types(0), (std::vector<DType>{DType::Q2_K}));
+  EXPECT_EQ(types(2), (std::vector<DType>{DType::Q4_K}));
+  EXPECT_EQ(table.tensors[2].options[0].delta_kld, 0.10);
+}
+
 }  // namespace
 }  // namespace qlens

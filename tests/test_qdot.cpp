@@ -31,7 +31,9 @@
 //    Odd N (1, 5, 13, 64, 100), K = 32, 96, 4096, and GQA-style broadcast.
 //    The int8 GEMM path (VNNI; gemm_int8.h), whose integer sums are the dot
 //    kernels', against the quantized product within the dot kernels' bound;
-//    N >= 64 must take it where it exists.
+//    N >= 64 must take it where it exists. Where the CPU has VNNI, every
+//    product runs again on a backend made without it (CpuOptions::vnni off:
+//    the kernels of a CPU without VNNI).
 //  - The K types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; QdotK.*) with Q8_K
 //    activations: the same three checks, the dot bound being (nb + 8) * 2^-23
 //    * S with nb = K / 256 and S = sum_e |x_e| (|w_e| + 2 |dmin m_j|) (see
@@ -73,6 +75,29 @@ std::vector<Isa> isas() {
   std::vector<Isa> v;
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
     if (cpu::isa_supported(isa)) v.push_back(isa);
+  return v;
+}
+
+// Every kernel set this machine has: each instruction set, and where the CPU
+// has VNNI for it, that set again without (CpuOptions::vnni off: the int8
+// GEMM's and the packed kernels' maddubs wrappers on AVX2, the F32 panels on
+// AVX-512), so one run tests the kernels of a CPU without VNNI too.
+struct KernelSet {
+  Isa isa;
+  bool vnni;
+  std::string name() const { return std::string(cpu::isa_name(isa)) + (vnni ? "" : " no-vnni"); }
+  cpu::KernelOptions options() const {
+    CpuOptions o;
+    o.vnni = vnni;
+    return cpu::kernel_options(o, isa);
+  }
+};
+std::vector<KernelSet> kernel_sets() {
+  std::vector<KernelSet> v;
+  for (Isa isa : isas()) {
+    v.push_back({isa, true});
+    if (cpu::cpu_has_vnni(isa)) v.push_back({isa, false});
+  }
   return v;
 }
 
@@ -508,11 +533,13 @@ using RefDotFn = RefDot (*)(DType, const uint8_t*, const uint8_t*, int64_t);
 // M: weight rows of the plain case (the GQA case has 7).
 void check_mul_mat(std::mt19937& rng, const std::vector<DType>& types, const std::vector<int64_t>& Ks,
                    const std::vector<int64_t>& Ns, RefDotFn ref, int64_t M = 19) {
-  std::vector<std::vector<std::unique_ptr<Backend>>> cpus;  // [isa][threads - 1]
-  const std::vector<Isa> all = isas();
-  for (Isa isa : all) {
+  std::vector<std::vector<std::unique_ptr<Backend>>> cpus;  // [kernel set][threads - 1]
+  const std::vector<KernelSet> all = kernel_sets();
+  for (const KernelSet& ks : all) {
     auto& v = cpus.emplace_back();
-    for (int nth = 1; nth <= 3; ++nth) v.push_back(cpu::make_cpu_backend(nth, isa));
+    CpuOptions o;
+    o.vnni = ks.vnni;
+    for (int nth = 1; nth <= 3; ++nth) v.push_back(cpu::make_cpu_backend(nth, ks.isa, o));
   }
   std::normal_distribution<float> n(0.0f, 1.0f);
   for (DType t : types) {
@@ -556,15 +583,16 @@ void check_mul_mat(std::mt19937& rng, const std::vector<DType>& types, const std
               }
             }
           for (size_t ii = 0; ii < all.size(); ++ii) {
-            SCOPED_TRACE(cpu::isa_name(all[ii]));
+            SCOPED_TRACE(all[ii].name());
+            const cpu::KernelOptions ko = all[ii].options();
             MatMulGraph run(t, c, w, x);
-            const bool int8 = cpu::matmul_uses_int8(*run.r, all[ii]);
-            // Where the instruction set has the type's int8 kernels (VNNI),
-            // the larger N take them.
-            if (N >= 64 && cpu::gemm_kernels(all[ii]).i8[static_cast<int>(t)].pack_w) {
+            const bool int8 = cpu::matmul_uses_int8(*run.r, ko);
+            // Where the kernel set has the type's int8 kernels, the larger N
+            // take them.
+            if (N >= 64 && cpu::gemm_kernels(ko).i8[static_cast<int>(t)].pack_w) {
               EXPECT_TRUE(int8);
             }
-            const bool gemm = cpu::matmul_uses_gemm(*run.r, all[ii]) && !int8;
+            const bool gemm = cpu::matmul_uses_gemm(*run.r, ko) && !int8;
             const std::vector<float> one = run.compute(*cpus[ii][0]);
             size_t bad = 0;
             // Every path computes the product with the activations quantized
@@ -653,19 +681,25 @@ TEST(Qdot, PackedKernelsMatchThePlainOneAndTheReference) {
         ASSERT_NE(plain, nullptr);
         for (int64_t g = 0; g * cpu::kPackRows < M; ++g) {
           float want[cpu::kPackRows];
-          plain(K, packed->group(g), x.data(), want);
+          plain(K, packed->group(g), x.data(), want, 0);
           for (int r = 0; r < cpu::kPackRows && g * cpu::kPackRows + r < M; ++r) {
             const RefDot rd = ref(t, w.data() + (g * cpu::kPackRows + r) * row_bytes(t, K), x.data(), K);
             EXPECT_LE(std::fabs(want[r] - rd.value), rd.bound) << "row " << g * cpu::kPackRows + r;
           }
-          for (Isa isa : isas()) {
-            const cpu::PackedDotFn fn = cpu::gemm_kernels(isa).packed_dot[static_cast<int>(t)];
-            ASSERT_NE(fn, nullptr) << cpu::isa_name(isa);
-            float got[cpu::kPackRows];
-            fn(K, packed->group(g), x.data(), got);
-            for (int r = 0; r < cpu::kPackRows && g * cpu::kPackRows + r < M; ++r)
-              EXPECT_EQ(std::memcmp(&got[r], &want[r], sizeof(float)), 0)
-                  << cpu::isa_name(isa) << " row " << g * cpu::kPackRows + r << " got " << got[r] << " want " << want[r];
+          // Every kernel set, prefetching as its default and not at all
+          // (prefetches change no result).
+          for (const KernelSet& ks : kernel_sets()) {
+            const cpu::KernelOptions ko = ks.options();
+            const cpu::PackedDotFn fn = cpu::gemm_kernels(ko).packed_dot[static_cast<int>(t)];
+            ASSERT_NE(fn, nullptr) << ks.name();
+            for (size_t prefetch : {ko.prefetch_bytes, size_t{0}}) {
+              float got[cpu::kPackRows];
+              fn(K, packed->group(g), x.data(), got, prefetch);
+              for (int r = 0; r < cpu::kPackRows && g * cpu::kPackRows + r < M; ++r)
+                EXPECT_EQ(std::memcmp(&got[r], &want[r], sizeof(float)), 0)
+                    << ks.name() << " prefetch " << prefetch << " row " << g * cpu::kPackRows + r << " got " << got[r]
+                    << " want " << want[r];
+            }
           }
         }
       }
@@ -673,23 +707,28 @@ TEST(Qdot, PackedKernelsMatchThePlainOneAndTheReference) {
 }
 
 // How far ahead the packed kernels prefetch: 1 KiB with AVX2, none with
-// AVX-512 or the plain kernels; QLENS_CPU_PREFETCH sets it (0 .. 65536),
-// anything else leaves the defaults. (Prefetching changes no result: the
-// packed kernels' tests above run with the default.)
+// AVX-512 or the plain kernels; CpuOptions::prefetch_bytes sets it for every
+// instruction set (0 .. 65536; more is an error when the backend is made).
+// (Prefetching changes no result: the packed kernels' test above runs with
+// the default and with none; test_cpu_options.cpp checks that a backend's
+// kernels get the distance.)
 TEST(Qdot, PackedPrefetchDistance) {
-  const auto check = [](const char* env, size_t avx2, size_t avx512) {
-    SCOPED_TRACE(env ? env : "(unset)");
-    test::ScopedEnv scoped("QLENS_CPU_PREFETCH", env ? env : "");  // restores the suite's value
-    if (!env) unsetenv("QLENS_CPU_PREFETCH");
-    EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Avx2), avx2);
-    EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Avx512), avx512);
-    EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Scalar), env ? avx512 : 0u);
-  };
-  check(nullptr, 1024, 0);
-  check("0", 0, 0);
-  check("2048", 2048, 2048);
-  check("65536", 65536, 65536);
-  for (const char* bad : {"", "-64", "65537", "1k", " 512", "99999999999999999999"}) check(bad, 1024, 0);
+  EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Avx2), 1024u);
+  EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Avx512), 0u);
+  EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Scalar), 0u);
+  for (Isa isa : isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    EXPECT_EQ(cpu::kernel_options(isa).prefetch_bytes, cpu::packed_prefetch_bytes(isa));
+    for (size_t set : {size_t{0}, size_t{2048}, size_t{65536}}) {
+      CpuOptions o;
+      o.prefetch_bytes = set;
+      EXPECT_EQ(cpu::kernel_options(o, isa).prefetch_bytes, set);
+    }
+    CpuOptions far;
+    far.prefetch_bytes = 65537;
+    EXPECT_NE(test::error_of([&] { cpu::make_cpu_backend(1, isa, far); }).find("prefetch distance 65537"),
+              std::string::npos);
+  }
 }
 
 TEST(Qdot, MulMatMatchesReferences) {

@@ -565,14 +565,14 @@ namespace {
 // logits as on the CPU (the device runs the reference kernels, so up to
 // float rounding), and the splits are where the layers are.
 TEST(Offload, ModelOnASimulatedDeviceMatchesTheCpu) {
-  // The reference kernels do not round as ggml does; neither does the CPU here.
-  const test::ScopedEnv exact("QLENS_CPU_ROUND_ACTIVATIONS", "0");
   auto m = Model::load(tiny_model_path());
   const auto tokens = some_tokens(*m, 21);
   ContextOptions opt;
   opt.n_ctx = 64;
   opt.n_batch = 8;
   opt.n_threads = 2;
+  // The reference kernels do not round as ggml does; neither does the CPU here.
+  opt.cpu.ggml_rounding = false;
   Context cpu(*m, opt);
   ASSERT_TRUE(cpu.decode(tokens, true));
   const int64_t n_layer = m->hparams().n_layer;

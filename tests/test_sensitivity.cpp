@@ -13,7 +13,9 @@
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "test_util.h"
+#include "tools/imatrix_file.h"
 #include "tools/sensitivity.h"
+#include "tools/sensitivity_run.h"
 
 namespace qlens {
 namespace {
@@ -309,6 +311,118 @@ TEST(Sensitivity, ResumedRunEqualsAFreshOne) {
             0);
   EXPECT_TRUE(test::contains(out, "--types: Q4_0,Q8_0 in the file, Q4_0 now")) << out;
   EXPECT_EQ(read_text_file(dir + "/resumed.json"), before);
+}
+
+// ---- a run's policy (tools/sensitivity_run.h) ----
+
+tools::SensitivityResult one_tensor_result(const tools::SensitivityOptions& settings) {
+  tools::SensitivityResult r;
+  r.model_path = "m.gguf";
+  r.settings = settings;
+  r.mode = settings.mode;
+  tools::SensitivityTensor t;
+  t.name = "blk.0.attn_q.weight";
+  t.role = "attn_q";
+  t.layer = 0;
+  t.n_elements = 64;
+  t.shape = {8, 8};
+  tools::SensitivityCandidate c;
+  c.type = DType::Q8_0;
+  c.bytes = 68;
+  c.bpw = 8.5;
+  c.delta_kld = 0.01;
+  c.measured = true;
+  t.candidates.push_back(c);
+  r.tensors.push_back(t);
+  return r;
+}
+
+TEST(SensitivityRun, CheckpointIsResumedOnlyForTheSameModelAndSettings) {
+  const std::string dir = test::temp_dir();
+  const std::string path = dir + "/s.json";
+  tools::SensitivityOptions opt = small_options();
+  EXPECT_FALSE(tools::sensitivity_resume_point(path, "m.gguf", opt).has_value()) << "no file: a fresh start";
+
+  tools::write_sensitivity_checkpoint(path, one_tensor_result(opt), "t.txt");
+  const auto back = tools::sensitivity_resume_point(path, "m.gguf", opt);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->text_path, "t.txt");  // recorded by the checkpoint
+  ASSERT_EQ(back->tensors.size(), 1u);
+  EXPECT_EQ(back->tensors[0].name, "blk.0.attn_q.weight");
+  EXPECT_EQ(back->tensors[0].candidates.at(0).delta_kld, 0.01);
+  tools::SensitivityOptions filtered = opt;
+  filtered.tensors_regex = "blk\\.1\\.";  // another filter: the same probes
+  EXPECT_TRUE(tools::sensitivity_resume_point(path, "m.gguf", filtered).has_value());
+
+  EXPECT_EQ(test::error_of([&] { tools::sensitivity_resume_point(path, "other.gguf", opt); }),
+            "--resume: " + path + " was made for m.gguf, not other.gguf");
+  tools::SensitivityOptions longer = opt;
+  longer.n_ctx = 256;
+  EXPECT_EQ(test::error_of([&] { tools::sensitivity_resume_point(path, "m.gguf", longer); }),
+            "--resume: " + path +
+                " was made with other settings (-c: 128 in the file, 256 now); give the same flags, or another "
+                "--json file to start afresh");
+}
+
+TEST(SensitivityRun, SchemaOneCheckpointsRecordTheirModeAlone) {
+  const std::string path = test::temp_dir() + "/v1.json";
+  write_file_atomic(path, R"({"schema_version": 1, "tool": "qlens sensitivity", "model": "m.gguf", "text": "t.txt",
+    "mode": "noise", "imatrix": "i.gguf", "complete": false, "reference": {"n_tokens": 126, "ppl": 4.5},
+    "fixed_bytes": 10, "n_weights_total": 100,
+    "tensors": [{"name": "output.weight", "role": "output", "layer": -1, "n_elements": 64, "shape": [8, 8],
+      "source_type": "F32", "candidates": [{"type": "Q8_0", "bytes": 68, "bpw": 8.5, "weighted_error": 0.1,
+      "delta_kld": 0.01, "delta_kld_error": null, "delta_ppl": null, "measured": false}]}]})");
+  tools::SensitivityOptions opt = small_options();
+  opt.mode = tools::SensitivityMode::Noise;
+  opt.n_ctx = 999;  // not recorded: taken as given
+  const auto back = tools::sensitivity_resume_point(path, "m.gguf", opt);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->tensors.size(), 1u);
+  opt.mode = tools::SensitivityMode::Quant;
+  EXPECT_TRUE(test::contains(test::error_of([&] { tools::sensitivity_resume_point(path, "m.gguf", opt); }),
+                             "(--mode: noise in the file, quant now)"));
+}
+
+TEST(SensitivityRun, TheModelMustBeUnquantizedAndTheImatrixCoverageCountsTheProbes) {
+  QLENS_REQUIRE_SHARED(model_path, kStories);
+  const std::string dir = test::temp_dir();
+  const auto model = Model::load(model_path);
+  EXPECT_EQ(test::error_of([&] { tools::require_unquantized_model(*model, model_path); }), "");
+  std::string out;
+  ASSERT_EQ(test::run_command(std::string(QLENS_BINARY) + " quantize " + model_path + " " + dir + "/q8.gguf Q8_0",
+                              &out),
+            0)
+      << out;
+  const auto quantized = Model::load(dir + "/q8.gguf");
+  const std::string error = test::error_of([&] { tools::require_unquantized_model(*quantized, "q8.gguf"); });
+  EXPECT_EQ(error.rfind("qlens sensitivity: q8.gguf is quantized (", 0), 0u) << error;
+  EXPECT_TRUE(test::contains(error, "); give the F32/F16/BF16 model")) << error;
+
+  // An imatrix with one entry, over the probes of two filters.
+  tools::Imatrix m;
+  tools::ImatrixEntry e;
+  e.n_cols = model->weights().at("blk.0.attn_q.weight")->ne[0];
+  e.sum2.assign(e.n_cols, 1.0);
+  e.counts = {128};
+  m.entries["blk.0.attn_q.weight"] = e;
+  m.chunk_count = 1;
+  m.chunk_size = 128;
+  tools::SensitivityOptions opt = small_options();
+  opt.imatrix_path = dir + "/im.gguf";
+  tools::save_imatrix_gguf(m, opt.imatrix_path);
+  opt.tensors_regex = "blk\\.0\\.attn_(q|k)";
+  const tools::ImatrixCoverage two = tools::sensitivity_imatrix_coverage(*model, opt);
+  EXPECT_EQ(two.n_weights, 2);
+  EXPECT_EQ(two.n_covered(), 1);
+  EXPECT_EQ(two.missing, (std::vector<std::string>{"blk.0.attn_k.weight"}));
+  opt.tensors_regex = "";
+  const tools::ImatrixCoverage all = tools::sensitivity_imatrix_coverage(*model, opt);
+  int64_t probed = 0;
+  for (const Tensor* w : tools::sensitivity_probed_weights(*model, ""))
+    probed += tools::tensor_role(w->name) != "token_embd";
+  EXPECT_EQ(all.n_weights, probed);  // token_embd's rows are looked up: no importance
+  EXPECT_GT(all.n_weights, 2);
+  EXPECT_EQ(all.n_covered(), 1);
 }
 
 }  // namespace

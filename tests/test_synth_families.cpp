@@ -44,12 +44,15 @@ const Family kFamilies[] = {{"qwen2", "qwen2"}, {"qwen3", "qwen3"},       {"llam
 // F32 file; rounding the activations to F16 narrows it). The scalar kernels
 // and llama.cpp pick expert 0, the AVX2/AVX-512 sum order expert 2; that one
 // position then differs by KLD 0.02 (mean over 504 positions 4e-5). The
-// exact checks of that file run with the scalar kernels; the SIMD run is
+// exact checks of that file run with the scalar kernels (the options of the
+// tools run here; QLENS_CPU_ISA=scalar for the CLI runs); the SIMD run is
 // held to what one switched expert can cost.
-struct F16NearTie {
-  explicit F16NearTie(const Family& f) : env(f.f16_near_tie ? std::make_unique<test::ScopedEnv>("QLENS_CPU_ISA", "scalar") : nullptr) {}
-  std::unique_ptr<test::ScopedEnv> env;
-};
+CpuOptions near_tie_options(const Family& f) {
+  CpuOptions o = test::cpu_options();
+  if (f.f16_near_tie) o.isa = CpuIsa::Scalar;
+  return o;
+}
+std::string near_tie_env(const Family& f) { return f.f16_near_tie ? "QLENS_CPU_ISA=scalar " : ""; }
 
 class SynthFamily : public testing::TestWithParam<Family> {};
 
@@ -83,11 +86,11 @@ TEST_P(SynthFamily, LoadsAsItsArchitecture) {
 TEST_P(SynthFamily, EveryNodeMatchesLlamaCppDump) {
   QLENS_REQUIRE_SHARED(path, synth(GetParam(), ".gguf"));
   QLENS_REQUIRE_SHARED(dump, synth(GetParam(), ".eval-callback.txt"));
-  const auto matches = test::compare_model_with_dump(path, dump, "Once upon a time", test::kLlamaCppAliases);
+  const CpuOptions cpu = test::cpu_options();
+  const auto matches = test::compare_model_with_dump(path, dump, "Once upon a time", test::kLlamaCppAliases, cpu);
   ASSERT_GT(matches.size(), 20u);
   const test::NodeMatch* worst = &matches[0];
-  const char* isa = std::getenv("QLENS_CPU_ISA");
-  const double bound = isa && std::string(isa) == "scalar" ? 1.5e-3 : 1e-3;
+  const double bound = cpu.isa == CpuIsa::Scalar ? 1.5e-3 : 1e-3;
   for (const auto& m : matches) {
     EXPECT_LE(m.worst_value_rel, bound) << m.name << ": " << m.worst_ours << " vs " << m.worst_ref;
     EXPECT_LE(m.sum_rel, 5e-3) << m.name << " sum";
@@ -112,7 +115,7 @@ TEST_P(SynthFamily, PerplexityMatchesLlamaCpp) {
   opt.n_batch = 128;
   opt.max_chunks = 8;
   for (const auto& [p, want] : {std::pair{path, logged_figure(log, kFinalPpl)}, std::pair{f16, logged_figure(f16_log, kMeanPplQ)}}) {
-    const F16NearTie tie(p == f16 ? GetParam() : Family{});
+    opt.cpu = near_tie_options(p == f16 ? GetParam() : Family{});
     auto m = Model::load(p);
     const auto r = tools::perplexity(*m, m->vocab().tokenize(text, true), opt);
     std::printf("%s: PPL %.4f, llama.cpp %.4f (%+.2e)\n", p.c_str(), r.ppl, want, r.ppl / want - 1);
@@ -132,14 +135,16 @@ TEST_P(SynthFamily, LogProbabilitiesMatchLlamaCpp) {
   for (const char* variant : {"", ".f16"}) {
     QLENS_REQUIRE_SHARED(path, synth(GetParam(), variant) + ".gguf");
     auto m = Model::load(path);
+    tools::KldOptions ko;
+    ko.cpu = test::cpu_options();
     if (*variant && GetParam().f16_near_tie) {
-      const auto simd = tools::kld_against_file(*m, base, {});
+      const auto simd = tools::kld_against_file(*m, base, ko);
       std::printf("%s, SIMD kernels: mean KLD %.3g, max %.3g\n", path.c_str(), simd.mean_kld, simd.max_kld);
       EXPECT_LT(simd.mean_kld, 1e-4);
       EXPECT_LT(simd.max_kld, 0.05);
     }
-    const F16NearTie tie(*variant ? GetParam() : Family{});
-    const auto r = tools::kld_against_file(*m, base, {});
+    ko.cpu = near_tie_options(*variant ? GetParam() : Family{});
+    const auto r = tools::kld_against_file(*m, base, ko);
     std::printf("%s: mean KLD %.3g, max %.3g, same top %.2f%%, PPL %.4f (file %.4f)\n", path.c_str(), r.mean_kld,
                 r.max_kld, 100 * r.same_top, r.ppl, r.ppl_base);
     EXPECT_EQ(r.n_scored, 504);
@@ -156,6 +161,7 @@ TEST_P(SynthFamily, GreedyTextMatchesLlamaCpp) {
     tools::GenerateOptions opt;
     opt.n_predict = 24;
     opt.sampler.temperature = 0;
+    opt.cpu = test::cpu_options();
     const auto r = tools::generate(*m, "Once upon a time", opt);
     // llama-completion echoes the prompt with SentencePiece's leading space
     // and ends with a blank line.
@@ -186,7 +192,9 @@ TEST(LlamaLogitsFile, BadFilesAreClearErrors) {
   }
 }
 
-int qlens_cli(const std::string& args, std::string* out);
+// Runs the qlens tool; `env`: variable assignments for its command line
+// ("QLENS_CPU_ISA=scalar ").
+int qlens_cli(const std::string& args, std::string* out, const std::string& env = "");
 
 // qlens perplexity --kl-divergence-base writes llama.cpp's format: run on the
 // same text and settings, its file has llama.cpp's tokens, and its records
@@ -235,9 +243,10 @@ TEST_P(SynthFamily, CompareReadsLlamaCppsLogProbabilityFile) {
   QLENS_REQUIRE_SHARED(f16, synth(GetParam(), ".f16.gguf"));
   QLENS_REQUIRE_SHARED(kld, synth(GetParam(), ".kld"));
   QLENS_REQUIRE_SHARED(f16_log, synth(GetParam(), ".f16.kld.log"));
-  const F16NearTie tie(GetParam());
   std::string out;
-  ASSERT_EQ(qlens_cli("compare -m " + f16 + " --kl-divergence-base " + kld + " -t 2", &out), 0) << out;
+  ASSERT_EQ(qlens_cli("compare -m " + f16 + " --kl-divergence-base " + kld + " -t 2", &out, near_tie_env(GetParam())),
+            0)
+      << out;
   const auto ours = [&](const char* pattern) {
     std::smatch m;
     if (!std::regex_search(out, m, std::regex(pattern))) throw std::runtime_error(out + ": no " + pattern);
@@ -251,8 +260,8 @@ TEST_P(SynthFamily, CompareReadsLlamaCppsLogProbabilityFile) {
   EXPECT_NE(out.find("504 tokens scored against"), std::string::npos) << out;
 }
 
-int qlens_cli(const std::string& args, std::string* out) {
-  return test::run_command(std::string(QLENS_BINARY) + " " + args, out);
+int qlens_cli(const std::string& args, std::string* out, const std::string& env) {
+  return test::run_command(env + std::string(QLENS_BINARY) + " " + args, out);
 }
 
 // The main job on each family, through the CLI: imatrix (the fused matrices

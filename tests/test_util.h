@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "qlens/backend.h"
 #include "qlens/error.h"
 
 namespace qlens::test {
@@ -44,7 +45,17 @@ constexpr const char* kGemma3F32 = "gemma-3-270m-f32.gguf";
   if (var.empty()) GTEST_SKIP() << "needs " << (name) << " in the model cache (~/.cache/qlens); " \
                                 << "scripts/fetch-gemma3.sh installs it (make test runs it)"
 
-// Sets an environment variable for the life of the object.
+// The CPU options of the contexts and backends a model suite builds: the
+// QLENS_CPU_* variables as the qlens tool reads them (cpu_options_from_env).
+// ctest reruns the model suites with QLENS_CPU_ISA=avx2|scalar (*.avx2,
+// *.scalar: tests/CMakeLists.txt); the variable reaches the engine through
+// these options, which the test harness chooses, and the suites' CLI runs
+// through the CLI's own reading of it. The engine reads no environment.
+CpuOptions cpu_options();
+
+// Sets an environment variable for the life of the object (the Vulkan
+// backend's QLENS_VULKAN_* variables; the CLI's, for the qlens runs a test
+// makes).
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {

@@ -187,8 +187,6 @@ TEST(VulkanErrors, OutOfDeviceMemoryIsAClearError) {
 // a shader that cannot be built leaves its ops to the CPU and the
 // perplexity as the CPU's.
 TEST(VulkanErrors, ModelRunsWithoutAShaderAndSaysWhenItDoesNotFit) {
-  // The Vulkan kernels do not round as ggml's CPU does: compare like with like.
-  const test::ScopedEnv exact("QLENS_CPU_ROUND_ACTIVATIONS", "0");
   REQUIRE_VULKAN();
   QLENS_REQUIRE_SHARED(path, "models/stories260K.gguf");
   QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
@@ -199,6 +197,8 @@ TEST(VulkanErrors, ModelRunsWithoutAShaderAndSaysWhenItDoesNotFit) {
   po.n_batch = 128;
   po.max_chunks = 2;
   po.n_threads = 2;
+  // The Vulkan kernels do not round as ggml's CPU does: compare like with like.
+  po.cpu.ggml_rounding = false;
   const double ppl_cpu = tools::perplexity(*m, tokens, po).ppl;
   po.device = "vulkan:0";
   {

@@ -32,13 +32,16 @@ bool have_vulkan() {
   if (!have_vulkan())                                                                                 \
   GTEST_SKIP() << "no Vulkan device (build without Vulkan, or no driver: install mesa-vulkan-drivers)"
 
-ContextOptions opts(const std::string& device, int ngl = -1) {
+// exact: the CPU backend without ggml's roundings (CpuOptions::ggml_rounding),
+// as the Vulkan kernels compute: like with like.
+ContextOptions opts(const std::string& device, int ngl = -1, bool exact = false) {
   ContextOptions o;
   o.n_ctx = 256;
   o.n_batch = 128;
   o.n_threads = 2;
   o.device = device;
   o.n_gpu_layers = ngl;
+  o.cpu.ggml_rounding = !exact;
   return o;
 }
 
@@ -65,18 +68,18 @@ std::vector<Token> greedy(Context& ctx, std::vector<Token> prompt, int n) {
 }
 
 TEST(VulkanModel, LogitsAndGreedyTextMatchTheCpuFullyAndPartlyOffloaded) {
-  // The Vulkan kernels do not round as ggml's CPU does: compare like with like.
-  const test::ScopedEnv exact("QLENS_CPU_ROUND_ACTIVATIONS", "0");
+  // The Vulkan kernels do not round as ggml's CPU does: compare like with like
+  // (exact options on every context, the CPU part of the offloaded ones too).
   QLENS_REQUIRE_VULKAN();
   QLENS_REQUIRE_SHARED(path, kStories);
   QLENS_REQUIRE_SHARED(text_path, kText);
   auto m = Model::load(path);
   auto tokens = m->vocab().tokenize(read_text_file(text_path), true);
   tokens.resize(128);
-  Context cpu(*m, opts("cpu"));
+  Context cpu(*m, opts("cpu", -1, true));
   ASSERT_TRUE(cpu.decode(tokens, true));
   for (int ngl : {-1, 2}) {
-    Context vk(*m, opts("vulkan:0", ngl));
+    Context vk(*m, opts("vulkan:0", ngl, true));
     EXPECT_EQ(vk.n_offloaded_layers(), ngl < 0 ? m->hparams().n_layer : 2);
     ASSERT_TRUE(vk.decode(tokens, true));
     double worst = 0;
@@ -85,7 +88,7 @@ TEST(VulkanModel, LogitsAndGreedyTextMatchTheCpuFullyAndPartlyOffloaded) {
     std::printf("ngl %d: worst per-token logits NMSE %.3g\n", ngl, worst);
   }
   const std::vector<Token> prompt = m->vocab().tokenize("Once upon a time", true);
-  Context c1(*m, opts("cpu")), c2(*m, opts("vulkan:0"));
+  Context c1(*m, opts("cpu", -1, true)), c2(*m, opts("vulkan:0", -1, true));
   EXPECT_EQ(greedy(c1, prompt, 40), greedy(c2, prompt, 40));
 }
 
@@ -135,7 +138,6 @@ TEST(VulkanModel, ReplacedWeightsRunOnTheDevice) {
 
 TEST(VulkanModel, PerplexityAndImatrixEqualTheCpu) {
   // The Vulkan kernels do not round as ggml's CPU does: compare like with like.
-  const test::ScopedEnv exact("QLENS_CPU_ROUND_ACTIVATIONS", "0");
   QLENS_REQUIRE_VULKAN();
   QLENS_REQUIRE_SHARED(path, kStories);
   QLENS_REQUIRE_SHARED(text_path, kText);
@@ -146,6 +148,7 @@ TEST(VulkanModel, PerplexityAndImatrixEqualTheCpu) {
   po.n_batch = 128;
   po.max_chunks = 3;
   po.n_threads = 2;
+  po.cpu.ggml_rounding = false;
   const double ppl_cpu = tools::perplexity(*m, tokens, po).ppl;
   po.device = "vulkan:0";
   const double ppl_vk = tools::perplexity(*m, tokens, po).ppl;
@@ -157,6 +160,7 @@ TEST(VulkanModel, PerplexityAndImatrixEqualTheCpu) {
   io.n_batch = 128;
   io.max_chunks = 2;
   io.n_threads = 2;
+  io.cpu.ggml_rounding = false;
   tools::Imatrix on_cpu, on_vk;
   tools::collect_imatrix(*m, tokens, io, on_cpu);
   io.device = "vulkan:0";
@@ -216,13 +220,13 @@ TEST(VulkanModel, CompareOnOneDeviceEqualsTheCpu) {
   const auto tokens = m->vocab().tokenize(read_text_file(text_path), true);
   // The CPU rounds F32 activations through the weights' partner type (Q8_0)
   // as ggml does; the Vulkan kernels do not yet: compare like with like.
-  test::ScopedEnv exact("QLENS_CPU_ROUND_ACTIVATIONS", "0");
   tools::CompareOptions co;
   co.cache_type = DType::F32;
   co.n_ctx = 128;
   co.n_batch = 128;
   co.max_chunks = 2;
   co.n_threads = 2;
+  co.cpu.ggml_rounding = false;
   const auto on_cpu = tools::compare_models(*m, *t, tokens, co);
   co.device_ref = co.device = "vulkan:0";
   const auto on_vk = tools::compare_models(*m, *t, tokens, co);
@@ -249,12 +253,12 @@ TEST(VulkanModel, CompareOnOneDeviceEqualsTheCpu) {
 void expect_vulkan_perplexity_equals_cpu(const std::string& path, const std::vector<Token>& tokens, int64_t n_ctx,
                                          int64_t chunks) {
   auto m = Model::load(path);
-  test::ScopedEnv exact("QLENS_CPU_ROUND_ACTIVATIONS", "0");
   tools::PerplexityOptions po;
   po.n_ctx = n_ctx;
   po.n_batch = n_ctx;
   po.max_chunks = chunks;
   po.n_threads = 2;
+  po.cpu.ggml_rounding = false;
   const double cpu = tools::perplexity(*m, tokens, po).ppl;
   po.device = "vulkan:0";
   const double vk = tools::perplexity(*m, tokens, po).ppl;
@@ -362,7 +366,6 @@ TEST(VulkanModel, MoeFamiliesRunOnTheDeviceAndPerplexityEqualsTheCpu) {
 // ColumnSumSq taps on the device: the same entries as on the CPU, rows per
 // expert exact, sums within 1e-5 relative.
 TEST(VulkanModel, MoeImatrixEqualsTheCpu) {
-  const test::ScopedEnv exact("QLENS_CPU_ROUND_ACTIVATIONS", "0");
   QLENS_REQUIRE_VULKAN();
   QLENS_REQUIRE_SHARED(text_path, kText);
   const std::string text = read_text_file(text_path).substr(0, 200000);
@@ -376,6 +379,7 @@ TEST(VulkanModel, MoeImatrixEqualsTheCpu) {
     io.n_batch = 128;
     io.max_chunks = 2;
     io.n_threads = 2;
+    io.cpu.ggml_rounding = false;  // as the Vulkan kernels: like with like
     tools::Imatrix on_cpu, on_vk;
     tools::collect_imatrix(*m, tokens, io, on_cpu);
     io.device = "vulkan:0";

@@ -1,7 +1,7 @@
 // What the Vulkan test suites share: one Vulkan backend per process, the
-// reference backend, random leaves (in host or device memory), and
-// compare(): a graph run on Vulkan (+ reference fallback) against the
-// reference backend alone. Only included where QLENS_VULKAN is defined.
+// reference backend, random leaves (in host or device memory) and the NMSE.
+// (The op cases, on every backend: backend_ops_cases.h.) Only included where
+// QLENS_VULKAN is defined.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -90,8 +90,6 @@ class Leaves {
   std::deque<std::unique_ptr<Buffer>> buffers_;
 };
 
-using Build = std::function<std::vector<Tensor*>(Graph&, Leaves&)>;
-
 inline double nmse(const std::vector<float>& got, const std::vector<float>& ref) {
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -99,47 +97,6 @@ inline double nmse(const std::vector<float>& got, const std::vector<float>& ref)
     den += static_cast<double>(ref[i]) * ref[i];
   }
   return den > 0 ? num / den : num;
-}
-
-// Runs `build` on Vulkan (+ reference fallback) and on the reference alone;
-// checks every computing node ran on Vulkan (unless `on_vulkan` is false) and
-// returns the worst NMSE. `bitwise` asks for identical values.
-inline double compare(const std::string& what, const Build& build, bool bitwise = false, bool on_vulkan = true) {
-  constexpr uint32_t kSeed = 1234;
-  Graph g_vk, g_ref;
-  Leaves l_vk(kSeed, vulkan_backend()), l_ref(kSeed);
-  const auto outs_vk = build(g_vk, l_vk);
-  const auto outs_ref = build(g_ref, l_ref);
-  for (Tensor* t : outs_vk) g_vk.build(t), t->flags |= kFlagOutput;
-  for (Tensor* t : outs_ref) g_ref.build(t), t->flags |= kFlagOutput;
-  Scheduler both({vulkan_backend(), &reference()});
-  both.allocate(g_vk);
-  EXPECT_EQ(both.compute(g_vk), ComputeStatus::Done);
-  Scheduler alone(reference());
-  alone.allocate(g_ref);
-  alone.compute(g_ref);
-  if (on_vulkan) {
-    for (const Tensor* n : g_vk.nodes())  // views of host leaves stay with their leaf: no work anyway
-      if (!op_is_view(n->op)) {
-        EXPECT_EQ(both.backend_of(*n), vulkan_backend()) << what << ": node '" << n->name << "' ran elsewhere";
-      }
-  }
-  double worst = 0;
-  for (size_t i = 0; i < outs_vk.size(); ++i) {
-    const std::vector<float> got = tensor_to_f32(*outs_vk[i]), ref = tensor_to_f32(*outs_ref[i]);
-    EXPECT_EQ(got.size(), ref.size());
-    if (bitwise) {
-      for (size_t k = 0; k < ref.size(); ++k)
-        if (!(got[k] == ref[k] || (std::isnan(got[k]) && std::isnan(ref[k])))) {
-          ADD_FAILURE() << what << ": element " << k << " is " << got[k] << ", expected " << ref[k];
-          break;
-        }
-    }
-    worst = std::max(worst, nmse(got, ref));
-  }
-  std::printf("  %-58s nmse %.2e\n", what.c_str(), worst);
-  EXPECT_LE(worst, 1e-7) << what;
-  return worst;
 }
 
 }  // namespace qlens::vktest

@@ -226,10 +226,11 @@ void announce_device(const DeviceInfo& d, int n_gpu_layers) {
 
 void resolve_device(const ArgParser& p, DeviceFlags& flags) {
   const bool ngl_set = p.was_set("-ngl");
+  flags.cpu = cpu_options_from_env();
   if (!flags.device.empty()) {
     // Checked before any model is loaded: a typo costs nothing.
     std::string known;
-    for (const DeviceInfo& d : list_devices()) {
+    for (const DeviceInfo& d : list_devices(flags.cpu)) {
       if (d.id == flags.device) {
         if (!ngl_set) flags.n_gpu_layers = -1;
         announce_device(d, flags.n_gpu_layers);
@@ -241,13 +242,13 @@ void resolve_device(const ArgParser& p, DeviceFlags& flags) {
   }
   flags.device = "cpu";
   if (!ngl_set || flags.n_gpu_layers == 0) {
-    announce_device(cpu_device_info(), 0);
+    announce_device(cpu_device_info(flags.cpu), 0);
     return;
   }
   // A software Vulkan device (lavapipe) runs on the CPU cores, slower than
   // the CPU backend: it is used only when named with --device.
   bool software = false;
-  for (const DeviceInfo& d : list_devices()) {
+  for (const DeviceInfo& d : list_devices(flags.cpu)) {
     if (d.id == "cpu") continue;
     if (d.kind.find("software") != std::string::npos || d.kind.rfind("cpu", 0) == 0) {
       software = true;
@@ -260,7 +261,7 @@ void resolve_device(const ArgParser& p, DeviceFlags& flags) {
   }
   std::fprintf(stderr, "note: -ngl %d: no GPU device found, running on the CPU%s\n", flags.n_gpu_layers,
                software ? " (software Vulkan devices are used only with --device)" : "");
-  announce_device(cpu_device_info(), 0);
+  announce_device(cpu_device_info(flags.cpu), 0);
 }
 
 int default_threads() { return default_thread_count(); }

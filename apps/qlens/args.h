@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "qlens/backend.h"
 #include "qlens/types.h"
 
 namespace qlens {
@@ -75,10 +76,14 @@ void resolve_context_size(int64_t& n_ctx, const Model& model, const std::string&
 // -ngl/--n-gpu-layers N. add_device_options registers both;
 // resolve_device (after parse) settles the pair: an explicit device with no
 // -ngl offloads everything; -ngl N > 0 with no --device picks the first GPU
-// device (or says there is none and stays on the CPU).
+// device (or says there is none and stays on the CPU). It also reads the
+// CPU backend's options from the QLENS_CPU_* variables (cpu_options_from_env:
+// the one place the command line takes them), which every command that runs
+// a model hands to its tool with the device.
 struct DeviceFlags {
   std::string device;
   int n_gpu_layers = -1;
+  CpuOptions cpu{};  // set by resolve_device
 };
 void add_device_options(ArgParser& p, DeviceFlags* flags);
 

@@ -63,6 +63,7 @@ int cmd_bench(int argc, char** argv) {
   resolve_device(p, dev);
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
+  opt.cpu = dev.cpu;
   auto model = Model::load(model_path);
   tools::BenchReport report;
   report.result = tools::bench(*model, opt);
@@ -71,7 +72,7 @@ int cmd_bench(int argc, char** argv) {
   report.model_size = model->weight_bytes();
   report.model_n_params = model->n_params();
   report.backends = report.result.backend;
-  report.cpu_info = list_devices().front().name;
+  report.cpu_info = cpu_device_info(dev.cpu).name;
   report.device = opt.device;
   report.n_threads = opt.n_threads > 0 ? opt.n_threads : default_threads();
   // Generation streams the weights once per token: their bytes x tokens/s.

@@ -1,104 +1,62 @@
 #include <cstdio>
-#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <sstream>
 
-#include "core/output_path.h"
 #include "args.h"
 #include "commands.h"
+#include "core/output_path.h"
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
+#include "tools/chunks.h"
 #include "tools/compare.h"
 #include "tools/llama_logits.h"
 #include "tools/progress.h"
-#include "tools/chunks.h"
 
 namespace qlens::cli {
 
 namespace {
 
-// compare -m TEST --kl-divergence-base FILE: the logits of TEST against
-// llama.cpp's (or qlens's) log-probability file, on the file's tokens.
-int compare_with_logits_file(const std::string& test_path, const std::string& base_path, const std::string& json_path,
-                             const std::string& text_path, const std::string& csv_path, const tools::CompareOptions& opt,
-                             DeviceFlags dev, const ArgParser& p) {
-  if (test_path.empty()) throw Error("qlens compare: -m TEST.gguf is required");
-  if (!csv_path.empty())
-    throw Error("qlens compare: --csv holds one row per node; a log-probability file has logits only (give --ref)");
-  if (!text_path.empty())
-    std::fprintf(stderr, "note: -f %s is not read: the tokens are those of %s\n", text_path.c_str(), base_path.c_str());
-  const std::vector<NamedPath> inputs = {{"-m", test_path}, {"--kl-divergence-base", base_path}};
-  check_output_path("qlens compare", {"--json", json_path}, inputs);
-  resolve_device(p, dev);
-  auto test = Model::load(test_path);
-  const auto base = tools::LlamaLogitsFile::load(base_path);
-  tools::KldOptions ko;
-  ko.max_chunks = opt.max_chunks;
-  ko.n_threads = opt.n_threads;
-  ko.device = dev.device;
-  ko.n_gpu_layers = dev.n_gpu_layers;
-  ko.cache_type = opt.cache_type;
-  const int64_t planned = ko.max_chunks >= 0 ? std::min(ko.max_chunks, base.n_chunk()) : base.n_chunk();
-  std::fprintf(stderr, "%s: %lld chunks of %lld tokens, the reference's log-probabilities; test on %s\n",
-               base_path.c_str(), static_cast<long long>(planned), static_cast<long long>(base.n_ctx()),
-               ko.device.c_str());
-  const auto r = kld_with_progress(*test, base, ko, "compare");
-  std::cout << "\n== Logits (" << r.n_scored << " tokens scored against " << base_path << ") ==\n";
-  tools::print_logit_summary(std::cout, r.summary);
-  std::cout.flush();
-  if (!json_path.empty()) {
-    tools::CompareMeta meta;
-    meta.ref_path = base_path;
-    meta.test_path = test_path;
-    meta.n_ctx = meta.n_batch = base.n_ctx();
-    meta.n_chunks = planned;
-    meta.n_tokens = planned * base.n_ctx();
-    std::ostringstream s;
-    tools::write_compare_json(s, meta, {}, r.summary, tools::analyze_error_growth({}));
-    s << "\n";
-    write_file_atomic(json_path, s.str());
-  }
-  return 0;
-}
-
-}  // namespace
-
-int cmd_compare(int argc, char** argv) {
-  std::string ref_path, test_path, text_path, json_path, csv_path, metric = "nmse";
+struct CompareFlags {
+  std::string ref_path, test_path, text_path, json_path, csv_path, metric = "nmse", device_ref, kld_base;
   int64_t top = 10;
   tools::CompareOptions opt;
   DeviceFlags dev;
-  std::string device_ref, kld_base;
-  ArgParser p("compare",
-              "qlens compare --ref REF.gguf -m TEST.gguf -f TEXT [-c CTX] [-b BATCH] [--chunks N] [--nodes REGEX]\n"
-              "                     [--top N] [--json FILE] [--csv FILE] [--device-ref D] [--device D]\n"
-              "                     [--kl-divergence-base FILE]\n"
-              "       qlens compare -m TEST.gguf --kl-divergence-base FILE [--chunks N] [--json FILE]",
-              "Runs a reference model and a test model (a quantization of it, or the same file on another\n"
-              "device) on the same chunks of text and shows where their intermediate results deviate: per\n"
-              "named node (Qcur-3, ffn_out-3, l_out-3, ...) each model's statistics and the error between\n"
-              "them (NMSE, SQNR, RMSE, max |a-b|, cosine, per-token error median and p99), a table by layer,\n"
-              "where the error grows, the worst nodes; and on the logits llama.cpp's KL-divergence figures,\n"
-              "from one run of both models (no base-logits file). Reductions run on the backends.");
-  p.add({"--ref"}, &ref_path, "FILE", "the reference model (required unless --kl-divergence-base reads one)");
-  p.add({"-m", "--model"}, &test_path, "FILE", "the model to compare with it (required)");
-  p.add({"-f", "--file"}, &text_path, "FILE", "text (required)");
+};
+
+constexpr const char* kUsage =
+    "qlens compare --ref REF.gguf -m TEST.gguf -f TEXT [-c CTX] [-b BATCH] [--chunks N] [--nodes REGEX]\n"
+    "                     [--top N] [--json FILE] [--csv FILE] [--device-ref D] [--device D]\n"
+    "                     [--kl-divergence-base FILE]\n"
+    "       qlens compare -m TEST.gguf --kl-divergence-base FILE [--chunks N] [--json FILE]";
+constexpr const char* kSummary =
+    "Runs a reference model and a test model (a quantization of it, or the same file on another\n"
+    "device) on the same chunks of text and shows where their intermediate results deviate: per\n"
+    "named node (Qcur-3, ffn_out-3, l_out-3, ...) each model's statistics and the error between\n"
+    "them (NMSE, SQNR, RMSE, max |a-b|, cosine, per-token error median and p99), a table by layer,\n"
+    "where the error grows, the worst nodes; and on the logits llama.cpp's KL-divergence figures,\n"
+    "from one run of both models (no base-logits file). Reductions run on the backends.";
+
+void add_compare_options(ArgParser& p, CompareFlags& f) {
+  tools::CompareOptions& opt = f.opt;
+  p.add({"--ref"}, &f.ref_path, "FILE", "the reference model (required unless --kl-divergence-base reads one)");
+  p.add({"-m", "--model"}, &f.test_path, "FILE", "the model to compare with it (required)");
+  p.add({"-f", "--file"}, &f.text_path, "FILE", "text (required)");
   p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512; 0: the model's training context)");
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 512, at most CTX)");
   p.add({"--chunks"}, &opt.max_chunks, "N", "at most N chunks (default: all)");
   p.add({"--nodes"}, &opt.nodes_regex, "REGEX", "only nodes whose name matches (e.g. 'l_out|ffn_out'; one must)");
   p.add_switch({"--logits-only"}, &opt.logits_only, "compare the output distributions only (KLD, top tokens), no node");
-  p.add({"--top"}, &top, "N", "list the N worst nodes (default 10)");
-  p.add({"--metric"}, &metric, "nmse|sqnr", "the layer table's cells (default nmse)");
-  p.add({"--json"}, &json_path, "FILE", "write everything as JSON (schema: docs/COMPARE.md)");
-  p.add({"--csv"}, &csv_path, "FILE", "write one row per node as CSV");
-  p.add({"--kl-divergence-base"}, &kld_base, "FILE",
+  p.add({"--top"}, &f.top, "N", "list the N worst nodes (default 10)");
+  p.add({"--metric"}, &f.metric, "nmse|sqnr", "the layer table's cells (default nmse)");
+  p.add({"--json"}, &f.json_path, "FILE", "write everything as JSON (schema: docs/COMPARE.md)");
+  p.add({"--csv"}, &f.csv_path, "FILE", "write one row per node as CSV");
+  p.add({"--kl-divergence-base"}, &f.kld_base, "FILE",
         "llama.cpp's log-probability file (llama-perplexity --kl-divergence-base): with --ref, write the\n"
         "reference's; without, read it as the reference and compare -m's logits with it (its tokens; no -f)");
-  p.add({"--device-ref"}, &device_ref, "ID", "device for the reference (default cpu)");
-  add_device_options(p, &dev);
+  p.add({"--device-ref"}, &f.device_ref, "ID", "device for the reference (default cpu)");
+  add_device_options(p, &f.dev);
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
   add_cache_type_option(p, &opt.cache_type);
   p.add_switch({"--host-reductions"}, &opt.host_reductions,
@@ -108,39 +66,89 @@ int cmd_compare(int argc, char** argv) {
       "and the activations of one batch for each model plus about one layer more for the reference\n"
       "(each reference node is kept until its partner is computed). Both models must have the same\n"
       "architecture, layers, shapes and vocabulary; the first difference is named otherwise.");
-  if (!p.parse(argc, argv)) return 0;
-  if (ref_path.empty() && !kld_base.empty()) return compare_with_logits_file(test_path, kld_base, json_path, text_path,
-                                                                             csv_path, opt, dev, p);
-  if (ref_path.empty()) throw Error("qlens compare: --ref REF.gguf is required (or --kl-divergence-base FILE to compare with llama.cpp's logits)");
-  if (test_path.empty()) throw Error("qlens compare: -m TEST.gguf is required");
-  if (text_path.empty()) throw Error("qlens compare: -f TEXT is required");
-  if (metric != "nmse" && metric != "sqnr") throw Error("qlens compare: --metric must be nmse or sqnr, got '" + metric + "'");
-  const std::vector<NamedPath> inputs = {{"--ref", ref_path}, {"-m", test_path}, {"-f", text_path}};
-  check_output_path("qlens compare", {"--json", json_path}, inputs);
-  check_output_path("qlens compare", {"--csv", csv_path}, inputs);
-  check_output_path("qlens compare", {"--kl-divergence-base", kld_base}, inputs);
+}
+
+// compare -m TEST --kl-divergence-base FILE: the logits of TEST against
+// llama.cpp's (or qlens's) log-probability file, on the file's tokens.
+int compare_with_logits_file(const CompareFlags& f, const ArgParser& p) {
+  const std::string& base_path = f.kld_base;
+  if (f.test_path.empty()) throw Error("qlens compare: -m TEST.gguf is required");
+  if (!f.csv_path.empty())
+    throw Error("qlens compare: --csv holds one row per node; a log-probability file has logits only (give --ref)");
+  if (!f.text_path.empty())
+    std::fprintf(stderr, "note: -f %s is not read: the tokens are those of %s\n", f.text_path.c_str(),
+                 base_path.c_str());
+  const std::vector<NamedPath> inputs = {{"-m", f.test_path}, {"--kl-divergence-base", base_path}};
+  check_output_path("qlens compare", {"--json", f.json_path}, inputs);
+  DeviceFlags dev = f.dev;
+  resolve_device(p, dev);
+  auto test = Model::load(f.test_path);
+  const auto base = tools::LlamaLogitsFile::load(base_path);
+  tools::KldOptions ko;
+  ko.max_chunks = f.opt.max_chunks;
+  ko.n_threads = f.opt.n_threads;
+  ko.device = dev.device;
+  ko.n_gpu_layers = dev.n_gpu_layers;
+  ko.cpu = dev.cpu;
+  ko.cache_type = f.opt.cache_type;
+  const int64_t planned = tools::chunks_to_run(base.n_chunk(), ko.max_chunks);
+  std::fprintf(stderr, "%s: %lld chunks of %lld tokens, the reference's log-probabilities; test on %s\n",
+               base_path.c_str(), static_cast<long long>(planned), static_cast<long long>(base.n_ctx()),
+               ko.device.c_str());
+  const auto r = kld_with_progress(*test, base, ko, "compare");
+  std::cout << "\n== Logits (" << r.n_scored << " tokens scored against " << base_path << ") ==\n";
+  tools::print_logit_summary(std::cout, r.summary);
+  std::cout.flush();
+  if (!f.json_path.empty())
+    write_file_atomic(f.json_path,
+                      tools::compare_logits_file_json(base_path, f.test_path, base.n_ctx(), planned, r.summary));
+  return 0;
+}
+
+// --ref REF -m TEST -f TEXT: what must be given, and outputs that can be written.
+void check_compare_flags(const CompareFlags& f) {
+  if (f.ref_path.empty())
+    throw Error("qlens compare: --ref REF.gguf is required (or --kl-divergence-base FILE to compare with llama.cpp's logits)");
+  if (f.test_path.empty()) throw Error("qlens compare: -m TEST.gguf is required");
+  if (f.text_path.empty()) throw Error("qlens compare: -f TEXT is required");
+  if (f.metric != "nmse" && f.metric != "sqnr")
+    throw Error("qlens compare: --metric must be nmse or sqnr, got '" + f.metric + "'");
+  const std::vector<NamedPath> inputs = {{"--ref", f.ref_path}, {"-m", f.test_path}, {"-f", f.text_path}};
+  check_output_path("qlens compare", {"--json", f.json_path}, inputs);
+  check_output_path("qlens compare", {"--csv", f.csv_path}, inputs);
+  check_output_path("qlens compare", {"--kl-divergence-base", f.kld_base}, inputs);
+}
+
+// The test model's device from --device/-ngl, the reference's from --device-ref.
+void resolve_compare_devices(const ArgParser& p, CompareFlags& f) {
+  DeviceFlags& dev = f.dev;
+  tools::CompareOptions& opt = f.opt;
   resolve_device(p, dev);
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
-  if (!device_ref.empty()) {
-    DeviceFlags ref_dev{device_ref, dev.n_gpu_layers};
+  opt.cpu = dev.cpu;
+  if (!f.device_ref.empty()) {
+    DeviceFlags ref_dev{f.device_ref, dev.n_gpu_layers};
     resolve_device(p, ref_dev);
     opt.device_ref = ref_dev.device;
   }
+}
 
-  auto ref = Model::load(ref_path);
-  auto test = Model::load(test_path);
+// Both models over the text, the report on stdout and the files asked for.
+int compare_and_report(CompareFlags& f) {
+  tools::CompareOptions& opt = f.opt;
+  auto ref = Model::load(f.ref_path);
+  auto test = Model::load(f.test_path);
   resolve_context_size(opt.n_ctx, *ref, "compare");
-  const auto tokens = tools::tokenize_text_file(ref->vocab(), text_path,
+  const auto tokens = tools::tokenize_text_file(ref->vocab(), f.text_path,
                                                 opt.max_chunks >= 0 ? opt.max_chunks * opt.n_ctx : -1, "compare");
-  const int64_t available = static_cast<int64_t>(tokens.size()) / std::max<int64_t>(opt.n_ctx, 1);
-  const int64_t planned = opt.max_chunks >= 0 ? std::min(opt.max_chunks, available) : available;
-  std::fprintf(stderr, "%s: %zu tokens; %lld chunks of %lld; reference on %s, test on %s\n", text_path.c_str(),
+  const int64_t planned = tools::chunks_in_text(static_cast<int64_t>(tokens.size()), opt.n_ctx, opt.max_chunks);
+  std::fprintf(stderr, "%s: %zu tokens; %lld chunks of %lld; reference on %s, test on %s\n", f.text_path.c_str(),
                tokens.size(), static_cast<long long>(planned), static_cast<long long>(opt.n_ctx),
                opt.device_ref.c_str(), opt.device.c_str());
 
   std::unique_ptr<tools::LlamaLogitsWriter> writer;
-  if (!kld_base.empty()) {
+  if (!f.kld_base.empty()) {
     writer = std::make_unique<tools::LlamaLogitsWriter>(opt.n_ctx, ref->hparams().n_vocab);
     opt.on_chunk_tokens = [&](std::span<const Token> t) { writer->add_chunk(t); };
     opt.on_ref_scored_logits = [&](std::span<const float> l) { writer->add_position(l); };
@@ -152,43 +160,37 @@ int cmd_compare(int argc, char** argv) {
     progress.update(done, status);
   });
   progress.finish();
-  r.meta.text_path = text_path;
+  r.meta.text_path = f.text_path;
 
-  std::ostream& out = std::cout;
-  out << "\n== Logits (" << r.logits.n_tokens << " tokens scored) ==\n";
-  tools::print_logit_summary(out, r.logits);
-  out << "\n== " << (metric == "nmse" ? "NMSE" : "SQNR (dB)") << " by layer and node ==\n";
-  tools::print_layer_table(out, r.nodes, metric == "nmse" ? tools::Metric::NMSE : tools::Metric::SQNR);
-  out << "\n== Where the error grows ==\n";
-  tools::print_error_growth(out, r.growth);
-  if (!r.routers.empty()) {
-    out << "\n== Expert routing against the reference ==\n";
-    tools::print_router_agreement(out, r.routers);
-  }
-  if (top > 0) {
-    out << "\n== The " << top << " worst nodes ==\n";
-    tools::print_top_worst(out, tools::top_worst(r.nodes, static_cast<size_t>(top)));
-  }
-  out.flush();
+  tools::print_compare(std::cout, r, f.metric == "nmse" ? tools::Metric::NMSE : tools::Metric::SQNR, f.top);
+  std::cout.flush();
   std::fprintf(stderr, "%lld chunks, %.2f s, %.0f tokens/s through both models\n",
                static_cast<long long>(r.meta.n_chunks), r.seconds, r.tokens_per_second);
-  if (!json_path.empty()) {
-    std::ostringstream s;
-    tools::write_compare_json(s, r.meta, r.nodes, r.logits, r.growth, r.routers);
-    s << "\n";
-    write_file_atomic(json_path, s.str());
-  }
-  if (!csv_path.empty()) {
+  if (!f.json_path.empty()) write_file_atomic(f.json_path, tools::compare_json(r));
+  if (!f.csv_path.empty()) {
     std::ostringstream s;
     tools::write_compare_csv(s, r.nodes);
-    write_file_atomic(csv_path, s.str());
+    write_file_atomic(f.csv_path, s.str());
   }
   if (writer) {
-    writer->write(kld_base);
+    writer->write(f.kld_base);
     std::fprintf(stderr, "wrote %s: the reference's log-probabilities (llama.cpp's --kl-divergence-base format)\n",
-                 kld_base.c_str());
+                 f.kld_base.c_str());
   }
   return 0;
+}
+
+}  // namespace
+
+int cmd_compare(int argc, char** argv) {
+  CompareFlags f;
+  ArgParser p("compare", kUsage, kSummary);
+  add_compare_options(p, f);
+  if (!p.parse(argc, argv)) return 0;
+  if (f.ref_path.empty() && !f.kld_base.empty()) return compare_with_logits_file(f, p);
+  check_compare_flags(f);
+  resolve_compare_devices(p, f);
+  return compare_and_report(f);
 }
 
 }  // namespace qlens::cli

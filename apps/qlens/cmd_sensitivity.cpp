@@ -1,19 +1,20 @@
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <sstream>
 
-#include "core/output_path.h"
 #include "args.h"
 #include "commands.h"
+#include "core/output_path.h"
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
-#include "tools/progress.h"
-#include "tools/imatrix_coverage.h"
-#include "tools/sensitivity.h"
-#include "tools/tensor_names.h"
 #include "tools/chunks.h"
+#include "tools/imatrix_coverage.h"
+#include "tools/progress.h"
+#include "tools/sensitivity.h"
+#include "tools/sensitivity_run.h"
 
 namespace qlens::cli {
 
@@ -44,13 +45,16 @@ std::vector<double> parse_levels(const std::string& list) {
   return out;
 }
 
-}  // namespace
-
-int cmd_sensitivity(int argc, char** argv) {
+struct SensitivityFlags {
   std::string model_path, text_path, json_path, types = "", mode = "quant", group = "tensor", levels = "0.05";
   int64_t top = 20;
   bool resume = false;
   tools::SensitivityOptions opt;
+};
+
+// Parses the flags and settles the device; false when --help was printed.
+bool parse_sensitivity_flags(int argc, char** argv, SensitivityFlags& f) {
+  tools::SensitivityOptions& opt = f.opt;
   ArgParser p("sensitivity",
               "qlens sensitivity -m MODEL -f TEXT [--imatrix F] [--types LIST] [--mode quant|noise]\n"
               "                         [--chunks N] [--json FILE] [--resume]",
@@ -59,108 +63,108 @@ int cmd_sensitivity(int argc, char** argv) {
               "(mode quant: one pass per tensor and type), or predicted from the response to Gaussian noise\n"
               "shaped like an imatrix-aware quantizer's error (mode noise: one or two passes per tensor).\n"
               "The JSON is what `qlens plan` reads to choose a type per tensor under a size budget.");
-  p.add({"-m", "--model"}, &model_path, "FILE", "the unquantized model (F32/F16/BF16; required)");
-  p.add({"-f", "--file"}, &text_path, "FILE", "calibration text (required)");
+  p.add({"-m", "--model"}, &f.model_path, "FILE", "the unquantized model (F32/F16/BF16; required)");
+  p.add({"-f", "--file"}, &f.text_path, "FILE", "calibration text (required)");
   p.add({"--imatrix"}, &opt.imatrix_path, "FILE", "importance matrix for the quantizers and the noise shape");
-  p.add({"--types"}, &types, "LIST",
+  p.add({"--types"}, &f.types, "LIST",
         "candidate types, comma-separated (default Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_NL,Q4_0,Q5_0,Q8_0,F16)");
-  p.add({"--mode"}, &mode, "quant|noise", "how tensors are probed (default quant)");
-  p.add({"--group"}, &group, "tensor|layer|role|experts",
+  p.add({"--mode"}, &f.mode, "quant|noise", "how tensors are probed (default quant)");
+  p.add({"--group"}, &f.group, "tensor|layer|role|experts",
         "probe unit (default tensor; layer/role quantize a whole group at once, experts a layer's expert\n"
         "tensors together and the rest alone: for reading, plan needs tensor)");
-  p.add({"--noise-levels"}, &levels, "A[,B]", "noise RMS relative to each tensor's RMS (default 0.05; two levels also fit the exponent)");
+  p.add({"--noise-levels"}, &f.levels, "A[,B]",
+        "noise RMS relative to each tensor's RMS (default 0.05; two levels also fit the exponent)");
   p.add({"--tensors"}, &opt.tensors_regex, "REGEX", "only weights whose name matches");
   p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "tokens per chunk (default 512; 0: the model's training context)");
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "tokens per evaluation (default 512)");
   p.add({"--chunks"}, &opt.max_chunks, "N", "chunks per evaluation (default 8)");
   p.add({"--top-k"}, &opt.top_k, "K", "reference log-probabilities kept per token (default 256)");
-  p.add({"--json"}, &json_path, "FILE", "write the result as JSON; also the checkpoint, rewritten after each tensor");
-  p.add_switch({"--resume"}, &resume, "continue from the --json file of an interrupted run");
+  p.add({"--json"}, &f.json_path, "FILE", "write the result as JSON; also the checkpoint, rewritten after each tensor");
+  p.add_switch({"--resume"}, &f.resume, "continue from the --json file of an interrupted run");
   DeviceFlags dev;
   add_device_options(p, &dev);
   bool no_layer_cache = false;
   p.add_switch({"--no-layer-cache"}, &no_layer_cache,
                "run every probe through the whole model (by default a probe of layer L starts from the\n"
                "cached residual stream entering L: same results, less work)");
-  p.add({"--top"}, &top, "N", "rows of the ranking shown (default 20; 0: all)");
+  p.add({"--top"}, &f.top, "N", "rows of the ranking shown (default 20; 0: all)");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
-  if (!p.parse(argc, argv)) return 0;
+  if (!p.parse(argc, argv)) return false;
   opt.layer_cache = !no_layer_cache;
   resolve_device(p, dev);
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
-  if (model_path.empty()) throw Error("qlens sensitivity: -m MODEL is required");
-  if (text_path.empty()) throw Error("qlens sensitivity: -f TEXT is required");
-  if (mode != "quant" && mode != "noise") throw Error("qlens sensitivity: --mode must be quant or noise, got '" + mode + "'");
-  if (group != "tensor" && group != "layer" && group != "role" && group != "experts")
-    throw Error("qlens sensitivity: --group must be tensor, layer, role or experts, got '" + group + "'");
-  opt.group = group == "tensor"    ? tools::SensitivityGroup::Tensor
-              : group == "layer"   ? tools::SensitivityGroup::Layer
-              : group == "experts" ? tools::SensitivityGroup::Experts
-                                   : tools::SensitivityGroup::Role;
-  if (resume && json_path.empty()) throw Error("qlens sensitivity: --resume needs --json FILE");
-  check_output_path("qlens sensitivity", {"--json", json_path},
-                    {{"-m", model_path}, {"-f", text_path}, {"--imatrix", opt.imatrix_path}});
-  opt.mode = mode == "quant" ? tools::SensitivityMode::Quant : tools::SensitivityMode::Noise;
-  opt.types = parse_types(types);
-  opt.noise_levels = parse_levels(levels);
+  opt.cpu = dev.cpu;
+  return true;
+}
 
-  auto model = Model::load(model_path);
-  resolve_context_size(opt.n_ctx, *model, "sensitivity");
-  for (const auto& [name, w] : model->weights())
-    if (type_traits(w->type).is_quantized)
-      throw Error("qlens sensitivity: " + model_path + " is quantized (" + name + " is " +
-                  std::string(type_name(w->type)) + "); give the F32/F16/BF16 model");
-  const auto tokens = tools::tokenize_text_file(model->vocab(), text_path,
-                                                opt.max_chunks > 0 ? opt.max_chunks * opt.n_ctx : -1, "sensitivity");
-  if (!opt.imatrix_path.empty()) {
-    std::vector<std::string> probed, all;
-    for (const Tensor* w : tools::sensitivity_probed_weights(*model, opt.tensors_regex))
-      if (tools::tensor_role(w->name) != "token_embd") probed.push_back(w->name);
-    for (const auto& [name, w] : model->weights()) all.push_back(name);
-    tools::print_imatrix_coverage(
-        std::cerr, tools::imatrix_coverage(tools::load_imatrix(opt.imatrix_path), probed, all,
-                                           model->file().try_string("general.name").value_or("")));
-  }
+// What must be given, the words of --mode and --group, the lists, the output.
+void settle_sensitivity_flags(SensitivityFlags& f) {
+  tools::SensitivityOptions& opt = f.opt;
+  if (f.model_path.empty()) throw Error("qlens sensitivity: -m MODEL is required");
+  if (f.text_path.empty()) throw Error("qlens sensitivity: -f TEXT is required");
+  if (f.mode != "quant" && f.mode != "noise")
+    throw Error("qlens sensitivity: --mode must be quant or noise, got '" + f.mode + "'");
+  if (f.group != "tensor" && f.group != "layer" && f.group != "role" && f.group != "experts")
+    throw Error("qlens sensitivity: --group must be tensor, layer, role or experts, got '" + f.group + "'");
+  opt.group = f.group == "tensor"    ? tools::SensitivityGroup::Tensor
+              : f.group == "layer"   ? tools::SensitivityGroup::Layer
+              : f.group == "experts" ? tools::SensitivityGroup::Experts
+                                     : tools::SensitivityGroup::Role;
+  if (f.resume && f.json_path.empty()) throw Error("qlens sensitivity: --resume needs --json FILE");
+  check_output_path("qlens sensitivity", {"--json", f.json_path},
+                    {{"-m", f.model_path}, {"-f", f.text_path}, {"--imatrix", opt.imatrix_path}});
+  opt.mode = f.mode == "quant" ? tools::SensitivityMode::Quant : tools::SensitivityMode::Noise;
+  opt.types = parse_types(f.types);
+  opt.noise_levels = parse_levels(f.levels);
+}
 
-  std::unique_ptr<tools::SensitivityResult> previous;
-  if (resume && std::filesystem::exists(json_path)) {
-    previous = std::make_unique<tools::SensitivityResult>(
-        tools::sensitivity_from_json(read_text_file(json_path), json_path));
-    if (previous->model_path != model_path)
-      throw Error("--resume: " + json_path + " was made for " + previous->model_path + ", not " + model_path);
-    tools::SensitivityOptions then = previous->settings;
-    if (!previous->settings_recorded) {  // schema 1: only the mode was written
-      then = opt;
-      then.mode = previous->mode;
-    }
-    if (const std::string mismatch = tools::sensitivity_settings_mismatch(then, opt); !mismatch.empty())
-      throw Error("--resume: " + json_path + " was made with other settings (" + mismatch +
-                  "); give the same flags, or another --json file to start afresh");
-    std::fprintf(stderr, "resuming: %zu tensors already measured\n", previous->tensors.size());
-  }
-
+// The probes, with a progress bar and the --json checkpoint after each tensor.
+tools::SensitivityResult measure_with_progress(const Model& model, const std::vector<Token>& tokens,
+                                               const SensitivityFlags& f,
+                                               const std::optional<tools::SensitivityResult>& previous) {
   std::unique_ptr<tools::Progress> bar;
-  auto r = tools::measure_sensitivity(*model, tokens, opt, previous.get(),
+  auto r = tools::measure_sensitivity(model, tokens, f.opt, previous ? &*previous : nullptr,
                                       [&](const tools::SensitivityResult& partial, int64_t done, int64_t total) {
                                         if (!bar) bar = std::make_unique<tools::Progress>("sensitivity", total, "tensors");
                                         bar->update(done, partial.groups.empty() ? partial.tensors.back().name
                                                                                  : partial.groups.back().name);
-                                        if (!json_path.empty()) {
-                                          tools::SensitivityResult copy = partial;
-                                          copy.text_path = text_path;
-                                          write_file_atomic(json_path, tools::sensitivity_json(copy));
-                                        }
+                                        if (!f.json_path.empty())
+                                          tools::write_sensitivity_checkpoint(f.json_path, partial, f.text_path);
                                       });
   if (bar) bar->finish();
+  return r;
+}
+
+}  // namespace
+
+int cmd_sensitivity(int argc, char** argv) {
+  SensitivityFlags f;
+  if (!parse_sensitivity_flags(argc, argv, f)) return 0;
+  settle_sensitivity_flags(f);
+  const tools::SensitivityOptions& opt = f.opt;
+
+  auto model = Model::load(f.model_path);
+  resolve_context_size(f.opt.n_ctx, *model, "sensitivity");
+  tools::require_unquantized_model(*model, f.model_path);
+  const auto tokens = tools::tokenize_text_file(model->vocab(), f.text_path,
+                                                opt.max_chunks > 0 ? opt.max_chunks * opt.n_ctx : -1, "sensitivity");
+  if (!opt.imatrix_path.empty())
+    tools::print_imatrix_coverage(std::cerr, tools::sensitivity_imatrix_coverage(*model, opt));
+
+  std::optional<tools::SensitivityResult> previous;
+  if (f.resume) previous = tools::sensitivity_resume_point(f.json_path, f.model_path, opt);
+  if (previous) std::fprintf(stderr, "resuming: %zu tensors already measured\n", previous->tensors.size());
+
+  auto r = measure_with_progress(*model, tokens, f, previous);
   if (r.n_probes > 0 && r.reference_seconds > 0)
     std::fprintf(stderr, "sensitivity: %lld probes, %.2f s each on average, %.0f%% of a full pass (%.2f s)%s\n",
                  static_cast<long long>(r.n_probes), r.probe_seconds / r.n_probes,
                  100.0 * r.probe_seconds / r.n_probes / r.reference_seconds, r.reference_seconds,
                  opt.layer_cache ? "" : "; --no-layer-cache");
-  r.text_path = text_path;
-  tools::print_sensitivity(std::cout, r, static_cast<size_t>(top));
-  if (!json_path.empty()) write_file_atomic(json_path, tools::sensitivity_json(r));
+  r.text_path = f.text_path;
+  tools::print_sensitivity(std::cout, r, static_cast<size_t>(f.top));
+  if (!f.json_path.empty()) tools::write_sensitivity_checkpoint(f.json_path, r, f.text_path);
   return 0;
 }
 

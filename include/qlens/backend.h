@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -98,8 +99,47 @@ class Backend {
   virtual void read_tap(TapState& state, TapResult& into, bool reset);
 };
 
-// n_threads <= 0: one thread per available core.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+// The widest instruction set the CPU backend may use; it takes the widest one
+// the CPU has up to this cap (Best: AVX-512, then AVX2, then scalar).
+enum class CpuIsa { Best, Avx512, Avx2, Scalar };
+
+// What the CPU backend's kernels do, fixed when the backend is made: its
+// kernels read these and nothing else (no environment). The defaults are the
+// fastest paths, with ggml's arithmetic; the other settings exist to compare
+// paths and to test them. The CLI fills them from QLENS_CPU_* variables
+// (cpu_options_from_env); programs using the library set them directly.
+struct CpuOptions {
+  CpuIsa isa = CpuIsa::Best;
+  // VNNI dot instructions (AVX-512 VNNI, AVX-VNNI) where the CPU has them;
+  // off, the int8 kernels of a CPU without them run (AVX2: maddubs).
+  bool vnni = true;
+  // Prompts' products of quantized weights on int8 panels (gemm_int8.h);
+  // off, they take the F32 panels.
+  bool int8_gemm = true;
+  // Generation's packed copies of weights (Backend::prepare_weights); off,
+  // prepare_weights keeps nothing and the GGUF layout's kernels run.
+  bool pack = true;
+  // How many bytes ahead the packed kernels prefetch weights (0: none, at
+  // most 65536); unset: the instruction set's measured default (1 KiB with
+  // AVX2, none with AVX-512).
+  std::optional<size_t> prefetch_bytes;
+  // ggml's roundings (activations through the weights' partner type before a
+  // product, GELU through its F16 table), so that results are llama.cpp's;
+  // off: F32 activations and exact GELU, to compare with a backend that
+  // rounds neither (Vulkan today).
+  bool ggml_rounding = true;
+};
+
+// The command line's CPU options: QLENS_CPU_ISA=scalar|avx2|avx512,
+// QLENS_CPU_VNNI=0, QLENS_CPU_INT8=0, QLENS_CPU_PACK=0, QLENS_CPU_PREFETCH=N
+// (0 .. 65536) and QLENS_CPU_ROUND_ACTIVATIONS=0, read once per call; unset,
+// unknown or out-of-range values leave the defaults. The engine never calls
+// it: the qlens tool does, where it makes its contexts.
+CpuOptions cpu_options_from_env();
+
+// n_threads <= 0: one thread per available core. Throws Error for a
+// prefetch distance over 65536.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0, const CpuOptions& options = {});
 
 // Devices a model can run on: "cpu" and, in builds with Vulkan, "vulkan:N"
 // for each Vulkan device found (lavapipe included).
@@ -109,12 +149,13 @@ struct DeviceInfo {
   std::string kind;  // "cpu", "discrete gpu", "integrated gpu", "cpu (software vulkan)", ...
   uint64_t memory_bytes = 0;
 };
-std::vector<DeviceInfo> list_devices();
+// The CPU's entry names the kernels a CPU backend made with `cpu` runs.
+std::vector<DeviceInfo> list_devices(const CpuOptions& cpu = {});
 // The CPU's entry of list_devices() alone (no GPU driver is asked).
-DeviceInfo cpu_device_info();
-// The backend for a device id; throws Error naming the id and the devices
-// there are when it does not exist.
-std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads = 0);
+DeviceInfo cpu_device_info(const CpuOptions& cpu = {});
+// The backend for a device id (`cpu` is for the CPU's); throws Error naming
+// the id and the devices there are when it does not exist.
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads = 0, const CpuOptions& cpu = {});
 // Single-threaded, scalar, obviously-correct kernels: the test oracle.
 std::unique_ptr<Backend> make_reference_backend();
 

@@ -26,25 +26,27 @@ std::string cpu_name() {
 
 }  // namespace
 
-DeviceInfo cpu_device_info() {
+DeviceInfo cpu_device_info(const CpuOptions& options) {
+  const cpu::Isa isa = cpu::isa_for(options.isa);
+  const char* int8 = options.int8_gemm ? cpu::int8_kernel_name(isa, options.vnni) : "off";
   DeviceInfo cpu;
   cpu.id = "cpu";
   cpu.name = cpu_name() + " (" + std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " threads, " +
-             cpu::isa_name(cpu::best_isa()) + " kernels, int8 GEMM: " + cpu::int8_kernel_name(cpu::best_isa()) + ")";
+             cpu::isa_name(isa) + " kernels, int8 GEMM: " + int8 + ")";
   cpu.kind = "cpu";
   return cpu;
 }
 
-std::vector<DeviceInfo> list_devices() {
-  std::vector<DeviceInfo> out = {cpu_device_info()};
+std::vector<DeviceInfo> list_devices(const CpuOptions& cpu) {
+  std::vector<DeviceInfo> out = {cpu_device_info(cpu)};
 #ifdef QLENS_VULKAN
   for (DeviceInfo& d : vulkan::devices()) out.push_back(std::move(d));
 #endif
   return out;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads) {
-  if (device.empty() || device == "cpu") return make_cpu_backend(n_threads);
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, const CpuOptions& cpu) {
+  if (device.empty() || device == "cpu") return make_cpu_backend(n_threads, cpu);
 #ifdef QLENS_VULKAN
   if (device.rfind("vulkan:", 0) == 0) {
     const std::string index = device.substr(7);

@@ -21,11 +21,11 @@ Context::Context(const Model& model, const ContextOptions& options) : model_(mod
   if (options_.n_batch <= 0) throw Error("batch size must be positive, got " + std::to_string(options_.n_batch));
   if (options.cache_type != DType::F32 && options.cache_type != DType::F16 && options.cache_type != DType::BF16)
     throw Error("KV cache type must be F32, F16 or BF16");
-  backend_ = make_cpu_backend(options.n_threads);
+  backend_ = make_cpu_backend(options.n_threads, options.cpu);
   if (options.device_backend) {
     device_ = options.device_backend;
   } else if (!options.device.empty() && options.device != "cpu") {
-    owned_device_ = make_backend(options.device, options.n_threads);
+    owned_device_ = make_backend(options.device, options.n_threads, options.cpu);
     device_ = owned_device_.get();
   }
   kv_ = std::make_unique<KvCache>();

@@ -2,8 +2,8 @@
 // loops (codes for one scale and the least-squares sums) have AVX2 versions
 // beside the plain ones. Both sum in the same interleaved lanes with the same
 // operations (no fused multiply-add), so they give the same bits: a quantized
-// file does not depend on the CPU. QLENS_CPU_ISA=scalar keeps the plain loops
-// (as it does for the CPU backend's kernels).
+// file does not depend on the CPU. The choice is the CPU's (AVX2 or not),
+// made without the environment; tests compare both through set_search_simd.
 #pragma once
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -12,8 +12,8 @@
 
 namespace qlens::quant {
 
-// The AVX2 loops are used: the CPU has AVX2, QLENS_CPU_ISA is not "scalar",
-// and set_search_simd has not turned them off.
+// The AVX2 loops are used: the CPU has AVX2 and set_search_simd has not
+// turned them off.
 bool use_search_simd();
 // Allows or forbids the AVX2 loops; returns the previous setting (tests
 // compare both).

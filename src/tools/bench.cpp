@@ -37,6 +37,7 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
   copt.n_batch = opt.n_batch;
   copt.n_threads = opt.n_threads;
   copt.device = opt.device;
+  copt.cpu = opt.cpu;
   copt.n_gpu_layers = opt.n_gpu_layers;
   Context ctx(model, copt);
   const size_t packed_bytes = opt.n_gen > 0 ? ctx.pack_for_generation() : 0;

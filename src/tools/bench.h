@@ -17,6 +17,7 @@ struct BenchOptions {
   int64_t n_batch = 512;
   int repetitions = 3;
   int n_threads = 0;
+  CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
   std::string device = "cpu";  // see ContextOptions
   int n_gpu_layers = -1;
 };

@@ -6,6 +6,7 @@
 // predicts the text's token c * n_ctx + j + 1.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +20,16 @@ namespace qlens::tools {
 // (<= 0: the whole chunk) capped at n_ctx, and the run's threads. Callers add
 // device, offload and cache type.
 ContextOptions chunk_context(int64_t n_ctx, int64_t n_batch, int n_threads);
+
+// The chunks a run evaluates: the `available` ones, at most max_chunks of
+// them (< 0: no limit). chunks_in_text first counts the whole chunks of n_ctx
+// in n_tokens tokens (n_ctx below 1 counted as 1: the tools then refuse it).
+inline int64_t chunks_to_run(int64_t available, int64_t max_chunks) {
+  return max_chunks >= 0 ? std::min(max_chunks, available) : available;
+}
+inline int64_t chunks_in_text(int64_t n_tokens, int64_t n_ctx, int64_t max_chunks) {
+  return chunks_to_run(n_tokens / std::max<int64_t>(n_ctx, 1), max_chunks);
+}
 
 // The tokens (BOS first) of a text file for a chunked run. A text up to
 // kWholeTextBytes is tokenized whole, as llama.cpp does. A longer one is read

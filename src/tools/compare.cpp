@@ -34,13 +34,14 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
                              const CompareOptions& opt, const std::function<void(int64_t, int64_t, double)>& on_chunk) {
   TextChunks chunks(tokens, opt.n_ctx, ref.vocab(), "compare");
   const int64_t n_ctx = opt.n_ctx;
-  const int64_t n_chunks = opt.max_chunks >= 0 ? std::min(opt.max_chunks, chunks.available()) : chunks.available();
+  const int64_t n_chunks = chunks_to_run(chunks.available(), opt.max_chunks);
   std::regex filter;
   if (!opt.nodes_regex.empty()) filter = user_regex(opt.nodes_regex, "compare: --nodes");
 
   ContextOptions copt = chunk_context(n_ctx, opt.n_batch, opt.n_threads);
   copt.n_gpu_layers = opt.n_gpu_layers;
   copt.cache_type = opt.cache_type;
+  copt.cpu = opt.cpu;
   ContextOptions ref_opt = copt, test_opt = copt;
   ref_opt.device = opt.device_ref;
   test_opt.device = opt.device;
@@ -49,7 +50,7 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
   // to the host.
   std::unique_ptr<Backend> shared_device;
   if (opt.device == opt.device_ref && !opt.device.empty() && opt.device != "cpu") {
-    shared_device = make_backend(opt.device, opt.n_threads);
+    shared_device = make_backend(opt.device, opt.n_threads, opt.cpu);
     ref_opt.device_backend = test_opt.device_backend = shared_device.get();
   }
   Context ref_ctx(ref, ref_opt);

@@ -23,6 +23,7 @@ struct CompareOptions {
   int64_t n_batch = 512;    // capped at n_ctx
   int64_t max_chunks = -1;  // < 0: every whole chunk
   int n_threads = 0;
+  CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
   std::string nodes_regex;  // only nodes whose label matches (ECMAScript, searched); empty: all
   bool logits_only = false; // no node at all: the output distributions only
   std::string device_ref = "cpu", device = "cpu";
@@ -52,5 +53,17 @@ struct CompareResult {
 CompareResult compare_models(const Model& ref, const Model& test, const std::vector<Token>& tokens,
                              const CompareOptions& opt,
                              const std::function<void(int64_t, int64_t, double)>& on_chunk = {});
+
+// The report `qlens compare` prints: the logits, the layer table of `metric`,
+// where the error grows, the experts' routing (MoE models), and the `top`
+// worst nodes (none when top <= 0), each under a "== title ==" line.
+void print_compare(std::ostream& out, const CompareResult& r, Metric metric, int64_t top);
+
+// --json (write_compare_json's document, ending in a newline): of a
+// comparison, and of one against llama.cpp's log-probability file, which has
+// logits only (no node; the file's n_ctx as chunk and batch size).
+std::string compare_json(const CompareResult& r);
+std::string compare_logits_file_json(const std::string& base_path, const std::string& test_path, int64_t n_ctx,
+                                     int64_t n_chunks, const LogitSummary& logits);
 
 }  // namespace qlens::tools

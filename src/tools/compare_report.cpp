@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <sstream>
 #include <utility>
 
 #include "core/json_writer.h"
 #include "tools/json_header.h"
 #include "core/text_table.h"
 #include "qlens/error.h"
+#include "tools/compare.h"
 
 namespace qlens::tools {
 namespace {
@@ -526,6 +528,44 @@ std::string compact_scientific(double v, int digits) {
   const std::string mantissa = text.substr(0, e);
   const int exponent = std::stoi(text.substr(e + 1));
   return mantissa + "e" + std::to_string(exponent);
+}
+
+void print_compare(std::ostream& out, const CompareResult& r, Metric metric, int64_t top) {
+  out << "\n== Logits (" << r.logits.n_tokens << " tokens scored) ==\n";
+  print_logit_summary(out, r.logits);
+  out << "\n== " << (metric == Metric::NMSE ? "NMSE" : "SQNR (dB)") << " by layer and node ==\n";
+  print_layer_table(out, r.nodes, metric);
+  out << "\n== Where the error grows ==\n";
+  print_error_growth(out, r.growth);
+  if (!r.routers.empty()) {
+    out << "\n== Expert routing against the reference ==\n";
+    print_router_agreement(out, r.routers);
+  }
+  if (top > 0) {
+    out << "\n== The " << top << " worst nodes ==\n";
+    print_top_worst(out, top_worst(r.nodes, static_cast<size_t>(top)));
+  }
+}
+
+std::string compare_json(const CompareResult& r) {
+  std::ostringstream s;
+  write_compare_json(s, r.meta, r.nodes, r.logits, r.growth, r.routers);
+  s << "\n";
+  return s.str();
+}
+
+std::string compare_logits_file_json(const std::string& base_path, const std::string& test_path, int64_t n_ctx,
+                                     int64_t n_chunks, const LogitSummary& logits) {
+  CompareMeta meta;
+  meta.ref_path = base_path;
+  meta.test_path = test_path;
+  meta.n_ctx = meta.n_batch = n_ctx;
+  meta.n_chunks = n_chunks;
+  meta.n_tokens = n_chunks * n_ctx;
+  std::ostringstream s;
+  write_compare_json(s, meta, {}, logits, analyze_error_growth({}));
+  s << "\n";
+  return s.str();
 }
 
 }  // namespace qlens::tools

@@ -118,6 +118,7 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
   const int64_t n_ctx = opt.n_ctx;
   ContextOptions copt = chunk_context(n_ctx, opt.n_batch, opt.n_threads);
   copt.device = opt.device;
+  copt.cpu = opt.cpu;
   copt.n_gpu_layers = opt.n_gpu_layers;
   copt.cache_type = opt.cache_type;
   Context ctx(model, copt);
@@ -148,8 +149,14 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
   report.total = range.end - range.first;
   for (int64_t c = range.first; c < range.end; ++c) {
     ctx.clear();
-    // Every row is needed through every layer, so all logits are computed.
-    if (!ctx.decode(chunks.chunk(c), /*all_logits=*/true)) throw Error("imatrix: the computation was stopped");
+    // Every row goes through every layer (each is collected), but the output
+    // matrix (262,144 rows for Gemma 3) needs only the rows perplexity
+    // scores, as qlens perplexity computes them; all of them when its own
+    // activations are collected (--process-output), none but the last
+    // without perplexity.
+    const int64_t first_logit = opt.process_output ? 0 : opt.compute_ppl ? chunks.first_scored() : n_ctx - 1;
+    if (!ctx.decode_logits_from(chunks.chunk(c), first_logit))
+      throw Error("imatrix: the computation was stopped");
     ImatrixRunState chunk_run;  // added to m.run once the chunk's sums are in
     try {
       std::exception_ptr logits_error;
@@ -190,7 +197,7 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
 
     ++report.done;
     report.chunk = c;
-    report.ppl = m.run.n_scored > 0 ? std::exp(m.run.nll_sum / m.run.n_scored) : 0.0;
+    report.ppl = m.run.n_scored > 0 ? perplexity_from_sums(m.run.nll_sum, m.run.nll_sq_sum, m.run.n_scored).ppl : 0.0;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report.tokens_per_second = seconds > 0 ? report.done * n_ctx / seconds : 0;
     if (on_chunk && !on_chunk(report, m)) break;

@@ -137,9 +137,10 @@ KldResult kld_against_file(const Model& model, const LlamaLogitsFile& base, cons
     throw Error("kl-divergence: the base file has a vocabulary of " + std::to_string(base.n_vocab()) +
                 " tokens, the model " + model.path() + " " + std::to_string(model.hparams().n_vocab));
   const int64_t n_ctx = base.n_ctx();
-  const int64_t n_chunks = opt.max_chunks >= 0 ? std::min(opt.max_chunks, base.n_chunk()) : base.n_chunk();
+  const int64_t n_chunks = chunks_to_run(base.n_chunk(), opt.max_chunks);
   ContextOptions copt = chunk_context(n_ctx, n_ctx, opt.n_threads);
   copt.device = opt.device;
+  copt.cpu = opt.cpu;
   copt.n_gpu_layers = opt.n_gpu_layers;
   copt.cache_type = opt.cache_type;
   Context ctx(model, copt);

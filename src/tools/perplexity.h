@@ -20,6 +20,7 @@ struct PerplexityOptions {
   int64_t n_batch = 2048;  // capped at n_ctx
   int64_t max_chunks = -1;  // < 0: all whole chunks
   int n_threads = 0;
+  CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
   std::string device = "cpu";  // see ContextOptions
   int n_gpu_layers = -1;
   DType cache_type = DType::F16;  // KV cache: F16 (default), F32, BF16
@@ -46,8 +47,27 @@ struct PerplexityResult {
 // returns -log p(token).
 double token_nll(const float* logits, int64_t n_vocab, int32_t token);
 
+// Perplexity from sums over n_scored predictions of -log p and of its square,
+// as llama.cpp estimates it: nll = the mean, ppl = exp(nll), ppl_error =
+// sqrt(var / (n_scored - 1)) * ppl with var the population variance of the
+// NLLs (0 when var <= 0 or n_scored is 1). n_scored 0 gives NaN nll and ppl.
+// perplexity, imatrix and their JSON take their figures from here.
+struct PerplexityEstimate {
+  double nll = 0;
+  double ppl = 0;
+  double ppl_error = 0;
+};
+PerplexityEstimate perplexity_from_sums(double nll_sum, double nll_sq_sum, int64_t n_scored);
+
 // Calls on_chunk(i, running_ppl) after each chunk (for printing and progress).
 PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens, const PerplexityOptions& opt,
                             const std::function<void(int64_t, double)>& on_chunk = {});
+
+// `qlens perplexity --json`: inputs, settings (threads <= 0 written as the
+// count used) and the result (docs/JSON.md), pretty-printed, ending in a
+// newline.
+inline constexpr int kPerplexityJsonSchemaVersion = 2;
+std::string perplexity_json(const PerplexityResult& r, const PerplexityOptions& opt, const std::string& model_path,
+                            const std::string& text_path);
 
 }  // namespace qlens::tools

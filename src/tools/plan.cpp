@@ -518,4 +518,14 @@ void print_plan(std::ostream& out, const SensitivityTable& table, const Plan& pl
   }
 }
 
+void restrict_plan_types(SensitivityTable& table, const std::vector<DType>& keep) {
+  for (PlanTensor& t : table.tensors) {
+    std::vector<PlanOption> kept;
+    for (const PlanOption& o : t.options)
+      if (std::find(keep.begin(), keep.end(), o.type) != keep.end()) kept.push_back(o);
+    if (kept.empty() && !t.options.empty()) kept.push_back(t.options.front());
+    t.options = kept;
+  }
+}
+
 }  // namespace qlens::tools

@@ -54,6 +54,11 @@ struct SensitivityTable {
 SensitivityTable load_sensitivity_json(const std::string& path);
 SensitivityTable parse_sensitivity_json(std::string_view text, const std::string& source);
 
+// --types: keeps only the options of these types (in their order in the
+// table); a tensor none of them fits keeps its first option (its source
+// type), so that every tensor can still be planned.
+void restrict_plan_types(SensitivityTable& table, const std::vector<DType>& keep);
+
 struct Plan {
   std::vector<size_t> choice;  // per tensor, an index into its options
   uint64_t budget_bytes = 0;

@@ -42,6 +42,7 @@ std::vector<ValidationRow> validate_plan(const SensitivityTable& table, const Pl
                                          const std::string& tensor_type_rules, const ValidateOptions& opt,
                                          std::ostream& log) {
   auto in = gguf::File::open(opt.model_path);
+  for (const gguf::TensorInfo& t : in->tensors()) require_computable(*in, t);  // before quantizing candidates
   struct Candidate {
     std::string name;
     QuantizeOptions q;
@@ -101,6 +102,7 @@ std::vector<ValidationRow> validate_plan(const SensitivityTable& table, const Pl
     copt.max_chunks = opt.max_chunks;
     copt.n_threads = opt.n_threads;
     copt.device = copt.device_ref = opt.device;
+    copt.cpu = opt.cpu;
     copt.n_gpu_layers = opt.n_gpu_layers;
     copt.logits_only = true;  // the logits are what is validated
     log << "comparing " << c.name << " with " << opt.model_path << " on " << opt.text_path << "\n";

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "qlens/backend.h"
 #include "tools/plan.h"
 
 namespace qlens::tools {
@@ -19,6 +20,7 @@ struct ValidateOptions {
   int64_t n_ctx = 512;
   int64_t max_chunks = 16;
   int n_threads = 0;
+  CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
   std::string device = "cpu";  // both models run there (see ContextOptions)
   int n_gpu_layers = -1;
   std::string work_dir;     // where the quantized files go (kept)

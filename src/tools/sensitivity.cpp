@@ -58,6 +58,7 @@ class Runner {
     n_chunks_ = std::min(opt.max_chunks > 0 ? opt.max_chunks : chunks_.available(), chunks_.available());
     ContextOptions co = chunk_context(opt.n_ctx, opt.n_batch, opt.n_threads);
     co.device = opt.device;
+    co.cpu = opt.cpu;
     co.n_gpu_layers = opt.n_gpu_layers;
     ctx_ = std::make_unique<Context>(model, co);
   }

@@ -59,9 +59,10 @@ void check_node(const Tensor& n) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int n_threads, Isa isa) : pool_(n_threads), isa_(isa), vec_(&vec_ops(isa)) {}
+  CpuBackend(int n_threads, const KernelOptions& options)
+      : pool_(n_threads), options_(options), vec_(&vec_ops(options.isa)) {}
 
-  std::string name() const override { return std::string("cpu-") + isa_name(isa_); }
+  std::string name() const override { return std::string("cpu-") + isa_name(options_.isa); }
   int n_threads() const override { return pool_.size(); }
 
   std::unique_ptr<Buffer> alloc_buffer(size_t bytes) override { return make_host_buffer(*this, bytes); }
@@ -69,11 +70,13 @@ class CpuBackend final : public Backend {
   bool supports_op(const Tensor& node) const override { return cannot_compute(node).empty(); }
 
   // Generation's matrix-vector kernels read matrices of the packable types
-  // from a packed copy (packed.h).
+  // from a packed copy (packed.h), unless the options turned packing off.
   size_t prepare_weights(std::span<const Tensor* const> weights, Op reader) override {
-    return reader == Op::MulMat ? packed_.add(weights) : 0;
+    return reader == Op::MulMat && options_.pack ? packed_.add(weights) : 0;
   }
   void release_weights(std::span<const Tensor* const> weights) override { packed_.remove(weights); }
+
+  const KernelOptions& options() const { return options_; }
 
   std::unique_ptr<TapState> make_tap_state(TapKind kind, int64_t n_columns) override {
     return std::make_unique<CpuTapState>(kind, n_columns, pool_.size());
@@ -98,8 +101,8 @@ class CpuBackend final : public Backend {
       if (!op_is_view(n->op)) {
         check_node(*n);
         work.push_back({n, nullptr});
-        per_thread = std::max(per_thread, align_scratch(scratch_bytes(*n, nth, isa_)));
-        shared = std::max(shared, align_scratch(shared_scratch_bytes(*n, nth, isa_)));
+        per_thread = std::max(per_thread, align_scratch(scratch_bytes(*n, nth, options_)));
+        shared = std::max(shared, align_scratch(shared_scratch_bytes(*n, nth, options_)));
       }
       for (; next_tap < taps.size() && taps[next_tap].node_index == i; ++next_tap) {
         check_tap(taps[next_tap], *n);
@@ -125,7 +128,7 @@ class CpuBackend final : public Backend {
     counters_[0].store(0, std::memory_order_relaxed);
     counters_[1].store(0, std::memory_order_relaxed);
     pool_.run([&](int ith) {
-      KernelCtx c{ith, nth, base + ith * per_thread, shared_base, nullptr, &pool_, vec_, isa_, &packed_};
+      KernelCtx c{ith, nth, base + ith * per_thread, shared_base, nullptr, &pool_, vec_, &options_, &packed_};
       size_t node_no = 0;
       for (size_t i = 0; i < work.size(); ++i) {
         const TapWork* tap = work[i].tap;
@@ -137,7 +140,7 @@ class CpuBackend final : public Backend {
         const bool needs_barrier = i > 0 && !(tap && (tap->kind == TapKind::ColumnSumSq || follows_own_tap));
         if (needs_barrier) pool_.barrier();
         if (tap) {
-          run_tap(*tap, *work[i].node, ith, nth, isa_);
+          run_tap(*tap, *work[i].node, ith, nth, options_.isa);
           continue;
         }
         if (ith == 0) counters_[(node_no + 1) % 2].store(0, std::memory_order_relaxed);
@@ -150,7 +153,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
-  Isa isa_;
+  const KernelOptions options_;
   const VecOps* vec_;
   std::vector<char> scratch_;
   PackedWeights packed_;
@@ -159,14 +162,22 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads, Isa isa) {
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, Isa isa, const CpuOptions& options) {
   if (!isa_supported(isa)) throw Error(std::string("cpu backend: this CPU cannot run ") + isa_name(isa) + " kernels");
+  const KernelOptions resolved = kernel_options(options, isa);
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::make_unique<CpuBackend>(n_threads, isa);
+  return std::make_unique<CpuBackend>(n_threads, resolved);
+}
+
+const KernelOptions* kernel_options_of(const Backend& backend) {
+  const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
+  return cpu ? &cpu->options() : nullptr;
 }
 
 }  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return cpu::make_cpu_backend(n_threads, cpu::best_isa()); }
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, const CpuOptions& options) {
+  return cpu::make_cpu_backend(n_threads, cpu::isa_for(options.isa), options);
+}
 
 }  // namespace qlens

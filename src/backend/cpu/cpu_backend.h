@@ -9,7 +9,11 @@
 
 namespace qlens::cpu {
 
-// isa must be supported (isa_supported); n_threads <= 0: one per core.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads, Isa isa);
+// With exactly `isa` (which must be supported: isa_supported) and the rest
+// of `options` (options.isa is not read); n_threads <= 0: one per core.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, Isa isa, const CpuOptions& options = {});
+// What a CPU backend's kernels run with (its CpuOptions resolved); null for
+// any other backend. For tests and benchmarks that check what reached it.
+const KernelOptions* kernel_options_of(const Backend& backend);
 
 }  // namespace qlens::cpu

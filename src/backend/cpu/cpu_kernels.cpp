@@ -38,11 +38,13 @@ std::string mul_mat_id_limits(const Tensor& n) { return readable_rows(*n.src[0])
 
 // ---- scratch: bytes per thread, and shared by the node's threads.
 
-size_t no_scratch(const Tensor&, int, Isa) { return 0; }
-size_t one_row(const Tensor& n, int, Isa) { return n.src[0]->ne[0] * sizeof(float); }
-size_t two_rows(const Tensor& n, int, Isa) { return 2 * n.src[0]->ne[0] * sizeof(float); }
-size_t rope_angles(const Tensor& n, int, Isa) { return (n.params[0] / 2) * (sizeof(double) + 2 * sizeof(float)); }
-size_t copy_block(const Tensor&, int, Isa) { return 1024 * sizeof(float); }
+size_t no_scratch(const Tensor&, int, const KernelOptions&) { return 0; }
+size_t one_row(const Tensor& n, int, const KernelOptions&) { return n.src[0]->ne[0] * sizeof(float); }
+size_t two_rows(const Tensor& n, int, const KernelOptions&) { return 2 * n.src[0]->ne[0] * sizeof(float); }
+size_t rope_angles(const Tensor& n, int, const KernelOptions&) {
+  return (n.params[0] / 2) * (sizeof(double) + 2 * sizeof(float));
+}
+size_t copy_block(const Tensor&, int, const KernelOptions&) { return 1024 * sizeof(float); }
 
 constexpr Kernel declined(Op op) { return {op, nullptr, none, no_scratch, no_scratch}; }
 
@@ -90,10 +92,10 @@ std::string cannot_compute(const Tensor& node) {
   return k.limits(node);
 }
 
-size_t scratch_bytes(const Tensor& n, int nth, Isa isa) { return kernel_of(n.op).scratch(n, nth, isa); }
+size_t scratch_bytes(const Tensor& n, int nth, const KernelOptions& o) { return kernel_of(n.op).scratch(n, nth, o); }
 
-size_t shared_scratch_bytes(const Tensor& n, int nth, Isa isa) {
-  return kernel_of(n.op).shared_scratch(n, nth, isa);
+size_t shared_scratch_bytes(const Tensor& n, int nth, const KernelOptions& o) {
+  return kernel_of(n.op).shared_scratch(n, nth, o);
 }
 
 }  // namespace qlens::cpu

@@ -8,7 +8,7 @@
 namespace qlens::cpu {
 
 using KernelFn = void (*)(const Tensor& node, const KernelCtx& c);
-using ScratchFn = size_t (*)(const Tensor& node, int nth, Isa isa);
+using ScratchFn = size_t (*)(const Tensor& node, int nth, const KernelOptions& options);
 
 struct Kernel {
   Op op;

@@ -117,7 +117,8 @@ void op_silu(const Tensor& node, const KernelCtx& c) {
 }
 
 void op_gelu(const Tensor& node, const KernelCtx& c) {
-  const auto gelu = ggml_rounding() ? c.vec->gelu_f16 : c.vec->gelu;
+  // ggml computes GELU through its F16 table; without its roundings, exactly.
+  const auto gelu = c.options->ggml_rounding ? c.vec->gelu_f16 : c.vec->gelu;
   unary(node, c, [&](int64_t n, float* y, const float* x) { gelu(n, y, x); });
 }
 

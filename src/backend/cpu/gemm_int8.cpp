@@ -3,8 +3,6 @@
 #include "backend/cpu/gemm_int8.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/ops.h"
@@ -13,14 +11,6 @@
 namespace qlens::cpu {
 
 namespace {
-
-// QLENS_CPU_INT8=0 turns the path off (the F32 panels serve), to set its
-// results beside theirs.
-bool int8_on_by_default() {
-  const char* env = std::getenv("QLENS_CPU_INT8");
-  return !env || std::strcmp(env, "0") != 0;
-}
-std::atomic<bool> g_int8_on{int8_on_by_default()};
 
 int64_t ceil_div(int64_t n, int64_t m) { return (n + m - 1) / m; }
 
@@ -148,13 +138,14 @@ void compute_item(const Tensor& node, const I8Shape& s, const GemmKernels& gk, i
 
 }  // namespace
 
-bool int8_applies(const Tensor& node, const GemmKernels& gk) {
+bool int8_applies(const Tensor& node, const GemmKernels& gk, const KernelOptions& options) {
   const Tensor& a = *node.src[0];
   const Tensor& b = *node.src[1];
   const Int8Gemm& e = gk.i8[static_cast<int>(a.type)];
-  // Without the rounding of activations (QLENS_CPU_ROUND_ACTIVATIONS=0) the
-  // GEMM path multiplies them unquantized: the F32 panels.
-  if (!g_int8_on.load(std::memory_order_relaxed) || !e.pack_w || !ggml_rounding()) return false;
+  // The options may turn the path off (the F32 panels serve, to set its
+  // results beside theirs); without ggml's rounding of activations the GEMM
+  // path multiplies them unquantized: the F32 panels too.
+  if (!options.int8_gemm || !e.pack_w || !options.ggml_rounding) return false;
   if (b.type != DType::F32 || b.nb[0] != sizeof(float) || a.nb[0] != type_traits(a.type).block_bytes) return false;
   if (a.ne[0] % e.unit != 0 || node.nb[0] != sizeof(float)) return false;
   return shared_bytes(i8_shape(node, gk)) <= int8_max_shared();
@@ -186,7 +177,5 @@ void int8_gemm(const Tensor& node, const KernelCtx& c, const GemmKernels& gk) {
                  shared + batch * s.npanels * s.x_panel, sc);
   }
 }
-
-bool matmul_set_int8(bool on) { return g_int8_on.exchange(on); }
 
 }  // namespace qlens::cpu

@@ -3,9 +3,10 @@
 // instructions (the kernels: GemmKernels::i8, simd_gemm_int8.h).
 //
 // matmul takes it instead of the F32 panels where the GEMM path is chosen
-// (N >= min_n), the ISA has the type's int8 kernels and activations are
-// rounded through the weights' partner type (ggml_rounding(); otherwise the
-// GEMM path multiplies them unrounded). Per node:
+// (N >= min_n), the ISA has the type's int8 kernels, the backend's options
+// allow it (KernelOptions::int8_gemm) and activations are rounded through the
+// weights' partner type (KernelOptions::ggml_rounding; otherwise the GEMM
+// path multiplies them unrounded). Per node:
 //  - the threads quantize all activation rows together (a static share of
 //    the panels each: TypeTraits' vec_dot_type through VecOps::from_float,
 //    as the dot path does) and pack them into panels of mr rows in shared
@@ -28,14 +29,16 @@
 
 #include <cstddef>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/matmul.h"
 
 namespace qlens::cpu {
 
 struct KernelCtx;
 
-// Whether the int8 path computes this node, given that it takes the GEMM path.
-bool int8_applies(const Tensor& node, const GemmKernels& gk);
+// Whether the int8 path computes this node, given that it takes the GEMM path
+// with the kernels `gk` and the backend's options.
+bool int8_applies(const Tensor& node, const GemmKernels& gk, const KernelOptions& options);
 // Scratch the int8 path needs: private per thread, shared.
 size_t int8_scratch(const Tensor& node, const GemmKernels& gk);
 size_t int8_shared_scratch(const Tensor& node, const GemmKernels& gk);

@@ -1,7 +1,8 @@
 #include "backend/cpu/isa.h"
 
-#include <cstdlib>
-#include <cstring>
+#include <string>
+
+#include "qlens/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -55,19 +56,13 @@ bool isa_supported(Isa isa) {
 // The AVX-512 kernels (the AVX2 templates with a 16-lane wrapper) have run on
 // AVX-512 hardware: an AMD EPYC with AVX-512 F/BW/VL/DQ passed the whole suite
 // with them (2026-12-02), and they are the default where the CPU has them.
-// QLENS_CPU_ISA=avx2|scalar caps the choice.
+// CpuOptions::isa (QLENS_CPU_ISA=avx2|scalar on the command line) caps the
+// choice.
 constexpr bool kAvx512ByDefault = true;
-
-// QLENS_CPU_VNNI=0 acts as a CPU without VNNI (the int8 GEMM's AVX2 maddubs
-// kernels, tested on every machine with AVX2).
-static bool vnni_allowed() {
-  const char* env = std::getenv("QLENS_CPU_VNNI");
-  return !env || std::strcmp(env, "0") != 0;
-}
 
 bool cpu_has_avx512_vnni() {
 #if defined(__x86_64__) || defined(__i386__)
-  return vnni_allowed() && isa_supported(Isa::Avx512) && __builtin_cpu_supports("avx512vnni");
+  return isa_supported(Isa::Avx512) && __builtin_cpu_supports("avx512vnni");
 #else
   return false;
 #endif
@@ -75,17 +70,27 @@ bool cpu_has_avx512_vnni() {
 
 bool cpu_has_avx_vnni() {
 #if defined(__x86_64__) || defined(__i386__)
-  return vnni_allowed() && isa_supported(Isa::Avx2) && cpuid_avx_vnni();
+  return isa_supported(Isa::Avx2) && cpuid_avx_vnni();
 #else
   return false;
 #endif
 }
 
-const char* int8_kernel_name(Isa isa) {
+bool cpu_has_vnni(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return false;
+    case Isa::Avx2: return cpu_has_avx_vnni();
+    case Isa::Avx512: return cpu_has_avx512_vnni();
+  }
+  return false;
+}
+
+const char* int8_kernel_name(Isa isa, bool vnni) {
+  const bool with_vnni = vnni && cpu_has_vnni(isa);
   switch (isa) {
     case Isa::Scalar: return "none";
-    case Isa::Avx2: return cpu_has_avx_vnni() ? "vnni" : "maddubs";
-    case Isa::Avx512: return cpu_has_avx512_vnni() ? "vnni" : "none";
+    case Isa::Avx2: return with_vnni ? "vnni" : "maddubs";
+    case Isa::Avx512: return with_vnni ? "vnni" : "none";
   }
   return "none";
 }
@@ -99,25 +104,34 @@ const char* int8_kernel_name(Isa isa) {
 // was equal or up to 8% slower (1 KiB, less than one block of the K types,
 // was not tried there), so the AVX-512 kernels do not prefetch until a
 // machine with them shows a gain.
-size_t packed_prefetch_bytes(Isa isa) {
-  if (const char* env = std::getenv("QLENS_CPU_PREFETCH")) {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(env, &end, 10);
-    if (*env >= '0' && *env <= '9' && *end == '\0' && v <= 65536) return v;
-  }
-  return isa == Isa::Avx2 ? 1024 : 0;
-}
+size_t packed_prefetch_bytes(Isa isa) { return isa == Isa::Avx2 ? 1024 : 0; }
 
-Isa best_isa() {
-  Isa cap = kAvx512ByDefault ? Isa::Avx512 : Isa::Avx2;
-  if (const char* env = std::getenv("QLENS_CPU_ISA")) {
-    if (std::strcmp(env, "scalar") == 0) cap = Isa::Scalar;
-    else if (std::strcmp(env, "avx2") == 0) cap = Isa::Avx2;
-    else if (std::strcmp(env, "avx512") == 0) cap = Isa::Avx512;
-  }
-  for (int i = static_cast<int>(cap); i > 0; --i)
+Isa isa_for(CpuIsa cap) {
+  Isa widest = kAvx512ByDefault ? Isa::Avx512 : Isa::Avx2;
+  if (cap == CpuIsa::Scalar) widest = Isa::Scalar;
+  else if (cap == CpuIsa::Avx2) widest = Isa::Avx2;
+  else if (cap == CpuIsa::Avx512) widest = Isa::Avx512;
+  for (int i = static_cast<int>(widest); i > 0; --i)
     if (isa_supported(static_cast<Isa>(i))) return static_cast<Isa>(i);
   return Isa::Scalar;
 }
+
+Isa best_isa() { return isa_for(CpuIsa::Best); }
+
+KernelOptions kernel_options(const CpuOptions& options, Isa isa) {
+  if (options.prefetch_bytes && *options.prefetch_bytes > kMaxPrefetchBytes)
+    throw Error("cpu backend: prefetch distance " + std::to_string(*options.prefetch_bytes) + " bytes is over " +
+                std::to_string(kMaxPrefetchBytes));
+  KernelOptions k;
+  k.isa = isa;
+  k.vnni = options.vnni && cpu_has_vnni(isa);
+  k.int8_gemm = options.int8_gemm;
+  k.pack = options.pack;
+  k.prefetch_bytes = options.prefetch_bytes.value_or(packed_prefetch_bytes(isa));
+  k.ggml_rounding = options.ggml_rounding;
+  return k;
+}
+
+KernelOptions kernel_options(Isa isa) { return kernel_options(CpuOptions{}, isa); }
 
 }  // namespace qlens::cpu

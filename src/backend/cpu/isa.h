@@ -3,9 +3,13 @@
 // Kernels for one instruction set live in files named *_avx2.cpp / *_avx512.cpp,
 // compiled with that set's flags; everything else is portable C++. The scalar
 // kernels are always present and are what the SIMD ones are tested against.
+// (No inline functions here: the SIMD files include this header, and the
+// linker may keep their copy of one.)
 #pragma once
 
 #include <cstddef>
+
+#include "qlens/backend.h"
 
 namespace qlens::cpu {
 
@@ -14,23 +18,45 @@ enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 const char* isa_name(Isa isa);
 // Whether this CPU can run the kernels of `isa`.
 bool isa_supported(Isa isa);
-// The instruction set the backend uses by default: the widest supported one;
-// QLENS_CPU_ISA=scalar|avx2|avx512 in the environment sets the cap.
+// The widest instruction set this CPU has up to `cap` (CpuOptions::isa).
+Isa isa_for(CpuIsa cap);
+// The widest instruction set this CPU has.
 Isa best_isa();
 
 // How many bytes ahead of the one they read the packed matrix-vector kernels
-// of `isa` (packed.h) prefetch weights: 1024 with AVX2, none with AVX-512
-// (measured on Zen 3 and Zen 4: isa.cpp); QLENS_CPU_PREFETCH=N (0 .. 65536)
-// in the environment sets it for both.
+// of `isa` (packed.h) prefetch weights by default: 1024 with AVX2, none with
+// AVX-512 (measured on Zen 3 and Zen 4: isa.cpp). CpuOptions::prefetch_bytes
+// overrides it.
 size_t packed_prefetch_bytes(Isa isa);
+// The most CpuOptions::prefetch_bytes may ask for.
+inline constexpr size_t kMaxPrefetchBytes = 65536;
 
 // Extensions the kernels of an instruction set use where the CPU has them
 // (the int8 GEMM path's dot instructions): AVX-512 VNNI (512-bit vpdpbusd)
 // and AVX-VNNI (its VEX-encoded 256-bit form).
 bool cpu_has_avx512_vnni();
 bool cpu_has_avx_vnni();
-// The int8 GEMM's kernels with the kernels of `isa` on this CPU: "vnni",
-// "maddubs" (AVX2 without VNNI) or "none" (the F32 panels serve).
-const char* int8_kernel_name(Isa isa);
+// The VNNI extension the kernels of `isa` would use, on this CPU.
+bool cpu_has_vnni(Isa isa);
+// The int8 GEMM's kernels with the kernels of `isa` on this CPU, VNNI
+// allowed or not: "vnni", "maddubs" (AVX2 without VNNI) or "none" (the F32
+// panels serve).
+const char* int8_kernel_name(Isa isa, bool vnni = true);
+
+// CpuOptions resolved for one instruction set on this CPU: what a CPU
+// backend's kernels run with (KernelCtx::options), fixed when it is made.
+struct KernelOptions {
+  Isa isa = Isa::Scalar;
+  bool vnni = false;          // VNNI kernels: allowed and the CPU has them for isa
+  bool int8_gemm = true;      // quantized prompt products on int8 panels (gemm_int8.h)
+  bool pack = true;           // packed copies for generation (packed.h)
+  size_t prefetch_bytes = 0;  // the packed kernels' prefetch distance
+  bool ggml_rounding = true;  // ggml's roundings (CpuOptions::ggml_rounding)
+};
+// `isa` must be supported; throws Error for a prefetch distance over
+// kMaxPrefetchBytes.
+KernelOptions kernel_options(const CpuOptions& options, Isa isa);
+// The defaults for `isa` (tests and benchmarks that name one).
+KernelOptions kernel_options(Isa isa);
 
 }  // namespace qlens::cpu

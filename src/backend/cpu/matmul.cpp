@@ -198,7 +198,8 @@ struct DotPlan {
 // for them take F32 activations: TypeTraits::vec_dot_type says F32).
 DType ggml_partner(DType t) { return t == DType::F16 || t == DType::BF16 ? t : type_traits(t).vec_dot_type; }
 
-DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
+// round: the backend's ggml_rounding option.
+DotPlan dot_plan(const Tensor& node, const GemmKernels& gk, bool round) {
   const Tensor& a = *node.src[0];
   const Tensor& b = *node.src[1];
   const int64_t K = a.ne[0];
@@ -213,7 +214,7 @@ DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
   // ggml converts activations to the weight type's partner whatever kernel
   // runs (an F16 cache view's queries and probabilities to F16 too); the
   // F32 paths round them through it, so every path computes that function.
-  p.round_type = p.x_type == DType::F32 && ggml_rounding() ? ggml_partner(a.type) : DType::F32;
+  p.round_type = p.x_type == DType::F32 && round ? ggml_partner(a.type) : DType::F32;
   // F16 and BF16 weights: activations kept in the partner type itself are
   // the same values in half the bytes.
   const VecDotFn same_x = gk.dot_same_x[static_cast<int>(a.type)];
@@ -230,9 +231,9 @@ DotPlan dot_plan(const Tensor& node, const GemmKernels& gk) {
   return p;
 }
 
-size_t dot_scratch(const Tensor& node, const GemmKernels& gk) {
+size_t dot_scratch(const Tensor& node, const GemmKernels& gk, bool round) {
   const Shape s = shape_of(node);
-  const DotPlan p = dot_plan(node, gk);
+  const DotPlan p = dot_plan(node, gk, round);
   size_t bytes = align_scratch(s.K * sizeof(float));  // a converted weight or activation row
   if (p.convert_x) bytes += align_scratch(s.N * p.x_row_bytes);
   if (p.round_type != DType::F32) bytes += align_scratch(row_bytes(p.round_type, s.K));
@@ -244,7 +245,7 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
   const Tensor& b = *node.src[1];
   const Tensor& d = node;
   const VecOps& vo = *c.vec;
-  const DotPlan p = dot_plan(node, gk);
+  const DotPlan p = dot_plan(node, gk, c.options->ggml_rounding);
   float* row = reinterpret_cast<float*>(c.scratch);
   char* xbuf = c.scratch + align_scratch(s.K * sizeof(float));
   char* rounded = xbuf + (p.convert_x ? align_scratch(s.N * p.x_row_bytes) : 0);
@@ -255,6 +256,7 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
   // Ranges of whole packed groups.
   static_assert(16 % kPackRows == 0);
   const PackedWeight* packed = s.N == 1 && p.packed_dot ? c.packed->find(a) : nullptr;
+  const size_t prefetch = c.options->prefetch_bytes;
   for_each_guided(c, s, 16, [&](int64_t i12, int64_t i13, int64_t m0, int64_t m1) {
     const int64_t i02 = i12 / s.r2, i03 = i13 / s.r3;
     const char* x = b.at(0, 0, i12, i13);
@@ -284,7 +286,7 @@ void dot_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gemm
     if (packed) {  // N == 1, the weight packed for it: groups of kPackRows rows
       float out[kPackRows];
       for (int64_t g = m0 / kPackRows; g * kPackRows < m1; ++g) {
-        p.packed_dot(s.K, packed->group(g), x, out);
+        p.packed_dot(s.K, packed->group(g), x, out, prefetch);
         const int64_t i0 = g * kPackRows, n = std::min<int64_t>(kPackRows, m1 - i0);
         for (int64_t r = 0; r < n; ++r) *reinterpret_cast<float*>(d.at(i0 + r, 0, i12, i13)) = out[r];
       }
@@ -497,8 +499,9 @@ void gemm_path(const Tensor& node, const Shape& s, const KernelCtx& c, const Gem
   GemmScratch sc;
   gemm_scratch_layout(s, c.nth, gk, c.scratch, &sc);
   const int64_t np = packed_rows(s, gk);
-  const DotPlan dp = dot_plan(node, gk);
-  const DType partner = !ggml_rounding() ? DType::F32 : dp.x_type != DType::F32 ? dp.x_type : dp.round_type;
+  const bool round = c.options->ggml_rounding;
+  const DotPlan dp = dot_plan(node, gk, round);
+  const DType partner = !round ? DType::F32 : dp.x_type != DType::F32 ? dp.x_type : dp.round_type;
 
   if (gemm_shared(s, c.nth, gk)) {
     // All threads pack all activations once (panels split statically), then
@@ -557,28 +560,40 @@ bool uses_gemm(const FoldedHeads& f, const GemmKernels& gk) {
 
 }  // namespace
 
-const GemmKernels& gemm_kernels(Isa isa) {
+// One table per instruction set and VNNI choice (the int8 GEMM's and the
+// packed kernels' wrappers); without VNNI on the CPU both choices are equal.
+const GemmKernels& gemm_kernels(Isa isa, bool vnni) {
   static const GemmKernels scalar = make_scalar();
-  static const GemmKernels avx2 = merged(isa_supported(Isa::Avx2) ? gemm_kernels_avx2() : nullptr, scalar);
-  static const GemmKernels avx512 = merged(isa_supported(Isa::Avx512) ? gemm_kernels_avx512() : nullptr, avx2);
+  // (Asked once: CPUID, which a hypervisor may trap, is no per-node cost.)
+  static const bool avx2_ok = isa_supported(Isa::Avx2), avx512_ok = isa_supported(Isa::Avx512);
+  static const GemmKernels avx2[2] = {merged(avx2_ok ? gemm_kernels_avx2(false) : nullptr, scalar),
+                                      merged(avx2_ok ? gemm_kernels_avx2(true) : nullptr, scalar)};
+  static const GemmKernels avx512[2] = {merged(avx512_ok ? gemm_kernels_avx512(false) : nullptr, avx2[0]),
+                                        merged(avx512_ok ? gemm_kernels_avx512(true) : nullptr, avx2[1])};
   switch (isa) {
     case Isa::Scalar: return scalar;
-    case Isa::Avx2: return avx2;
-    case Isa::Avx512: return avx512;
+    case Isa::Avx2: return avx2[vnni];
+    case Isa::Avx512: return avx512[vnni];
   }
   return scalar;
 }
 
-bool matmul_uses_gemm(const Tensor& node, Isa isa) {
-  return uses_gemm(FoldedHeads(node), gemm_kernels(isa));
+const GemmKernels& gemm_kernels(const KernelOptions& o) { return gemm_kernels(o.isa, o.vnni); }
+
+bool matmul_uses_gemm(const Tensor& node, const KernelOptions& o) {
+  return uses_gemm(FoldedHeads(node), gemm_kernels(o));
 }
 
-bool matmul_uses_int8(const Tensor& unfolded, Isa isa) {
+bool matmul_uses_gemm(const Tensor& node, Isa isa) { return matmul_uses_gemm(node, kernel_options(isa)); }
+
+bool matmul_uses_int8(const Tensor& unfolded, const KernelOptions& o) {
   const FoldedHeads folded(unfolded);
   const Tensor& node = folded.node();
-  const GemmKernels& gk = gemm_kernels(isa);
-  return uses_gemm(folded, gk) && int8_applies(node, gk);
+  const GemmKernels& gk = gemm_kernels(o);
+  return uses_gemm(folded, gk) && int8_applies(node, gk, o);
 }
+
+bool matmul_uses_int8(const Tensor& node, Isa isa) { return matmul_uses_int8(node, kernel_options(isa)); }
 
 size_t int8_max_shared() { return g_max_shared.load(std::memory_order_relaxed); }
 
@@ -586,50 +601,50 @@ size_t matmul_set_max_shared(size_t bytes) { return g_max_shared.exchange(bytes)
 
 int64_t matmul_set_min_n(DType type, int64_t n) { return g_min_n[static_cast<int>(type)].exchange(n); }
 
-size_t matmul_scratch(const Tensor& unfolded, int nth, Isa isa) {
+size_t matmul_scratch(const Tensor& unfolded, int nth, const KernelOptions& o) {
   const FoldedHeads folded(unfolded);
   const Tensor& node = folded.node();
-  const GemmKernels& gk = gemm_kernels(isa);
-  if (uses_gemm(folded, gk) && int8_applies(node, gk)) return int8_scratch(node, gk);
+  const GemmKernels& gk = gemm_kernels(o);
+  if (uses_gemm(folded, gk) && int8_applies(node, gk, o)) return int8_scratch(node, gk);
   if (uses_gemm(folded, gk)) return gemm_scratch_layout(shape_of(node), nth, gk, nullptr, nullptr);
-  return dot_scratch(node, gk);
+  return dot_scratch(node, gk, o.ggml_rounding);
 }
 
-size_t matmul_scratch_bound(const Tensor& unfolded, int nth, Isa isa) {
+size_t matmul_scratch_bound(const Tensor& unfolded, int nth, const KernelOptions& o) {
   const FoldedHeads folded(unfolded);
   const Tensor& node = folded.node();
-  const GemmKernels& gk = gemm_kernels(isa);
-  const size_t dot = dot_scratch(node, gk);
+  const GemmKernels& gk = gemm_kernels(o);
+  const size_t dot = dot_scratch(node, gk, o.ggml_rounding);
   if (!gk.micro) return dot;
-  const size_t i8 = int8_applies(node, gk) ? int8_scratch(node, gk) : 0;
+  const size_t i8 = int8_applies(node, gk, o) ? int8_scratch(node, gk) : 0;
   return std::max({dot, i8, gemm_scratch_layout(shape_of(node), nth, gk, nullptr, nullptr)});
 }
 
-size_t matmul_shared_scratch_bound(const Tensor& unfolded, int nth, Isa isa) {
+size_t matmul_shared_scratch_bound(const Tensor& unfolded, int nth, const KernelOptions& o) {
   const FoldedHeads folded(unfolded);
   const Tensor& node = folded.node();
-  const GemmKernels& gk = gemm_kernels(isa);
+  const GemmKernels& gk = gemm_kernels(o);
   const Shape s = shape_of(node);
   if (!gk.micro) return 0;
   // The int8 path packs activations into shared scratch for any batch count.
-  const size_t i8 = int8_applies(node, gk) ? int8_shared_scratch(node, gk) : 0;
+  const size_t i8 = int8_applies(node, gk, o) ? int8_shared_scratch(node, gk) : 0;
   if (s.nbatch() >= nth) return i8;
   const size_t packed = static_cast<size_t>(s.nbatch() * packed_rows(s, gk) * s.K) * sizeof(float);
   return std::max(i8, align_scratch(std::min(packed, g_max_shared.load(std::memory_order_relaxed))));
 }
 
-size_t matmul_shared_scratch(const Tensor& unfolded, int nth, Isa isa) {
+size_t matmul_shared_scratch(const Tensor& unfolded, int nth, const KernelOptions& o) {
   const FoldedHeads folded(unfolded);
   const Tensor& node = folded.node();
-  const GemmKernels& gk = gemm_kernels(isa);
-  if (uses_gemm(folded, gk) && int8_applies(node, gk)) return int8_shared_scratch(node, gk);
+  const GemmKernels& gk = gemm_kernels(o);
+  if (uses_gemm(folded, gk) && int8_applies(node, gk, o)) return int8_shared_scratch(node, gk);
   return uses_gemm(folded, gk) ? gemm_shared_bytes(shape_of(node), nth, gk) : 0;
 }
 
 void matmul(const Tensor& unfolded, const KernelCtx& c) {
   const FoldedHeads folded(unfolded);
   const Tensor& node = folded.node();
-  const GemmKernels& gk = gemm_kernels(c.isa);
+  const GemmKernels& gk = gemm_kernels(*c.options);
   const Shape s = shape_of(node);
   if (s.M == 0 || s.N == 0 || s.nbatch() == 0) return;
   if (s.K == 0) {  // empty sums
@@ -640,7 +655,7 @@ void matmul(const Tensor& unfolded, const KernelCtx& c) {
             for (int64_t i = 0; i < s.M; ++i) *reinterpret_cast<float*>(node.at(i, j, i2, i3)) = 0.0f;
     return;
   }
-  if (uses_gemm(folded, gk) && int8_applies(node, gk))
+  if (uses_gemm(folded, gk) && int8_applies(node, gk, *c.options))
     int8_gemm(node, c, gk);
   else if (uses_gemm(folded, gk))
     gemm_path(node, s, c, gk);

@@ -126,26 +126,33 @@ struct GemmKernels {
   PackedDotFn packed_dot[kDTypeCount];  // by weight type: packed weights (packed.h); nullptr: none
 };
 
-const GemmKernels& gemm_kernels(Isa isa);
-const GemmKernels* gemm_kernels_avx2();    // nullptr when not compiled in
-const GemmKernels* gemm_kernels_avx512();
+// The kernels of `isa`, with the VNNI wrappers where `vnni` and the CPU has
+// them (else those of a CPU without: AVX2's maddubs, AVX-512's F32 panels).
+const GemmKernels& gemm_kernels(Isa isa, bool vnni = true);
+const GemmKernels& gemm_kernels(const KernelOptions& options);
+// nullptr when not compiled in.
+const GemmKernels* gemm_kernels_avx2(bool vnni);
+const GemmKernels* gemm_kernels_avx512(bool vnni);
 
-// The MulMat node kernel (see ops.h for the calling convention).
+// The MulMat node kernel (see ops.h for the calling convention); the
+// backend's options choose its paths, so its scratch depends on them.
 struct KernelCtx;
-size_t matmul_scratch(const Tensor& node, int nth, Isa isa);         // private, per thread
-size_t matmul_shared_scratch(const Tensor& node, int nth, Isa isa);  // shared
+size_t matmul_scratch(const Tensor& node, int nth, const KernelOptions& options);         // private, per thread
+size_t matmul_shared_scratch(const Tensor& node, int nth, const KernelOptions& options);  // shared
 void matmul(const Tensor& node, const KernelCtx& c);
 // What a MulMat node of these weights and at most as many activation rows as
 // it has may need on either path (the sub-products of MulMatId, whose row
 // counts are known only when it runs).
-size_t matmul_scratch_bound(const Tensor& node, int nth, Isa isa);
-size_t matmul_shared_scratch_bound(const Tensor& node, int nth, Isa isa);
+size_t matmul_scratch_bound(const Tensor& node, int nth, const KernelOptions& options);
+size_t matmul_shared_scratch_bound(const Tensor& node, int nth, const KernelOptions& options);
 // The MulMatId node kernel: each expert's rows gathered and multiplied by
 // the MulMat kernel (either path, every weight type), then put in place.
-size_t matmul_id_scratch(const Tensor& node, int nth, Isa isa);
-size_t matmul_id_shared_scratch(const Tensor& node, int nth, Isa isa);
+size_t matmul_id_scratch(const Tensor& node, int nth, const KernelOptions& options);
+size_t matmul_id_shared_scratch(const Tensor& node, int nth, const KernelOptions& options);
 void matmul_id(const Tensor& node, const KernelCtx& c);
-// Whether the node would take the GEMM path (for tests and benchmarks).
+// Whether the node would take the GEMM path (for tests and benchmarks); with
+// an Isa, that set's default options.
+bool matmul_uses_gemm(const Tensor& node, const KernelOptions& options);
 bool matmul_uses_gemm(const Tensor& node, Isa isa);
 // Sets the largest shared activation buffer (64 MiB by default) and returns
 // the previous value; tests lower it to reach the other packing scheme.
@@ -155,9 +162,7 @@ size_t matmul_set_max_shared(size_t bytes);
 // benchmarks that compare the two paths.
 int64_t matmul_set_min_n(DType type, int64_t n);
 // Whether the node would take the int8 GEMM path (for tests and benchmarks).
+bool matmul_uses_int8(const Tensor& node, const KernelOptions& options);
 bool matmul_uses_int8(const Tensor& node, Isa isa);
-// Turns the int8 GEMM path off (false: quantized weights take the F32
-// panels) and returns the previous setting; for tests and benchmarks.
-bool matmul_set_int8(bool on);
 
 }  // namespace qlens::cpu

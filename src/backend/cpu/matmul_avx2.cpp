@@ -4,11 +4,14 @@
 
 namespace qlens::cpu {
 
-const GemmKernels* gemm_kernels_avx2() {
+// Two tables: with the VNNI wrappers allowed (chosen where the CPU has them)
+// and without.
+const GemmKernels* gemm_kernels_avx2(bool vnni) {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-  static const GemmKernels k = make_gemm_kernels<Avx2>();
-  return &k;
+  static const GemmKernels k[2] = {make_gemm_kernels<Avx2>(false), make_gemm_kernels<Avx2>(true)};
+  return &k[vnni];
 #else
+  (void)vnni;
   return nullptr;
 #endif
 }

@@ -4,11 +4,14 @@
 
 namespace qlens::cpu {
 
-const GemmKernels* gemm_kernels_avx512() {
+// Two tables: with the VNNI wrappers allowed (chosen where the CPU has them)
+// and without.
+const GemmKernels* gemm_kernels_avx512(bool vnni) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
-  static const GemmKernels k = make_gemm_kernels<Avx512>();
-  return &k;
+  static const GemmKernels k[2] = {make_gemm_kernels<Avx512>(false), make_gemm_kernels<Avx512>(true)};
+  return &k[vnni];
 #else
+  (void)vnni;
   return nullptr;
 #endif
 }

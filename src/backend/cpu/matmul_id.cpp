@@ -76,18 +76,20 @@ struct SubProduct {
 };
 
 // A sub-product with as many rows as the node has: what bounds the scratch.
-size_t sub_scratch(const Tensor& node, int nth, Isa isa, bool shared) {
+size_t sub_scratch(const Tensor& node, int nth, const KernelOptions& o, bool shared) {
   const IdShape s = id_shape(node);
   SubProduct p(*node.src[0], s, 0, s.rows(), nullptr, nullptr);
-  return shared ? matmul_shared_scratch_bound(p.y, nth, isa) : matmul_scratch_bound(p.y, nth, isa);
+  return shared ? matmul_shared_scratch_bound(p.y, nth, o) : matmul_scratch_bound(p.y, nth, o);
 }
 
 }  // namespace
 
-size_t matmul_id_scratch(const Tensor& node, int nth, Isa isa) { return sub_scratch(node, nth, isa, false); }
+size_t matmul_id_scratch(const Tensor& node, int nth, const KernelOptions& o) {
+  return sub_scratch(node, nth, o, false);
+}
 
-size_t matmul_id_shared_scratch(const Tensor& node, int nth, Isa isa) {
-  return IdLayout(id_shape(node), sub_scratch(node, nth, isa, true)).total;
+size_t matmul_id_shared_scratch(const Tensor& node, int nth, const KernelOptions& o) {
+  return IdLayout(id_shape(node), sub_scratch(node, nth, o, true)).total;
 }
 
 void matmul_id(const Tensor& node, const KernelCtx& c) {

@@ -33,7 +33,9 @@ struct KernelCtx {
   std::atomic<int64_t>* counter;  // 0 when the node starts; for taking work items
   ThreadPool* pool;               // pool->barrier() inside a kernel: every thread must call it
   const VecOps* vec;
-  Isa isa;
+  // What the backend was made with (CpuOptions resolved: isa.h): the
+  // kernels' only source of settings.
+  const KernelOptions* options;
   const PackedWeights* packed;  // the backend's packed copies of weights (packed.h)
 
   void barrier() const { pool->barrier(); }
@@ -56,9 +58,10 @@ void op_clamp(const Tensor& node, const KernelCtx& c);
 void op_sum_rows(const Tensor& node, const KernelCtx& c);
 void op_argsort(const Tensor& node, const KernelCtx& c);
 
-// Bytes of private scratch each thread needs for the node, and of shared scratch.
-size_t scratch_bytes(const Tensor& node, int nth, Isa isa);
-size_t shared_scratch_bytes(const Tensor& node, int nth, Isa isa);
+// Bytes of private scratch each thread needs for the node, and of shared
+// scratch, with the backend's options (which choose the paths).
+size_t scratch_bytes(const Tensor& node, int nth, const KernelOptions& options);
+size_t shared_scratch_bytes(const Tensor& node, int nth, const KernelOptions& options);
 
 // ---- helpers shared by the kernels (portable code only) ----
 

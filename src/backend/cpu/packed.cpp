@@ -3,7 +3,6 @@
 #include "backend/cpu/packed.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -77,7 +76,7 @@ void packed_dot_plain(int64_t k, const char* group, const void* x, float* out, P
 }
 
 // Q4_0: piece c holds elements 8c .. 8c+7 (low nibbles) and 16+8c .. (high).
-void packed_dot_q4_0(int64_t k, const char* group, const void* x, float* out) {
+void packed_dot_q4_0(int64_t k, const char* group, const void* x, float* out, size_t) {
   packed_dot_plain<16, 2>(k, group, x, out, [](const uint8_t* codes, size_t c, int r, const int8_t* q) {
     const uint8_t* piece = codes + piece_at(c, r);
     int32_t sum = 0;
@@ -90,7 +89,7 @@ void packed_dot_q4_0(int64_t k, const char* group, const void* x, float* out) {
 // Q5_0: Q4_0's nibbles, and the fifth bits in a plane (packed.h): byte
 // 8 (r % 4) + j of vector 2c + h is row r's bytes j of piece c, its nibble
 // n element 16 n + 8c + j.
-void packed_dot_q5_0(int64_t k, const char* group, const void* x, float* out) {
+void packed_dot_q5_0(int64_t k, const char* group, const void* x, float* out, size_t) {
   packed_dot_plain<20, 2>(k, group, x, out, [](const uint8_t* codes, size_t c, int r, const int8_t* q) {
     const uint8_t* piece = codes + piece_at(c, r);
     const uint8_t* plane = codes + (kQ5_0HighAt - kPackScales) + 8 * (r % 4);
@@ -108,7 +107,7 @@ void packed_dot_q5_0(int64_t k, const char* group, const void* x, float* out) {
 
 // Q8_0: piece c holds elements 8c .. 8c+7 as v + 128 (unsigned, vpdpbusd's
 // operand).
-void packed_dot_q8_0(int64_t k, const char* group, const void* x, float* out) {
+void packed_dot_q8_0(int64_t k, const char* group, const void* x, float* out, size_t) {
   packed_dot_plain<32, 4>(k, group, x, out, [](const uint8_t* codes, size_t c, int r, const int8_t* q) {
     const uint8_t* piece = codes + piece_at(c, r);
     int32_t sum = 0;
@@ -202,7 +201,7 @@ void pack_q4_k(const Tensor& w, int64_t row0, int64_t b, char* dst) {
 // of mins times the activation's sums, then two float chains, as the SIMD
 // kernels: acc = fma(float(isum), d * d_x, acc), accm = fma(float(msum),
 // dmin * d_x, accm); out = acc - accm.
-void packed_dot_q4_k(int64_t k, const char* group, const void* x, float* out) {
+void packed_dot_q4_k(int64_t k, const char* group, const void* x, float* out, size_t) {
   const int64_t nb = k / kSuper;
   float acc[kPackRows] = {}, accm[kPackRows] = {};
   for (int64_t b = 0; b < nb; ++b) {
@@ -268,7 +267,7 @@ void pack_iq4_xs(const Tensor& w, int64_t row0, int64_t b, char* dst) {
 // Per row, super-blocks in order: isum = sum over sub-blocks s of sc_s (sum
 // level x), exact in int32, then acc = fma(float(isum), d * d_x, acc), as
 // the SIMD kernels and ggml's IQ4_XS dot product.
-void packed_dot_iq4_xs(int64_t k, const char* group, const void* x, float* out) {
+void packed_dot_iq4_xs(int64_t k, const char* group, const void* x, float* out, size_t) {
   const int64_t nb = k / kSuper;
   float acc[kPackRows] = {};
   for (int64_t b = 0; b < nb; ++b) {
@@ -333,7 +332,7 @@ void pack_q6_k(const Tensor& w, int64_t row0, int64_t b, char* dst) {
 // Per row, super-blocks in order: isum = sum over sub-blocks s of sc_s (sum
 // q x - 32 B_s), B_s the activation's sum over s (exact in int32), then
 // acc = fma(float(isum), d * d_x, acc), as the SIMD kernels.
-void packed_dot_q6_k(int64_t k, const char* group, const void* x, float* out) {
+void packed_dot_q6_k(int64_t k, const char* group, const void* x, float* out, size_t) {
   const int64_t nb = k / kSuper;
   float acc[kPackRows] = {};
   for (int64_t b = 0; b < nb; ++b) {
@@ -389,15 +388,7 @@ const PackedFormat* format_of(DType t) {
 
 }  // namespace
 
-bool packable(DType t) {
-  // QLENS_CPU_PACK=0: no packed copies (the original row kernels), for
-  // measuring one against the other.
-  static const bool enabled = [] {
-    const char* e = std::getenv("QLENS_CPU_PACK");
-    return !(e && std::string(e) == "0");
-  }();
-  return enabled && format_of(t);
-}
+bool packable(DType t) { return format_of(t) != nullptr; }
 
 std::unique_ptr<PackedWeight> pack_weight(const Tensor& w) {
   const PackedFormat* f = format_of(w.type);

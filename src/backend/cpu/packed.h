@@ -5,13 +5,13 @@
 // of eight. On the original layout the 4-bit dot kernels are bound by that
 // per-block work, not by memory.
 //
-// Made once per weight (Model::pack_for_generation, asked for by the tools
-// that generate token by token) and used by the dot path when N == 1; the
-// weight's own bytes stay where they are for everything else (the prompt
-// GEMM, get_rows, devices, quantize-stats). A packed copy is used only while
-// the tensor's data is the data it was made from, so a replacement weight
-// (sensitivity) or a copy pointing elsewhere falls back to the original
-// kernels.
+// Made once per weight (Backend::prepare_weights, asked for by the tools that
+// generate token by token, unless CpuOptions::pack is off) and used by the
+// dot path when N == 1; the weight's own bytes stay where they are for
+// everything else (the prompt GEMM, get_rows, devices, quantize-stats). A
+// packed copy is used only while the tensor's data is the data it was made
+// from, so a replacement weight (sensitivity) or a copy pointing elsewhere
+// falls back to the original kernels.
 //
 // The layouts of Q8_0 (codes stored as v + 128), Q5_0 (Q4_0's and a plane
 // of the fifth bits), Q4_K (8-bit scales and mins), IQ4_XS (Q4_K's code order, signed
@@ -82,7 +82,8 @@ struct PackedWeight {
   const char* group(int64_t g) const { return bytes.get() + g * group_bytes; }
 };
 
-// Whether weights of this type have a packed layout (and kernels).
+// Whether weights of this type have a packed layout (and kernels), whatever
+// the options (CpuOptions::pack decides whether a backend makes copies).
 bool packable(DType t);
 
 // The packed layout of a 2-D weight whose type is packable.
@@ -106,7 +107,9 @@ class PackedWeights {
 
 // Eight rows of a packed group against one activation row in the type's
 // activation format (Q8_0 for Q4_0): out[r] for rows r = 0..7 of the group.
-using PackedDotFn = void (*)(int64_t k, const char* group, const void* x, float* out);
+// The SIMD kernels prefetch each group block `prefetch` bytes ahead (0: not
+// at all; KernelOptions::prefetch_bytes), the plain ones never.
+using PackedDotFn = void (*)(int64_t k, const char* group, const void* x, float* out, size_t prefetch);
 
 // The plain kernel the SIMD ones are tested against (the same operations in
 // the same order: equal bit for bit).

@@ -641,14 +641,15 @@ void add_int8_kernels_of(GemmKernels& g, int min_n_legacy, int min_n_k) {
 }
 
 // Fills g.i8 for every quantized type: with the dot instruction where the CPU
-// has it, else (AVX2) with maddubs; AVX-512 without VNNI keeps the F32 panels.
-inline void add_int8_kernels(GemmKernels& g) {
+// has it and the options allow it (allow_vnni: KernelOptions::vnni), else
+// (AVX2) with maddubs; AVX-512 without VNNI keeps the F32 panels.
+inline void add_int8_kernels(GemmKernels& g, bool allow_vnni) {
   // The crossover with the dot path (K = M = 2048, 2 threads, weights from
   // memory below N = 16; dev-2c 2026-12-02): legacy types between N = 4 and
   // 8 (Q4_0 at 8: int8 GEMM 1.5-1.7x faster), K types between 8 and 12 (Q4_K
   // at 8: dot 1.35x faster with AVX-512, equal with AVX2; at 12 int8 1.15 /
   // 1.4x faster), on both instruction sets.
-  if (I8Vnni::available()) {
+  if (allow_vnni && I8Vnni::available()) {
     add_int8_kernels_of<I8Vnni>(g, 6, 10);
     return;
   }

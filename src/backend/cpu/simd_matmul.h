@@ -211,7 +211,7 @@ void pack_act_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t 
 }
 
 template <class V>
-GemmKernels make_gemm_kernels() {
+GemmKernels make_gemm_kernels(bool allow_vnni) {
   static_assert(V::kMr <= kMaxMr);
   GemmKernels g{};
   g.micro = micro_kernel<V>;
@@ -234,8 +234,8 @@ GemmKernels make_gemm_kernels() {
   g.pack_act_f16 = pack_act_panel<V::kMr, true>;
   add_quant_kernels<NR>(g);
   add_kquant_kernels<NR>(g);
-  add_int8_kernels(g);
-  add_packed_kernels(g);
+  add_int8_kernels(g, allow_vnni);
+  add_packed_kernels(g, allow_vnni);
   return g;
 }
 

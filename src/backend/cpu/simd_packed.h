@@ -68,15 +68,10 @@ __attribute__((always_inline)) inline __m256i broadcast_piece(const char* p) {
   return _mm256_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
-// How far ahead the weights are prefetched (packed_prefetch_bytes: 0 for
-// none), and the prefetch of one group block's lines that far ahead.
-inline const size_t kPackedPrefetch = packed_prefetch_bytes(
-#if defined(__AVX512F__)
-    Isa::Avx512
-#else
-    Isa::Avx2
-#endif
-);
+// The prefetch of one group block's lines `ahead` bytes ahead (0: none).
+// The distance is the backend's (KernelOptions::prefetch_bytes), passed to
+// each kernel call: one register for the call, as the static it replaced
+// was loaded once per call.
 __attribute__((always_inline)) inline void prefetch_ahead(const char* gb, size_t bytes, size_t ahead) {
   if (ahead == 0) return;
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(gb + ahead + o, _MM_HINT_T0);
@@ -198,13 +193,13 @@ inline __m256 k_accumulate(__m256 acc, __m256i isum, const char* dw, const char*
 // a VNNI wrapper (target attribute) or used as it is (no VNNI instruction).
 using GroupSumsFn = __m256i (*)(const char* qs, const __m256i* q);
 template <size_t kCodeBytes, GroupSumsFn kSums>
-__attribute__((always_inline)) inline void packed_dot_legacy(int64_t k, const char* group, const void* x, float* out) {
+__attribute__((always_inline)) inline void packed_dot_legacy(int64_t k, const char* group, const void* x, float* out,
+                                                             size_t ahead) {
   constexpr size_t kGroupBlock = legacy_group_block(kCodeBytes);
   const int64_t nb = k / quant::kLegacyBlock;
   const float* f16 = fp16_table();
   const char* xr = static_cast<const char*>(x);
   __m256 acc = _mm256_setzero_ps();
-  const size_t ahead = kPackedPrefetch;
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kGroupBlock;
     prefetch_ahead(gb, kGroupBlock, ahead);
@@ -221,12 +216,13 @@ __attribute__((always_inline)) inline void packed_dot_legacy(int64_t k, const ch
 }
 template <size_t kCodeBytes, GroupSumsFn kSums>
 __attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_legacy_vnni(int64_t k, const char* group,
-                                                                               const void* x, float* out) {
-  packed_dot_legacy<kCodeBytes, kSums>(k, group, x, out);
+                                                                               const void* x, float* out,
+                                                                               size_t ahead) {
+  packed_dot_legacy<kCodeBytes, kSums>(k, group, x, out, ahead);
 }
 template <size_t kCodeBytes, GroupSumsFn kSums>
-void packed_dot_legacy_madd(int64_t k, const char* group, const void* x, float* out) {
-  packed_dot_legacy<kCodeBytes, kSums>(k, group, x, out);
+void packed_dot_legacy_madd(int64_t k, const char* group, const void* x, float* out, size_t ahead) {
+  packed_dot_legacy<kCodeBytes, kSums>(k, group, x, out, ahead);
 }
 
 // The 4-bit K types, Q4_K and IQ4_XS, per super-block and group of 8 rows
@@ -345,12 +341,11 @@ __attribute__((always_inline)) inline __m256i k4_pair_sums(const char* pairs, co
 // chains.
 template <class P>
 __attribute__((always_inline)) inline void packed_dot_q4_k_body(int64_t k, const char* group, const void* x,
-                                                                float* out) {
+                                                                float* out, size_t ahead) {
   using quant::kq::BlockQ8K;
   const int64_t nb = k / quant::kq::kQK;
   const char* xr = static_cast<const char*>(x);
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-  const size_t ahead = kPackedPrefetch;
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kQ4KGroupBlock;
     prefetch_ahead(gb, kQ4KGroupBlock, ahead);
@@ -366,12 +361,11 @@ __attribute__((always_inline)) inline void packed_dot_q4_k_body(int64_t k, const
 // float chain.
 template <class P, bool kBiased>
 __attribute__((always_inline)) inline void packed_dot_iq4_xs_body(int64_t k, const char* group, const void* x,
-                                                                  float* out) {
+                                                                  float* out, size_t ahead) {
   using quant::kq::BlockQ8K;
   const int64_t nb = k / quant::kq::kQK;
   const char* xr = static_cast<const char*>(x);
   __m256 acc = _mm256_setzero_ps();
-  const size_t ahead = kPackedPrefetch;
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kIQ4XSGroupBlock;
     prefetch_ahead(gb, kIQ4XSGroupBlock, ahead);
@@ -383,19 +377,20 @@ __attribute__((always_inline)) inline void packed_dot_iq4_xs_body(int64_t k, con
   store_rows(acc, out);
 }
 
-void packed_dot_q4_k_madd(int64_t k, const char* group, const void* x, float* out) {
-  packed_dot_q4_k_body<Q4KMadd>(k, group, x, out);
+void packed_dot_q4_k_madd(int64_t k, const char* group, const void* x, float* out, size_t ahead) {
+  packed_dot_q4_k_body<Q4KMadd>(k, group, x, out, ahead);
 }
 __attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_q4_k_vnni(int64_t k, const char* group,
-                                                                             const void* x, float* out) {
-  packed_dot_q4_k_body<Q4KVnni>(k, group, x, out);
+                                                                             const void* x, float* out, size_t ahead) {
+  packed_dot_q4_k_body<Q4KVnni>(k, group, x, out, ahead);
 }
-void packed_dot_iq4_xs_madd(int64_t k, const char* group, const void* x, float* out) {
-  packed_dot_iq4_xs_body<Iq4XsMadd, false>(k, group, x, out);
+void packed_dot_iq4_xs_madd(int64_t k, const char* group, const void* x, float* out, size_t ahead) {
+  packed_dot_iq4_xs_body<Iq4XsMadd, false>(k, group, x, out, ahead);
 }
 __attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_iq4_xs_vnni(int64_t k, const char* group,
-                                                                               const void* x, float* out) {
-  packed_dot_iq4_xs_body<Iq4XsVnni, true>(k, group, x, out);
+                                                                               const void* x, float* out,
+                                                                               size_t ahead) {
+  packed_dot_iq4_xs_body<Iq4XsVnni, true>(k, group, x, out, ahead);
 }
 #undef QLENS_PACKED_VNNI_TARGET
 
@@ -485,12 +480,11 @@ __attribute__((always_inline)) inline void q6_k_chunk_pair(const char* gb, const
   }
 }
 
-void packed_dot_q6_k_simd(int64_t k, const char* group, const void* x, float* out) {
+void packed_dot_q6_k_simd(int64_t k, const char* group, const void* x, float* out, size_t ahead) {
   using quant::kq::BlockQ8K;
   const int64_t nb = k / quant::kq::kQK;
   const char* xr = static_cast<const char*>(x);
   __m256 acc = _mm256_setzero_ps();
-  const size_t ahead = kPackedPrefetch;
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kQ6KGroupBlock;
     prefetch_ahead(gb, kQ6KGroupBlock, ahead);
@@ -514,8 +508,10 @@ void packed_dot_q6_k_simd(int64_t k, const char* group, const void* x, float* ou
   store_rows(acc, out);
 }
 
-void add_packed_kernels(GemmKernels& g) {
-  const bool vnni = packed_vnni_available();
+// allow_vnni: the options allow the VNNI kernels (KernelOptions::vnni); they
+// are chosen where the CPU has VNNI too.
+void add_packed_kernels(GemmKernels& g, bool allow_vnni) {
+  const bool vnni = allow_vnni && packed_vnni_available();
   g.packed_dot[static_cast<int>(DType::Q4_0)] =
       vnni ? packed_dot_legacy_vnni<16, q4_0_sums_vnni> : packed_dot_legacy_madd<16, q4_0_sums_madd>;
   g.packed_dot[static_cast<int>(DType::Q5_0)] =

@@ -1,8 +1,6 @@
 // Scalar row primitives: the portable path, always compiled.
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <limits>
 #include <vector>
 
@@ -30,11 +28,6 @@ const float* gelu_f16_table() {
     return t;
   }();
   return table.data();
-}
-
-bool ggml_rounding() {
-  const char* v = std::getenv("QLENS_CPU_ROUND_ACTIVATIONS");
-  return !(v && std::string(v) == "0");
 }
 
 namespace {

@@ -63,13 +63,6 @@ const float* fp16_table();
 // rounded to F16, as a float.
 const float* gelu_f16_table();
 
-// Whether the CPU kernels round as ggml's CPU kernels do: activations through
-// the weight's partner type before a product (matmul.cpp), GELU through its
-// F16 table. On by default, so that results are llama.cpp's; the environment
-// variable QLENS_CPU_ROUND_ACTIVATIONS=0 turns it off, to compare with a
-// backend that does neither (Vulkan today).
-bool ggml_rounding();
-
 // The table for `isa` (which must be supported and compiled in).
 const VecOps& vec_ops(Isa isa);
 

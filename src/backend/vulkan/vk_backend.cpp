@@ -159,8 +159,11 @@ bool VulkanBackend::supports_op(const Tensor& node) const {
   if (op_is_view(node.op)) return true;
   const Kernel& kernel = kernel_of(node.op);
   if (!kernel.supports || !kernel.supports(node) || !fits_one_window(node)) return false;
+  // An empty tensor binds no memory (and an empty product is all zeros):
+  // left to the CPU.
+  if (node.nelements() == 0) return false;
   for (const Tensor* s : node.src)
-    if (s && !fits_one_window(*s)) return false;
+    if (s && (!fits_one_window(*s) || s->nelements() == 0)) return false;
   for (const ShaderUse& shader : kernel.shaders(node, device_->is_cpu(), device_->has_float64()))
     if (!pipelines_->can_build(shader.name, shader.n_buffers)) return false;
   return true;
