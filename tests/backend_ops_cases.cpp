@@ -1253,6 +1253,7 @@ const std::vector<OpCase>& op_cases() {
     scale_cases(t);
     activation_cases(t, "silu", silu);
     activation_cases(t, "gelu", gelu);
+    activation_cases(t, "sigmoid", sigmoid);
     t.add("gelu", "", "a{257,3,1,1} sigma 120", gelu_tolerance(),
           [](CaseGraph& c) {  // Vulkan's clamps: x, and 0 from x = -10
             return gelu(c.g, c.normal(DType::F32, {257, 3, 1, 1}, 120.0f));

@@ -70,8 +70,9 @@ enum class Op : uint8_t {
   SumRows,
   Clamp,
   Div,
+  Sigmoid,  // 1 / (1 + e^-x): the routers of DeepSeek V3, GLM-4.5, Qwen3.5
 };
-constexpr int kOpCount = static_cast<int>(Op::Div) + 1;
+constexpr int kOpCount = static_cast<int>(Op::Sigmoid) + 1;
 
 const char* op_name(Op op);  // "MUL_MAT", ... as in ggml dumps
 // Ops whose result shares its source's memory and needs no computation.
@@ -196,6 +197,7 @@ Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale);  // mask may b
 Tensor* unary(Graph& g, Op op, Tensor* a);
 inline Tensor* silu(Graph& g, Tensor* a) { return unary(g, Op::Silu, a); }
 inline Tensor* gelu(Graph& g, Tensor* a) { return unary(g, Op::Gelu, a); }
+inline Tensor* sigmoid(Graph& g, Tensor* a) { return unary(g, Op::Sigmoid, a); }
 Tensor* cpy(Graph& g, Tensor* a, Tensor* b);
 Tensor* cont(Graph& g, Tensor* a);
 Tensor* reshape(Graph& g, Tensor* a, std::initializer_list<int64_t> ne);

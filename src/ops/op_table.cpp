@@ -1,6 +1,8 @@
 // The op table's rows: the rules of each op and its reference kernel.
 #include "ops/op_table.h"
 
+#include <cmath>
+
 #include "ops/reference.h"
 
 namespace qlens {
@@ -104,6 +106,8 @@ std::string copy(const Tensor& n) {
   return {};
 }
 
+double sigmoid_of(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
 // One row per op, in the enum's order.
 constexpr std::array<OpDef, kOpCount> kOps = {{
     {Op::None, "NONE", false, leaf, nullptr},
@@ -128,6 +132,7 @@ constexpr std::array<OpDef, kOpCount> kOps = {{
     {Op::SumRows, "SUM_ROWS", false, f32_unary, reference::sum_rows},
     {Op::Clamp, "CLAMP", false, f32_unary, reference::clamp},
     {Op::Div, "DIV", false, f32_binary, reference::div},
+    {Op::Sigmoid, "SIGMOID", false, f32_unary, reference::map_with<sigmoid_of>},
 }};
 static_assert(rows_follow_ops(kOps), "kOps needs one row per Op, in the enum's order");
 

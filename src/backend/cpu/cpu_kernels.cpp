@@ -76,6 +76,7 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     kernel(Op::SumRows, op_sum_rows, no_scratch),
     kernel(Op::Clamp, op_clamp, one_row),
     kernel(Op::Div, op_div, two_rows),
+    kernel(Op::Sigmoid, op_sigmoid, one_row),
 }};
 static_assert(rows_follow_ops(kKernels), "the CPU needs one kernel row per Op, in the enum's order");
 

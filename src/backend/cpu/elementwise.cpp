@@ -1,5 +1,7 @@
-// Add, Mul, Div (with broadcasting of b), Scale, Clamp, Silu, Gelu.
+// The element-wise ops: Add, Mul, Div (with broadcasting of b), Scale, Clamp,
+// and the activations (Silu, Gelu, Sigmoid).
 #include <algorithm>
+#include <cmath>
 
 #include "backend/cpu/ops.h"
 
@@ -120,6 +122,12 @@ void op_gelu(const Tensor& node, const KernelCtx& c) {
   // ggml computes GELU through its F16 table; without its roundings, exactly.
   const auto gelu = c.options->ggml_rounding ? c.vec->gelu_f16 : c.vec->gelu;
   unary(node, c, [&](int64_t n, float* y, const float* x) { gelu(n, y, x); });
+}
+
+void op_sigmoid(const Tensor& node, const KernelCtx& c) {
+  unary(node, c, [](int64_t n, float* y, const float* x) {
+    for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+  });
 }
 
 }  // namespace qlens::cpu

@@ -49,6 +49,7 @@ void op_mul(const Tensor& node, const KernelCtx& c);
 void op_scale(const Tensor& node, const KernelCtx& c);
 void op_silu(const Tensor& node, const KernelCtx& c);
 void op_gelu(const Tensor& node, const KernelCtx& c);
+void op_sigmoid(const Tensor& node, const KernelCtx& c);
 void op_rms_norm(const Tensor& node, const KernelCtx& c);
 void op_rope(const Tensor& node, const KernelCtx& c);
 void op_soft_max(const Tensor& node, const KernelCtx& c);

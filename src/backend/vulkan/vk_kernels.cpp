@@ -41,6 +41,7 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     {Op::SumRows, supports_f32_row_op, sum_rows_shaders, record_sum_rows},
     elementwise(Op::Clamp, supports_unary),
     elementwise(Op::Div, supports_binary),
+    elementwise(Op::Sigmoid, supports_unary),
 }};
 static_assert(rows_follow_ops(kKernels), "Vulkan needs one kernel row per Op, in the enum's order");
 

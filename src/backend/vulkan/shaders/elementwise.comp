@@ -1,5 +1,5 @@
 // The element-wise ops: Add, Mul, Div (b broadcast over a), Scale, Clamp,
-// Silu, Gelu; one thread per element of the result; every tensor may have
+// and the activations (Silu, Gelu, Sigmoid); one thread per element of the result; every tensor may have
 // any strides. vulkan.cmake builds one variant per OP_<NAME> tested below
 // (shader "<name>", the op's ggml name in lower case).
 #version 450
@@ -50,6 +50,8 @@ void main() {
   const float v = max(x, -20.0);
   const float u = 0.79788456080286535588 * v * (1.0 + 0.044715 * v * v);
   const float y = v / (1.0 + exp(clamp(-2.0 * u, -87.0, 87.0)));
+#elif defined(OP_SIGMOID)
+  const float y = 1.0 / (1.0 + exp(-x));
 #endif
   d[p.d_off + offset4(i, p.d_nb)] = y;
 }
