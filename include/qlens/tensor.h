@@ -75,6 +75,7 @@ enum class Op : uint8_t {
 constexpr int kOpCount = static_cast<int>(Op::Sigmoid) + 1;
 
 const char* op_name(Op op);  // "MUL_MAT", ... as in ggml dumps
+std::string op_lower_name(Op op);  // "mul_mat": builders' errors, Vulkan's shader names
 // Ops whose result shares its source's memory and needs no computation.
 bool op_is_view(Op op);
 

@@ -1,7 +1,6 @@
 #include "qlens/tensor.h"
 
 #include <algorithm>
-#include <cctype>
 #include <sstream>
 
 #include "qlens/error.h"
@@ -294,9 +293,7 @@ Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale) {
 }
 
 Tensor* unary(Graph& g, Op op, Tensor* a) {
-  std::string name = op_name(op);
-  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  require_f32(name.c_str(), a);
+  if (a->type != DType::F32) require_f32(op_lower_name(op).c_str(), a);  // the name only for the error
   return make_result(g, op, a->ne, a);
 }
 

@@ -1,6 +1,7 @@
 // The op table's rows: the rules of each op and its reference kernel.
 #include "ops/op_table.h"
 
+#include <cctype>
 #include <cmath>
 
 #include "ops/reference.h"
@@ -140,13 +141,13 @@ static_assert(rows_follow_ops(kOps), "kOps needs one row per Op, in the enum's o
 
 const OpDef& op_def(Op op) { return kOps[static_cast<size_t>(op)]; }
 
-std::array<Op, kOpCount> all_ops() {
-  std::array<Op, kOpCount> ops{};
-  for (size_t i = 0; i < ops.size(); ++i) ops[i] = kOps[i].op;
-  return ops;
-}
-
 const char* op_name(Op op) { return op_def(op).name; }
+
+std::string op_lower_name(Op op) {
+  std::string name = op_name(op);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
 
 bool op_is_view(Op op) { return op_def(op).is_view; }
 

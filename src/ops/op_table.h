@@ -32,10 +32,6 @@ struct OpDef {
 
 const OpDef& op_def(Op op);
 
-// Every op in the table's order, for code that walks all of them (tests,
-// dumps).
-std::array<Op, kOpCount> all_ops();
-
 // A backend's kernel table must have one row per op in the enum's order,
 // each row naming its op: checked at compile time by
 // static_assert(rows_follow_ops(table)).

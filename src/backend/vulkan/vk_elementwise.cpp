@@ -1,6 +1,5 @@
 // Add, Mul, Div, Scale, Clamp, Silu, Gelu (shaders/elementwise.comp) and
 // Cpy, Cont (shaders/copy.comp): one thread per element, any strides.
-#include <cctype>
 #include <limits>
 
 #include "backend/vulkan/vk_ops.h"
@@ -46,11 +45,7 @@ void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
 // An arithmetic op's shader is its ggml name in lower case ("silu"): one
 // variant of elementwise.comp per OP_<NAME> the shader defines (vulkan.cmake
 // reads them from it).
-std::string elementwise_shader(Op op) {
-  std::string name = op_name(op);
-  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return name;
-}
+std::string elementwise_shader(Op op) { return op_lower_name(op); }
 
 // Cpy writes into its destination src[1] (the node is a view of it); Cont
 // into the node.
