@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "core/parallel.h"
-#include "tools/bandwidth.h"
+#include "tools/bench/bandwidth.h"
 
 int main(int argc, char** argv) {
   const size_t mib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1024;

@@ -143,7 +143,7 @@ Tensor* CaseGraph::place(Tensor* t, const std::vector<char>& bytes, Mem mem) {
     // 64-byte aligned, as the CPU's kernels find weights in a mapped file.
     auto& s = host_.emplace_back(bytes.size() + 64);
     char* p = s.data() + (64 - reinterpret_cast<uintptr_t>(s.data()) % 64) % 64;
-    std::memcpy(p, bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(p, bytes.data(), bytes.size());
     t->data = p;
   }
   return t;

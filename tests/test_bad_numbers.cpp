@@ -13,7 +13,7 @@
 #include "qlens/error.h"
 #include "qlens/gguf.h"
 #include "test_util.h"
-#include "tools/imatrix_file.h"
+#include "tools/imatrix/imatrix_file.h"
 
 namespace qlens {
 namespace {

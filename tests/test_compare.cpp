@@ -11,7 +11,7 @@
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/synth.h"
+#include "tools/synth/synth.h"
 
 namespace qlens {
 namespace {
@@ -215,7 +215,7 @@ TEST(ContextPair, MismatchedModelsNameTheFirstDifference) {
 #include <sstream>
 
 #include "core/text_file.h"
-#include "tools/llama_logits.h"
+#include "tools/compare/llama_logits.h"
 
 namespace qlens {
 namespace {

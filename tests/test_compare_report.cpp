@@ -17,9 +17,9 @@
 #include "core/json_reader.h"
 #include "qlens/error.h"
 #include "test_util.h"
-#include "tools/compare.h"
-#include "tools/compare_logits.h"
-#include "tools/compare_report.h"
+#include "tools/compare/compare.h"
+#include "tools/compare/compare_logits.h"
+#include "tools/compare/compare_report.h"
 
 namespace qlens {
 namespace {

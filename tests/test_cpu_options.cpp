@@ -29,7 +29,7 @@
 #include "qlens/backend.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/synth.h"
+#include "tools/synth/synth.h"
 
 namespace qlens {
 namespace {

@@ -21,8 +21,8 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "test_util.h"
-#include "tools/imatrix_file.h"
-#include "tools/sensitivity.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/sensitivity/sensitivity.h"
 
 namespace qlens {
 namespace {

@@ -16,10 +16,10 @@
 #include "qlens/gguf.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/generate.h"
-#include "tools/imatrix.h"
-#include "tools/perplexity.h"
-#include "tools/quantize.h"
+#include "tools/generate/generate.h"
+#include "tools/imatrix/imatrix.h"
+#include "tools/perplexity/perplexity.h"
+#include "tools/quantize/quantize.h"
 
 namespace qlens {
 namespace {

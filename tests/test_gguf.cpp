@@ -28,7 +28,7 @@
 #include "qlens/gguf.h"
 #include "qlens/types.h"
 #include "test_util.h"
-#include "tools/inspect.h"
+#include "tools/inspect/inspect.h"
 
 namespace {
 

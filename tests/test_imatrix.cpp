@@ -24,12 +24,12 @@
 #include "qlens/model.h"
 #include "qlens/sched.h"
 #include "test_util.h"
-#include "tools/imatrix.h"
+#include "tools/imatrix/imatrix.h"
 #include "core/json_reader.h"
-#include "tools/chunks.h"
-#include "tools/imatrix_file.h"
-#include "tools/imatrix_run.h"
-#include "tools/imatrix_stats.h"
+#include "tools/common/chunks.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/imatrix/imatrix_run.h"
+#include "tools/imatrix/imatrix_stats.h"
 
 namespace qlens {
 namespace {
@@ -500,7 +500,7 @@ TEST(ImatrixStories, QuantizingWithAnImatrixLowersHeldOutPerplexity) {
 }
 
 // ---------------------------------------------------------------------------
-// A collecting run's policy (tools/imatrix_run.h): format, starting point,
+// A collecting run's policy (tools/imatrix/imatrix_run.h): format, starting point,
 // saves as it goes, the partial file of a failed run, perplexity, JSON.
 
 TEST(ImatrixRun, OutputFormatByFlagElseByName) {

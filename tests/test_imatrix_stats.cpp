@@ -10,8 +10,8 @@
 
 #include "qlens/error.h"
 #include "test_util.h"
-#include "tools/imatrix_file.h"
-#include "tools/imatrix_stats.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/imatrix/imatrix_stats.h"
 
 namespace qlens {
 namespace {

@@ -17,9 +17,9 @@
 #include "qlens/gguf.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/generate.h"
-#include "tools/perplexity.h"
-#include "tools/synth.h"
+#include "tools/generate/generate.h"
+#include "tools/perplexity/perplexity.h"
+#include "tools/synth/synth.h"
 
 namespace qlens {
 namespace {

@@ -23,14 +23,14 @@
 #include "qlens/model.h"
 #include "qlens/tap.h"
 #include "test_util.h"
-#include "tools/chunks.h"
-#include "tools/compare.h"
-#include "tools/imatrix.h"
-#include "tools/imatrix_file.h"
-#include "tools/imatrix_stats.h"
-#include "tools/perplexity.h"
-#include "tools/quantize.h"
-#include "tools/sensitivity.h"
+#include "tools/common/chunks.h"
+#include "tools/compare/compare.h"
+#include "tools/imatrix/imatrix.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/imatrix/imatrix_stats.h"
+#include "tools/perplexity/perplexity.h"
+#include "tools/quantize/quantize.h"
+#include "tools/sensitivity/sensitivity.h"
 
 namespace qlens {
 namespace {

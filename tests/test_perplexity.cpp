@@ -8,8 +8,8 @@
 #include "core/json_reader.h"
 #include "core/parallel.h"
 #include "test_util.h"
-#include "tools/chunks.h"
-#include "tools/perplexity.h"
+#include "tools/common/chunks.h"
+#include "tools/perplexity/perplexity.h"
 
 namespace qlens {
 namespace {

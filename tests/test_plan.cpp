@@ -20,9 +20,9 @@
 #include "test_util.h"
 #include "core/json_reader.h"
 #include "core/text_file.h"
-#include "tools/plan.h"
-#include "tools/plan_json.h"
-#include "tools/quantize.h"
+#include "tools/plan/plan.h"
+#include "tools/plan/plan_json.h"
+#include "tools/quantize/quantize.h"
 
 namespace qlens {
 namespace {

@@ -14,9 +14,9 @@
 #include "qlens/gguf.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/plan.h"
-#include "tools/quantize.h"
-#include "tools/sensitivity.h"
+#include "tools/plan/plan.h"
+#include "tools/quantize/quantize.h"
+#include "tools/sensitivity/sensitivity.h"
 
 namespace qlens {
 namespace {

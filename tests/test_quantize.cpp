@@ -16,11 +16,11 @@
 #include "qlens/gguf.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/imatrix_file.h"
-#include "tools/quantize.h"
-#include "tools/perplexity.h"
-#include "tools/quantize_stats.h"
-#include "tools/synth.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/quantize/quantize.h"
+#include "tools/perplexity/perplexity.h"
+#include "tools/quantize/quantize_stats.h"
+#include "tools/synth/synth.h"
 
 namespace qlens {
 namespace {

@@ -18,8 +18,8 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "test_util.h"
-#include "tools/report.h"
-#include "tools/report_html.h"
+#include "tools/report/report.h"
+#include "tools/report/report_html.h"
 
 namespace qlens {
 namespace {

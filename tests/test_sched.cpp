@@ -17,7 +17,7 @@
 #include "qlens/sched.h"
 #include "qlens/tap.h"
 #include "test_util.h"
-#include "tools/synth.h"
+#include "tools/synth/synth.h"
 
 namespace qlens {
 namespace {

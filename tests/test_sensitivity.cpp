@@ -13,9 +13,9 @@
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/imatrix_file.h"
-#include "tools/sensitivity.h"
-#include "tools/sensitivity_run.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/sensitivity/sensitivity.h"
+#include "tools/sensitivity/sensitivity_run.h"
 
 namespace qlens {
 namespace {
@@ -313,7 +313,7 @@ TEST(Sensitivity, ResumedRunEqualsAFreshOne) {
   EXPECT_EQ(read_text_file(dir + "/resumed.json"), before);
 }
 
-// ---- a run's policy (tools/sensitivity_run.h) ----
+// ---- a run's policy (tools/sensitivity/sensitivity_run.h) ----
 
 tools::SensitivityResult one_tensor_result(const tools::SensitivityOptions& settings) {
   tools::SensitivityResult r;

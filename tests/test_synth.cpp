@@ -16,7 +16,7 @@
 #include "qlens/gguf.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/synth.h"
+#include "tools/synth/synth.h"
 
 namespace qlens {
 namespace {

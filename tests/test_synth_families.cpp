@@ -18,12 +18,12 @@
 #include "eval_dump.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/generate.h"
+#include "tools/generate/generate.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
-#include "tools/llama_logits.h"
-#include "tools/quantize.h"
-#include "tools/perplexity.h"
+#include "tools/compare/llama_logits.h"
+#include "tools/quantize/quantize.h"
+#include "tools/perplexity/perplexity.h"
 
 namespace qlens {
 namespace {

@@ -14,7 +14,7 @@
 #include "qlens/model.h"
 #include "qlens/types.h"
 #include "test_util.h"
-#include "tools/quantize_stats.h"
+#include "tools/quantize/quantize_stats.h"
 
 namespace qlens {
 namespace {

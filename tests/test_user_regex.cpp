@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "qlens/error.h"
-#include "tools/user_regex.h"
+#include "tools/common/user_regex.h"
 
 namespace qlens::tools {
 namespace {

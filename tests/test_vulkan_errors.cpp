@@ -13,7 +13,7 @@
 #include "backend/vulkan/vk_backend.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/perplexity.h"
+#include "tools/perplexity/perplexity.h"
 #include "core/text_file.h"
 #include "vulkan_test_util.h"
 

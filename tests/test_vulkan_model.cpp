@@ -11,10 +11,10 @@
 #include "qlens/context_pair.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/compare.h"
-#include "tools/imatrix.h"
-#include "tools/perplexity.h"
-#include "tools/quantize.h"
+#include "tools/compare/compare.h"
+#include "tools/imatrix/imatrix.h"
+#include "tools/perplexity/perplexity.h"
+#include "tools/quantize/quantize.h"
 
 namespace qlens {
 namespace {

@@ -8,8 +8,8 @@
 #include "commands.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
-#include "tools/bandwidth.h"
-#include "tools/bench.h"
+#include "tools/bench/bandwidth.h"
+#include "tools/bench/bench.h"
 
 namespace qlens::cli {
 

@@ -5,7 +5,7 @@
 #include "core/human_bytes.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
-#include "tools/generate.h"
+#include "tools/generate/generate.h"
 
 namespace qlens::cli {
 

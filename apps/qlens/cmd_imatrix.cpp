@@ -9,12 +9,12 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
-#include "tools/chunks.h"
-#include "tools/imatrix.h"
-#include "tools/imatrix_file.h"
-#include "tools/imatrix_run.h"
-#include "tools/imatrix_stats.h"
-#include "tools/progress.h"
+#include "tools/common/chunks.h"
+#include "tools/imatrix/imatrix.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/imatrix/imatrix_run.h"
+#include "tools/imatrix/imatrix_stats.h"
+#include "tools/common/progress.h"
 
 namespace qlens::cli {
 

@@ -4,7 +4,7 @@
 #include "args.h"
 #include "commands.h"
 #include "qlens/gguf.h"
-#include "tools/inspect.h"
+#include "tools/inspect/inspect.h"
 
 namespace qlens::cli {
 

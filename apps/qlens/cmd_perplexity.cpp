@@ -8,10 +8,10 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
-#include "tools/chunks.h"
-#include "tools/llama_logits.h"
-#include "tools/perplexity.h"
-#include "tools/progress.h"
+#include "tools/common/chunks.h"
+#include "tools/compare/llama_logits.h"
+#include "tools/perplexity/perplexity.h"
+#include "tools/common/progress.h"
 
 namespace qlens::cli {
 

@@ -13,9 +13,9 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
-#include "tools/plan.h"
-#include "tools/plan_json.h"
-#include "tools/plan_validate.h"
+#include "tools/plan/plan.h"
+#include "tools/plan/plan_json.h"
+#include "tools/plan/plan_validate.h"
 
 namespace qlens::cli {
 

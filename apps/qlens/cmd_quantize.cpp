@@ -8,8 +8,8 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
-#include "tools/imatrix_file.h"
-#include "tools/quantize.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/quantize/quantize.h"
 
 namespace qlens::cli {
 

@@ -6,7 +6,7 @@
 #include "commands.h"
 #include "core/text_file.h"
 #include "qlens/error.h"
-#include "tools/quantize_stats.h"
+#include "tools/quantize/quantize_stats.h"
 
 namespace qlens::cli {
 

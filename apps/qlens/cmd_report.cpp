@@ -4,7 +4,7 @@
 #include "args.h"
 #include "commands.h"
 #include "qlens/error.h"
-#include "tools/report.h"
+#include "tools/report/report.h"
 
 namespace qlens::cli {
 

@@ -10,11 +10,11 @@
 #include "core/text_file.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
-#include "tools/chunks.h"
-#include "tools/imatrix_coverage.h"
-#include "tools/progress.h"
-#include "tools/sensitivity.h"
-#include "tools/sensitivity_run.h"
+#include "tools/common/chunks.h"
+#include "tools/imatrix/imatrix_coverage.h"
+#include "tools/common/progress.h"
+#include "tools/sensitivity/sensitivity.h"
+#include "tools/sensitivity/sensitivity_run.h"
 
 namespace qlens::cli {
 

@@ -5,7 +5,7 @@
 #include "args.h"
 #include "commands.h"
 #include "qlens/error.h"
-#include "tools/synth.h"
+#include "tools/synth/synth.h"
 
 namespace qlens::cli {
 

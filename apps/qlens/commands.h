@@ -3,7 +3,7 @@
 // to main, which prints it and exits non-zero.
 #pragma once
 
-#include "tools/llama_logits.h"
+#include "tools/compare/llama_logits.h"
 
 namespace qlens::cli {
 

@@ -2,8 +2,8 @@
 //
 // A Model holds the hyper-parameters, the vocabulary and the weights (tensors
 // whose data points into the memory-mapped file). A Context holds what one
-// sequence needs: the KV cache, the backend and its compute buffer, and the
-// logits of the last batch. The graph of each batch names its nodes as
+// sequence needs: the per-layer state (KV caches), the backend and its
+// compute buffer, and the logits of the last batch. The graph of each batch names its nodes as
 // llama.cpp does (`attn_norm-0`, `Qcur-0`, ..., `l_out-4`, `result_output`).
 #pragma once
 
@@ -115,14 +115,10 @@ const RoleInfo& role_info(Role role);
 // The GGUF name of a role's tensor: "blk.3.attn_q.weight", "output_norm.weight".
 std::string tensor_name(Role role, int layer = -1);
 
-// One row of an architecture's tensor table.
-struct TensorSpec {
-  Role role;
-  std::array<int64_t, kMaxDims> ne;  // ggml order, from the hyper-parameters
-  bool required = true;
-};
-
 class Architecture;
+class AttentionBlock;
+class SequenceState;
+struct TensorSpec;
 
 // Throws an error naming the file, the tensor and its type when the tensor's
 // type is one the engine can name and size but not compute with (MXFP4, the
@@ -138,11 +134,17 @@ class Model {
   // know is an error naming it and the file. A tensor of a type the engine
   // cannot compute with is refused first, before anything else is read.
   static std::unique_ptr<Model> load(const std::string& path);
+  // Loads the file as `arch` whatever its general.architecture says (tests
+  // run a file's weights through another layer graph this way).
+  static std::unique_ptr<Model> load(const std::string& path, const Architecture& arch);
 
   const std::string& path() const { return file_->path(); }
   const gguf::File& file() const { return *file_; }
   const HParams& hparams() const { return hp_; }
   const Architecture& arch() const { return *arch_; }
+  // The attention block of layer il, which the architecture picked
+  // (src/model/attention.h).
+  const AttentionBlock& attention_block(int il) const { return *attention_[il]; }
   const Vocab& vocab() const { return *vocab_; }
 
   // A weight by role (and layer for per-layer roles); null when an optional
@@ -163,6 +165,7 @@ class Model {
 
  private:
   Model() = default;
+  static std::unique_ptr<Model> load(std::unique_ptr<gguf::File> file, const Architecture& arch);
   Tensor* bind(const TensorSpec& spec, int layer);
 
   std::unique_ptr<gguf::File> file_;
@@ -173,6 +176,7 @@ class Model {
   std::map<std::string, Tensor*> weights_;
   std::array<Tensor*, kRoleCount> globals_{};
   std::vector<std::array<Tensor*, kRoleCount>> layers_;
+  std::vector<std::unique_ptr<AttentionBlock>> attention_;
 };
 
 struct ContextOptions {
@@ -200,103 +204,6 @@ struct ContextOptions {
 using GraphObserver = std::function<void(const Graph&)>;
 
 class Context;
-
-// The inputs of one batch's graph, shared by the models of a ContextPair.
-struct GraphInputs {
-  Tensor* tokens = nullptr;     // I32 [N]       "inp_tokens"
-  Tensor* positions = nullptr;  // I32 [N]       "inp_pos"
-  Tensor* mask = nullptr;       // F32 [n_kv, N] "KQ_mask": causal
-  Tensor* mask_swa = nullptr;   // F32 [n_kv, N] "KQ_mask_swa": causal and sliding window (null when unused)
-
-  static GraphInputs make(Graph& g, int64_t n_tokens, int64_t n_kv, bool swa);
-  // Writes tokens, positions n_past.. and the masks (a query at position p
-  // sees keys at positions <= p, and with the window only those > p - n_swa).
-  void write(std::span<const Token> batch, int64_t n_past, int64_t n_swa) const;
-};
-
-// Activation of a gated feed-forward: act(gate) * up.
-enum class FfnActivation { Silu, Gelu };
-
-// Builds the graph of one batch for a context step by step (embedding, each
-// layer, output), adding each step's nodes to the graph's order as it goes,
-// so that the graphs of two models can be interleaved layer by layer in one
-// Graph (qlens compare). The steps are the architecture's (src/model/arch/);
-// the blocks below are what architectures are written with.
-class GraphBuilder {
- public:
-  // The batch goes at ctx.n_past(); the masks must cover n_past + N positions.
-  GraphBuilder(const Context& ctx, Graph& g, const GraphInputs& in, bool all_logits);
-  Tensor* embed();        // the embedded batch
-  Tensor* layer(int il);  // returns "l_out-il"
-  Tensor* output(int64_t first_row = 0);  // "result_output" (kFlagOutput) of rows first_row..
-  // Starts from a given residual stream instead of the embedding: the input
-  // "inp_residual", F32 [n_embd, N] (layer-range decoding).
-  Tensor* residual_input();
-  Tensor* current() const { return cur_; }
-
-  // ---- for architecture files ----
-  Graph& graph() const { return g_; }
-  const HParams& hparams() const;
-  const GraphInputs& inputs() const { return in_; }
-  int64_t n_tokens() const { return n_tokens_; }
-  // The tensor the graph reads for a weight (a replacement, its device copy,
-  // or the model's); null for an absent optional tensor.
-  Tensor* weight(Role role, int il = -1) const;
-
-  // get_rows of the token embedding: "inp_embd".
-  Tensor* token_embedding();
-  // RMS norm ("norm", layer norm_layer) times the role's weight, named `name`.
-  Tensor* norm(Tensor* x, Role role, int il, const std::string& name, int norm_layer);
-  Tensor* norm(Tensor* x, Role role, int il, const std::string& name) { return norm(x, role, il, name, il); }
-  // Self-attention of layer il on the normed input: projections, optional
-  // per-head q/k norms, rope with the layer's base and scale, the KV cache,
-  // the layer's mask, and the output projection ("kqv_out-il").
-  struct Attention {
-    bool qk_norm = false;  // attn_q_norm / attn_k_norm per head before rope ("Qcur_normed", "Kcur_normed")
-    float q_scale = 0;     // scale Q by this before attention (softmax scale 1); 0: softmax scale 1/sqrt(head_dim)
-  };
-  Tensor* attention(Tensor* cur, int il, const Attention& opt);
-  // Gated feed-forward: down(act(gate(x)) * up(x)), "ffn_out-il".
-  Tensor* feed_forward(Tensor* cur, int il, FfnActivation act);
-  // A mixture of experts: the router picks each token's experts and their
-  // weights ("ffn_moe_topk", "ffn_moe_weights..."); the experts' gated
-  // feed-forwards of the token are weighted and summed ("ffn_moe_out").
-  // Shared experts (Qwen2-MoE, DeepSeek) are a dense feed_forward added to
-  // that sum, with the router unchanged.
-  struct Routing {
-    Tensor* selected;  // I32 [n_expert_used, N]: expert ids, best first
-    Tensor* weights;   // F32 [1, n_expert_used, N]
-  };
-  Routing route(Tensor* cur, int il);
-  Tensor* experts(Tensor* cur, int il, const Routing& routing, FfnActivation act);
-  Tensor* moe_feed_forward(Tensor* cur, int il, FfnActivation act) { return experts(cur, il, route(cur, il), act); }
-  // On the last layer, when only the last token's logits are wanted, the
-  // rest of the layer sees only the last row (as llama.cpp's inp_out_ids).
-  Tensor* last_row_if_final(Tensor* t, int il);
-  // The pre-norm block of llama and its descendants (Qwen 2/3, Phi-3):
-  // attn_norm, attention, residual ("ffn_inp"), ffn_norm, feed-forward
-  // (mixture of experts where the layer has a router), residual ("l_out").
-  Tensor* pre_norm_block(Tensor* in, int il, const Attention& attn, FfnActivation act);
-
- private:
-  const Context& ctx_;
-  Graph& g_;
-  GraphInputs in_;
-  bool all_logits_;
-  int64_t n_tokens_;
-  Tensor* cur_ = nullptr;  // the result of the last step
-};
-
-// Keys and values of every layer: per layer one K and one V tensor, keys
-// token-major, values transposed (a row per value dimension).
-struct KvCache {
-  DType type = DType::F16;
-  int64_t n_ctx = 0;
-  std::deque<Tensor> tensors;  // layer il: K at 2*il, V at 2*il + 1
-  std::vector<std::vector<uint8_t>> host_data;
-  Tensor* k(int il) { return &tensors[2 * il]; }
-  Tensor* v(int il) { return &tensors[2 * il + 1]; }
-};
 
 class Context {
  public:
@@ -331,7 +238,7 @@ class Context {
   // Logits of the last token of the last decode.
   std::span<const float> last_logits() const;
 
-  void clear();  // empties the KV cache
+  void clear();  // starts a new sequence: empties the caches, zeroes recurrent states
   // Hands the matrices the CPU runs (every one not offloaded to the device)
   // to the CPU backend to prepare for generation (Backend::prepare_weights:
   // packed copies for its matrix-vector kernels, kept by the backend). For
@@ -362,9 +269,10 @@ class Context {
   void restore_weight(const Tensor* model_weight) { replaced_.erase(model_weight); }
 
   const ContextOptions& options() const { return options_; }
-  // The cache graphs of this context read and write (the cache is the
-  // context's state, not part of what a const Context promises to keep).
-  KvCache& kv_cache() const { return *kv_; }
+  // The per-layer state (KV caches, recurrent states) graphs of this context
+  // read and write (src/model/sequence_state.h; the state is the sequence's,
+  // not part of what a const Context promises to keep).
+  SequenceState& state() const { return *state_; }
   // Moves the position past a batch that a graph computed into this
   // context's cache outside decode (ContextPair).
   void advance(int64_t n_tokens) { n_past_ += n_tokens; }
@@ -403,7 +311,7 @@ class Context {
   std::map<const Tensor*, Tensor*> device_weight_of_;
   std::map<const Tensor*, Replacement> replaced_;
   std::unique_ptr<Scheduler> sched_;
-  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<SequenceState> state_;
   std::vector<float> logits_;
   int64_t logits_rows_ = 0;
   int64_t logits_first_ = 0;  // the token of the last decode whose logits are logits_'s first row

@@ -59,6 +59,8 @@ class Scheduler {
   ComputeStatus compute(const Graph& graph);
 
   void set_observe_callback(ObserveCallback callback) { observe_ = std::move(callback); }
+  // Whether compute can return Stopped (an observe callback is set).
+  bool can_stop() const { return static_cast<bool>(observe_); }
   void set_tap_selector(TapSelector selector) { tap_selector_ = std::move(selector); }
   // What the taps accumulated since the last reset, by key.
   std::map<std::string, TapResult> read_taps(bool reset = true);

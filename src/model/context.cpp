@@ -1,4 +1,4 @@
-// A context: the KV cache, the backends and offloading, and decoding batches
+// A context: the per-layer state, the backends and offloading, and decoding batches
 // through the architecture's graph.
 #include <algorithm>
 #include <cmath>
@@ -7,6 +7,8 @@
 #include "core/human_bytes.h"
 #include "core/round_up.h"
 #include "model/arch/architecture.h"
+#include "model/graph_builder.h"
+#include "model/sequence_state.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
 
@@ -16,8 +18,7 @@ namespace qlens {
 // Context
 
 Context::Context(const Model& model, const ContextOptions& options) : model_(model), options_(options) {
-  const HParams& hp = model.hparams();
-  n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min<int64_t>(model.hparams().n_ctx_train, 4096);
   if (options_.n_batch <= 0) throw Error("batch size must be positive, got " + std::to_string(options_.n_batch));
   if (options.cache_type != DType::F32 && options.cache_type != DType::F16 && options.cache_type != DType::BF16)
     throw Error("KV cache type must be F32, F16 or BF16");
@@ -28,27 +29,15 @@ Context::Context(const Model& model, const ContextOptions& options) : model_(mod
     owned_device_ = make_backend(options.device, options.n_threads, options.cpu);
     device_ = owned_device_.get();
   }
-  kv_ = std::make_unique<KvCache>();
-  kv_->type = options.cache_type;
-  kv_->n_ctx = n_ctx_;
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    for (const char* kind : {"cache_k_l", "cache_v_l"}) {
-      Tensor& t = kv_->tensors.emplace_back();
-      t.type = options.cache_type;
-      t.ne = {hp.n_embd_kv() * n_ctx_, 1, 1, 1};
-      t.nb = contiguous_strides(t.type, t.ne);
-      t.name = kind + std::to_string(il);
-    }
-  }
+  state_ = std::make_unique<SequenceState>(model, n_ctx_, options.cache_type);
   if (device_) offload(options);
-  for (Tensor& t : kv_->tensors)
-    if (!t.data) t.data = kv_->host_data.emplace_back(t.nbytes()).data();
+  state_->allocate_host();
   sched_ = device_ ? std::make_unique<Scheduler>(std::vector<Backend*>{device_, backend_.get()})
                    : std::make_unique<Scheduler>(*backend_);
 }
 
 // Copies the weights of the offloaded layers into one device buffer and puts
-// their KV cache there. A weight whose op the device cannot run stays in host
+// their state (KV caches) in another. A weight whose op the device cannot run stays in host
 // memory (its node then runs on the CPU).
 void Context::offload(const ContextOptions& options) {
   const Architecture& arch = model_.arch();
@@ -77,7 +66,8 @@ void Context::offload(const ContextOptions& options) {
   auto aligned = [](size_t n) { return round_up(n, kAlign); };
   size_t weight_bytes = 0, cache_bytes = 0;
   for (const Tensor* w : to_upload) weight_bytes += aligned(w->nbytes());
-  for (int64_t il = first; il < n_layer; ++il) cache_bytes += 2 * aligned(kv_->k(static_cast<int>(il))->nbytes());
+  for (int64_t il = first; il < n_layer; ++il)
+    for (const Tensor* t : state_->layer(static_cast<int>(il))) cache_bytes += aligned(t->nbytes());
   try {
     if (weight_bytes > 0) device_weights_buffer_ = device_->alloc_buffer(weight_bytes);
     if (cache_bytes > 0) device_cache_buffer_ = device_->alloc_buffer(cache_bytes);
@@ -97,11 +87,10 @@ void Context::offload(const ContextOptions& options) {
   }
   offset = 0;
   for (int64_t il = first; il < n_layer && cache_bytes > 0; ++il)
-    for (int kv = 0; kv < 2; ++kv) {
-      Tensor& t = kv_->tensors[2 * il + kv];
-      t.buffer = device_cache_buffer_.get();
-      t.data = device_cache_buffer_->base() + offset;
-      offset += aligned(t.nbytes());
+    for (Tensor* t : state_->layer(static_cast<int>(il))) {
+      t->buffer = device_cache_buffer_.get();
+      t->data = device_cache_buffer_->base() + offset;
+      offset += aligned(t->nbytes());
     }
 }
 
@@ -170,7 +159,10 @@ Tensor* Context::weight(Tensor* model_weight) const {
 
 Context::~Context() = default;
 
-void Context::clear() { n_past_ = 0; }
+void Context::clear() {
+  n_past_ = 0;
+  state_->reset();
+}
 
 void Context::check_tokens(std::span<const Token> tokens) const {
   if (tokens.empty()) throw Error("decode: no tokens");
@@ -275,7 +267,7 @@ bool Context::decode_batch(std::span<const Token> tokens, bool all_logits, const
   in.write(tokens, n_past_, model_.hparams().n_swa);
   if (r.first > 0) tensor_write(*residual, r.in, 0, residual->nbytes());
 
-  if (sched_->compute(g) == ComputeStatus::Stopped) return false;
+  if (compute_batch(*sched_, g, {state_.get()}) == ComputeStatus::Stopped) return false;
   if (observer_) observer_(g);
   n_past_ += N;
 

@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 
+#include "model/graph_builder.h"
+#include "model/sequence_state.h"
 #include "qlens/error.h"
 
 namespace qlens {
@@ -137,7 +139,7 @@ bool ContextPair::decode_batch(std::span<const Token> tokens, int64_t first_logi
   sched_->allocate(g);
   in.write(tokens, n_past, ref_.model().hparams().n_swa);
 
-  if (sched_->compute(g) == ComputeStatus::Stopped) return false;
+  if (compute_batch(*sched_, g, {&ref_.state(), &test_.state()}) == ComputeStatus::Stopped) return false;
   ref_.advance(N);
   test_.advance(N);
   if (!logits) return true;

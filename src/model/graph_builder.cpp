@@ -1,9 +1,12 @@
-// The blocks architectures are written with (norms, attention, gated
-// feed-forward) and the inputs of a batch, with llama.cpp's node names.
+// The blocks architectures are written with (norms, the layer's attention
+// block, gated feed-forward, experts) and the inputs of a batch, with
+// llama.cpp's node names.
 #include <cmath>
 #include <limits>
 
 #include "model/arch/architecture.h"
+#include "model/graph_builder.h"
+#include "model/sequence_state.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
 
@@ -58,6 +61,8 @@ GraphBuilder::GraphBuilder(const Context& ctx, Graph& g, const GraphInputs& in, 
 
 const HParams& GraphBuilder::hparams() const { return ctx_.model().hparams(); }
 
+int64_t GraphBuilder::n_past() const { return ctx_.n_past(); }
+
 Tensor* GraphBuilder::weight(Role role, int il) const { return ctx_.weight(ctx_.model().get(role, il)); }
 
 Tensor* GraphBuilder::embed() {
@@ -101,9 +106,9 @@ Tensor* GraphBuilder::last_row_if_final(Tensor* t, int il) {
   return view(g_, t, {t->ne[0]}, {}, static_cast<size_t>(n_tokens_ - 1) * t->nb[1]);
 }
 
-Tensor* GraphBuilder::pre_norm_block(Tensor* in, int il, const Attention& attn, FfnActivation act) {
+Tensor* GraphBuilder::pre_norm_block(Tensor* in, int il, FfnActivation act) {
   Tensor* cur = norm(in, Role::AttnNorm, il, "attn_norm");
-  cur = attention(cur, il, attn);
+  cur = attention(cur, il);
   cur = last_row_if_final(cur, il);
   in = last_row_if_final(in, il);
   Tensor* ffn_inp = named(add(g_, cur, in), "ffn_inp", il);
@@ -112,72 +117,8 @@ Tensor* GraphBuilder::pre_norm_block(Tensor* in, int il, const Attention& attn, 
   return named(add(g_, cur, ffn_inp), "l_out", il);
 }
 
-Tensor* GraphBuilder::attention(Tensor* cur, int il, const Attention& opt) {
-  const HParams& hp = hparams();
-  Graph& g = g_;
-  const int64_t N = n_tokens_, n_past = ctx_.n_past(), n_kv = n_past + N, D = hp.head_dim;
-  KvCache& cache = ctx_.kv_cache();
-  const size_t esize = type_traits(cache.type).block_bytes;
-  const size_t k_row = static_cast<size_t>(hp.n_embd_kv()) * esize;  // one token's keys
-  const size_t v_row = static_cast<size_t>(cache.n_ctx) * esize;     // one value dimension over the context
-
-  Tensor *q, *k, *v;
-  if (Tensor* wqkv = weight(Role::AttnQkv, il)) {
-    // One projection, its rows q | k | v; the heads are views of it.
-    Tensor* qkv = named(mul_mat(g, wqkv, cur), "wqkv", il);
-    const size_t fs = sizeof(float), row = qkv->nb[1];
-    q = named(view(g, qkv, {D, hp.n_head, N}, {D * fs, row}, 0), "Qcur", il);
-    k = named(view(g, qkv, {D, hp.n_head_kv, N}, {D * fs, row}, hp.n_embd_q() * fs), "Kcur", il);
-    v = view(g, qkv, {D * hp.n_head_kv, N}, {row}, (hp.n_embd_q() + hp.n_embd_kv()) * fs);
-  } else {
-    // Each projection, and its bias where the model has one (Qwen 2),
-    // named as llama.cpp names both: "Qcur".
-    auto project = [&](Role w, Role bias, const char* name) {
-      Tensor* t = named(mul_mat(g, weight(w, il), cur), name, il);
-      if (Tensor* b = weight(bias, il)) t = named(add(g, t, b), name, il);
-      return t;
-    };
-    q = reshape(g, project(Role::AttnQ, Role::AttnQBias, "Qcur"), {D, hp.n_head, N});
-    k = reshape(g, project(Role::AttnK, Role::AttnKBias, "Kcur"), {D, hp.n_head_kv, N});
-    v = project(Role::AttnV, Role::AttnVBias, "Vcur");
-  }
-  if (opt.qk_norm) {
-    q = norm(q, Role::AttnQNorm, il, "Qcur_normed");
-    k = norm(k, Role::AttnKNorm, il, "Kcur_normed");
-  }
-  const int n_rot = static_cast<int>(hp.n_rot);
-  Tensor* factors = weight(Role::RopeFreqs);
-  q = named(rope(g, q, in_.positions, n_rot, hp.rope_mode, hp.rope_base(il), hp.rope_scale(il), factors), "Qcur", il);
-  k = named(rope(g, k, in_.positions, n_rot, hp.rope_mode, hp.rope_base(il), hp.rope_scale(il), factors), "Kcur", il);
-  float kq_scale = 1.0f / std::sqrt(static_cast<float>(D));
-  if (opt.q_scale != 0) {
-    q = named(scale(g, q, opt.q_scale), "Qcur", il);
-    kq_scale = 1.0f;
-  }
-
-  // Store this batch's keys (token-major rows) and values (transposed: a row
-  // per value dimension, tokens along it) in the cache.
-  Tensor* cache_k = cache.k(il);
-  Tensor* cache_v = cache.v(il);
-  Tensor* k_dst = named(view(g, cache_k, {N * hp.n_embd_kv()}, {}, n_past * k_row), "k_cache_view", il);
-  Tensor* k_stored = cpy(g, k, k_dst);
-  Tensor* v_dst = named(view(g, cache_v, {N, hp.n_embd_kv()}, {v_row}, n_past * esize), "v_cache_view", il);
-  Tensor* v_stored = cpy(g, transpose(g, v), v_dst);
-
-  // The views that read the cache depend on the copies that wrote it, so
-  // every order of the graph stores this batch before attending to it.
-  Tensor* kc = named(view(g, cache_k, {D, n_kv, hp.n_head_kv}, {k_row, D * esize}, 0), "k", il);
-  Tensor* vc = named(view(g, cache_v, {n_kv, D, hp.n_head_kv}, {v_row, D * v_row}, 0), "v", il);
-  kc->src[1] = k_stored;
-  vc->src[1] = v_stored;
-  Tensor* qp = named(permute(g, q, 0, 2, 1, 3), "q", il);
-  Tensor* kq = named(mul_mat(g, kc, qp), "kq", il);
-  kq = named(soft_max(g, kq, hp.is_swa(il) ? in_.mask_swa : in_.mask, kq_scale), "kq_soft_max", il);
-  Tensor* kqv = named(mul_mat(g, vc, kq), "kqv", il);
-  Tensor* merged = named(permute(g, kqv, 0, 2, 1, 3), "kqv_merged", il);
-  cur = named(cont(g, merged), "kqv_merged_cont", il);
-  cur = reshape(g, cur, {D * hp.n_head, N});
-  return named(mul_mat(g, weight(Role::AttnOutput, il), cur), "kqv_out", il);
+Tensor* GraphBuilder::attention(Tensor* cur, int il) {
+  return ctx_.model().attention_block(il).build(*this, il, cur, ctx_.state().layer(il));
 }
 
 Tensor* GraphBuilder::feed_forward(Tensor* cur, int il, FfnActivation act) {

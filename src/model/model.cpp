@@ -91,19 +91,32 @@ void require_computable(const gguf::File& file, const gguf::TensorInfo& tensor) 
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
-  std::unique_ptr<Model> m(new Model());
-  m->file_ = gguf::File::open(path);
-  const gguf::File& f = *m->file_;
-  for (const gguf::TensorInfo& t : f.tensors()) require_computable(f, t);
-  HParams& hp = m->hp_;
-
-  hp.arch = f.try_string("general.architecture").value_or("");
-  m->arch_ = find_architecture(hp.arch);
-  if (!m->arch_) {
+  auto file = gguf::File::open(path);
+  for (const gguf::TensorInfo& t : file->tensors()) require_computable(*file, t);
+  const std::string name = file->try_string("general.architecture").value_or("");
+  const Architecture* arch = find_architecture(name);
+  if (!arch) {
     std::string known;
     for (const auto& n : architecture_names()) known += (known.empty() ? "'" : ", '") + n + "'";
-    throw Error(path + ": architecture '" + hp.arch + "' is not supported (qlens runs " + known + ")");
+    throw Error(path + ": architecture '" + name + "' is not supported (qlens runs " + known + ")");
   }
+  return load(std::move(file), *arch);
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, const Architecture& arch) {
+  auto file = gguf::File::open(path);
+  for (const gguf::TensorInfo& t : file->tensors()) require_computable(*file, t);
+  return load(std::move(file), arch);
+}
+
+std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, const Architecture& arch) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = std::move(file);
+  const gguf::File& f = *m->file_;
+  const std::string& path = f.path();
+  HParams& hp = m->hp_;
+  hp.arch = f.try_string("general.architecture").value_or("");
+  m->arch_ = &arch;
   read_common_hparams(f, hp);
   m->arch_->read_hparams(f, hp);
   m->vocab_ = Vocab::from_gguf(f);
@@ -119,6 +132,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   for (const auto& info : f.tensors())
     if (!m->weights_.count(info.name))
       throw Error(path + ": unexpected tensor '" + info.name + "' for architecture " + hp.arch);
+  for (int il = 0; il < hp.n_layer; ++il) m->attention_.push_back(m->arch_->attention(hp, il));
   return m;
 }
 

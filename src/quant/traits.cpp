@@ -13,8 +13,13 @@ namespace qlens {
 
 namespace {
 
-void f32_to_float(const void* src, float* dst, int64_t n) { std::memcpy(dst, src, n * sizeof(float)); }
-void f32_from_float(const float* src, void* dst, int64_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+// Empty tensors pass null pointers, which memcpy may not be given even for 0 bytes.
+void f32_to_float(const void* src, float* dst, int64_t n) {
+  if (n > 0) std::memcpy(dst, src, n * sizeof(float));
+}
+void f32_from_float(const float* src, void* dst, int64_t n) {
+  if (n > 0) std::memcpy(dst, src, n * sizeof(float));
+}
 void f16_to_float(const void* src, float* dst, int64_t n) {
   const auto* s = static_cast<const uint16_t*>(src);
   for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);

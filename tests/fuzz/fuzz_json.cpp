@@ -13,9 +13,9 @@
 
 #include "core/json_reader.h"
 #include "fuzz_util.h"
-#include "tools/plan.h"
-#include "tools/report_sections.h"
-#include "tools/sensitivity.h"
+#include "tools/plan/plan.h"
+#include "tools/report/report_sections.h"
+#include "tools/sensitivity/sensitivity.h"
 
 using namespace qlens;
 using namespace qlens::tools;

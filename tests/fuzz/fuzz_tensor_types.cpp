@@ -10,8 +10,8 @@
 
 #include "fuzz_util.h"
 #include "qlens/gguf.h"
-#include "tools/quantize.h"
-#include "tools/synth.h"
+#include "tools/quantize/quantize.h"
+#include "tools/synth/synth.h"
 
 using namespace qlens;
 

@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "fuzz_util.h"
-#include "tools/imatrix_file.h"
-#include "tools/imatrix_stats.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/imatrix/imatrix_stats.h"
 
 namespace qlens::fuzz {
 

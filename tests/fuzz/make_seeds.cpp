@@ -19,8 +19,8 @@
 #include "qlens/error.h"
 #include "qlens/gguf.h"
 #include "qlens/model.h"
-#include "tools/imatrix_file.h"
-#include "tools/synth.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/synth/synth.h"
 
 using namespace qlens;
 

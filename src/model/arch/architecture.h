@@ -1,15 +1,27 @@
-// An architecture: the hyper-parameters it reads, its tensor table and its
-// layer graph over the blocks of GraphBuilder. One file per architecture in
-// this folder, listed once in architectures.cpp.
+// An architecture: the hyper-parameters it reads, its tensor table, the
+// attention block of each layer and its layer graph over the blocks of
+// GraphBuilder. One file per architecture in this folder, listed once in
+// architectures.cpp.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "model/attention.h"
+#include "model/graph_builder.h"
 #include "qlens/gguf.h"
 #include "qlens/model.h"
 
 namespace qlens {
+
+// One row of an architecture's tensor table.
+struct TensorSpec {
+  Role role;
+  std::array<int64_t, kMaxDims> ne;  // ggml order, from the hyper-parameters
+  bool required = true;
+};
+
 
 class Architecture {
  public:
@@ -22,6 +34,10 @@ class Architecture {
   virtual void write_hparams(gguf::Writer& w, const HParams& hp) const = 0;
   // The tensor table: the global tensors (il < 0) or those of layer il.
   virtual std::vector<TensorSpec> tensors(const HParams& hp, int il) const = 0;
+  // The attention block of layer il (src/model/attention.h), made once when
+  // the model loads. A hybrid model returns different kinds per layer. By
+  // default: standard attention, sliding on the layers hp marks.
+  virtual std::unique_ptr<AttentionBlock> attention(const HParams& hp, int il) const;
 
   // The graph, step by step.
   virtual Tensor* embed(GraphBuilder& b) const { return b.token_embedding(); }

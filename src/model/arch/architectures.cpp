@@ -51,6 +51,10 @@ std::vector<std::string> architecture_names() {
   return names;
 }
 
+std::unique_ptr<AttentionBlock> Architecture::attention(const HParams& hp, int il) const {
+  return make_standard_attention({.sliding_window = hp.is_swa(il)});
+}
+
 Tensor* Architecture::output(GraphBuilder& b, Tensor* in) const {
   Tensor* cur = b.norm(in, Role::OutputNorm, -1, "result_norm");
   return named(mul_mat(b.graph(), b.weight(Role::Output), cur), "result_output");

@@ -71,22 +71,21 @@ class Gemma3 final : public Architecture {
     return t;
   }
 
-
   Tensor* embed(GraphBuilder& b) const override {
     Tensor* x = b.token_embedding();
     return named(scale(b.graph(), x, std::sqrt(static_cast<float>(b.hparams().n_embd))), "inp_scaled");
   }
 
+  std::unique_ptr<AttentionBlock> attention(const HParams& hp, int il) const override {
+    const bool is_27b = hp.n_layer == 62;  // llama.cpp's rule for the query scale
+    const float q_scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? hp.n_embd / hp.n_head : hp.head_dim));
+    return make_standard_attention({.qk_norm = true, .q_scale = q_scale, .sliding_window = hp.is_swa(il)});
+  }
+
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
     Graph& g = b.graph();
-    const HParams& hp = b.hparams();
-    const bool is_27b = hp.n_layer == 62;  // llama.cpp's rule for the query scale
-    GraphBuilder::Attention attn;
-    attn.qk_norm = true;
-    attn.q_scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? hp.n_embd / hp.n_head : hp.head_dim));
-
     Tensor* cur = b.norm(in, Role::AttnNorm, il, "attn_norm");
-    cur = b.attention(cur, il, attn);
+    cur = b.attention(cur, il);
     cur = b.last_row_if_final(cur, il);
     in = b.last_row_if_final(in, il);
     cur = b.norm(cur, Role::AttnPostNorm, il, "attn_post_norm");

@@ -32,9 +32,8 @@ class Llama final : public Architecture {
     return t;
   }
 
-
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
-    return b.pre_norm_block(in, il, {}, FfnActivation::Silu);
+    return b.pre_norm_block(in, il, FfnActivation::Silu);
   }
 };
 

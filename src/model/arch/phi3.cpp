@@ -32,10 +32,13 @@ class Phi3 final : public Architecture {
             {Role::FfnUp, {E, 2 * F, 1, 1}},      {Role::FfnDown, {F, E, 1, 1}}};
   }
 
+  std::unique_ptr<AttentionBlock> attention(const HParams& hp, int il) const override {
+    const float q_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+    return make_standard_attention({.q_scale = q_scale, .sliding_window = hp.is_swa(il)});
+  }
+
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
-    GraphBuilder::Attention attn;
-    attn.q_scale = 1.0f / std::sqrt(static_cast<float>(b.hparams().head_dim));
-    return b.pre_norm_block(in, il, attn, FfnActivation::Silu);
+    return b.pre_norm_block(in, il, FfnActivation::Silu);
   }
 };
 

@@ -26,7 +26,7 @@ class Qwen2 final : public Architecture {
 
   // The biases are added where the model has them.
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
-    return b.pre_norm_block(in, il, {}, FfnActivation::Silu);
+    return b.pre_norm_block(in, il, FfnActivation::Silu);
   }
 };
 

@@ -22,11 +22,12 @@ class Qwen3 final : public Architecture {
     return t;
   }
 
+  std::unique_ptr<AttentionBlock> attention(const HParams& hp, int il) const override {
+    return make_standard_attention({.qk_norm = true, .sliding_window = hp.is_swa(il)});
+  }
 
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
-    GraphBuilder::Attention attn;
-    attn.qk_norm = true;
-    return b.pre_norm_block(in, il, attn, FfnActivation::Silu);
+    return b.pre_norm_block(in, il, FfnActivation::Silu);
   }
 };
 

@@ -1,0 +1,78 @@
+// Attention blocks: how a layer mixes information across positions, and the
+// per-sequence state it keeps for that. An architecture picks a block per
+// layer (Architecture::attention), so a hybrid model mixes kinds:
+//
+// - standard: grouped-query attention over a KV cache, one K and one V
+//   tensor per layer (optional sliding window, per-head q/k norms, q scale);
+// - latent (MLA: DeepSeek V3, Kimi K2): attention over a cache of compressed
+//   latents, a layout of its own;
+// - recurrent (linear attention, SSM: Qwen3.5/3.6, Qwen3-Next): a state of
+//   fixed size per sequence, updated token by token.
+//
+// A block declares the state tensors it needs for a layer; the context
+// allocates them (in device memory when the layer is offloaded), keeps them
+// between batches and resets what must be reset, and the block's graph reads
+// and writes them. The standard block is below; the latent and recurrent
+// blocks come with their architectures (tests/test_attention_blocks.cpp
+// shows both through this interface with test doubles).
+#pragma once
+
+#include <array>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qlens/model.h"
+
+namespace qlens {
+
+class GraphBuilder;
+
+// One tensor of a layer's state, in ggml order.
+struct StateSpec {
+  std::string name;  // "cache_k_l3"
+  DType type;
+  std::array<int64_t, kMaxDims> ne;
+};
+
+// What a layer's state holds, which says what a new sequence and a stopped
+// batch must do with it.
+enum class StateKind {
+  // One entry per position. Entries at or past the sequence's length are
+  // never read (the masks hide them): nothing to reset.
+  PerPosition,
+  // A summary of every position so far: zeroed for a new sequence, and
+  // restored when a batch is stopped half-way (decode's promise that a
+  // stopped batch is not part of the sequence).
+  Recurrent,
+};
+
+class AttentionBlock {
+ public:
+  virtual ~AttentionBlock() = default;
+  virtual const char* kind() const = 0;  // "standard", "latent", "recurrent"
+  virtual StateKind state_kind() const = 0;
+  // The state of layer il for a sequence of up to n_ctx positions, with
+  // caches in `cache_type` (ContextOptions::cache_type).
+  virtual std::vector<StateSpec> state(const HParams& hp, int il, int64_t n_ctx, DType cache_type) const = 0;
+  // The block's nodes on the normed input `cur` of layer il, reading and
+  // writing `state` (the tensors `state` declared, in that order). Returns
+  // the block's output, before the residual.
+  virtual Tensor* build(GraphBuilder& b, int il, Tensor* cur, std::span<Tensor* const> state) const = 0;
+};
+
+// Grouped-query attention with rope over a KV cache: keys token-major,
+// values transposed (a row per value dimension), as llama.cpp stores them.
+struct StandardAttentionOptions {
+  bool qk_norm = false;        // attn_q_norm / attn_k_norm per head before rope ("Qcur_normed", "Kcur_normed")
+  float q_scale = 0;           // scale Q by this before attention (softmax scale 1); 0: softmax scale 1/sqrt(head_dim)
+  bool sliding_window = false;  // the layer sees the n_swa latest positions (KQ_mask_swa) and uses the local rope
+  // Gemma 2's soft-capped scores (cap * tanh(kq / cap)) and gpt-oss's
+  // per-head sinks: options of this block, refused until their ops exist.
+  float softcap = 0;
+  bool sinks = false;
+};
+std::unique_ptr<AttentionBlock> make_standard_attention(const StandardAttentionOptions& options);
+
+}  // namespace qlens

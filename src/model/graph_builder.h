@@ -1,0 +1,95 @@
+// Building the graph of one batch: its inputs, and the blocks architectures
+// are written with. Private to src/model: tools see a Model and a Context.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "qlens/model.h"
+
+namespace qlens {
+
+// The inputs of one batch's graph, shared by the models of a ContextPair.
+struct GraphInputs {
+  Tensor* tokens = nullptr;     // I32 [N]       "inp_tokens"
+  Tensor* positions = nullptr;  // I32 [N]       "inp_pos"
+  Tensor* mask = nullptr;       // F32 [n_kv, N] "KQ_mask": causal
+  Tensor* mask_swa = nullptr;   // F32 [n_kv, N] "KQ_mask_swa": causal and sliding window (null when unused)
+
+  static GraphInputs make(Graph& g, int64_t n_tokens, int64_t n_kv, bool swa);
+  // Writes tokens, positions n_past.. and the masks (a query at position p
+  // sees keys at positions <= p, and with the window only those > p - n_swa).
+  void write(std::span<const Token> batch, int64_t n_past, int64_t n_swa) const;
+};
+
+// Activation of a gated feed-forward: act(gate) * up.
+enum class FfnActivation { Silu, Gelu };
+
+// Builds the graph of one batch for a context step by step (embedding, each
+// layer, output), adding each step's nodes to the graph's order as it goes,
+// so that the graphs of two models can be interleaved layer by layer in one
+// Graph (qlens compare). The steps are the architecture's (src/model/arch/);
+// the blocks below are what architectures are written with.
+class GraphBuilder {
+ public:
+  // The batch goes at ctx.n_past(); the masks must cover n_past + N positions.
+  GraphBuilder(const Context& ctx, Graph& g, const GraphInputs& in, bool all_logits);
+  Tensor* embed();        // the embedded batch
+  Tensor* layer(int il);  // returns "l_out-il"
+  Tensor* output(int64_t first_row = 0);  // "result_output" (kFlagOutput) of rows first_row..
+  // Starts from a given residual stream instead of the embedding: the input
+  // "inp_residual", F32 [n_embd, N] (layer-range decoding).
+  Tensor* residual_input();
+  Tensor* current() const { return cur_; }
+
+  // ---- for architecture files ----
+  Graph& graph() const { return g_; }
+  const HParams& hparams() const;
+  const GraphInputs& inputs() const { return in_; }
+  int64_t n_tokens() const { return n_tokens_; }
+  int64_t n_past() const;  // positions before this batch
+  // The tensor the graph reads for a weight (a replacement, its device copy,
+  // or the model's); null for an absent optional tensor.
+  Tensor* weight(Role role, int il = -1) const;
+
+  // get_rows of the token embedding: "inp_embd".
+  Tensor* token_embedding();
+  // RMS norm ("norm", layer norm_layer) times the role's weight, named `name`.
+  Tensor* norm(Tensor* x, Role role, int il, const std::string& name, int norm_layer);
+  Tensor* norm(Tensor* x, Role role, int il, const std::string& name) { return norm(x, role, il, name, il); }
+  // The attention block of layer il (the one the architecture picked) on
+  // the normed input, with the layer's state ("kqv_out-il" for attention).
+  Tensor* attention(Tensor* cur, int il);
+  // Gated feed-forward: down(act(gate(x)) * up(x)), "ffn_out-il".
+  Tensor* feed_forward(Tensor* cur, int il, FfnActivation act);
+  // A mixture of experts: the router picks each token's experts and their
+  // weights ("ffn_moe_topk", "ffn_moe_weights..."); the experts' gated
+  // feed-forwards of the token are weighted and summed ("ffn_moe_out").
+  // Shared experts (Qwen2-MoE, DeepSeek) are a dense feed_forward added to
+  // that sum, with the router unchanged.
+  struct Routing {
+    Tensor* selected;  // I32 [n_expert_used, N]: expert ids, best first
+    Tensor* weights;   // F32 [1, n_expert_used, N]
+  };
+  Routing route(Tensor* cur, int il);
+  Tensor* experts(Tensor* cur, int il, const Routing& routing, FfnActivation act);
+  Tensor* moe_feed_forward(Tensor* cur, int il, FfnActivation act) { return experts(cur, il, route(cur, il), act); }
+  // On the last layer, when only the last token's logits are wanted, the
+  // rest of the layer sees only the last row (as llama.cpp's inp_out_ids).
+  Tensor* last_row_if_final(Tensor* t, int il);
+  // The pre-norm block of llama and its descendants (Qwen 2/3, Phi-3):
+  // attn_norm, attention, residual ("ffn_inp"), ffn_norm, feed-forward
+  // (mixture of experts where the layer has a router), residual ("l_out").
+  Tensor* pre_norm_block(Tensor* in, int il, FfnActivation act);
+
+ private:
+  const Context& ctx_;
+  Graph& g_;
+  GraphInputs in_;
+  bool all_logits_;
+  int64_t n_tokens_;
+  Tensor* cur_ = nullptr;  // the result of the last step
+};
+
+
+}  // namespace qlens

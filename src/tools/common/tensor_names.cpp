@@ -1,0 +1,24 @@
+#include "tools/common/tensor_names.h"
+
+#include <cstdlib>
+
+namespace qlens::tools {
+
+std::string tensor_role(const std::string& name) {
+  std::string s = name;
+  if (s.rfind("blk.", 0) == 0) {
+    const size_t dot = s.find('.', 4);
+    if (dot != std::string::npos) s = s.substr(dot + 1);
+  }
+  const std::string suffix = ".weight";
+  if (s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
+    s.resize(s.size() - suffix.size());
+  return s;
+}
+
+int tensor_layer(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  return std::atoi(name.c_str() + 4);
+}
+
+}  // namespace qlens::tools

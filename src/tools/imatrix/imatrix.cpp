@@ -1,0 +1,207 @@
+#include "tools/imatrix/imatrix.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <map>
+
+#include "qlens/error.h"
+#include "tools/common/chunks.h"
+#include "tools/perplexity/perplexity.h"
+
+namespace qlens::tools {
+
+bool imatrix_collects(const std::string& name, bool process_output) {
+  return name.rfind("blk.", 0) == 0 || (process_output && name == "output.weight");
+}
+
+ImatrixChunkRange imatrix_chunk_range(int64_t n_tokens, const ImatrixOptions& opt, const Imatrix& m) {
+  if (opt.n_ctx < 4) throw Error("imatrix: context size -c must be at least 4, got " + std::to_string(opt.n_ctx));
+  if (opt.first_chunk < 0) throw Error("imatrix: --chunk must not be negative");
+  const int64_t available = n_tokens / opt.n_ctx;
+  if (available == 0)
+    throw Error("imatrix: the text has " + std::to_string(n_tokens) + " tokens, fewer than one chunk of -c " +
+                std::to_string(opt.n_ctx) + "; use a longer text or a smaller -c");
+  if (opt.first_chunk >= available)
+    throw Error("imatrix: --chunk " + std::to_string(opt.first_chunk) + " is past the end of the text (" +
+                std::to_string(available) + " chunks of " + std::to_string(opt.n_ctx) + ")");
+  ImatrixChunkRange r;
+  r.end = opt.max_chunks >= 0 ? std::min(available, opt.first_chunk + opt.max_chunks) : available;
+  r.first = m.run.next_chunk >= 0 ? m.run.next_chunk : opt.first_chunk;
+  r.first = std::min(r.first, r.end);
+  return r;
+}
+
+void check_imatrix_matches_model(Imatrix& m, const Model& model) {
+  for (auto& [name, e] : m.entries) {
+    auto it = model.weights().find(name);
+    if (it == model.weights().end())
+      throw Error(m.path + ": entry '" + name + "' is not a weight of " + model.path() +
+                  " (an importance matrix of another model?)");
+    const Tensor& w = *it->second;
+    const int64_t n_mat = w.ne[2];  // experts of a 3-D expert tensor, else 1
+    // A legacy .dat holds an expert tensor as one row of all experts' columns
+    // with one count: give it the experts' shape (llama.cpp broadcasts too).
+    if (e.n_mat == 1 && n_mat > 1 && e.n_cols == w.ne[0] * n_mat) {
+      e.n_cols = w.ne[0];
+      e.n_mat = n_mat;
+      e.counts.assign(n_mat, e.counts[0]);
+    }
+    if (w.ne[0] != e.n_cols || n_mat != e.n_mat)
+      throw Error(m.path + ": entry '" + name + "' has " + std::to_string(e.n_mat) + " x " + std::to_string(e.n_cols) +
+                  " columns, the weight in " + model.path() + " has " + std::to_string(n_mat) + " x " +
+                  std::to_string(w.ne[0]) + " (an importance matrix of another model?)");
+  }
+}
+
+void add_column_sums(Imatrix& m, const std::map<std::string, TapResult>& chunk) {
+  // Non-finite activations (an overflow, a broken weight) would poison the
+  // sums for good: named by tensor and expert before anything is added.
+  for (const auto& [name, r] : chunk) {
+    const size_t n_mat = r.expert_rows.empty() ? 1 : r.expert_rows.size();
+    const size_t n_cols = r.column_sum_sq.size() / n_mat;
+    std::string bad;
+    int64_t n_bad = 0;
+    for (size_t x = 0; x < n_mat; ++x)
+      for (size_t k = 0; k < n_cols; ++k)
+        if (!std::isfinite(r.column_sum_sq[x * n_cols + k])) {
+          if (n_bad++ < 8) {
+            if (!bad.empty()) bad += ", ";
+            bad += std::to_string(x);
+          }
+          break;
+        }
+    if (n_bad > 0)
+      throw Error("non-finite activations (NaN or Inf) entering " + name +
+                  (n_mat > 1 ? ", expert" + std::string(n_bad > 1 ? "s " : " ") + bad + (n_bad > 8 ? ", ..." : "")
+                             : std::string()) +
+                  "; this chunk is not added");
+  }
+  for (const auto& [name, r] : chunk) {
+    if (r.rows == 0) continue;
+    // Expert tensors: one matrix per expert, each with its own count.
+    const int64_t n_mat = r.expert_rows.empty() ? 1 : static_cast<int64_t>(r.expert_rows.size());
+    const int64_t n_cols = static_cast<int64_t>(r.column_sum_sq.size()) / n_mat;
+    auto [it, fresh] = m.entries.try_emplace(name);
+    ImatrixEntry& e = it->second;
+    if (fresh) {
+      e.n_cols = n_cols;
+      e.n_mat = n_mat;
+      e.sum2.assign(n_cols * n_mat, 0.0);
+      e.counts.assign(n_mat, 0.0);
+    }
+    if (e.n_cols != n_cols || e.n_mat != n_mat)
+      throw Error(m.path + ": entry '" + name + "' has " + std::to_string(e.n_mat) + " x " + std::to_string(e.n_cols) +
+                  " columns, the model's " + std::to_string(n_mat) + " x " + std::to_string(n_cols));
+    for (int64_t k = 0; k < n_cols * n_mat; ++k)
+      e.sum2[k] = static_cast<float>(e.sum2[k] + r.column_sum_sq[k]);
+    for (int64_t x = 0; x < n_mat; ++x) {
+      const double rows = r.expert_rows.empty() ? static_cast<double>(r.rows) : static_cast<double>(r.expert_rows[x]);
+      e.counts[x] = static_cast<float>(e.counts[x] + rows);
+    }
+  }
+}
+
+void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt, Imatrix& m,
+                     const std::function<bool(const ImatrixChunkReport&, const Imatrix&)>& on_chunk) {
+  const ImatrixChunkRange range = imatrix_chunk_range(static_cast<int64_t>(tokens.size()), opt, m);
+  check_imatrix_matches_model(m, model);
+  if (m.chunk_size != 0 && m.chunk_size != opt.n_ctx)
+    throw Error(m.path + ": made with chunks of " + std::to_string(m.chunk_size) + " tokens, this run uses -c " +
+                std::to_string(opt.n_ctx));
+  m.chunk_size = opt.n_ctx;
+  if (m.model_name.empty()) m.model_name = model.file().try_string("general.name").value_or("");
+  if (!opt.dataset.empty() && std::find(m.datasets.begin(), m.datasets.end(), opt.dataset) == m.datasets.end())
+    m.datasets.push_back(opt.dataset);
+
+  const int64_t n_ctx = opt.n_ctx;
+  ContextOptions copt = chunk_context(n_ctx, opt.n_batch, opt.n_threads);
+  copt.device = opt.device;
+  copt.cpu = opt.cpu;
+  copt.n_gpu_layers = opt.n_gpu_layers;
+  copt.cache_type = opt.cache_type;
+  Context ctx(model, copt);
+
+  auto wanted = [&](const Tensor& t) {
+    return (t.op == Op::MulMat || t.op == Op::MulMatId) && t.src[0] && (t.src[0]->flags & kFlagWeight) &&
+           imatrix_collects(t.src[0]->name, opt.process_output);
+  };
+  std::map<std::string, TapResult> host_sums;  // the callback path's chunk sums
+  if (opt.collect == ImatrixCollect::Taps) {
+    ctx.set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
+      if (wanted(t)) r.push_back({TapKind::ColumnSumSq, t.src[0]->name});
+    });
+  } else {
+    ctx.set_observe_callback([&](const Tensor& t, bool ask) {
+      if (ask) return wanted(t);
+      TapResult& r = host_sums[t.src[0]->name];
+      r.kind = TapKind::ColumnSumSq;
+      tap_accumulate_on_host(t, r);
+      return true;
+    });
+  }
+
+  TextChunks chunks(tokens, n_ctx, model.vocab(), "imatrix");
+  const int64_t n_vocab = model.hparams().n_vocab;
+  const auto t0 = std::chrono::steady_clock::now();
+  ImatrixChunkReport report;
+  report.total = range.end - range.first;
+  for (int64_t c = range.first; c < range.end; ++c) {
+    ctx.clear();
+    // Every row goes through every layer (each is collected), but the output
+    // matrix (262,144 rows for Gemma 3) needs only the rows perplexity
+    // scores, as qlens perplexity computes them; all of them when its own
+    // activations are collected (--process-output), none but the last
+    // without perplexity.
+    const int64_t first_logit = opt.process_output ? 0 : opt.compute_ppl ? chunks.first_scored() : n_ctx - 1;
+    if (!ctx.decode_logits_from(chunks.chunk(c), first_logit))
+      throw Error("imatrix: the computation was stopped");
+    ImatrixRunState chunk_run;  // added to m.run once the chunk's sums are in
+    try {
+      std::exception_ptr logits_error;
+      if (opt.compute_ppl) try {
+          for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j) {
+            const double v = token_nll(ctx.logits(j).data(), n_vocab, chunks.next(c, j));
+            chunk_run.nll_sum += v;
+            chunk_run.nll_sq_sum += v * v;
+            ++chunk_run.n_scored;
+          }
+        } catch (const Error&) {
+          logits_error = std::current_exception();
+        }
+      std::map<std::string, TapResult> sums;
+      if (opt.collect == ImatrixCollect::Taps) {
+        sums = ctx.read_taps(/*reset=*/true);
+      } else {
+        sums.swap(host_sums);
+      }
+      // Spoilt logits come from non-finite activations, which the sums name
+      // by tensor: check those first (into a scratch matrix, so that `m`
+      // keeps only whole chunks).
+      if (logits_error) {
+        Imatrix scratch;
+        add_column_sums(scratch, sums);
+        std::rethrow_exception(logits_error);
+      }
+      add_column_sums(m, sums);
+    } catch (const Error& e) {
+      throw Error("imatrix: chunk " + std::to_string(c) + " of " + model.path() + ": " + e.what() + " (" +
+                  std::to_string(m.chunk_count) + " chunks collected before it)");
+    }
+    m.run.nll_sum += chunk_run.nll_sum;
+    m.run.nll_sq_sum += chunk_run.nll_sq_sum;
+    m.run.n_scored += chunk_run.n_scored;
+    ++m.chunk_count;
+    m.run.next_chunk = c + 1;
+
+    ++report.done;
+    report.chunk = c;
+    report.ppl = m.run.n_scored > 0 ? perplexity_from_sums(m.run.nll_sum, m.run.nll_sq_sum, m.run.n_scored).ppl : 0.0;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    report.tokens_per_second = seconds > 0 ? report.done * n_ctx / seconds : 0;
+    if (on_chunk && !on_chunk(report, m)) break;
+  }
+}
+
+}  // namespace qlens::tools

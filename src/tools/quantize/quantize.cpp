@@ -1,0 +1,605 @@
+#include "core/parallel.h"
+#include "tools/quantize/quantize.h"
+
+#include "core/json_writer.h"
+#include "tools/common/json_header.h"
+#include "tools/common/tensor_names.h"
+
+#include <map>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <regex>
+#include <sstream>
+
+#include "core/human_bytes.h"
+#include "qlens/error.h"
+#include "tools/imatrix/imatrix_coverage.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/inspect/inspect.h"
+#include "tools/common/user_regex.h"
+
+namespace qlens::tools {
+
+namespace {
+
+// llama.cpp's llama_ftype ids, so general.file_type means the same to both tools.
+const std::vector<QuantMix>& mixes() {
+  static const std::vector<QuantMix> all = {
+      {"F32", DType::F32, 0},       {"F16", DType::F16, 1},       {"BF16", DType::BF16, 32},
+      {"Q4_0", DType::Q4_0, 2},     {"Q4_1", DType::Q4_1, 3},     {"Q8_0", DType::Q8_0, 7},
+      {"Q5_0", DType::Q5_0, 8},     {"Q5_1", DType::Q5_1, 9},     {"Q2_K", DType::Q2_K, 10},
+      {"Q3_K_S", DType::Q3_K, 11},  {"Q3_K_M", DType::Q3_K, 12},  {"Q3_K_L", DType::Q3_K, 13},
+      {"Q4_K_S", DType::Q4_K, 14},  {"Q4_K_M", DType::Q4_K, 15},  {"Q5_K_S", DType::Q5_K, 16},
+      {"Q5_K_M", DType::Q5_K, 17},  {"Q6_K", DType::Q6_K, 18},    {"IQ4_NL", DType::IQ4_NL, 25},
+      {"IQ4_XS", DType::IQ4_XS, 30},
+  };
+  return all;
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Aliases users type for the K mixes without a size letter.
+std::string canonical_mix_name(const std::string& name) {
+  const std::string u = upper(name);
+  if (u == "Q3_K") return "Q3_K_M";
+  if (u == "Q4_K") return "Q4_K_M";
+  if (u == "Q5_K") return "Q5_K_M";
+  return u;
+}
+
+bool is_weight_target(DType t) {
+  const TypeTraits& tt = type_traits(t);
+  return tt.quantize != nullptr && t != DType::Q8_1 && t != DType::Q8_K;
+}
+
+DType parse_type(const std::string& text, const std::string& where) {
+  auto t = type_from_name(text);
+  if (!t) throw Error(where + ": unknown type '" + text + "'");
+  if (!is_weight_target(*t)) throw Error(where + ": qlens cannot quantize to " + std::string(type_name(*t)));
+  return *t;
+}
+
+// What a tensor is for, from llama.cpp's names: "blk.7.ffn_down.weight" ->
+// role "ffn_down", layer 7.
+struct Role {
+  std::string name;
+  int layer = -1;
+};
+
+Role role_of(const std::string& tensor) {
+  Role r;
+  std::string rest = tensor;
+  if (rest.rfind("blk.", 0) == 0) {
+    const size_t dot = rest.find('.', 4);
+    if (dot != std::string::npos) {
+      r.layer = std::atoi(rest.substr(4, dot - 4).c_str());
+      rest = rest.substr(dot + 1);
+    }
+  }
+  const size_t suffix = rest.rfind(".weight");
+  r.name = suffix == std::string::npos ? rest : rest.substr(0, suffix);
+  return r;
+}
+
+// llama.cpp's heuristic for which layers of a deep stack matter most: the first
+// and last eighth, and every third layer between.
+bool use_more_bits(int layer, int n_layer) {
+  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+// What llama.cpp's rules look at besides the tensor's role and layer.
+struct ModelFacts {
+  int n_layer = 0;
+  int64_t n_gqa = 1;        // query heads per KV head
+  int64_t n_expert = 0;     // a mixture of experts (llama.cpp has rules for 8: Mixtral)
+  bool tied_output = true;  // no output.weight: token_embd is also the output matrix
+};
+
+// The mix's rules for a tensor role, as llama.cpp 0c1e570's
+// llama_tensor_get_type_impl (see docs/QUANTIZATION.md), before the fallback
+// for rows that fit no block. Returns the base type when the mix has no rule.
+DType role_type(const QuantMix& mix, const Role& role, int64_t row_length, const ModelFacts& facts, bool has_imatrix,
+                std::string* reason) {
+  const std::string& m = mix.name;
+  const int i = role.layer, n_layer = facts.n_layer;
+  auto pick = [&](DType t) {
+    if (t != mix.base) *reason = "role " + role.name;
+    return t;
+  };
+  // llama.cpp matches roles by substring: the experts' ffn_down_exps is an
+  // ffn_down to its rules.
+  const bool ffn_down = role.name.rfind("ffn_down", 0) == 0;
+  const bool eight_experts = facts.n_expert == 8;
+  // A tied embedding is the output matrix too, and gets its type.
+  if (role.name == "output" || (role.name == "token_embd" && facts.tied_output)) {
+    if (row_length % type_traits(mix.base).block_size != 0) return pick(DType::Q8_0);
+    return pick(mix.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K);
+  }
+  // llama.cpp counts a fused q|k|v projection (Phi-3's attn_qkv) as attn_v.
+  // "for the 8-expert model, bumping this to Q8_0 trades just ~128MB"
+  if (eight_experts && (role.name == "attn_v" || role.name == "attn_k")) return pick(DType::Q8_0);
+  if (role.name == "attn_v" || role.name == "attn_qkv") {
+    if (m == "Q2_K") return pick(facts.n_gqa >= 4 ? DType::Q4_K : DType::Q3_K);
+    if (m == "Q3_K_M") return pick(i < 2 ? DType::Q5_K : DType::Q4_K);
+    if (m == "Q3_K_L") return pick(DType::Q5_K);
+    if ((m == "IQ4_NL" || m == "IQ4_XS") && facts.n_gqa >= 4) return pick(DType::Q5_K);
+    if ((m == "Q4_K_M" || m == "Q5_K_M") && use_more_bits(i, n_layer)) return pick(DType::Q6_K);
+    if (m == "Q4_K_S" && i < 4) return pick(DType::Q5_K);
+  }
+  if (ffn_down) {
+    if (m == "Q2_K") return pick(DType::Q3_K);
+    if (m == "Q3_K_M") return pick(i < n_layer / 16 ? DType::Q5_K : DType::Q4_K);  // Q3_K only for falcon
+    if (m == "Q3_K_L") return pick(DType::Q5_K);
+    if (m == "Q4_K_M") return pick(use_more_bits(i, n_layer) ? DType::Q6_K : mix.base);
+    if ((m == "IQ4_NL" || m == "IQ4_XS") && i < n_layer / 8 && !has_imatrix) return pick(DType::Q5_K);
+    if (m == "Q5_K_M" && use_more_bits(i, n_layer)) return pick(DType::Q6_K);
+    if (m == "Q4_K_S" && i < n_layer / 8) return pick(DType::Q5_K);
+    // Guards the first ffn_down layers of the legacy 4/5-bit types with an imatrix.
+    if ((m == "Q4_0" || m == "Q5_0") && has_imatrix && i < n_layer / 8)
+      return pick(m == "Q4_0" ? DType::Q4_1 : DType::Q5_1);
+  }
+  if (role.name == "attn_output" && eight_experts) {
+    static const char* const bumped[] = {"Q2_K", "Q3_K_S", "Q3_K_M", "IQ4_NL", "Q4_K_S", "Q4_K_M", "IQ4_XS"};
+    for (const char* b : bumped)
+      if (m == b) return pick(DType::Q5_K);
+    return mix.base;
+  }
+  if (role.name == "attn_output") {
+    if (m == "Q2_K") return pick(DType::Q3_K);
+    if (m == "Q3_K_M") return pick(DType::Q4_K);
+    if (m == "Q3_K_L") return pick(DType::Q5_K);
+  }
+  return mix.base;
+}
+
+// llama.cpp's fallback for a type whose block does not divide the row: the
+// 256-blocks to a 32-block type of about their size, then F16 when even that
+// does not fit.
+DType fallback_type(DType wanted, int64_t n) {
+  DType t = wanted;
+  switch (wanted) {
+    case DType::IQ4_XS: t = DType::IQ4_NL; break;
+    case DType::Q2_K:
+    case DType::Q3_K: t = DType::Q4_0; break;
+    case DType::Q4_K: t = DType::Q5_0; break;
+    case DType::Q5_K: t = DType::Q5_1; break;
+    case DType::Q6_K: t = DType::Q8_0; break;
+    default: break;
+  }
+  return n % type_traits(t).block_size == 0 ? t : DType::F16;
+}
+
+ModelFacts read_model_facts(const gguf::File& in) {
+  const std::string arch = in.try_string("general.architecture").value_or("llama");
+  ModelFacts facts;
+  facts.n_layer = static_cast<int>(in.try_int(arch + ".block_count").value_or(0));
+  const int64_t n_head = in.try_int(arch + ".attention.head_count").value_or(1);
+  const int64_t n_head_kv = in.try_int(arch + ".attention.head_count_kv").value_or(n_head);
+  facts.n_gqa = n_head_kv > 0 ? n_head / n_head_kv : 1;
+  facts.tied_output = in.find_tensor("output.weight") == nullptr;
+  facts.n_expert = in.try_int(arch + ".expert_count").value_or(0);
+  return facts;
+}
+
+// A --tensor-type rule, its pattern compiled.
+struct TypeRule {
+  std::regex re;
+  std::string text;
+  DType type;
+};
+
+std::vector<TypeRule> compile_rules(const QuantizeOptions& opt) {
+  std::vector<TypeRule> rules;
+  for (const auto& [pattern, type] : opt.tensor_types)
+    rules.push_back({user_regex(pattern, "--tensor-type"), pattern,
+                     parse_type(type, "--tensor-type " + pattern + "=" + type)});
+  return rules;
+}
+
+std::string shape_text(const std::array<int64_t, 4>& ne, int n_dims) {
+  std::string s = "[";
+  for (int i = 0; i < n_dims; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::optional<QuantMix> find_mix(const std::string& name) {
+  const std::string n = canonical_mix_name(name);
+  // llama-quantize also takes the llama_ftype id: "15" is Q4_K_M.
+  const bool numeric = !n.empty() && n.find_first_not_of("0123456789") == std::string::npos && n.size() < 6;
+  for (const auto& m : mixes())
+    if (m.name == n || (numeric && m.file_type == static_cast<uint32_t>(std::stoul(n)))) return m;
+  return std::nullopt;
+}
+
+static uint32_t file_type_of(const QuantizePlan& plan) {
+  // The plain type holding the most elements among the quantized matrices
+  // (llama.cpp's "mostly" types), when no mix rule set the tensors' types.
+  std::map<DType, int64_t> elements;
+  for (const TensorPlan& t : plan.tensors)
+    if (t.ne[1] > 1) elements[t.to] += t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+  DType most = plan.mix.base;
+  int64_t best = -1;
+  for (const auto& [type, n] : elements)
+    if (n > best) most = type, best = n;
+  for (const auto& m : mixes())
+    if (m.base == most && m.name == type_name(most)) return m.file_type;
+  return plan.mix.file_type;
+}
+
+std::vector<std::string> mix_names() {
+  std::vector<std::string> names;
+  for (const auto& m : mixes()) names.push_back(m.name);
+  return names;
+}
+
+std::vector<std::pair<std::string, std::string>> parse_tensor_type_rules(const std::string& text,
+                                                                         const std::string& source) {
+  std::vector<std::pair<std::string, std::string>> rules;
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const size_t eq = line.rfind('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == line.size())
+      throw Error(source + ":" + std::to_string(line_no) + ": expected REGEX=TYPE, got '" + line + "'");
+    rules.emplace_back(line.substr(first, eq - first), line.substr(eq + 1));
+  }
+  return rules;
+}
+
+// The mix TYPE names; no TYPE: "rules", the rules (a plan of qlens plan) must
+// give every matrix its type.
+static QuantMix resolve_mix(const QuantizeOptions& opt) {
+  auto mix = opt.mix.empty() ? std::optional<QuantMix>(QuantMix{"rules", DType::F32, 0}) : find_mix(opt.mix);
+  if (!mix) {
+    std::string names;
+    for (const auto& n : mix_names()) names += (names.empty() ? "" : ", ") + n;
+    throw Error("unknown quantization type '" + opt.mix + "' (known: " + names + ")");
+  }
+  if (!is_weight_target(mix->base))
+    throw Error("qlens cannot quantize to " + std::string(type_name(mix->base)) + " yet");
+  return *mix;
+}
+
+QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt) {
+  QuantizePlan plan;
+  const bool rules_only = opt.mix.empty();
+  plan.mix = resolve_mix(opt);
+  const QuantMix& mix = plan.mix;
+
+  const std::vector<TypeRule> rules = compile_rules(opt);
+  const ModelFacts facts = read_model_facts(in);
+  const bool has_imatrix = !opt.imatrix_path.empty();
+
+  for (const auto& t : in.tensors()) {
+    TensorPlan p;
+    p.name = t.name;
+    p.ne = t.ne;
+    p.from = t.type;
+    p.to = t.type;
+    if (t.n_dims < 2) {
+      p.reason = "1-D: kept";
+      if (t.type != DType::F32) p.reason = "1-D: kept as " + std::string(type_name(t.type));
+    } else if (role_of(t.name).name == "ffn_gate_inp") {
+      // As llama.cpp: the router is never quantized (its logits pick the
+      // experts; it is tiny).
+      p.reason = "router: kept";
+    } else if (!type_traits(t.type).to_float) {
+      // Its values cannot be read, so whatever a rule or the mix asks, its
+      // bytes go to the output as they are (gpt-oss's MXFP4 experts).
+      p.reason = std::string(type_name(t.type)) + ": copied as is (qlens cannot compute with it)";
+    } else {
+      const Role role = role_of(t.name);
+      // llama.cpp 0c1e570's precedence: --token-embedding-type and
+      // --output-tensor-type (and --leave-output-tensor), then the first
+      // --tensor-type rule that matches, then the mix's role rules.
+      DType want = mix.base;
+      p.reason = "mix " + mix.name;
+      const TypeRule* rule = nullptr;
+      for (const TypeRule& r : rules)
+        if (!rule && std::regex_search(t.name, r.re)) rule = &r;
+      if (role.name == "token_embd" && opt.token_embedding_type) {
+        want = *opt.token_embedding_type;
+        p.reason = "--token-embedding-type";
+      } else if (role.name == "output" && opt.leave_output_tensor) {
+        want = t.type;
+        p.reason = "--leave-output-tensor";
+      } else if (role.name == "output" && opt.output_type) {
+        want = *opt.output_type;
+        p.reason = "--output-tensor-type";
+      } else if (rule) {
+        want = rule->type;
+        p.reason = "rule " + rule->text;
+      } else if (rules_only) {
+        throw Error("no TYPE given, and no --tensor-type rule gives " + t.name +
+                    " its type: give TYPE for the tensors the rules leave out");
+      } else {
+        plan.from_mix = plan.from_mix || type_traits(mix.base).is_quantized;
+        // As llama.cpp: the mixes' rules are for quantized types only.
+        if (!opt.pure && type_traits(mix.base).is_quantized)
+          want = role_type(mix, role, t.ne[0], facts, has_imatrix, &p.reason);
+      }
+      if (t.ne[0] % type_traits(want).block_size != 0) {
+        const DType fb = fallback_type(want, t.ne[0]);
+        p.reason = "fallback from " + std::string(type_name(want)) + ": row length " + std::to_string(t.ne[0]) +
+                   " is not a multiple of " + std::to_string(type_traits(want).block_size);
+        want = fb;
+      }
+      if (want == t.type) p.reason += ": kept";
+      if (type_traits(t.type).is_quantized && want != t.type && !opt.allow_requantize)
+        throw Error(in.path() + ": tensor '" + t.name + "' is already " + std::string(type_name(t.type)) +
+                    "; quantizing it again loses quality (use --allow-requantize to do it anyway)");
+      p.to = want;
+    }
+    p.bytes = static_cast<size_t>(t.nelements() / type_traits(p.to).block_size) * type_traits(p.to).block_bytes;
+    plan.total_bytes += p.bytes;
+    plan.total_elements += t.nelements();
+    plan.tensors.push_back(std::move(p));
+  }
+  return plan;
+}
+
+void print_plan(const QuantizePlan& plan, std::ostream& out) {
+  size_t w = 4;
+  for (const auto& t : plan.tensors) w = std::max(w, t.name.size());
+  char line[512];
+  std::snprintf(line, sizeof line, "%-*s  %-16s %-7s %-7s %12s  %s\n", static_cast<int>(w), "NAME", "SHAPE", "FROM",
+                "TO", "BYTES", "WHY");
+  out << line;
+  for (const auto& t : plan.tensors) {
+    const int n_dims = t.ne[3] > 1 ? 4 : t.ne[2] > 1 ? 3 : t.ne[1] > 1 ? 2 : 1;
+    std::snprintf(line, sizeof line, "%-*s  %-16s %-7s %-7s %12zu  %s\n", static_cast<int>(w), t.name.c_str(),
+                  shape_text(t.ne, n_dims).c_str(), std::string(type_name(t.from)).c_str(),
+                  std::string(type_name(t.to)).c_str(), t.bytes, t.reason.c_str());
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "total: %zu bytes (%s) for %lld weights, %.4f bits per weight (%s)\n",
+                plan.total_bytes, human_bytes(plan.total_bytes).c_str(),
+                static_cast<long long>(plan.total_elements), plan.bits_per_weight(), plan.mix.name.c_str());
+  out << line;
+}
+
+std::string quantize_plan_json(const QuantizePlan& plan, const std::string& in_path, const std::string& out_path,
+                               const QuantizeOptions& opt) {
+  std::ostringstream s;
+  JsonWriter w(s, /*pretty=*/true);
+  write_json_header(w, "qlens quantize", 1, {{"model", in_path}, {"imatrix", opt.imatrix_path}});
+  w.key("settings");
+  w.begin_object();
+  w.key("mix"); w.value(plan.mix.name);
+  w.key("dry_run"); w.value(out_path.empty());
+  w.key("pure"); w.value(opt.pure);
+  w.key("leave_output_tensor"); w.value(opt.leave_output_tensor);
+  w.key("tensor_types");
+  w.begin_array();
+  for (const auto& [pattern, type] : opt.tensor_types) {
+    w.begin_object();
+    w.key("pattern"); w.value(pattern);
+    w.key("type"); w.value(type);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  w.key("outputs");
+  w.begin_object();
+  w.key("model"); string_or_null(w, out_path);
+  w.end_object();
+  w.key("tensors");
+  w.begin_array();
+  for (const TensorPlan& t : plan.tensors) {
+    const int64_t n = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+    w.begin_object();
+    w.key("tensor"); w.value(t.name);
+    w.key("layer"); layer_or_null(w, tensor_layer(t.name));
+    w.key("role"); w.value(tensor_role(t.name));
+    w.key("shape");
+    w.begin_array();
+    const int n_dims = t.ne[3] > 1 ? 4 : t.ne[2] > 1 ? 3 : t.ne[1] > 1 ? 2 : 1;
+    for (int d = 0; d < n_dims; ++d) w.value(t.ne[d]);
+    w.end_array();
+    w.key("source_type"); w.value(std::string(type_name(t.from)));
+    w.key("type"); w.value(std::string(type_name(t.to)));
+    w.key("n_elements"); w.value(n);
+    w.key("bytes"); w.value(t.bytes);
+    w.key("bits_per_weight"); w.value(n ? 8.0 * static_cast<double>(t.bytes) / static_cast<double>(n) : 0.0);
+    w.key("reason"); w.value(t.reason);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("imatrix_coverage");
+  if (const auto& c = plan.imatrix_coverage) {
+    w.begin_object();
+    w.key("n_weights"); w.value(c->n_weights);
+    w.key("n_covered"); w.value(c->n_covered());
+    w.key("missing"); w.array(c->missing);
+    w.key("no_data"); w.array(c->no_data);
+    w.key("unmatched"); w.array(c->unmatched);
+    w.key("collected_on"); string_or_null(w, c->collected_on);
+    w.key("chunk_count"); if (c->chunk_count > 0) w.value(c->chunk_count); else w.null();
+    w.key("datasets"); w.array(c->datasets);
+    w.key("warnings"); w.array(c->warnings());
+    w.end_object();
+  } else {
+    w.null();
+  }
+  w.key("totals");
+  w.begin_object();
+  w.key("bytes"); w.value(plan.total_bytes);
+  w.key("n_elements"); w.value(plan.total_elements);
+  w.key("bits_per_weight"); w.value(plan.bits_per_weight());
+  w.key("n_tensors"); w.value(plan.tensors.size());
+  w.end_object();
+  w.end_object();
+  s << "\n";
+  return s.str();
+}
+
+void clip_outliers(float* x, int64_t n, int64_t block, double k) {
+  if (k <= 0 || block <= 1) return;
+  for (int64_t b = 0; b + block <= n; b += block) {
+    double sum = 0, sum2 = 0;
+    for (int64_t j = b; j < b + block; ++j) {
+      sum += x[j];
+      sum2 += static_cast<double>(x[j]) * x[j];
+    }
+    const double mean = sum / block;
+    const double sd = std::sqrt(std::max(0.0, sum2 / block - mean * mean));
+    const float lo = static_cast<float>(mean - k * sd), hi = static_cast<float>(mean + k * sd);
+    for (int64_t j = b; j < b + block; ++j) x[j] = std::clamp(x[j], lo, hi);
+  }
+}
+
+namespace {
+
+std::string non_finite_error(const std::string& tensor, bool nan, int64_t row, int64_t column) {
+  return "tensor '" + tensor + "' holds " + (nan ? "NaN" : "an infinity") + " at row " + std::to_string(row) +
+         ", column " + std::to_string(column) +
+         ": the input model is corrupt (nothing was written; qlens inspect --check-tensors lists every such tensor)";
+}
+
+// Quantizes one tensor's rows on n_threads threads: each takes chunks of rows,
+// converts them to F32, clips if asked, and quantizes into its slice of out.
+// importance: empty, or one vector of n_per_row per matrix (expert) of a
+// 3-D tensor; rows of matrix e use its slice, and chunks never straddle two.
+void quantize_tensor(const gguf::TensorInfo& t, const uint8_t* src, DType to, const std::vector<float>& importance,
+                     double clip_sigma, int n_threads, uint8_t* out) {
+  const int64_t n_per_row = t.ne[0];
+  const int64_t n_rows = t.nelements() / n_per_row;
+  const int64_t rows_per_matrix = t.ne[1];
+  const TypeTraits& from = type_traits(t.type);
+  const TypeTraits& dst = type_traits(to);
+  const size_t src_row = row_bytes(t.type, n_per_row), dst_row = row_bytes(to, n_per_row);
+  constexpr int64_t kChunkRows = 16;
+  const int64_t chunks_per_matrix = (rows_per_matrix + kChunkRows - 1) / kChunkRows;
+  const int64_t n_chunks = chunks_per_matrix * (n_rows / rows_per_matrix);
+  // Per-thread scratch rows, as parallel_for hands each worker its index.
+  const int threads = static_cast<int>(std::min<int64_t>(n_threads > 0 ? n_threads : default_thread_count(), n_chunks));
+  std::vector<std::vector<float>> scratch(std::max(threads, 1), std::vector<float>(kChunkRows * n_per_row));
+  parallel_for(n_chunks, threads, [&](int64_t c, int worker) {
+    float* buf = scratch[worker].data();
+    const int64_t matrix = c / chunks_per_matrix;
+    const int64_t r0 = matrix * rows_per_matrix + (c % chunks_per_matrix) * kChunkRows;
+    const int64_t nr = std::min(kChunkRows, (matrix + 1) * rows_per_matrix - r0);
+    const float* w = importance.empty() ? nullptr
+                     : importance.data() + (importance.size() > static_cast<size_t>(n_per_row) ? matrix * n_per_row : 0);
+    for (int64_t r = 0; r < nr; ++r) {
+      float* row = buf + r * n_per_row;
+      from.to_float(src + (r0 + r) * src_row, row, n_per_row);
+      // A NaN or an infinity would quantize into garbage blocks that load
+      // without complaint: the file is corrupt, say where.
+      for (int64_t j = 0; j < n_per_row; ++j)
+        if (!std::isfinite(row[j])) throw Error(non_finite_error(t.name, std::isnan(row[j]), r0 + r, j));
+      clip_outliers(row, n_per_row, dst.block_size, clip_sigma);
+    }
+    dst.quantize(buf, out + r0 * dst_row, nr, n_per_row, w);
+  });
+}
+
+}  // namespace
+
+ImatrixCoverage quantize_imatrix_coverage(const gguf::File& in, const QuantizePlan& plan, const Imatrix& imatrix) {
+  std::vector<std::string> weights, all;
+  for (const TensorPlan& p : plan.tensors) {
+    all.push_back(p.name);
+    if (type_traits(p.to).is_quantized && p.to != p.from && tensor_role(p.name) != "token_embd")
+      weights.push_back(p.name);
+  }
+  return imatrix_coverage(imatrix, weights, all, in.try_string("general.name").value_or(""));
+}
+
+QuantizePlan quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& opt,
+                            std::ostream& log) {
+  auto in = gguf::File::open(in_path);
+  QuantizePlan plan = plan_quantization(*in, opt);
+  std::optional<Imatrix> imatrix;
+  if (!opt.imatrix_path.empty()) imatrix = load_imatrix(opt.imatrix_path);
+  const int n_threads = opt.n_threads > 0 ? opt.n_threads : default_thread_count();
+
+  gguf::Writer w;
+  for (const auto& kv : in->metadata())
+    // An input aligned below GGUF's 8 (llama.cpp reads them) gets the default layout.
+    if (kv.key != "general.alignment" || kv.value.u >= 8) w.set(kv.key, kv.value);
+  w.set("general.file_type", gguf::Value::make_u32(plan.from_mix ? plan.mix.file_type : file_type_of(plan)));
+  w.set("general.quantization_version", gguf::Value::make_u32(2));
+  w.set("quantize.qlens_version", gguf::Value::make_string(QLENS_VERSION));
+  if (imatrix) {
+    plan.imatrix_coverage = quantize_imatrix_coverage(*in, plan, *imatrix);
+    print_imatrix_coverage(log, *plan.imatrix_coverage);
+    w.set("quantize.imatrix.file", gguf::Value::make_string(opt.imatrix_path));
+    w.set("quantize.imatrix.entries_count", gguf::Value::make_i32(static_cast<int32_t>(imatrix->entries.size())));
+    w.set("quantize.imatrix.chunks_count", gguf::Value::make_i32(static_cast<int32_t>(imatrix->chunk_count)));
+    if (!imatrix->datasets.empty())
+      w.set("quantize.imatrix.dataset", gguf::Value::make_string(imatrix->datasets.front()));
+  }
+
+  std::vector<std::unique_ptr<uint8_t[]>> buffers;  // quantized data lives until write()
+  const size_t n = plan.tensors.size();
+  for (size_t i = 0; i < n; ++i) {
+    const TensorPlan& p = plan.tensors[i];
+    const gguf::TensorInfo& t = in->tensors()[i];
+    const uint8_t* src = in->tensor_data(t);
+    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+    char head[256];
+    std::snprintf(head, sizeof head, "[%4zu/%4zu] %-32s %-16s %5s -> %-6s ", i + 1, n, t.name.c_str(),
+                  shape_text(t.ne, t.n_dims).c_str(), std::string(type_name(p.from)).c_str(),
+                  std::string(type_name(p.to)).c_str());
+    log << head << std::flush;
+    if (p.to == p.from) {
+      // A float tensor copied as it is (norms, --leave-output-tensor) must be finite too.
+      if (const NonFiniteTensor bad = type_traits(t.type).is_quantized ? NonFiniteTensor{} : check_tensor(t, src);
+          bad.any())
+        throw Error(non_finite_error(t.name, bad.first_is_nan, bad.first / t.ne[0], bad.first % t.ne[0]));
+      w.add_tensor(t.name, t.type, ne, src, t.nbytes);
+      log << "copied\n";
+      continue;
+    }
+    std::vector<float> importance;
+    bool used_imatrix = false;
+    if (imatrix && type_traits(p.to).is_quantized) {
+      // Each expert of a 3-D expert tensor quantizes with its own slice.
+      importance = imatrix->tensor_importance(t.name, t.ne[0], t.ne[2]);
+      const auto entry = imatrix->entries.find(t.name);
+      if (!importance.empty() && t.ne[2] > 1 && entry->second.n_mat == t.ne[2]) {
+        std::vector<int64_t> unrouted;
+        for (int64_t e = 0; e < t.ne[2]; ++e)
+          if (!(entry->second.counts[e] > 0)) unrouted.push_back(e);
+        if (!unrouted.empty()) {
+          log << "(experts without imatrix data, importance 1 for every column as in llama.cpp:";
+          for (int64_t e : unrouted) log << " " << e;
+          log << ") ";
+        }
+      }
+      used_imatrix = !importance.empty();
+      if (!used_imatrix && t.name != "token_embd.weight") {
+        if (opt.imatrix_strict) throw Error(opt.imatrix_path + ": no entry for tensor '" + t.name + "'");
+        log << "(not in the imatrix) ";
+      }
+    }
+    auto& out = buffers.emplace_back(new uint8_t[p.bytes]);
+    const auto t0 = std::chrono::steady_clock::now();
+    quantize_tensor(t, src, p.to, importance, opt.clip_sigma, n_threads, out.get());
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    w.add_tensor(t.name, p.to, ne, out.get(), p.bytes);
+    char tail[160];
+    std::snprintf(tail, sizeof tail, "%s -> %s%s, %.2f s%s%s\n", human_bytes(t.nbytes).c_str(),
+                  human_bytes(p.bytes).c_str(), used_imatrix ? ", imatrix" : "", secs,
+                  p.reason.rfind("fallback", 0) == 0 ? ", " : "", p.reason.rfind("fallback", 0) == 0 ? p.reason.c_str() : "");
+    log << tail << std::flush;
+  }
+  w.write(out_path);
+  return plan;
+}
+
+}  // namespace qlens::tools

@@ -1,0 +1,880 @@
+#include "tools/sensitivity/sensitivity.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include "core/json_reader.h"
+#include "core/json_writer.h"
+#include "core/parallel.h"
+#include "qlens/error.h"
+#include "tools/common/chunks.h"
+#include "tools/compare/compare_logits.h"
+#include "tools/imatrix/imatrix_file.h"
+#include "tools/common/json_header.h"
+#include "tools/common/user_regex.h"
+
+namespace qlens::tools {
+
+std::vector<DType> default_sensitivity_types() {
+  return {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
+          DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::F16};
+}
+
+namespace {
+
+int layer_of(const std::string& name) { return tensor_layer(name); }
+
+// The reference's output distribution, compactly: per scored token the top-K
+// log-probabilities, the log of the remaining mass, and the next token's nll.
+struct Reference {
+  int64_t k = 0;
+  std::vector<int32_t> index;   // [tokens][k]
+  std::vector<float> logp;      // [tokens][k]
+  std::vector<double> log_rest;  // [tokens]
+  std::vector<double> nll;       // [tokens]
+};
+
+
+// log(1 - exp(log_mass)) for a mass below 1, kept finite.
+double log_complement(double mass) { return std::log(std::max(1.0 - mass, 1e-30)); }
+
+struct Evaluation {
+  double kld_mean = 0, kld_error = 0, nll_mean = 0;
+};
+
+class Runner {
+ public:
+  Runner(const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt)
+      : model_(model), opt_(opt), chunks_(tokens, opt.n_ctx, model.vocab(), "sensitivity") {
+    n_chunks_ = std::min(opt.max_chunks > 0 ? opt.max_chunks : chunks_.available(), chunks_.available());
+    ContextOptions co = chunk_context(opt.n_ctx, opt.n_batch, opt.n_threads);
+    co.device = opt.device;
+    co.cpu = opt.cpu;
+    co.n_gpu_layers = opt.n_gpu_layers;
+    ctx_ = std::make_unique<Context>(model, co);
+  }
+
+  Context& context() { return *ctx_; }
+  int64_t n_chunks() const { return n_chunks_; }
+
+  // Runs every chunk from layer `first` (0: the whole model) and calls
+  // score(t, logits, the token it predicts, worker) for each scored token t
+  // (numbered across the chunks), on the tools' threads. From a later layer,
+  // the chunks' residual stream entering it comes from the cache, which
+  // advance_cache must have brought there.
+  template <class F>
+  void run(F&& score, int first = 0) {
+    if (first > 0 && first != cache_layer_)
+      throw Error("sensitivity: internal: the cache is at layer " + std::to_string(cache_layer_) + ", not " +
+                  std::to_string(first));
+    const int64_t first_scored = chunks_.first_scored(), per_chunk = opt_.n_ctx - 1 - first_scored;
+    for (int64_t c = 0; c < n_chunks_; ++c) {
+      ctx_->clear();
+      // Logits only where they are scored: the output matrix on half the rows.
+      const bool ok = ctx_->decode_layers(chunks_.chunk(c), first, n_layer_, first > 0 ? cache_[c].data() : nullptr,
+                                          nullptr, first_scored);
+      if (!ok) throw Error("sensitivity: the computation was stopped");
+      parallel_for(per_chunk, opt_.n_threads, [&](int64_t i, int worker) {
+        const int64_t j = first_scored + i;
+        score(c * per_chunk + i, ctx_->logits(j), chunks_.next(c, j), worker);
+      });
+    }
+  }
+  int64_t n_scored() const { return n_chunks_ * (opt_.n_ctx - 1 - chunks_.first_scored()); }
+  int n_workers() const { return opt_.n_threads > 0 ? opt_.n_threads : default_thread_count(); }
+
+  // The residual stream of every chunk entering layer `layer` (n_layer: the
+  // output norm), computed with the model as it is now (call it with no
+  // replacement set). Probes of a tensor of layer L then recompute only
+  // layers L onwards: the layers before give what they gave the reference.
+  // Moving forward costs the layers in between once; moving back starts over.
+  // Returns false (full passes) when caching is off or layer is 0.
+  bool advance_cache(int layer) {
+    if (!opt_.layer_cache || layer <= 0) return false;
+    if (layer < cache_layer_) cache_layer_ = 0;
+    if (cache_layer_ == layer) return true;
+    cache_.resize(n_chunks_);
+    std::vector<float> next;
+    for (int64_t c = 0; c < n_chunks_; ++c) {
+      ctx_->clear();
+      if (!ctx_->decode_layers(chunks_.chunk(c), cache_layer_, layer, cache_layer_ > 0 ? cache_[c].data() : nullptr,
+                               &next))
+        throw Error("sensitivity: the computation was stopped");
+      cache_[c].swap(next);
+    }
+    cache_layer_ = layer;
+    return true;
+  }
+
+  double probe_seconds() const { return probe_seconds_; }
+  int64_t n_probes() const { return n_probes_; }
+  double reference_seconds() const { return reference_seconds_; }
+
+  void make_reference() {
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t n_vocab = model_.hparams().n_vocab, n = n_scored();
+    const int64_t k = ref_.k = std::min<int64_t>(std::max<int64_t>(opt_.top_k, 1), n_vocab);
+    ref_.index.resize(n * k);
+    ref_.logp.resize(n * k);
+    ref_.log_rest.resize(n);
+    ref_.nll.resize(n);
+    std::vector<std::vector<double>> lp(n_workers());
+    std::vector<std::vector<int32_t>> order(n_workers(), std::vector<int32_t>(n_vocab));
+    run([&](int64_t t, std::span<const float> logits, Token next, int worker) {
+      std::vector<double>& l = lp[worker];
+      std::vector<int32_t>& o = order[worker];
+      log_softmax_into(logits, l);
+      std::iota(o.begin(), o.end(), 0);
+      std::partial_sort(o.begin(), o.begin() + k, o.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+      double mass = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        ref_.index[t * k + i] = o[i];
+        ref_.logp[t * k + i] = static_cast<float>(l[o[i]]);
+        mass += std::exp(l[o[i]]);
+      }
+      ref_.log_rest[t] = log_complement(mass);
+      ref_.nll[t] = -l[next];
+    });
+    reference_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  double reference_ppl() const {
+    return std::exp(std::accumulate(ref_.nll.begin(), ref_.nll.end(), 0.0) / std::max<size_t>(1, ref_.nll.size()));
+  }
+
+  // KLD(reference ‖ current) over the reference's top-K and the rest, the
+  // chunks run from layer `first` (see run).
+  Evaluation evaluate(int first = 0) {
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t n = n_scored();
+    std::vector<double> kld(n), nll(n);
+    run([&](int64_t t, std::span<const float> logits, Token next, int) {
+      const double lse = log_sum_exp(logits);  // log q_j = logits_j - lse
+      const int32_t* idx = &ref_.index[t * ref_.k];
+      const float* lp = &ref_.logp[t * ref_.k];
+      double d = 0, q_mass = 0;
+      for (int64_t i = 0; i < ref_.k; ++i) {
+        const double p = std::exp(static_cast<double>(lp[i]));
+        const double lq = logits[idx[i]] - lse;
+        d += p * (lp[i] - lq);
+        q_mass += std::exp(lq);
+      }
+      if (ref_.k < static_cast<int64_t>(logits.size())) {
+        const double p_rest = std::exp(ref_.log_rest[t]);
+        d += p_rest * (ref_.log_rest[t] - log_complement(q_mass));
+      }
+      kld[t] = std::max(d, 0.0);  // rounding around an exact match
+      nll[t] = -(logits[next] - lse);
+    }, first);
+    double sum = 0, sum_sq = 0, nll_sum = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      sum += kld[t];
+      sum_sq += kld[t] * kld[t];
+      nll_sum += nll[t];
+    }
+    Evaluation e;
+    const double nd = static_cast<double>(n);
+    e.kld_mean = sum / nd;
+    e.kld_error = n > 1 ? std::sqrt(std::max(0.0, sum_sq / nd - e.kld_mean * e.kld_mean) / (nd - 1)) : 0;
+    e.nll_mean = nll_sum / nd;
+    probe_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++n_probes_;
+    return e;
+  }
+
+ private:
+  const Model& model_;
+  const SensitivityOptions& opt_;
+  TextChunks chunks_;
+  int64_t n_chunks_ = 0;
+  std::unique_ptr<Context> ctx_;
+  Reference ref_;
+  int n_layer_ = static_cast<int>(model_.hparams().n_layer);
+  int cache_layer_ = 0;                   // 0: no cache
+  double reference_seconds_ = 0, probe_seconds_ = 0;
+  int64_t n_probes_ = 0;
+  std::vector<std::vector<float>> cache_;  // [chunk][n_ctx * n_embd]
+};
+
+// A host tensor of the weight's shape holding `bytes` of type `type`.
+struct Replacement {
+  std::vector<uint8_t> bytes;
+  Tensor tensor;
+  Replacement(const Tensor& like, DType type, std::vector<uint8_t> data) : bytes(std::move(data)) {
+    tensor.type = type;
+    tensor.ne = like.ne;
+    tensor.nb = contiguous_strides(type, like.ne);
+    tensor.name = like.name;
+    tensor.flags = kFlagWeight;
+    tensor.data = bytes.data();
+  }
+};
+
+bool fits(DType type, const Tensor& w) {
+  const TypeTraits& tt = type_traits(type);
+  return tt.to_float && (tt.quantize || tt.from_float) && w.ne[0] % tt.block_size == 0;
+}
+
+// The importance of a weight's columns: [K], or [n_expert][K] for a 3-D
+// expert tensor (each expert's own); empty without an imatrix entry.
+std::vector<float> weight_importance(const Imatrix* imatrix, const Tensor& w) {
+  return imatrix ? imatrix->tensor_importance(w.name, w.ne[0], w.ne[2]) : std::vector<float>{};
+}
+
+// Element i's importance: its column's, in its matrix (expert) when the
+// importance has one vector per matrix.
+struct ImportanceAt {
+  const std::vector<float>& importance;
+  int64_t n_cols, matrix_elements;
+  double operator()(size_t i) const {
+    if (importance.empty()) return 1.0;
+    const int64_t col = static_cast<int64_t>(i) % n_cols;
+    if (importance.size() == static_cast<size_t>(n_cols)) return importance[col];
+    return importance[static_cast<int64_t>(i) / matrix_elements * n_cols + col];
+  }
+};
+
+std::vector<uint8_t> quantize_to(DType type, const std::vector<float>& x, const Tensor& w,
+                                 const std::vector<float>& importance) {
+  const TypeTraits& tt = type_traits(type);
+  const int64_t rows = w.nelements() / w.ne[0];
+  std::vector<uint8_t> out(row_bytes(type, w.ne[0]) * rows);
+  if (!tt.quantize) {
+    tt.from_float(x.data(), out.data(), w.nelements());
+    return out;
+  }
+  // Matrix by matrix, so that each expert quantizes with its own importance.
+  const int64_t n_mat = importance.size() > static_cast<size_t>(w.ne[0]) ? w.ne[2] : 1;
+  const int64_t mat_rows = rows / n_mat;
+  for (int64_t e = 0; e < n_mat; ++e)
+    tt.quantize(x.data() + e * mat_rows * w.ne[0], out.data() + e * mat_rows * row_bytes(type, w.ne[0]), mat_rows,
+                w.ne[0], importance.empty() ? nullptr : importance.data() + e * w.ne[0]);
+  return out;
+}
+
+// Σ_i imp_i d_i^2 / (rows · mean imp · cols): the imatrix-weighted mean square,
+// what the output of x·W changes by on average (imp = 1 without an imatrix).
+double weighted_error(const std::vector<float>& x, const std::vector<float>& y, const Tensor& w,
+                      const std::vector<float>& importance) {
+  const ImportanceAt imp{importance, w.ne[0], w.ne[0] * w.ne[1]};
+  double num = 0, imp_sum = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double d = static_cast<double>(x[i]) - y[i];
+    const double v = imp(i);
+    num += v * d * d;
+    imp_sum += v;
+  }
+  return imp_sum > 0 ? num / imp_sum : 0.0;
+}
+
+// The first layer whose result changes when these weights change: their
+// block's, n_layer for the output matrix (only the output is recomputed),
+// 0 for the token embedding (also when tied to the output) and the rest.
+int first_layer_reading(const Model& model, const std::vector<Tensor*>& weights) {
+  const int n_layer = static_cast<int>(model.hparams().n_layer);
+  int first = n_layer;
+  for (const Tensor* w : weights) {
+    const int layer = layer_of(w->name);
+    const std::vector<Role> roles = model.roles_of(w);
+    const bool output_only = !roles.empty() && std::all_of(roles.begin(), roles.end(), [](Role r) {
+      return r == Role::Output || r == Role::OutputNorm;
+    });
+    first = std::min(first, layer >= 0 ? layer : output_only ? n_layer : 0);
+  }
+  return first;
+}
+
+}  // namespace
+
+std::vector<Tensor*> sensitivity_probed_weights(const Model& model, const std::string& tensors_regex) {
+  std::regex filter;
+  if (!tensors_regex.empty()) filter = user_regex(tensors_regex, "sensitivity: --tensors");
+  std::vector<Tensor*> probed;
+  for (const auto& [name, w] : model.weights()) {
+    // Matrices, and the 3-D expert tensors (all experts share one type, as
+    // GGUF stores them); the router is never quantized (as in llama.cpp).
+    const bool matrices = w->ne[1] > 1 && w->ne[3] == 1 && tensor_role(name) != "ffn_gate_inp";
+    if (matrices && (tensors_regex.empty() || std::regex_search(name, filter))) probed.push_back(w);
+  }
+  return probed;
+}
+
+SensitivityResult measure_sensitivity(
+    const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt,
+    const SensitivityResult* resume,
+    const std::function<void(const SensitivityResult&, int64_t, int64_t)>& on_tensor) {
+  std::unique_ptr<Imatrix> imatrix;
+  if (!opt.imatrix_path.empty()) imatrix = std::make_unique<Imatrix>(load_imatrix(opt.imatrix_path));
+  const std::vector<DType> types = opt.types.empty() ? default_sensitivity_types() : opt.types;
+
+  SensitivityResult r;
+  r.model_path = model.path();
+  r.imatrix_path = opt.imatrix_path;
+  r.mode = opt.mode;
+  r.settings = opt;
+  r.settings.types = types;
+  std::vector<Tensor*> probed = sensitivity_probed_weights(model, opt.tensors_regex);
+  for (const auto& [name, w] : model.weights()) {
+    r.n_weights_total += w->nelements();
+    if (std::find(probed.begin(), probed.end(), w) == probed.end()) r.fixed_bytes += w->nbytes();
+  }
+  if (probed.empty())
+    throw Error(opt.tensors_regex.empty()
+                    ? "sensitivity: " + model.path() + " has no matrix to probe"
+                    : "sensitivity: --tensors '" + opt.tensors_regex + "' matches no matrix of " + model.path() +
+                          " (names look like blk.0.attn_q.weight, output.weight)");
+  std::stable_sort(probed.begin(), probed.end(), [](const Tensor* a, const Tensor* b) {
+    const int la = layer_of(a->name), lb = layer_of(b->name);
+    if (la != lb) return (la < 0 ? 1 << 30 : la) < (lb < 0 ? 1 << 30 : lb);
+    return a->name < b->name;
+  });
+
+  Runner runner(model, tokens, opt);
+  runner.make_reference();
+  r.n_tokens_scored = runner.n_scored();
+  r.reference_ppl = runner.reference_ppl();
+  std::mt19937_64 rng(opt.seed);
+
+  std::map<std::string, const SensitivityTensor*> done_before;
+  if (resume)
+    for (const SensitivityTensor& t : resume->tensors) done_before[t.name] = &t;
+
+  int64_t n_done = 0;
+  if (opt.group != SensitivityGroup::Tensor) {
+    if (opt.mode != SensitivityMode::Quant) throw Error("sensitivity: --group layer|role needs --mode quant");
+    std::map<std::string, std::vector<Tensor*>> members;
+    for (Tensor* w : probed) {
+      const int layer = layer_of(w->name);
+      if (opt.group == SensitivityGroup::Experts) {
+        // A layer's expert tensors together; every other tensor alone.
+        const bool expert = w->ne[2] > 1;
+        members[expert ? "layer " + std::to_string(layer) + " experts" : w->name].push_back(w);
+        continue;
+      }
+      members[opt.group == SensitivityGroup::Role ? tensor_role(w->name)
+                                                   : (layer < 0 ? std::string("outside layers")
+                                                                : "layer " + std::to_string(layer))]
+          .push_back(w);
+    }
+    // In the order of the first layer each group changes, so that the
+    // cache only moves forward ("layer 2" before "layer 10").
+    std::vector<std::pair<const std::string, std::vector<Tensor*>>*> order;
+    for (auto& m : members) order.push_back(&m);
+    std::stable_sort(order.begin(), order.end(), [&](const auto* a, const auto* b) {
+      return first_layer_reading(model, a->second) < first_layer_reading(model, b->second);
+    });
+    int64_t done = 0;
+    for (const auto* member : order) {
+      const std::string& name = member->first;
+      const std::vector<Tensor*>& group = member->second;
+      SensitivityTensor st;
+      st.name = name;
+      st.role = opt.group == SensitivityGroup::Role      ? name
+                : opt.group == SensitivityGroup::Experts ? (group.size() > 1 || group.front()->ne[2] > 1
+                                                                ? std::string("(experts)")
+                                                                : tensor_role(group.front()->name))
+                                                         : std::string("(layer)");
+      st.layer = opt.group != SensitivityGroup::Role ? layer_of(group.front()->name) : -1;
+      for (Tensor* w : group) {
+        st.members.push_back(w->name);
+        st.n_elements += w->nelements();
+      }
+      SensitivityCandidate source;
+      source.measured = true;
+      for (Tensor* w : group) source.bytes += w->nbytes();
+      source.type = group.front()->type;
+      source.bpw = 8.0 * source.bytes / st.n_elements;
+      st.candidates.push_back(source);
+      int first = first_layer_reading(model, group);
+      if (!runner.advance_cache(first)) first = 0;
+      for (DType type : types) {
+        if (!std::all_of(group.begin(), group.end(), [&](Tensor* w) { return w->type != type && fits(type, *w); }))
+          continue;
+        SensitivityCandidate c;
+        c.type = type;
+        std::vector<std::unique_ptr<Replacement>> reps;
+        for (Tensor* w : group) {
+          std::vector<float> x(w->nelements());
+          type_traits(w->type).to_float(w->data, x.data(), w->nelements());
+          auto q = quantize_to(type, x, *w, weight_importance(imatrix.get(), *w));
+          c.bytes += q.size();
+          reps.push_back(std::make_unique<Replacement>(*w, type, std::move(q)));
+          runner.context().replace_weight(w, &reps.back()->tensor);
+        }
+        const Evaluation e = runner.evaluate(first);
+        for (Tensor* w : group) runner.context().restore_weight(w);
+        c.bpw = 8.0 * c.bytes / st.n_elements;
+        c.delta_kld = e.kld_mean;
+        c.delta_kld_error = e.kld_error;
+        c.delta_ppl = std::exp(e.nll_mean) - r.reference_ppl;
+        c.measured = true;
+        st.candidates.push_back(c);
+      }
+      r.groups.push_back(std::move(st));
+      if (on_tensor) on_tensor(r, ++done, static_cast<int64_t>(members.size()));
+    }
+    r.complete = true;
+    r.reference_seconds = runner.reference_seconds();
+    r.probe_seconds = runner.probe_seconds();
+    r.n_probes = runner.n_probes();
+    return r;
+  }
+
+  for (Tensor* w : probed) {
+    if (auto it = done_before.find(w->name); it != done_before.end()) {
+      r.tensors.push_back(*it->second);
+      if (on_tensor) on_tensor(r, ++n_done, static_cast<int64_t>(probed.size()));
+      continue;
+    }
+    SensitivityTensor st;
+    st.name = w->name;
+    st.role = tensor_role(w->name);
+    st.layer = layer_of(w->name);
+    st.n_elements = w->nelements();
+    st.shape = {w->ne[0], w->ne[1]};
+    st.source_type = w->type;
+    std::vector<float> x(w->nelements());
+    type_traits(w->type).to_float(w->data, x.data(), w->nelements());
+    const std::vector<float> importance = weight_importance(imatrix.get(), *w);
+    int first = first_layer_reading(model, {w});
+    if (!runner.advance_cache(first)) first = 0;
+
+    // The source type itself: free of error.
+    SensitivityCandidate source;
+    source.type = w->type;
+    source.bytes = w->nbytes();
+    source.bpw = 8.0 * source.bytes / w->nelements();
+    source.measured = true;
+    st.candidates.push_back(source);
+
+    for (DType type : types) {
+      if (type == w->type || !fits(type, *w)) continue;
+      SensitivityCandidate c;
+      c.type = type;
+      auto q = quantize_to(type, x, *w, importance);
+      c.bytes = q.size();
+      c.bpw = 8.0 * c.bytes / w->nelements();
+      std::vector<float> back(x.size());
+      type_traits(type).to_float(q.data(), back.data(), w->nelements());
+      c.weighted_error = weighted_error(x, back, *w, importance);
+      if (opt.mode == SensitivityMode::Quant) {
+        Replacement rep(*w, type, std::move(q));
+        runner.context().replace_weight(w, &rep.tensor);
+        const Evaluation e = runner.evaluate(first);
+        runner.context().restore_weight(w);
+        c.delta_kld = e.kld_mean;
+        c.delta_kld_error = e.kld_error;
+        c.delta_ppl = std::exp(e.nll_mean) - r.reference_ppl;
+        c.measured = true;
+      }
+      st.candidates.push_back(c);
+    }
+
+    if (opt.mode == SensitivityMode::Noise) {
+      // Noise shaped per column like an imatrix-aware quantizer's error
+      // (smaller where the importance is larger), scaled to an RMS of
+      // level x the tensor's RMS.
+      double sum_sq = 0;
+      for (float v : x) sum_sq += static_cast<double>(v) * v;
+      const double rms = std::sqrt(sum_sq / x.size());
+      // One scale per column (per expert's column for expert tensors).
+      const size_t n_scales = importance.empty() ? static_cast<size_t>(w->ne[0]) : importance.size();
+      std::vector<double> col_scale(n_scales, 1.0);
+      if (!importance.empty()) {
+        double mean_imp = 0;
+        for (float v : importance) mean_imp += v;
+        mean_imp /= importance.size();
+        for (size_t j = 0; j < n_scales; ++j)
+          col_scale[j] = std::clamp(std::sqrt(mean_imp / std::max<double>(importance[j], 1e-30)), 0.1, 10.0);
+      }
+      double scale_sq = 0;
+      for (double s : col_scale) scale_sq += s * s;
+      const double norm = std::sqrt(static_cast<double>(n_scales) / scale_sq);
+      const int64_t mat_elements = w->ne[0] * w->ne[1];
+      auto scale_at = [&](size_t i) {
+        const int64_t col = static_cast<int64_t>(i) % w->ne[0];
+        return n_scales == static_cast<size_t>(w->ne[0]) ? col_scale[col]
+                                                         : col_scale[static_cast<int64_t>(i) / mat_elements * w->ne[0] + col];
+      };
+      std::normal_distribution<float> gauss(0.0f, 1.0f);
+      for (double level : opt.noise_levels) {
+        std::vector<float> noisy(x.size());
+        for (size_t i = 0; i < x.size(); ++i)
+          noisy[i] = x[i] + static_cast<float>(level * rms * norm * scale_at(i) * gauss(rng));
+        const double energy = weighted_error(x, noisy, *w, importance);
+        std::vector<uint8_t> bytes(noisy.size() * sizeof(float));
+        std::memcpy(bytes.data(), noisy.data(), bytes.size());
+        Replacement rep(*w, DType::F32, std::move(bytes));
+        runner.context().replace_weight(w, &rep.tensor);
+        const Evaluation e = runner.evaluate(first);
+        runner.context().restore_weight(w);
+        st.noise_points.emplace_back(energy, e.kld_mean);
+      }
+      // Fit ΔKLD = c·E^γ through the points (γ = 1 with one usable point).
+      std::vector<std::pair<double, double>> usable;
+      for (auto [e, k] : st.noise_points)
+        if (e > 0 && k > 0) usable.emplace_back(e, k);
+      if (usable.size() >= 2) {
+        const auto [e1, k1] = usable.front();
+        const auto [e2, k2] = usable.back();
+        st.noise_exponent = e2 != e1 ? std::clamp(std::log(k2 / k1) / std::log(e2 / e1), 0.5, 2.0) : 1.0;
+        st.noise_coefficient = k2 / std::pow(e2, st.noise_exponent);
+      } else if (usable.size() == 1) {
+        st.noise_coefficient = usable[0].second / usable[0].first;
+      }
+      for (SensitivityCandidate& c : st.candidates)
+        if (!c.measured) c.delta_kld = st.noise_coefficient * std::pow(c.weighted_error, st.noise_exponent);
+    }
+    r.tensors.push_back(std::move(st));
+    if (on_tensor) on_tensor(r, ++n_done, static_cast<int64_t>(probed.size()));
+  }
+  r.complete = true;
+  r.reference_seconds = runner.reference_seconds();
+  r.probe_seconds = runner.probe_seconds();
+  r.n_probes = runner.n_probes();
+  return r;
+}
+
+// ---- output
+
+const char* sensitivity_group_name(SensitivityGroup group) {
+  switch (group) {
+    case SensitivityGroup::Tensor: return "tensor";
+    case SensitivityGroup::Layer: return "layer";
+    case SensitivityGroup::Role: return "role";
+    case SensitivityGroup::Experts: return "experts";
+  }
+  return "tensor";
+}
+
+namespace {
+
+const char* mode_name(SensitivityMode mode) { return mode == SensitivityMode::Quant ? "quant" : "noise"; }
+
+std::vector<std::string> type_names(const std::vector<DType>& types) {
+  std::vector<std::string> names;
+  for (DType t : types) names.emplace_back(type_name(t));
+  return names;
+}
+
+void write_sensitivity_settings(JsonWriter& w, const SensitivityResult& r) {
+  const SensitivityOptions& o = r.settings;
+  w.key("settings");
+  w.begin_object();
+  w.key("mode"); w.value(mode_name(r.mode));
+  w.key("group"); w.value(sensitivity_group_name(o.group));
+  w.key("n_ctx"); w.value(o.n_ctx);
+  w.key("n_batch"); w.value(o.n_batch);
+  w.key("n_chunks"); if (o.max_chunks > 0) w.value(o.max_chunks); else w.null();  // null: all
+  w.key("types"); w.array(type_names(o.types.empty() ? default_sensitivity_types() : o.types));
+  w.key("noise_levels");
+  if (r.mode == SensitivityMode::Noise) w.array(o.noise_levels); else w.null();
+  w.key("top_k"); w.value(o.top_k);
+  w.key("tensors"); string_or_null(w, o.tensors_regex);
+  w.key("seed"); w.value(o.seed);
+  w.key("device"); w.value(o.device);
+  w.end_object();
+}
+
+void write_probe_unit(JsonWriter& w, const SensitivityTensor& t, bool group, SensitivityMode mode) {
+  w.begin_object();
+  w.key(group ? "group" : "tensor"); w.value(t.name);
+  w.key("role"); string_or_null(w, t.role);
+  w.key("layer"); layer_or_null(w, t.layer);
+  w.key("n_elements"); w.value(t.n_elements);
+  w.key("shape");
+  w.array(t.shape);
+  w.key("source_type"); w.value(std::string(type_name(t.source_type)));
+  if (!t.members.empty()) {
+    w.key("members");
+    w.array(t.members);
+  }
+  if (mode == SensitivityMode::Noise) {
+    w.key("noise_fit");
+    w.begin_object();
+    w.key("coefficient"); w.value(t.noise_coefficient);
+    w.key("exponent"); w.value(t.noise_exponent);
+    w.key("points");
+    w.begin_array();
+    for (auto [e, k] : t.noise_points) {
+      w.begin_object();
+      w.key("weighted_error"); w.value(e);
+      w.key("delta_kld"); w.value(k);
+      w.end_object();
+    }
+    w.end_array();
+    w.end_object();
+  }
+  w.key("candidates");
+  w.begin_array();
+  for (const SensitivityCandidate& c : t.candidates) {
+    w.begin_object();
+    w.key("type"); w.value(std::string(type_name(c.type)));
+    w.key("bytes"); w.value(c.bytes);
+    w.key("bits_per_weight"); w.value(c.bpw);
+    w.key("weighted_error"); w.value(c.weighted_error);
+    w.key("delta_kld"); w.value(c.delta_kld);
+    w.key("delta_kld_error");
+    if (c.measured) w.value(c.delta_kld_error); else w.null();
+    w.key("delta_ppl");
+    if (c.measured) w.value(c.delta_ppl); else w.null();
+    w.key("measured"); w.value(c.measured);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+}
+
+}  // namespace
+
+std::string sensitivity_json(const SensitivityResult& r) {
+  std::ostringstream s;
+  JsonWriter w(s, true);
+  write_json_header(w, "qlens sensitivity", kSensitivityJsonSchemaVersion,
+                    {{"model", r.model_path}, {"text", r.text_path}, {"imatrix", r.imatrix_path}});
+  write_sensitivity_settings(w, r);
+  w.key("complete"); w.value(r.complete);
+  w.key("reference");
+  w.begin_object();
+  w.key("n_tokens_scored"); w.value(r.n_tokens_scored);
+  w.key("ppl"); w.value(r.reference_ppl);
+  w.end_object();
+  w.key("fixed_bytes"); w.value(r.fixed_bytes);
+  w.key("n_weights_total"); w.value(r.n_weights_total);
+  for (const bool groups : {false, true}) {
+    if (groups && r.groups.empty()) continue;
+    w.key(groups ? "groups" : "tensors");
+    w.begin_array();
+    for (const SensitivityTensor& t : groups ? r.groups : r.tensors) write_probe_unit(w, t, groups, r.mode);
+    w.end_array();
+  }
+  w.end_object();
+  s << "\n";
+  return s.str();
+}
+
+void print_sensitivity(std::ostream& out, const SensitivityResult& r, size_t top) {
+  // Types across tensors, in the order first seen (columns).
+  std::vector<DType> columns;
+  for (const SensitivityTensor& t : r.groups.empty() ? r.tensors : r.groups)
+    for (const SensitivityCandidate& c : t.candidates)
+      if (c.type != t.source_type && std::find(columns.begin(), columns.end(), c.type) == columns.end())
+        columns.push_back(c.type);
+  out << "Sensitivity (" << (r.mode == SensitivityMode::Quant ? "measured" : "predicted from noise")
+      << " mean KLD added when only this " << (r.groups.empty() ? "tensor" : "group") << " is quantized; " << r.n_tokens_scored
+      << " tokens; reference PPL " << std::fixed << std::setprecision(4) << r.reference_ppl << ")\n";
+  auto cell = [](double v) {
+    std::ostringstream s;
+    s << std::scientific << std::setprecision(2) << v;
+    return s.str();
+  };
+  // Rank tensors by their ΔKLD at the lowest-bit common type they have.
+  std::vector<const SensitivityTensor*> ranked;
+  for (const SensitivityTensor& t : r.groups.empty() ? r.tensors : r.groups) ranked.push_back(&t);
+  auto worst = [](const SensitivityTensor* t) {
+    double m = 0;
+    for (const SensitivityCandidate& c : t->candidates) m = std::max(m, c.delta_kld);
+    return m;
+  };
+  std::stable_sort(ranked.begin(), ranked.end(), [&](auto* a, auto* b) { return worst(a) > worst(b); });
+  out << std::left << std::setw(28) << "tensor" << std::setw(14) << "role" << std::right << std::setw(6) << "layer";
+  for (DType t : columns) out << std::setw(11) << type_name(t);
+  out << "\n";
+  size_t shown = 0;
+  for (const SensitivityTensor* t : ranked) {
+    if (top && shown++ >= top) break;
+    out << std::left << std::setw(28) << t->name << std::setw(14) << t->role << std::right << std::setw(6)
+        << t->layer;
+    for (DType type : columns) {
+      auto it = std::find_if(t->candidates.begin(), t->candidates.end(), [&](auto& c) { return c.type == type; });
+      out << std::setw(11) << (it == t->candidates.end() ? std::string("-") : cell(it->delta_kld));
+    }
+    out << "\n";
+  }
+  // Per role and per layer: the sum of ΔKLD at each type (what quantizing the
+  // whole group to that type would add, to first order).
+  auto summary = [&](const char* title, auto key_of) {
+    std::map<std::string, std::map<DType, double>> sums;
+    for (const SensitivityTensor& t : r.tensors)
+      for (const SensitivityCandidate& c : t.candidates) sums[key_of(t)][c.type] += c.delta_kld;
+    out << "\n" << title << " (sum of ΔKLD over its tensors)\n" << std::left << std::setw(16) << "" << std::right;
+    for (DType t : columns) out << std::setw(11) << type_name(t);
+    out << "\n";
+    for (const auto& [k, by_type] : sums) {
+      out << std::left << std::setw(16) << k << std::right;
+      for (DType t : columns) {
+        auto it = by_type.find(t);
+        out << std::setw(11) << (it == by_type.end() ? std::string("-") : cell(it->second));
+      }
+      out << "\n";
+    }
+  };
+  if (!r.groups.empty()) {
+    out << "\nEach row: every tensor of the group quantized to the type at once (measured together).\n";
+    return;
+  }
+  summary("Per role", [](const SensitivityTensor& t) { return t.role; });
+  summary("Per layer", [](const SensitivityTensor& t) { return t.layer < 0 ? std::string("(none)") : std::to_string(t.layer); });
+  out << "\nRead: a larger ΔKLD means the output moves more when this tensor loses bits; the plan\n"
+         "gives such tensors more bits. '-': the type does not fit the tensor's rows.\n";
+}
+
+}  // namespace qlens::tools
+
+namespace qlens::tools {
+
+namespace {
+
+SensitivityMode read_mode(const JsonValue& v) {
+  if (v.as_string() == "quant") return SensitivityMode::Quant;
+  if (v.as_string() == "noise") return SensitivityMode::Noise;
+  throw Error(v.where() + ": mode '" + v.as_string() + "' is neither quant nor noise");
+}
+
+// Schema 2's settings (schema 1 kept only the mode; the rest stays unknown:
+// the defaults, which a resume does not check).
+void read_settings(const JsonValue& s, SensitivityResult& r, const std::string& path) {
+  SensitivityOptions& o = r.settings;
+  r.mode = read_mode(s.at("mode"));
+  const std::string group = s.at("group").as_string();
+  bool known = false;
+  for (SensitivityGroup g : {SensitivityGroup::Tensor, SensitivityGroup::Layer, SensitivityGroup::Role,
+                             SensitivityGroup::Experts})
+    if (group == sensitivity_group_name(g)) o.group = g, known = true;
+  if (!known) throw Error(s.at("group").where() + ": unknown group '" + group + "'");
+  o.n_ctx = s.at("n_ctx").as_int();
+  o.n_batch = s.at("n_batch").as_int();
+  o.max_chunks = s.at("n_chunks").is_null() ? -1 : s.at("n_chunks").as_int();
+  for (const JsonValue& t : s.at("types").as_array()) {
+    const auto type = type_from_name(t.as_string());
+    if (!type) throw Error(path + ": " + t.display_path() + ": unknown type '" + t.as_string() + "'");
+    o.types.push_back(*type);
+  }
+  if (!s.at("noise_levels").is_null()) {
+    o.noise_levels.clear();
+    for (const JsonValue& l : s.at("noise_levels").as_array()) o.noise_levels.push_back(l.as_number());
+  }
+  o.top_k = s.at("top_k").as_int();
+  o.tensors_regex = optional_string(s, "tensors");
+  o.seed = static_cast<uint64_t>(s.at("seed").as_int());
+  if (const JsonValue* d = s.find("device")) o.device = d->as_string();
+}
+
+}  // namespace
+
+SensitivityResult sensitivity_from_json(const std::string& json_text, const std::string& path) {
+  const JsonValue doc = parse_json(json_text, path);
+  const int version = read_schema_version(doc, kSensitivityJsonSchemaVersion, "a qlens sensitivity file");
+  SensitivityResult r;
+  if (version == 1) {
+    r.model_path = doc.at("model").as_string();
+    r.text_path = optional_string(doc, "text");
+    r.imatrix_path = optional_string(doc, "imatrix");
+    r.mode = read_mode(doc.at("mode"));
+    r.settings.mode = r.mode;
+    r.settings_recorded = false;
+  } else {
+    const JsonValue& inputs = doc.at("inputs");
+    r.model_path = inputs.at("model").as_string();
+    r.text_path = optional_string(inputs, "text");
+    r.imatrix_path = optional_string(inputs, "imatrix");
+    read_settings(doc.at("settings"), r, path);
+    r.settings.mode = r.mode;
+    r.settings.imatrix_path = r.imatrix_path;
+  }
+  r.complete = doc.at("complete").as_bool();
+  r.n_tokens_scored = at_either(doc.at("reference"), {"n_tokens_scored", "n_tokens"}).as_int();
+  r.reference_ppl = doc.at("reference").at("ppl").as_number();
+  r.fixed_bytes = static_cast<uint64_t>(doc.at("fixed_bytes").as_int());
+  r.n_weights_total = doc.at("n_weights_total").as_int();
+  auto type_of = [&](const JsonValue& v) {
+    auto t = type_from_name(v.as_string());
+    if (!t) throw Error(v.where() + ": unknown type '" + v.as_string() + "'");
+    return *t;
+  };
+  for (const bool groups : {false, true}) {
+    const JsonValue* list = doc.find(groups ? "groups" : "tensors");
+    if (!list) continue;
+    for (const JsonValue& jt : list->as_array()) {
+      SensitivityTensor t;
+      t.name = at_either(jt, {groups ? "group" : "tensor", "name"}).as_string();
+      t.role = optional_string(jt, "role");
+      t.layer = read_layer(jt);
+      t.n_elements = jt.at("n_elements").as_int();
+      for (const JsonValue& d : jt.at("shape").as_array()) t.shape.push_back(d.as_int());
+      t.source_type = type_of(jt.at("source_type"));
+      if (const JsonValue* fit = jt.find("noise_fit")) {
+        t.noise_coefficient = fit->at("coefficient").as_number();
+        t.noise_exponent = fit->at("exponent").as_number();
+        for (const JsonValue& pt : fit->at("points").as_array())
+          t.noise_points.emplace_back(pt.at("weighted_error").as_number(), pt.at("delta_kld").as_number());
+      }
+      for (const JsonValue& jc : jt.at("candidates").as_array()) {
+        SensitivityCandidate c;
+        c.type = type_of(jc.at("type"));
+        c.bytes = static_cast<uint64_t>(jc.at("bytes").as_int());
+        c.bpw = at_either(jc, {"bits_per_weight", "bpw"}).as_number();
+        c.weighted_error = jc.at("weighted_error").as_number();
+        c.delta_kld = jc.at("delta_kld").as_number();
+        c.measured = jc.at("measured").as_bool();
+        if (!jc.at("delta_kld_error").is_null()) c.delta_kld_error = jc.at("delta_kld_error").as_number();
+        if (!jc.at("delta_ppl").is_null()) c.delta_ppl = jc.at("delta_ppl").as_number();
+        t.candidates.push_back(c);
+      }
+      if (const JsonValue* members = jt.find("members"))
+        for (const JsonValue& m : members->as_array()) t.members.push_back(m.as_string());
+      (groups ? r.groups : r.tensors).push_back(std::move(t));
+    }
+  }
+  return r;
+}
+
+std::string sensitivity_settings_mismatch(const SensitivityOptions& previous, const SensitivityOptions& now) {
+  // --tensors may differ: a tensor probed before is probed as it would be now.
+  const auto differs = [](const char* flag, const std::string& then, const std::string& current) {
+    return then == current ? std::string()
+                           : std::string(flag) + ": " + (then.empty() ? "(none)" : then) + " in the file, " +
+                                 (current.empty() ? "(none)" : current) + " now";
+  };
+  const auto join = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
+    return s;
+  };
+  const auto levels = [](const std::vector<double>& v) {
+    std::ostringstream s;
+    for (size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
+    return s.str();
+  };
+  const auto types = [&](const SensitivityOptions& o) {
+    return join(type_names(o.types.empty() ? default_sensitivity_types() : o.types));
+  };
+  const auto chunks = [](int64_t n) { return n > 0 ? std::to_string(n) : std::string("all"); };
+  const std::string checks[] = {
+      differs("--mode", mode_name(previous.mode), mode_name(now.mode)),
+      differs("--imatrix", previous.imatrix_path, now.imatrix_path),
+      differs("--group", sensitivity_group_name(previous.group), sensitivity_group_name(now.group)),
+      differs("-c", std::to_string(previous.n_ctx), std::to_string(now.n_ctx)),
+      differs("--chunks", chunks(previous.max_chunks), chunks(now.max_chunks)),
+      differs("--types", types(previous), types(now)),
+      now.mode == SensitivityMode::Noise ? differs("--noise-levels", levels(previous.noise_levels), levels(now.noise_levels))
+                                         : std::string(),
+      differs("--top-k", std::to_string(previous.top_k), std::to_string(now.top_k)),
+      differs("--seed", std::to_string(previous.seed), std::to_string(now.seed)),
+  };
+  std::string mismatch;
+  for (const std::string& c : checks)
+    if (!c.empty()) mismatch += (mismatch.empty() ? "" : "; ") + c;
+  return mismatch;
+}
+
+}  // namespace qlens::tools

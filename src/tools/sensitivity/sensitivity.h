@@ -1,0 +1,130 @@
+// Which tensors need more bits: qlens sensitivity.
+//
+// The reference (the unquantized model) is run once over the calibration
+// chunks and its output distribution kept compactly: per scored token the
+// top-K log-probabilities and the mass of the rest. Then one tensor at a time
+// is replaced in the running context (no reload) and the mean KL divergence
+// of the output from the reference is measured:
+//  - mode quant: the tensor quantized to each candidate type (with the
+//    imatrix when given), one pass per tensor and type;
+//  - mode noise: zero-mean Gaussian noise added to the tensor, its per-column
+//    scale following the imatrix (as an imatrix-aware quantizer shapes its
+//    error), at one or two magnitudes; the response ΔKLD = c·E^γ in the
+//    injected imatrix-weighted error energy E is fitted, and each type's ΔKLD
+//    predicted from that type's measured weighted error on the tensor. One or
+//    two passes per tensor instead of one per tensor and type.
+// KLD against the top-K reference is exact when K covers the vocabulary and
+// a lower bound otherwise (the rest of the mass is merged into one outcome).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "qlens/model.h"
+#include "tools/common/tensor_names.h"
+#include "qlens/types.h"
+
+namespace qlens::tools {
+
+enum class SensitivityMode { Quant, Noise };
+// Probe unit: one tensor, or every tensor of a layer or of a role at once, or
+// a layer's expert tensors (gate, up, down of all experts) together with the
+// other tensors alone (quant mode; group results are for reading: plan needs
+// tensors).
+enum class SensitivityGroup { Tensor, Layer, Role, Experts };
+
+struct SensitivityOptions {
+  int64_t n_ctx = 512;
+  int64_t n_batch = 512;
+  int64_t max_chunks = 8;
+  int n_threads = 0;
+  CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
+  std::string imatrix_path;
+  std::vector<DType> types;  // empty: the default candidates
+  SensitivityMode mode = SensitivityMode::Quant;
+  SensitivityGroup group = SensitivityGroup::Tensor;
+  std::vector<double> noise_levels = {0.05};  // noise RMS relative to the tensor's RMS; one or two levels
+  int64_t top_k = 256;       // reference log-probabilities kept per token
+  std::string tensors_regex;  // only these weights (default: every matrix and expert tensor but the router)
+  uint64_t seed = 1;
+  // Keep the residual stream entering the probed tensor's layer for the
+  // chunks, so that a probe recomputes only that layer onwards (results
+  // identical to full passes; costs n_chunks x n_ctx x n_embd floats).
+  bool layer_cache = true;
+  std::string device = "cpu";  // see ContextOptions
+  int n_gpu_layers = -1;
+};
+
+struct SensitivityCandidate {
+  DType type = DType::F32;
+  uint64_t bytes = 0;
+  double bpw = 0;
+  double weighted_error = 0;  // Σ_j imp_j Σ_i (w - q(w))^2 / Σ_j imp_j rows: the type's error on this tensor
+  double delta_kld = 0;       // measured (quant) or predicted (noise)
+  double delta_kld_error = 0; // standard error of the measured mean
+  double delta_ppl = 0;       // measured (quant mode only)
+  bool measured = false;
+};
+
+struct SensitivityTensor {
+  std::string name, role;
+  int layer = -1;
+  int64_t n_elements = 0;
+  std::vector<int64_t> shape;
+  DType source_type = DType::F32;
+  std::vector<SensitivityCandidate> candidates;
+  // Noise mode: the fitted response ΔKLD = coefficient · E^exponent.
+  double noise_coefficient = 0, noise_exponent = 1;
+  std::vector<std::pair<double, double>> noise_points;  // (E, ΔKLD) measured
+  std::vector<std::string> members;  // groups: the tensors probed together
+};
+
+struct SensitivityResult {
+  std::string model_path, text_path, imatrix_path;
+  SensitivityMode mode = SensitivityMode::Quant;
+  int64_t n_tokens_scored = 0;
+  double reference_ppl = 0;
+  uint64_t fixed_bytes = 0;       // tensors not probed (kept as they are, e.g. F32 norms)
+  int64_t n_weights_total = 0;    // elements of every tensor of the model
+  std::vector<SensitivityTensor> tensors;  // --group tensor
+  std::vector<SensitivityTensor> groups;   // --group layer|role: name "layer 3" / "attn_v"
+  bool complete = false;
+  // What the run was asked (the JSON's settings): a resumed run must match.
+  SensitivityOptions settings;
+  bool settings_recorded = true;  // false when read from a schema-1 file (its mode alone)
+  // What the run cost (not in the JSON): the reference's full passes over
+  // the chunks, and the probes' passes (each from its tensor's layer).
+  double reference_seconds = 0, probe_seconds = 0;
+  int64_t n_probes = 0;
+};
+
+// The weights a run probes: matrices and 3-D expert tensors but the router,
+// those matching `tensors_regex` when it is not empty.
+std::vector<Tensor*> sensitivity_probed_weights(const Model& model, const std::string& tensors_regex);
+
+// The default candidate types (those that fit a tensor's rows are used).
+std::vector<DType> default_sensitivity_types();
+
+// Runs the probe. `resume`, when it holds tensors from an interrupted run of
+// the same model and settings, is continued. on_tensor is called after each
+// tensor with the result so far (to checkpoint) and the progress.
+SensitivityResult measure_sensitivity(
+    const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt,
+    const SensitivityResult* resume = nullptr,
+    const std::function<void(const SensitivityResult&, int64_t done, int64_t total)>& on_tensor = {});
+
+// JSON (the schema qlens plan reads; docs/SENSITIVITY.md) and a text report.
+// The reader takes schema 1 files too (their settings are mode alone).
+constexpr int kSensitivityJsonSchemaVersion = 2;
+std::string sensitivity_json(const SensitivityResult& r);
+SensitivityResult sensitivity_from_json(const std::string& json_text, const std::string& path);
+// Empty when `previous` (a file being resumed) was made with the settings of
+// `now` (those that change a probe's result), else what differs
+// ("--mode: noise in the file, quant now").
+std::string sensitivity_settings_mismatch(const SensitivityOptions& previous, const SensitivityOptions& now);
+const char* sensitivity_group_name(SensitivityGroup group);
+void print_sensitivity(std::ostream& out, const SensitivityResult& r, size_t top);
+
+}  // namespace qlens::tools

@@ -1,0 +1,332 @@
+#include "tools/synth/synth.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "model/arch/architecture.h"
+#include "qlens/error.h"
+#include "qlens/gguf.h"
+
+namespace qlens::tools {
+
+const std::vector<SynthPreset>& synth_presets() {
+  // Smallest first within an architecture: --arch alone picks the first.
+  static const std::vector<SynthPreset> presets = {
+      {.name = "tiny", .arch = "llama", .n_embd = 64, .n_ff = 128, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+       .n_vocab = 512, .n_ctx = 256, .tied_output = true},
+      {.name = "160m", .arch = "llama", .n_embd = 768, .n_ff = 2048, .n_layer = 12, .n_head = 12, .n_head_kv = 12,
+       .n_vocab = 32000, .n_ctx = 2048},
+      {.name = "1.1b", .arch = "llama", .n_embd = 2048, .n_ff = 5632, .n_layer = 22, .n_head = 32, .n_head_kv = 4,
+       .n_vocab = 32000, .n_ctx = 2048},
+      // Gemma 3 in small (the shapes of ../shared/reference/synth/gemma3.gguf):
+      // heads wider than n_embd / n_head, a window shorter than the context
+      // and a global layer inside the stack, as in the real models, so every
+      // Gemma 3 path runs in a test.
+      {.name = "gemma3-tiny", .arch = "gemma3", .n_embd = 128, .n_ff = 256, .n_layer = 4, .n_head = 4,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .tied_output = true, .head_dim = 64,
+       .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 32, .swa_period = 3, .rope_freq_base_swa = 1e4f},
+      // google/gemma-3-270m's shapes and hyper-parameters.
+      {.name = "gemma3-270m", .arch = "gemma3", .n_embd = 640, .n_ff = 2048, .n_layer = 18, .n_head = 4,
+       .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
+       .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},
+      // The shapes and hyper-parameters of real models (their config.json),
+      // for benchmarks: Qwen/Qwen2.5-0.5B, Qwen/Qwen3-0.6B,
+      // meta-llama/Llama-3.2-1B, google/gemma-3-1b-pt, and
+      // microsoft/Phi-4-mini-instruct without its LongRoPE factors.
+      {.name = "qwen2.5-0.5b", .arch = "qwen2", .n_embd = 896, .n_ff = 4864, .n_layer = 24, .n_head = 14,
+       .n_head_kv = 2, .n_vocab = 151936, .n_ctx = 32768, .tied_output = true, .rope_freq_base = 1e6f,
+       .rms_eps = 1e-6f},
+      {.name = "qwen3-0.6b", .arch = "qwen3", .n_embd = 1024, .n_ff = 3072, .n_layer = 28, .n_head = 16,
+       .n_head_kv = 8, .n_vocab = 151936, .n_ctx = 40960, .tied_output = true, .head_dim = 128,
+       .rope_freq_base = 1e6f, .rms_eps = 1e-6f},
+      {.name = "llama3.2-1b", .arch = "llama", .n_embd = 2048, .n_ff = 8192, .n_layer = 16, .n_head = 32,
+       .n_head_kv = 8, .n_vocab = 128256, .n_ctx = 131072, .tied_output = true, .rope_freq_base = 5e5f,
+       .rms_eps = 1e-5f, .rope_scaling_factor = 32, .rope_low_freq_factor = 1, .rope_high_freq_factor = 4,
+       .rope_original_ctx = 8192},
+      {.name = "phi4-mini", .arch = "phi3", .n_embd = 3072, .n_ff = 8192, .n_layer = 32, .n_head = 24,
+       .n_head_kv = 8, .n_vocab = 200064, .n_ctx = 131072, .tied_output = true, .rope_freq_base = 1e4f,
+       .rms_eps = 1e-5f, .n_rot = 96},
+      // Mixtures of experts. Tiny ones in the shapes of ../shared/reference/synth:
+      {.name = "qwen3moe-tiny", .arch = "qwen3moe", .n_embd = 64, .n_ff = 192, .n_layer = 2, .n_head = 4,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .head_dim = 32, .rope_freq_base = 1e6f, .rms_eps = 1e-6f,
+       .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64},
+      {.name = "mixtral-tiny", .arch = "llama", .n_embd = 96, .n_ff = 128, .n_layer = 2, .n_head = 6,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .rope_freq_base = 1e6f, .n_expert = 4, .n_expert_used = 2,
+       .n_ff_exp = 128},
+      // Qwen/Qwen3-30B-A3B's layers (128 experts of 768, 8 used; 32 query heads
+      // of 128, 4 KV heads), 4 of its 48, for benchmarks that fit here: each
+      // layer holds 604M expert weights (1.2 GB in F16).
+      {.name = "qwen3-30b-a3b-4l", .arch = "qwen3moe", .n_embd = 2048, .n_ff = 6144, .n_layer = 4, .n_head = 32,
+       .n_head_kv = 4, .n_vocab = 151936, .n_ctx = 40960, .head_dim = 128, .rope_freq_base = 1e6f,
+       .rms_eps = 1e-6f, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768},
+      {.name = "gemma3-1b", .arch = "gemma3", .n_embd = 1152, .n_ff = 6912, .n_layer = 26, .n_head = 4,
+       .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
+       .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},
+  };
+  return presets;
+}
+
+std::vector<float> llama3_rope_factors(const SynthPreset& p, int64_t n_rot) {
+  std::vector<float> f;
+  const double old_ctx = static_cast<double>(p.rope_original_ctx);
+  const double low_wavelen = old_ctx / p.rope_low_freq_factor, high_wavelen = old_ctx / p.rope_high_freq_factor;
+  for (int64_t i = 0; i < n_rot; i += 2) {
+    const double freq = 1.0 / std::pow(static_cast<double>(p.rope_freq_base), static_cast<double>(i) / n_rot);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      f.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      f.push_back(p.rope_scaling_factor);
+    } else {
+      const double smooth = (old_ctx / wavelen - p.rope_low_freq_factor) / (p.rope_high_freq_factor - p.rope_low_freq_factor);
+      f.push_back(static_cast<float>(1.0 / ((1 - smooth) / p.rope_scaling_factor + smooth)));
+    }
+  }
+  return f;
+}
+
+const SynthPreset& find_synth_preset(const std::string& name, const std::string& arch) {
+  const auto& presets = synth_presets();
+  // "llama3" is llama with Llama 3's rope scaling (the file says "llama").
+  auto is_of = [](const SynthPreset& p, const std::string& a) {
+    return a.empty() || p.arch == a || (a == "llama3" && p.arch == "llama" && p.rope_scaling_factor > 0);
+  };
+  auto names_of = [&](const std::string& of_arch) {
+    std::string names;
+    for (const auto& p : presets)
+      if (is_of(p, of_arch))
+        names += (names.empty() ? "" : ", ") + p.name + (of_arch.empty() ? " (" + p.arch + ")" : "");
+    return names;
+  };
+  if (name.empty()) {
+    for (const auto& p : presets)
+      if (is_of(p, arch)) return p;
+    throw Error("synth: no preset of architecture '" + arch + "' (presets: " + names_of("") + ")");
+  }
+  for (const auto& p : presets) {
+    if (p.name != name) continue;
+    if (!is_of(p, arch)) {
+      const std::string others = names_of(arch);
+      throw Error("synth: preset '" + name + "' is a " + p.arch + " model, not " + arch + " (" +
+                  (others.empty() ? "no " + arch + " presets" : arch + " presets: " + others) + ")");
+    }
+    return p;
+  }
+  throw Error("synth: unknown preset '" + name + "' (known: " + names_of("") + ")");
+}
+
+HParams synth_hparams(const SynthPreset& p) {
+  HParams hp;
+  hp.arch = p.arch;
+  hp.n_vocab = p.n_vocab;
+  hp.n_ctx_train = p.n_ctx;
+  hp.n_embd = p.n_embd;
+  hp.n_ff = p.n_ff;
+  hp.n_layer = p.n_layer;
+  hp.n_head = p.n_head;
+  hp.n_head_kv = p.n_head_kv;
+  hp.head_dim = p.head_dim > 0 ? p.head_dim : p.n_embd / p.n_head;
+  hp.n_rot = p.n_rot > 0 ? p.n_rot : hp.head_dim;
+  hp.rms_eps = p.rms_eps;
+  hp.rope_freq_base = p.rope_freq_base;
+  hp.n_expert = p.n_expert;
+  hp.n_expert_used = p.n_expert_used;
+  hp.n_ff_exp = p.n_ff_exp;
+  hp.expert_weights_norm = p.n_expert > 0;
+  if (p.n_swa > 0) {
+    if (p.swa_period < 1) throw Error("synth: preset '" + p.name + "' has a sliding window but no layer pattern");
+    hp.n_swa = p.n_swa;
+    hp.swa_layers.resize(p.n_layer);
+    for (int64_t il = 0; il < p.n_layer; ++il) hp.swa_layers[il] = il % p.swa_period < p.swa_period - 1;
+    hp.rope_freq_base_swa = p.rope_freq_base_swa;
+  }
+  return hp;
+}
+
+std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output, bool rope_freqs) {
+  const Architecture* arch = find_architecture(hp.arch);
+  if (!arch) throw Error("synth: unknown architecture '" + hp.arch + "'");
+  auto tensor = [](const TensorSpec& spec, int layer) {
+    int n_dims = kMaxDims;
+    while (n_dims > 1 && spec.ne[n_dims - 1] == 1) --n_dims;
+    return SynthTensor{tensor_name(spec.role, layer), spec.role, layer, spec.ne, n_dims};
+  };
+  // The order the graph reads them in, which is also that of the files synth
+  // wrote before it read the table (kept byte for byte): what comes before
+  // the layers (the embedding, read by get_rows), the layers, the output.
+  std::vector<SynthTensor> plan, after_layers;
+  for (const TensorSpec& spec : arch->tensors(hp, -1)) {
+    if (spec.role == Role::Output && tied_output) continue;
+    if (spec.role == Role::RopeFreqs ? !rope_freqs : !spec.required && spec.role != Role::Output) continue;
+    (role_info(spec.role).reader == Op::GetRows ? plan : after_layers).push_back(tensor(spec, -1));
+  }
+  for (int il = 0; il < hp.n_layer; ++il)
+    for (const TensorSpec& spec : arch->tensors(hp, il))
+      if (spec.required) plan.push_back(tensor(spec, il));
+  plan.insert(plan.end(), after_layers.begin(), after_layers.end());
+  return plan;
+}
+
+namespace {
+
+// splitmix64: small, fast, and good enough for random weights.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (next() >> 11) * 0x1.0p-53; }
+  // Normal samples by Box-Muller, two at a time.
+  float normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    double u = uniform(), v = uniform();
+    double r = std::sqrt(-2.0 * std::log(u > 0 ? u : 1e-300));
+    spare_ = static_cast<float>(r * std::sin(2 * M_PI * v));
+    has_spare_ = true;
+    return static_cast<float>(r * std::cos(2 * M_PI * v));
+  }
+
+ private:
+  uint64_t state_;
+  bool has_spare_ = false;
+  float spare_ = 0;
+};
+
+// A SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, then
+// pieces made of letters (with and without the word-start mark U+2581),
+// scored so that longer, earlier pieces are preferred as in real vocabularies.
+void generated_vocab(gguf::Writer& w, int64_t n_vocab) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    tokens.push_back(buf);
+    types.push_back(6);
+  }
+  const std::string mark = "\xE2\x96\x81";
+  const std::string letters = "etaoinshrdlcumwfgypbvkjxqzETAOINSHRDLCUMWFGYPBVKJXQZ0123456789.,!?'\"-:;()";
+  std::vector<std::string> pieces = {mark};
+  for (char c : letters) pieces.push_back(std::string(1, c));
+  for (char c : letters) pieces.push_back(mark + c);
+  for (char a : letters)
+    for (char b : letters) {
+      pieces.push_back(mark + a + b);
+      pieces.push_back(std::string(1, a) + b);
+    }
+  // Three-letter pieces only when a large vocabulary asks for them.
+  for (size_t i = 0; pieces.size() < static_cast<size_t>(n_vocab) && i < letters.size() * letters.size(); ++i)
+    for (char c : letters) pieces.push_back(mark + letters[i / letters.size()] + letters[i % letters.size()] + c);
+  const size_t n_fixed = tokens.size();  // the special and byte tokens
+  if (n_vocab < static_cast<int64_t>(n_fixed) || static_cast<size_t>(n_vocab) > n_fixed + pieces.size())
+    throw Error("synth: a generated vocabulary has " + std::to_string(n_fixed) + " to " +
+                std::to_string(n_fixed + pieces.size()) + " tokens, not " + std::to_string(n_vocab));
+  for (size_t i = 0; tokens.size() < static_cast<size_t>(n_vocab); ++i) {
+    tokens.push_back(pieces.at(i));
+    types.push_back(1);
+  }
+  std::vector<float> scores(tokens.size(), 0.0f);
+  for (size_t i = 259; i < tokens.size(); ++i) scores[i] = -static_cast<float>(i - 259);
+  w.set("tokenizer.ggml.model", gguf::Value::make_string("llama"));
+  w.set("tokenizer.ggml.tokens", gguf::Value::make_string_array(tokens));
+  w.set("tokenizer.ggml.scores", gguf::Value::make_f32_array(scores));
+  w.set("tokenizer.ggml.token_type", gguf::Value::make_i32_array(types));
+  w.set("tokenizer.ggml.bos_token_id", gguf::Value::make_u32(1));
+  w.set("tokenizer.ggml.eos_token_id", gguf::Value::make_u32(2));
+  w.set("tokenizer.ggml.unknown_token_id", gguf::Value::make_u32(0));
+}
+
+int64_t copied_vocab(gguf::Writer& w, const std::string& path) {
+  auto f = gguf::File::open(path);
+  int64_t n = 0;
+  for (const auto& kv : f->metadata())
+    if (kv.key.rfind("tokenizer.", 0) == 0) {
+      w.set(kv.key, kv.value);
+      if (kv.key == "tokenizer.ggml.tokens") n = static_cast<int64_t>(kv.value.arr.size());
+    }
+  if (n == 0) throw Error(path + ": no tokenizer.ggml.tokens to copy a vocabulary from");
+  return n;
+}
+
+}  // namespace
+
+int64_t synth_model(const SynthOptions& opt, const std::string& path) {
+  const SynthPreset& preset = find_synth_preset(opt.preset, opt.arch);
+  if (opt.type != DType::F32 && opt.type != DType::F16 && opt.type != DType::BF16)
+    throw Error("synth: --type must be F32, F16 or BF16");
+  if (opt.n_vocab < 0) throw Error("synth: vocabulary size " + std::to_string(opt.n_vocab) + " is negative");
+  if (opt.n_vocab > 0 && !opt.vocab_file.empty())
+    throw Error("synth: a vocabulary size and a vocabulary file to copy exclude each other");
+  HParams hp = synth_hparams(preset);
+  if (opt.n_vocab > 0) hp.n_vocab = opt.n_vocab;
+  const Architecture* arch = find_architecture(hp.arch);
+  if (!arch) throw Error("synth: preset '" + preset.name + "' names unknown architecture '" + hp.arch + "'");
+
+  // general.*, the architecture's keys, the tokenizer's, the vocabulary
+  // size: the order of the files synth wrote before it read the table (kept
+  // byte for byte). write_common_hparams sets general.architecture again, in
+  // place.
+  gguf::Writer w;
+  w.set("general.architecture", gguf::Value::make_string(hp.arch));
+  w.set("general.name", gguf::Value::make_string("qlens-synth-" + preset.name));
+  w.set("general.file_type", gguf::Value::make_u32(opt.type == DType::F32 ? 0 : opt.type == DType::F16 ? 1 : 32));
+  write_common_hparams(w, hp);
+  arch->write_hparams(w, hp);
+  if (!opt.vocab_file.empty())
+    hp.n_vocab = copied_vocab(w, opt.vocab_file);
+  else
+    generated_vocab(w, hp.n_vocab);
+  w.set(hp.arch + ".vocab_size", gguf::Value::make_u32(static_cast<uint32_t>(hp.n_vocab)));
+
+  Rng rng(opt.seed);
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> buffers;  // keep data alive until write
+  int64_t n_params = 0;
+  for (const SynthTensor& t : synth_tensor_plan(hp, preset.tied_output, preset.rope_scaling_factor > 0)) {
+    int64_t n = 1;
+    for (int d = 0; d < t.n_dims; ++d) n *= t.ne[d];
+    // Biases and rope factors stay F32 (element-wise kernels and rope read
+    // them so); rope factors as the converter computes them.
+    const Op reader = role_info(t.role).reader;
+    if (reader == Op::Add || reader == Op::Rope) {
+      std::vector<float> values = t.role == Role::RopeFreqs ? llama3_rope_factors(preset, hp.n_rot) : std::vector<float>(n);
+      if (t.role != Role::RopeFreqs)
+        for (float& v : values) v = 0.1f * rng.normal();
+      auto bytes = std::make_unique<std::vector<uint8_t>>(values.size() * sizeof(float));
+      std::memcpy(bytes->data(), values.data(), bytes->size());
+      w.add_tensor(t.name, DType::F32, std::span<const int64_t>(t.ne.data(), t.n_dims), bytes->data(), bytes->size());
+      buffers.push_back(std::move(bytes));
+      n_params += n;
+      continue;
+    }
+    // A norm's scale (what the graph multiplies by element-wise) starts near
+    // 1 and stays F32, the type element-wise kernels read. The router stays
+    // F32 too, as llama.cpp's converter and quantize keep it.
+    const bool is_norm = role_info(t.role).reader == Op::Mul;
+    const bool is_router = t.role == Role::FfnGateInp;
+    // GPT-2-style initial scale for the embedding and the output: logits stay
+    // small, so an untrained model's perplexity is near its vocabulary size.
+    // Other matrices: N(0, 1/fan_in), so activations keep their scale.
+    const bool is_vocab_matrix = t.role == Role::TokenEmbd || t.role == Role::Output;
+    const float stddev = is_vocab_matrix ? 0.02f : 1.0f / std::sqrt(static_cast<float>(t.ne[0]));
+    const DType type = is_norm || is_router ? DType::F32 : opt.type;
+    std::vector<float> values(n);
+    for (float& v : values) v = is_norm ? 1.0f + 0.1f * rng.normal() : stddev * rng.normal();
+    auto bytes = std::make_unique<std::vector<uint8_t>>(row_bytes(type, n));
+    type_traits(type).from_float(values.data(), bytes->data(), n);
+    w.add_tensor(t.name, type, std::span<const int64_t>(t.ne.data(), t.n_dims), bytes->data(), bytes->size());
+    buffers.push_back(std::move(bytes));
+    n_params += n;
+  }
+  w.write(path);
+  return n_params;
+}
+
+}  // namespace qlens::tools

@@ -1,0 +1,270 @@
+// Attention blocks (src/model/attention.h): the standard block every
+// architecture picks today, and two test doubles that show the interface
+// carries the other kinds before their kernels exist:
+//
+// - a latent double: a cache of its own layout (one tensor per layer, each
+//   position's normed input and roped keys in one row), values recomputed
+//   from the cached inputs; it must give standard attention's logits;
+// - a recurrent double: a fixed-size state per sequence (the sum of every
+//   position's normed input so far), each position's output the mean of the
+//   inputs up to it; it must give the same logits whatever the batching,
+//   start from zero for a new sequence, and be left as it was by a stopped
+//   batch.
+//
+// A hybrid model (recurrent layer 0, latent layer 1) mixes them per layer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/arch/architecture.h"
+#include "model/sequence_state.h"
+#include "qlens/error.h"
+#include "qlens/model.h"
+#include "test_util.h"
+#include "tools/synth/synth.h"
+
+namespace qlens {
+namespace {
+
+// ---- the doubles
+
+class LatentDouble final : public AttentionBlock {
+ public:
+  explicit LatentDouble(bool rope_keys = true) : rope_keys_(rope_keys) {}
+  const char* kind() const override { return "latent"; }
+  StateKind state_kind() const override { return StateKind::PerPosition; }
+
+  std::vector<StateSpec> state(const HParams& hp, int il, int64_t n_ctx, DType cache_type) const override {
+    return {{"cache_latent_l" + std::to_string(il), cache_type, {hp.n_embd + hp.n_embd_kv(), n_ctx, 1, 1}}};
+  }
+
+  Tensor* build(GraphBuilder& b, int il, Tensor* cur, std::span<Tensor* const> state) const override {
+    const HParams& hp = b.hparams();
+    Graph& g = b.graph();
+    const int64_t N = b.n_tokens(), n_past = b.n_past(), n_kv = n_past + N, D = hp.head_dim, E = hp.n_embd;
+    const int64_t KV = hp.n_embd_kv();
+    Tensor* cache = state[0];
+    const size_t es = type_traits(cache->type).block_bytes, row = cache->nb[1];
+    auto roped = [&](Role w, int64_t heads) {
+      Tensor* t = reshape(g, mul_mat(g, b.weight(w, il), cur), {D, heads, N});
+      if (w == Role::AttnK && !rope_keys_) return t;
+      return rope(g, t, b.inputs().positions, static_cast<int>(hp.n_rot), hp.rope_mode, hp.rope_freq_base,
+                  hp.rope_freq_scale, nullptr);
+    };
+    Tensor* q = roped(Role::AttnQ, hp.n_head);
+    Tensor* k = roped(Role::AttnK, hp.n_head_kv);
+    Tensor* x_stored = cpy(g, cur, view(g, cache, {E, N}, {row}, n_past * row));
+    Tensor* k_stored = cpy(g, reshape(g, k, {KV, N}), view(g, cache, {KV, N}, {row}, n_past * row + E * es));
+    Tensor* latent = view(g, cache, {E, n_kv}, {row}, 0);
+    Tensor* keys = view(g, cache, {D, n_kv, hp.n_head_kv}, {row, D * es}, E * es);
+    latent->src[1] = x_stored;
+    keys->src[1] = k_stored;
+    Tensor* values = mul_mat(g, b.weight(Role::AttnV, il), latent);  // [KV, n_kv]
+    values = reshape(g, cont(g, transpose(g, values)), {n_kv, D, hp.n_head_kv});
+    Tensor* kq = mul_mat(g, keys, permute(g, q, 0, 2, 1, 3));
+    kq = soft_max(g, kq, b.inputs().mask, 1.0f / std::sqrt(static_cast<float>(D)));
+    Tensor* kqv = cont(g, permute(g, mul_mat(g, values, kq), 0, 2, 1, 3));
+    return mul_mat(g, b.weight(Role::AttnOutput, il), reshape(g, kqv, {D * hp.n_head, N}));
+  }
+
+ private:
+  bool rope_keys_;
+};
+
+class RecurrentDouble final : public AttentionBlock {
+ public:
+  const char* kind() const override { return "recurrent"; }
+  StateKind state_kind() const override { return StateKind::Recurrent; }
+
+  std::vector<StateSpec> state(const HParams& hp, int il, int64_t, DType) const override {
+    return {{"state_sum_l" + std::to_string(il), DType::F32, {hp.n_embd, 1, 1, 1}}};
+  }
+
+  // y_t = (S + x_0 + ... + x_t) / (n_past + t + 1), S the sum of the inputs
+  // before the batch. The causal mask's softmax is that average's weights:
+  // 1 / (n_past + t + 1) on every position up to t.
+  Tensor* build(GraphBuilder& b, int, Tensor* cur, std::span<Tensor* const> state) const override {
+    Graph& g = b.graph();
+    const int64_t N = b.n_tokens(), n_past = b.n_past(), E = b.hparams().n_embd;
+    Tensor* sum_before = scale(g, state[0], 1.0f);  // a copy: the state is overwritten below
+    Tensor* weights = soft_max(g, b.inputs().mask, nullptr, 1.0f);  // [n_kv, N]
+    Tensor* x_t = cont(g, transpose(g, cur));                          // [N, E]
+    Tensor* in_batch = cont(g, view(g, weights, {N, N}, {weights->nb[1]}, n_past * sizeof(float)));
+    Tensor* first = cont(g, view(g, weights, {1, N}, {weights->nb[1]}, 0));
+    Tensor* y = add(g, mul_mat(g, x_t, in_batch), mul_mat(g, reshape(g, sum_before, {1, E}), first));
+    Tensor* sum_after = add(g, sum_before, reshape(g, sum_rows(g, x_t), {E}));
+    g.build(cpy(g, sum_after, state[0]));
+    return y;
+  }
+};
+
+// llama's graph and tables with the attention blocks a function picks.
+class WithBlocks final : public Architecture {
+ public:
+  using Pick = std::unique_ptr<AttentionBlock> (*)(int il);
+  explicit WithBlocks(Pick pick) : pick_(pick) {}
+  const char* name() const override { return "llama"; }
+  void read_hparams(const gguf::File& f, HParams& hp) const override { llama().read_hparams(f, hp); }
+  void write_hparams(gguf::Writer& w, const HParams& hp) const override { llama().write_hparams(w, hp); }
+  std::vector<TensorSpec> tensors(const HParams& hp, int il) const override { return llama().tensors(hp, il); }
+  std::unique_ptr<AttentionBlock> attention(const HParams&, int il) const override { return pick_(il); }
+  Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override { return llama().layer(b, il, in); }
+
+ private:
+  static const Architecture& llama() { return llama_architecture(); }
+  Pick pick_;
+};
+
+const WithBlocks kLatent([](int) -> std::unique_ptr<AttentionBlock> { return std::make_unique<LatentDouble>(); });
+const WithBlocks kLatentKeysNotRoped([](int) -> std::unique_ptr<AttentionBlock> {
+  return std::make_unique<LatentDouble>(/*rope_keys=*/false);
+});
+const WithBlocks kHybrid([](int il) -> std::unique_ptr<AttentionBlock> {
+  if (il == 0) return std::make_unique<RecurrentDouble>();
+  return std::make_unique<LatentDouble>();
+});
+
+// ---- helpers
+
+// The synthetic `tiny` llama (2 layers, GQA) in F32, written once.
+std::string tiny_model_path() {
+  static std::string file;
+  if (file.empty()) {
+    file = test::temp_dir() + "/tiny-blocks-f32.gguf";
+    tools::SynthOptions o;
+    o.preset = "tiny";
+    o.type = DType::F32;
+    tools::synth_model(o, file);
+  }
+  return file;
+}
+
+std::vector<Token> some_tokens(const Model& m, size_t n) {
+  std::vector<Token> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<Token>((i * 7919 + 3) % m.hparams().n_vocab);
+  return t;
+}
+
+ContextOptions options(int64_t n_batch) {
+  ContextOptions o;
+  o.n_ctx = 64;
+  o.n_batch = n_batch;
+  o.n_threads = 2;
+  o.cpu = test::cpu_options();
+  o.cache_type = DType::F32;  // the latent double multiplies cached inputs: keep them exact
+  return o;
+}
+
+// Every token's logits, decoding `tokens` in one call.
+std::vector<float> all_logits(Context& ctx, const std::vector<Token>& tokens) {
+  EXPECT_TRUE(ctx.decode(tokens, true));
+  std::vector<float> out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    auto l = ctx.logits(static_cast<int64_t>(i));
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
+float max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+float max_abs(const std::vector<float>& a) {
+  float m = 0;
+  for (float v : a) m = std::max(m, std::abs(v));
+  return m;
+}
+
+std::vector<float> read(const Tensor& t) { return tensor_to_f32(t); }
+
+// ---- tests
+
+TEST(AttentionBlocks, EveryArchitecturePicksTheStandardBlockWithAKAndVCachePerLayer) {
+  auto m = Model::load(tiny_model_path());
+  Context ctx(*m, options(8));
+  const HParams& hp = m->hparams();
+  for (int il = 0; il < hp.n_layer; ++il) {
+    EXPECT_STREQ(m->attention_block(il).kind(), "standard");
+    auto state = ctx.state().layer(il);
+    ASSERT_EQ(state.size(), 2u);
+    EXPECT_EQ(state[0]->name, "cache_k_l" + std::to_string(il));
+    EXPECT_EQ(state[1]->name, "cache_v_l" + std::to_string(il));
+    EXPECT_EQ(state[0]->ne[0], hp.n_embd_kv() * 64);
+  }
+}
+
+TEST(AttentionBlocks, StandardOptionsWithoutOpsAreRefusedByName) {
+  EXPECT_TRUE(test::contains(test::error_of([] { make_standard_attention({.softcap = 50}); }), "soft-capped"));
+  EXPECT_TRUE(test::contains(test::error_of([] { make_standard_attention({.sinks = true}); }), "sinks"));
+}
+
+TEST(AttentionBlocks, ALatentCacheOfItsOwnLayoutGivesStandardAttentionsLogits) {
+  auto standard = Model::load(tiny_model_path());
+  auto latent = Model::load(tiny_model_path(), kLatent);
+  const auto tokens = some_tokens(*standard, 19);
+  Context a(*standard, options(8)), b(*latent, options(8));  // three batches: the caches carry positions
+  const HParams& hp = latent->hparams();
+  auto state = b.state().layer(1);
+  ASSERT_EQ(state.size(), 1u);
+  EXPECT_EQ(state[0]->name, "cache_latent_l1");
+  EXPECT_EQ(state[0]->ne[0], hp.n_embd + hp.n_embd_kv());
+  EXPECT_EQ(state[0]->ne[1], 64);
+
+  const std::vector<float> want = all_logits(a, tokens), got = all_logits(b, tokens);
+  EXPECT_LT(max_abs_difference(got, want), 1e-4f * max_abs(want));
+  // The comparison can fail: the same double with its keys not rotated is
+  // far off.
+  auto unroped = Model::load(tiny_model_path(), kLatentKeysNotRoped);
+  Context c(*unroped, options(8));
+  EXPECT_GT(max_abs_difference(all_logits(c, tokens), want), 100 * 1e-4f * max_abs(want));
+}
+
+TEST(AttentionBlocks, AHybridModelGivesTheSameLogitsWhateverTheBatching) {
+  auto m = Model::load(tiny_model_path(), kHybrid);
+  EXPECT_STREQ(m->attention_block(0).kind(), "recurrent");
+  EXPECT_STREQ(m->attention_block(1).kind(), "latent");
+  const auto tokens = some_tokens(*m, 19);
+  Context whole(*m, options(64)), batched(*m, options(8)), one_by_one(*m, options(1));
+  EXPECT_EQ(whole.state().layer(0)[0]->ne[0], m->hparams().n_embd);  // fixed size, whatever n_ctx
+  const std::vector<float> want = all_logits(whole, tokens);
+  EXPECT_LT(max_abs_difference(all_logits(batched, tokens), want), 1e-4f * max_abs(want));
+  EXPECT_LT(max_abs_difference(all_logits(one_by_one, tokens), want), 1e-4f * max_abs(want));
+
+  // The state holds the sequence: it is not zero after it, and a new
+  // sequence starts from zero.
+  const std::vector<float> after = read(*whole.state().layer(0)[0]);
+  EXPECT_GT(max_abs(after), 0.0f);
+  whole.clear();
+  EXPECT_EQ(max_abs(read(*whole.state().layer(0)[0])), 0.0f);
+  EXPECT_EQ(all_logits(whole, tokens), want);
+}
+
+TEST(AttentionBlocks, AStoppedBatchLeavesTheRecurrentStateAsItWas) {
+  auto m = Model::load(tiny_model_path(), kHybrid);
+  const auto tokens = some_tokens(*m, 12);
+  const std::vector<Token> first(tokens.begin(), tokens.begin() + 6), rest(tokens.begin() + 6, tokens.end());
+  Context ref(*m, options(64));
+  all_logits(ref, first);
+  const std::vector<float> want = all_logits(ref, rest);
+
+  Context ctx(*m, options(64));
+  all_logits(ctx, first);
+  const std::vector<float> before = read(*ctx.state().layer(0)[0]);
+  // Stopped in layer 1, after layer 0 wrote its state.
+  bool stop = true;
+  ctx.set_observe_callback([&](const Tensor& t, bool ask) {
+    if (ask) return t.name == "ffn_out-1";
+    return !stop;
+  });
+  EXPECT_FALSE(ctx.decode(rest, true));
+  EXPECT_EQ(read(*ctx.state().layer(0)[0]), before);
+  stop = false;
+  EXPECT_EQ(all_logits(ctx, rest), want);
+}
+
+}  // namespace
+}  // namespace qlens
