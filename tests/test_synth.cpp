@@ -347,7 +347,7 @@ TEST(Synth, MoePresetsHaveTheSharedReferenceShapes) {
 TEST(Synth, RealModelPresetsHaveTheirModelsParameterCounts) {
   const std::map<std::string, int64_t> published = {{"qwen2.5-0.5b", 494'032'768},  {"qwen3-0.6b", 596'049'920},
                                                     {"llama3.2-1b", 1'235'814'400}, {"phi4-mini", 3'836'021'760},
-                                                    {"gemma3-1b", 999'885'952}};
+                                                    {"gemma3-1b", 999'885'952},     {"135m", 134'515'008}};
   for (const auto& [name, count] : published) {
     const tools::SynthPreset& p = tools::find_synth_preset(name);
     EXPECT_EQ(planned_params(p), count) << name;

@@ -141,6 +141,14 @@ CpuOptions cpu_options_from_env();
 // prefetch distance over 65536.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0, const CpuOptions& options = {});
 
+// Row loops of the CPU backend's widest instruction set, for the tools'
+// log-softmax over a vocabulary (262,144 logits a token made libm's exp a
+// sixth of a sensitivity probe on Gemma 3): the row's max (-inf when empty),
+// and the sum of e^(x_i - m) in double (each term to about 1 ulp; terms
+// below e^-708 may count as 0).
+float host_row_max(std::span<const float> x);
+double host_exp_sum(std::span<const float> x, double m);
+
 // Devices a model can run on: "cpu" and, in builds with Vulkan, "vulkan:N"
 // for each Vulkan device found (lavapipe included).
 struct DeviceInfo {

@@ -115,10 +115,25 @@ const RoleInfo& role_info(Role role);
 // The GGUF name of a role's tensor: "blk.3.attn_q.weight", "output_norm.weight".
 std::string tensor_name(Role role, int layer = -1);
 
+// One row of an architecture's tensor table.
+struct TensorSpec {
+  Role role;
+  std::array<int64_t, kMaxDims> ne;  // ggml order, from the hyper-parameters
+  bool required = true;
+};
+
+// An architecture's tensor table and keys, for writers of model files (qlens
+// synth): the rows of the global tensors (il < 0) or of layer il for these
+// hyper-parameters, and every `<arch>.*` key that Model::load reads back.
+// Both throw for an architecture qlens does not run.
+std::vector<TensorSpec> architecture_tensors(const HParams& hp, int il);
+// The general.architecture names qlens runs.
+std::vector<std::string> architecture_names();
+void write_architecture_hparams(gguf::Writer& w, const HParams& hp);
+
 class Architecture;
 class AttentionBlock;
 class SequenceState;
-struct TensorSpec;
 
 // Throws an error naming the file, the tensor and its type when the tensor's
 // type is one the engine can name and size but not compute with (MXFP4, the

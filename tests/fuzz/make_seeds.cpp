@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "model/arch/architecture.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
 #include "qlens/model.h"
@@ -35,13 +34,10 @@ struct Seed {
 void write_model(const Seed& s, const std::string& path) {
   const tools::SynthPreset& p = s.preset;
   HParams hp = tools::synth_hparams(p);
-  const Architecture* arch = find_architecture(hp.arch);
-  if (!arch) throw Error("unknown architecture " + hp.arch);
   gguf::Writer w;
   w.set("general.architecture", gguf::Value::make_string(hp.arch));
   w.set("general.name", gguf::Value::make_string(std::string("fuzz-seed-") + s.file));
-  write_common_hparams(w, hp);
-  arch->write_hparams(w, hp);
+  write_architecture_hparams(w, hp);
   // A SentencePiece vocabulary of n_vocab tokens, without byte tokens.
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81"};
   std::vector<int32_t> types = {2, 3, 3, 1};

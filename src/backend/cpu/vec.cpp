@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/vec.h"
+#include "qlens/backend.h"
 
 namespace qlens::cpu {
 
@@ -151,3 +152,15 @@ const VecOps& vec_ops(Isa isa) {
 }
 
 }  // namespace qlens::cpu
+
+namespace qlens {
+
+float host_row_max(std::span<const float> x) {
+  return cpu::vec_ops(cpu::best_isa()).max(static_cast<int64_t>(x.size()), x.data());
+}
+
+double host_exp_sum(std::span<const float> x, double m) {
+  return cpu::vec_ops(cpu::best_isa()).exp_sum_f64(static_cast<int64_t>(x.size()), x.data(), m);
+}
+
+}  // namespace qlens

@@ -15,13 +15,6 @@
 
 namespace qlens {
 
-// One row of an architecture's tensor table.
-struct TensorSpec {
-  Role role;
-  std::array<int64_t, kMaxDims> ne;  // ggml order, from the hyper-parameters
-  bool required = true;
-};
-
 
 class Architecture {
  public:
@@ -47,7 +40,6 @@ class Architecture {
 
 // The architecture of a general.architecture name; null when unknown.
 const Architecture* find_architecture(const std::string& name);
-std::vector<std::string> architecture_names();
 
 // The keys every architecture here has: embedding_length, block_count,
 // feed_forward_length, head counts, key length, rope, norm epsilon, context.

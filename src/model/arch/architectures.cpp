@@ -45,6 +45,26 @@ const Architecture* find_architecture(const std::string& name) {
   return nullptr;
 }
 
+namespace {
+
+const Architecture& known_architecture(const std::string& name) {
+  const Architecture* arch = find_architecture(name);
+  if (!arch) throw Error("architecture '" + name + "' is not supported");
+  return *arch;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> architecture_tensors(const HParams& hp, int il) {
+  return known_architecture(hp.arch).tensors(hp, il);
+}
+
+void write_architecture_hparams(gguf::Writer& w, const HParams& hp) {
+  const Architecture& arch = known_architecture(hp.arch);
+  write_common_hparams(w, hp);
+  arch.write_hparams(w, hp);
+}
+
 std::vector<std::string> architecture_names() {
   std::vector<std::string> names;
   for (const Entry& e : kArchitectures) names.push_back(e.name);

@@ -5,20 +5,11 @@
 #include <cstdio>
 #include <string>
 
-#include "backend/cpu/isa.h"
-#include "backend/cpu/vec.h"
+#include "qlens/backend.h"
 #include "qlens/error.h"
 
 namespace qlens::tools {
 namespace {
-
-// The CPU backend's row loops, for sums of exponentials over a vocabulary:
-// 262,144 logits a token made libm's exp a sixth of a sensitivity probe on
-// Gemma 3.
-const cpu::VecOps& row_ops() {
-  static const cpu::VecOps& vec = cpu::vec_ops(cpu::best_isa());
-  return vec;
-}
 
 size_t argmax(std::span<const float> logits) {
   return static_cast<size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -122,9 +113,8 @@ LogitComparison::TokenStats LogitComparison::measure(std::span<const float> ref_
 
   const size_t top_ref = argmax(ref_logits), top_test = argmax(test_logits);
   const double max_ref = ref_logits[top_ref], max_test = test_logits[top_test];
-  const auto n = static_cast<int64_t>(ref_logits.size());
-  const double sum_ref = row_ops().exp_sum_f64(n, ref_logits.data(), max_ref);
-  const double sum_test = row_ops().exp_sum_f64(n, test_logits.data(), max_test);
+  const double sum_ref = host_exp_sum(ref_logits, max_ref);
+  const double sum_test = host_exp_sum(test_logits, max_test);
   double weighted_diff = 0;
   for (size_t i = 0; i < ref_logits.size(); ++i) {
     const double ref = ref_logits[i], test = test_logits[i];
@@ -250,10 +240,8 @@ void print_logit_summary(std::ostream& out, const LogitSummary& s) {
 }
 
 double log_sum_exp(std::span<const float> logits) {
-  const cpu::VecOps& vec = row_ops();
-  const auto n = static_cast<int64_t>(logits.size());
-  const double max_logit = vec.max(n, logits.data());
-  const double sum_exp = vec.exp_sum_f64(n, logits.data(), max_logit);
+  const double max_logit = host_row_max(logits);
+  const double sum_exp = host_exp_sum(logits, max_logit);
   // NaN (maybe skipped by max, caught by the sum) or +inf: every figure built
   // on these logits would be NaN; stop and say why instead.
   if (!std::isfinite(max_logit) || !std::isfinite(sum_exp)) throw Error(kNonFiniteLogits);

@@ -1,12 +1,13 @@
 #include "tools/synth/synth.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 
-#include "model/arch/architecture.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
+#include "qlens/model.h"
 
 namespace qlens::tools {
 
@@ -15,6 +16,10 @@ const std::vector<SynthPreset>& synth_presets() {
   static const std::vector<SynthPreset> presets = {
       {.name = "tiny", .arch = "llama", .n_embd = 64, .n_ff = 128, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
        .n_vocab = 512, .n_ctx = 256, .tied_output = true},
+      // SmolLM-135M's shapes: narrow (576) and deep (30 layers), where the
+      // time outside the kernels shows in generation.
+      {.name = "135m", .arch = "llama", .n_embd = 576, .n_ff = 1536, .n_layer = 30, .n_head = 9, .n_head_kv = 3,
+       .n_vocab = 49152, .n_ctx = 2048, .tied_output = true},
       {.name = "160m", .arch = "llama", .n_embd = 768, .n_ff = 2048, .n_layer = 12, .n_head = 12, .n_head_kv = 12,
        .n_vocab = 32000, .n_ctx = 2048},
       {.name = "1.1b", .arch = "llama", .n_embd = 2048, .n_ff = 5632, .n_layer = 22, .n_head = 32, .n_head_kv = 4,
@@ -145,8 +150,6 @@ HParams synth_hparams(const SynthPreset& p) {
 }
 
 std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output, bool rope_freqs) {
-  const Architecture* arch = find_architecture(hp.arch);
-  if (!arch) throw Error("synth: unknown architecture '" + hp.arch + "'");
   auto tensor = [](const TensorSpec& spec, int layer) {
     int n_dims = kMaxDims;
     while (n_dims > 1 && spec.ne[n_dims - 1] == 1) --n_dims;
@@ -156,13 +159,13 @@ std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output, 
   // wrote before it read the table (kept byte for byte): what comes before
   // the layers (the embedding, read by get_rows), the layers, the output.
   std::vector<SynthTensor> plan, after_layers;
-  for (const TensorSpec& spec : arch->tensors(hp, -1)) {
+  for (const TensorSpec& spec : architecture_tensors(hp, -1)) {
     if (spec.role == Role::Output && tied_output) continue;
     if (spec.role == Role::RopeFreqs ? !rope_freqs : !spec.required && spec.role != Role::Output) continue;
     (role_info(spec.role).reader == Op::GetRows ? plan : after_layers).push_back(tensor(spec, -1));
   }
   for (int il = 0; il < hp.n_layer; ++il)
-    for (const TensorSpec& spec : arch->tensors(hp, il))
+    for (const TensorSpec& spec : architecture_tensors(hp, il))
       if (spec.required) plan.push_back(tensor(spec, il));
   plan.insert(plan.end(), after_layers.begin(), after_layers.end());
   return plan;
@@ -267,19 +270,18 @@ int64_t synth_model(const SynthOptions& opt, const std::string& path) {
     throw Error("synth: a vocabulary size and a vocabulary file to copy exclude each other");
   HParams hp = synth_hparams(preset);
   if (opt.n_vocab > 0) hp.n_vocab = opt.n_vocab;
-  const Architecture* arch = find_architecture(hp.arch);
-  if (!arch) throw Error("synth: preset '" + preset.name + "' names unknown architecture '" + hp.arch + "'");
+  if (const auto known = architecture_names(); std::find(known.begin(), known.end(), hp.arch) == known.end())
+    throw Error("synth: preset '" + preset.name + "' names unknown architecture '" + hp.arch + "'");
 
   // general.*, the architecture's keys, the tokenizer's, the vocabulary
   // size: the order of the files synth wrote before it read the table (kept
-  // byte for byte). write_common_hparams sets general.architecture again, in
+  // byte for byte). write_architecture_hparams sets general.architecture again, in
   // place.
   gguf::Writer w;
   w.set("general.architecture", gguf::Value::make_string(hp.arch));
   w.set("general.name", gguf::Value::make_string("qlens-synth-" + preset.name));
   w.set("general.file_type", gguf::Value::make_u32(opt.type == DType::F32 ? 0 : opt.type == DType::F16 ? 1 : 32));
-  write_common_hparams(w, hp);
-  arch->write_hparams(w, hp);
+  write_architecture_hparams(w, hp);
   if (!opt.vocab_file.empty())
     hp.n_vocab = copied_vocab(w, opt.vocab_file);
   else

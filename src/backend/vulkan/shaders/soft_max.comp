@@ -43,6 +43,11 @@ float value(uint i) {
   return x;
 }
 
+// GLSL's max() may return either operand when one is NaN; a NaN in a row
+// must make the whole row NaN (as IEEE arithmetic and the CPU give), so that
+// a corrupt weight is not hidden behind plausible probabilities.
+float nan_max(float x, float y) { return isnan(x) || isnan(y) ? x + y : max(x, y); }
+
 // The maximum / sum of x over the row's invocations.
 float row_max(float x, uint t) {
 #if defined(ROW_PER_INVOCATION)
@@ -51,7 +56,7 @@ float row_max(float x, uint t) {
   partial[t] = x;
   barrier();
   for (uint s = WG / 2u; s > 0u; s >>= 1) {
-    if (t < s) partial[t] = max(partial[t], partial[t + s]);
+    if (t < s) partial[t] = nan_max(partial[t], partial[t + s]);
     barrier();
   }
   x = partial[0];
@@ -86,7 +91,7 @@ void main() {
   const uint d0 = p.d_off + offset4(row, p.d_nb);
 
   float mx = NEG_INF;
-  for (uint i = t; i < p.ne.x; i += WG) mx = max(mx, value(i));
+  for (uint i = t; i < p.ne.x; i += WG) mx = nan_max(mx, value(i));
   mx = row_max(mx, t);
 
   float sum = 0.0;
