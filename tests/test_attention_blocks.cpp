@@ -21,7 +21,6 @@
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "test_util.h"
-#include "tools/synth/synth.h"
 
 namespace qlens {
 namespace {
@@ -126,24 +125,9 @@ const WithBlocks kHybrid([](int il) -> std::unique_ptr<AttentionBlock> {
 
 // ---- helpers
 
-// The synthetic `tiny` llama (2 layers, GQA) in F32, written once.
-std::string tiny_model_path() {
-  static std::string file;
-  if (file.empty()) {
-    file = test::temp_dir() + "/tiny-blocks-f32.gguf";
-    tools::SynthOptions o;
-    o.preset = "tiny";
-    o.type = DType::F32;
-    tools::synth_model(o, file);
-  }
-  return file;
-}
+using test::tiny_model_path;
 
-std::vector<Token> some_tokens(const Model& m, size_t n) {
-  std::vector<Token> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<Token>((i * 7919 + 3) % m.hparams().n_vocab);
-  return t;
-}
+std::vector<Token> some_tokens(const Model& m, size_t n) { return test::spread_tokens(m.hparams().n_vocab, n); }
 
 ContextOptions options(int64_t n_batch) {
   ContextOptions o;

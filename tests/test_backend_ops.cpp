@@ -148,9 +148,8 @@ Outputs read(const std::vector<Tensor*>& outs) {
 std::optional<Outputs> run_on_host(const OpCase& c, CaseMemo& memo, Backend& b, Values values = Values::Drawn) {
   Built x = build(c, &memo, nullptr, values);
   if (!supports(b, x.cg->g)) return std::nullopt;
-  const MemoryPlan plan = plan_memory(x.cg->g);
-  std::vector<char> buf(plan.size + 64, static_cast<char>(0xff));
-  apply_memory_plan(x.cg->g, plan, buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64);
+  std::vector<char> buf;
+  test::plan_into(x.cg->g, buf, static_cast<char>(0xff));
   b.compute(x.cg->g);
   return read(x.outs);
 }

@@ -31,9 +31,7 @@ std::string synth_path(uint64_t seed, DType type = DType::F32) {
 }
 
 std::vector<Token> some_tokens(const Model& m, size_t n, size_t salt = 0) {
-  std::vector<Token> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<Token>((i * 7919 + 3 + salt) % m.hparams().n_vocab);
-  return t;
+  return test::spread_tokens(m.hparams().n_vocab, n, salt);
 }
 
 ContextOptions options() {

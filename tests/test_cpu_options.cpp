@@ -67,9 +67,7 @@ struct OneNode {
     out = node;
     out->flags |= kFlagOutput;
     g.build(out);
-    const MemoryPlan plan = plan_memory(g);
-    buf.assign(plan.size + 64, 0);
-    apply_memory_plan(g, plan, buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64);
+    test::plan_into(g, buf);
   }
   std::vector<float> run(Backend& be) {
     be.compute(g);
@@ -78,11 +76,16 @@ struct OneNode {
   }
 };
 
+std::vector<float> normal_values(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
 // Rows of K random values quantized to `t`.
 std::vector<uint8_t> quantized(DType t, int64_t rows, int64_t k, std::mt19937& rng) {
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  std::vector<float> f(rows * k);
-  for (float& v : f) v = n(rng);
+  const std::vector<float> f = normal_values(rows * k, rng);
   std::vector<uint8_t> q(row_bytes(t, k) * rows);
   type_traits(t).quantize(f.data(), q.data(), rows, k, nullptr);
   return q;
@@ -148,9 +151,7 @@ TEST(CpuOptions, Int8OffTakesTheF32PanelsAndAgrees) {
   constexpr int64_t K = 512, M = 48, N = 64;
   std::mt19937 rng(5);
   const std::vector<uint8_t> w = quantized(DType::Q4_0, M, K, rng);
-  std::vector<float> x(K * N);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (float& v : x) v = nd(rng);
+  const std::vector<float> x = normal_values(K * N, rng);
   std::vector<float> wf(K * M);
   type_traits(DType::Q4_0).to_float(w.data(), wf.data(), K * M);
   bool any_int8 = false;
@@ -189,9 +190,7 @@ TEST(CpuOptions, PackOffKeepsNoCopies) {
   constexpr int64_t K = 256, M = 24;
   std::mt19937 rng(9);
   const std::vector<uint8_t> w = quantized(DType::Q4_0, M, K, rng);
-  std::vector<float> x(K);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (float& v : x) v = nd(rng);
+  const std::vector<float> x = normal_values(K, rng);
   for (Isa isa : isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
     OneNode n;
@@ -216,9 +215,7 @@ TEST(CpuOptions, PrefetchDistanceReachesTheKernels) {
   constexpr int64_t K = 2048, M = 16;
   std::mt19937 rng(13);
   const std::vector<uint8_t> w = quantized(DType::Q4_K, M, K, rng);
-  std::vector<float> x(K);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (float& v : x) v = nd(rng);
+  const std::vector<float> x = normal_values(K, rng);
   for (Isa isa : isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
     auto by_default = cpu::make_cpu_backend(1, isa);

@@ -23,6 +23,7 @@
 #include "qlens/gguf.h"
 #include "qlens/model.h"
 #include "qlens/sched.h"
+#include "imatrix_two_dimensional.h"
 #include "test_util.h"
 #include "tools/imatrix/imatrix.h"
 #include "core/json_reader.h"
@@ -144,18 +145,6 @@ tools::Imatrix dense_and_experts() {
   return m;
 }
 
-// The file as earlier qlens versions wrote it: every tensor 2-D, a dense
-// weight's in_sum2 [n_cols, 1] and counts [1, 1]; metadata and data as they are.
-void write_two_dimensional(const std::string& in, const std::string& out) {
-  auto f = gguf::File::open(in);
-  gguf::Writer w;
-  for (const auto& kv : f->metadata()) w.set(kv.key, kv.value);
-  for (const auto& t : f->tensors()) {
-    const int64_t ne[2] = {t.ne[0], t.ne[1]};
-    w.add_tensor(t.name, t.type, ne, f->tensor_data(t), t.nbytes);
-  }
-  w.write(out);
-}
 
 void expect_dims(const gguf::File& f, const std::string& name, std::vector<int64_t> want) {
   const gguf::TensorInfo* t = f.find_tensor(name);
@@ -203,7 +192,7 @@ TEST(ImatrixFile, GgufHasLlamaImatrixDims) {
 TEST(ImatrixFile, TwoDimensionalFilesOfEarlierVersionsLoadTheSame) {
   const std::string dir = test::temp_dir();
   tools::save_imatrix_gguf(dense_and_experts(), dir + "/new.gguf");
-  write_two_dimensional(dir + "/new.gguf", dir + "/old.gguf");
+  test::write_imatrix_two_dimensional(dir + "/new.gguf", dir + "/old.gguf");
   auto old_file = gguf::File::open(dir + "/old.gguf");
   expect_dims(*old_file, "blk.0.attn_q.weight.in_sum2", {8, 1});
   expect_dims(*old_file, "blk.0.attn_q.weight.counts", {1, 1});
@@ -379,8 +368,8 @@ TEST(ImatrixStories, TwoDimensionalFilesOfEarlierVersionsWorkInEveryCommand) {
   ASSERT_EQ(qlens("imatrix" + args + " -o " + dir + "/new.gguf", &out), 0) << out;
   expect_dims(*gguf::File::open(dir + "/new.gguf"), "blk.0.attn_q.weight.in_sum2", {64});
   expect_dims(*gguf::File::open(dir + "/new.gguf"), "blk.0.attn_q.weight.counts", {1});
-  write_two_dimensional(dir + "/new.gguf", dir + "/old.gguf");
-  write_two_dimensional(dir + "/new.gguf.at_2", dir + "/old.gguf.at_2");
+  test::write_imatrix_two_dimensional(dir + "/new.gguf", dir + "/old.gguf");
+  test::write_imatrix_two_dimensional(dir + "/new.gguf.at_2", dir + "/old.gguf.at_2");
   expect_dims(*gguf::File::open(dir + "/old.gguf.at_2"), "blk.0.attn_q.weight.in_sum2", {64, 1});
 
   for (const char* f : {"new", "old"}) {

@@ -53,9 +53,7 @@ struct HostGraph {
   std::vector<float> run(Tensor* out, Backend& b) {
     out->flags |= kFlagOutput;
     g.build(out);
-    const MemoryPlan plan = plan_memory(g);
-    buf.assign(plan.size + 64, 0);
-    apply_memory_plan(g, plan, buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64);
+    test::plan_into(g, buf);
     b.compute(g);
     std::vector<float> v(out->nelements());
     std::memcpy(v.data(), out->data, v.size() * sizeof(float));

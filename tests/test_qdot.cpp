@@ -514,9 +514,7 @@ struct MatMulGraph {
     r = mul_mat(g, a, b);
     r->flags |= kFlagOutput;
     g.build(r);
-    const MemoryPlan plan = plan_memory(g);
-    buf.assign(plan.size + 64, 0);
-    apply_memory_plan(g, plan, buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64);
+    test::plan_into(g, buf);
   }
   std::vector<float> compute(Backend& be) {
     be.compute(g);

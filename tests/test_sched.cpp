@@ -17,7 +17,6 @@
 #include "qlens/sched.h"
 #include "qlens/tap.h"
 #include "test_util.h"
-#include "tools/synth/synth.h"
 
 namespace qlens {
 namespace {
@@ -232,24 +231,9 @@ TEST(ObserveCallback, StopEndsTheWholeComputation) {
   EXPECT_EQ(std::count(be.computed.begin(), be.computed.end(), "y"), 0);
 }
 
-// The synthetic `tiny` llama in F32, written once per test process.
-std::string tiny_model_path() {
-  static std::string file;
-  if (file.empty()) {
-    file = test::temp_dir() + "/tiny-f32.gguf";
-    tools::SynthOptions o;
-    o.preset = "tiny";
-    o.type = DType::F32;
-    tools::synth_model(o, file);
-  }
-  return file;
-}
+using test::tiny_model_path;
 
-std::vector<Token> some_tokens(const Model& m, size_t n) {
-  std::vector<Token> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<Token>((i * 7919 + 3) % m.hparams().n_vocab);
-  return t;
-}
+std::vector<Token> some_tokens(const Model& m, size_t n) { return test::spread_tokens(m.hparams().n_vocab, n); }
 
 TEST(ObserveCallback, WantingEveryNodeChangesNothingAndSeesCorrectValues) {
   auto m = Model::load(tiny_model_path());

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tools/synth/synth.h"
+
 namespace qlens::test {
 
 std::string shared_path(const std::string& relative) {
@@ -46,6 +48,30 @@ struct TempRoot {
   }
 };
 }  // namespace
+
+std::string tiny_model_path() {
+  static std::string file;
+  if (file.empty()) {
+    file = temp_dir() + "/tiny-f32.gguf";
+    tools::SynthOptions o;
+    o.preset = "tiny";
+    o.type = DType::F32;
+    tools::synth_model(o, file);
+  }
+  return file;
+}
+
+std::vector<Token> spread_tokens(int64_t n_vocab, size_t n, size_t salt) {
+  std::vector<Token> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<Token>((i * 7919 + 3 + salt) % n_vocab);
+  return t;
+}
+
+void plan_into(Graph& g, std::vector<char>& buf, char fill) {
+  const MemoryPlan plan = plan_memory(g);
+  buf.assign(plan.size + 64, fill);
+  apply_memory_plan(g, plan, buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64);
+}
 
 std::string temp_dir() {
   static TempRoot root;

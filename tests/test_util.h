@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "qlens/backend.h"
 #include "qlens/error.h"
+#include "qlens/vocab.h"
 
 namespace qlens::test {
 
@@ -82,6 +84,17 @@ bool slow_tests_enabled();
 
 // A fresh temporary directory for this test (removed at process exit).
 std::string temp_dir();
+
+// The synthetic `tiny` llama (2 layers, grouped-query attention, 512
+// tokens) in F32, written once per test process.
+std::string tiny_model_path();
+// n token ids spread over a vocabulary of n_vocab (a fixed sequence; salt
+// shifts it).
+std::vector<Token> spread_tokens(int64_t n_vocab, size_t n, size_t salt = 0);
+
+// Plans the memory of g's nodes (built) into buf, 64-byte aligned, every
+// byte set to `fill`, as the scheduler would for one backend.
+void plan_into(Graph& g, std::vector<char>& buf, char fill = 0);
 
 // Runs a shell command, returns its exit status; output captured into *out.
 int run_command(const std::string& cmd, std::string* out);

@@ -53,6 +53,9 @@ int cmd_bench(int argc, char** argv) {
   bool bandwidth = false;
   p.add_switch({"--bandwidth"}, &bandwidth,
                "also measure the machine's read bandwidth and show the share of it generation reaches");
+  bool profile = false;
+  p.add_switch({"--profile"}, &profile,
+               "time the CPU's kernels, barrier waits and dispatch per generated token (stderr)");
   DeviceFlags dev;
   add_device_options(p, &dev);
   if (!p.parse(argc, argv)) return 0;
@@ -64,6 +67,7 @@ int cmd_bench(int argc, char** argv) {
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
   opt.cpu = dev.cpu;
+  opt.cpu.profile = profile;
   auto model = Model::load(model_path);
   tools::BenchReport report;
   report.result = tools::bench(*model, opt);
@@ -81,6 +85,7 @@ int cmd_bench(int argc, char** argv) {
   if (report.result.packed_bytes > 0)
     std::fprintf(stderr, "generation: %s of weights packed for the CPU's matrix-vector kernels (QLENS_CPU_PACK=0: none)\n",
                  human_bytes(report.result.packed_bytes).c_str());
+  std::fputs(tools::token_time_text(report.result.token_time).c_str(), stderr);
   if (format == "md") print_markdown(report, bandwidth);
   // stdout takes llama-bench's shape, for the scripts written for it; the
   // file keeps the header every qlens --json file has, around the same rows.

@@ -91,6 +91,17 @@ class Backend {
   // backend): before their memory is freed while the backend lives on.
   virtual void release_weights(std::span<const Tensor* const> weights) { (void)weights; }
 
+  // Where compute's time went since the last reset, when the backend was
+  // made to profile (CpuOptions::profile); all zero otherwise.
+  struct Profile {
+    int64_t calls = 0;      // compute_async calls
+    int64_t nodes = 0;      // nodes computed (views excluded)
+    double compute_s = 0;   // inside compute_async
+    double kernel_s = 0;    // in kernels (the calling thread)
+    double wait_s = 0;      // waiting at barriers for other threads (the calling thread)
+  };
+  virtual Profile profile(bool reset) { (void)reset; return {}; }
+
   // ---- taps (see qlens/tap.h): a backend that returns null here leaves the
   // reduction to the scheduler's host fallback.
   virtual std::unique_ptr<TapState> make_tap_state(TapKind kind, int64_t n_columns);
@@ -128,6 +139,9 @@ struct CpuOptions {
   // off: F32 activations and exact GELU, to compare with a backend that
   // rounds neither (Vulkan today).
   bool ggml_rounding = true;
+  // Time the calling thread's kernels and barrier waits (Backend::profile):
+  // where a token's time goes. Costs two clock reads per node.
+  bool profile = false;
 };
 
 // The command line's CPU options: QLENS_CPU_ISA=scalar|avx2|avx512,

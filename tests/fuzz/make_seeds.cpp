@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../imatrix_two_dimensional.h"
 #include "qlens/error.h"
 #include "qlens/gguf.h"
 #include "qlens/model.h"
@@ -89,20 +90,6 @@ tools::SynthPreset tiny(const char* arch, int64_t n_embd = 8, int64_t n_head = 2
   return p;
 }
 
-// The same matrix file with every tensor 2-D, as earlier qlens versions wrote
-// it (a dense weight's in_sum2 [n_cols, 1] and counts [1, 1], where
-// llama-imatrix writes [n_cols] and [1]): users still have such files, so the
-// reader's path for them stays in the corpus.
-void write_two_dimensional(const std::string& in, const std::string& out) {
-  auto f = gguf::File::open(in);
-  gguf::Writer w;
-  for (const auto& kv : f->metadata()) w.set(kv.key, kv.value);
-  for (const auto& t : f->tensors()) {
-    const int64_t ne[2] = {t.ne[0], t.ne[1]};
-    w.add_tensor(t.name, t.type, ne, f->tensor_data(t), t.nbytes);
-  }
-  w.write(out);
-}
 
 void write_imatrices(const std::string& dir) {
   tools::Imatrix m;
@@ -130,7 +117,7 @@ void write_imatrices(const std::string& dir) {
   m.run.nll_sq_sum = 20.25;
   m.run.n_scored = 1533;
   tools::save_imatrix_gguf(m, dir + "/imatrix_gguf/checkpoint.gguf");
-  write_two_dimensional(dir + "/imatrix_gguf/checkpoint.gguf", dir + "/imatrix_gguf/checkpoint-2d.gguf");
+  test::write_imatrix_two_dimensional(dir + "/imatrix_gguf/checkpoint.gguf", dir + "/imatrix_gguf/checkpoint-2d.gguf");
   m.entries.erase("blk.0.ffn_up_exps.weight");
   m.datasets.clear();
   tools::save_imatrix_dat(m, dir + "/imatrix_dat/one-entry-no-dataset.dat");

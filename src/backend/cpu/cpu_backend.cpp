@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -127,7 +128,10 @@ class CpuBackend final : public Backend {
     // statically and use no counter.
     counters_[0].store(0, std::memory_order_relaxed);
     counters_[1].store(0, std::memory_order_relaxed);
+    const bool timed = options_.profile;
+    const Clock::time_point call_start = timed ? Clock::now() : Clock::time_point{};
     pool_.run([&](int ith) {
+      const bool timer = timed && ith == 0;
       KernelCtx c{ith, nth, base + ith * per_thread, shared_base, nullptr, &pool_, vec_, &options_, &packed_};
       size_t node_no = 0;
       for (size_t i = 0; i < work.size(); ++i) {
@@ -138,26 +142,51 @@ class CpuBackend final : public Backend {
         // Further taps of the same node go on as well: they only read.
         const bool follows_own_tap = tap && work[i - (i > 0)].tap && work[i - (i > 0)].node == work[i].node;
         const bool needs_barrier = i > 0 && !(tap && (tap->kind == TapKind::ColumnSumSq || follows_own_tap));
-        if (needs_barrier) pool_.barrier();
+        if (needs_barrier) {
+          const Clock::time_point t0 = timer ? Clock::now() : Clock::time_point{};
+          pool_.barrier();
+          if (timer) profile_.wait_s += seconds(Clock::now() - t0);
+        }
         if (tap) {
           run_tap(*tap, *work[i].node, ith, nth, options_.isa);
           continue;
         }
         if (ith == 0) counters_[(node_no + 1) % 2].store(0, std::memory_order_relaxed);
         c.counter = &counters_[node_no % 2];
+        const Clock::time_point t0 = timer ? Clock::now() : Clock::time_point{};
         kernel_of(work[i].node->op).run(*work[i].node, c);
+        if (timer) profile_.kernel_s += seconds(Clock::now() - t0);
         ++node_no;
       }
     });
+    if (timed) {
+      profile_.calls += 1;
+      profile_.nodes += static_cast<int64_t>(node_count(work));
+      profile_.compute_s += seconds(Clock::now() - call_start);
+    }
+  }
+
+  Profile profile(bool reset) override {
+    const Profile p = profile_;
+    if (reset) profile_ = {};
+    return p;
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+  template <typename Items>
+  static size_t node_count(const Items& work) {
+    return static_cast<size_t>(std::count_if(work.begin(), work.end(), [](const auto& w) { return !w.tap; }));
+  }
+
   ThreadPool pool_;
   const KernelOptions options_;
   const VecOps* vec_;
   std::vector<char> scratch_;
   PackedWeights packed_;
   std::atomic<int64_t> counters_[2];
+  Profile profile_;
 };
 
 }  // namespace

@@ -129,6 +129,7 @@ KernelOptions kernel_options(const CpuOptions& options, Isa isa) {
   k.pack = options.pack;
   k.prefetch_bytes = options.prefetch_bytes.value_or(packed_prefetch_bytes(isa));
   k.ggml_rounding = options.ggml_rounding;
+  k.profile = options.profile;
   return k;
 }
 

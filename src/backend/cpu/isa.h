@@ -52,6 +52,7 @@ struct KernelOptions {
   bool pack = true;           // packed copies for generation (packed.h)
   size_t prefetch_bytes = 0;  // the packed kernels' prefetch distance
   bool ggml_rounding = true;  // ggml's roundings (CpuOptions::ggml_rounding)
+  bool profile = false;       // time kernels and barrier waits (CpuOptions::profile)
 };
 // `isa` must be supported; throws Error for a prefetch distance over
 // kMaxPrefetchBytes.

@@ -50,6 +50,8 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
   if (opt.n_prompt > 0) ctx.decode(prompt, false);
   ctx.clear();
   std::vector<double> pp, tg;
+  double tg_seconds = 0;
+  Backend::Profile tg_profile;
   for (int r = 0; r < opt.repetitions; ++r) {
     if (opt.n_prompt > 0) {
       ctx.clear();
@@ -61,17 +63,48 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
       ctx.clear();
       Token t[1] = {any_token(rng)};
       ctx.decode(t, false);  // the first token is not timed, as in llama-bench
+      ctx.backend().profile(/*reset=*/true);
       auto t0 = std::chrono::steady_clock::now();
       for (int64_t i = 0; i < opt.n_gen; ++i) {
         t[0] = any_token(rng);
         ctx.decode(t, false);
       }
-      tg.push_back(opt.n_gen / seconds_since(t0));
+      const double seconds = seconds_since(t0);
+      tg.push_back(opt.n_gen / seconds);
+      tg_seconds += seconds;
+      const Backend::Profile p = ctx.backend().profile(/*reset=*/true);
+      tg_profile.calls += p.calls;
+      tg_profile.nodes += p.nodes;
+      tg_profile.compute_s += p.compute_s;
+      tg_profile.kernel_s += p.kernel_s;
+      tg_profile.wait_s += p.wait_s;
     }
   }
   BenchResult r{summarize(pp), summarize(tg), ctx.backend().name(), packed_bytes};
+  if (tg_profile.calls > 0 && !ctx.device()) {
+    const double n = static_cast<double>(opt.n_gen) * opt.repetitions;
+    r.token_time = {tg_seconds / n,
+                    tg_profile.kernel_s / n,
+                    tg_profile.wait_s / n,
+                    (tg_profile.compute_s - tg_profile.kernel_s - tg_profile.wait_s) / n,
+                    (tg_seconds - tg_profile.compute_s) / n,
+                    static_cast<double>(tg_profile.nodes) / n};
+  }
   if (ctx.device()) r.backend = ctx.device()->name() + " + " + r.backend;
   return r;
+}
+
+std::string token_time_text(const TokenTime& t) {
+  if (t.total <= 0) return "";
+  char line[512];
+  auto us = [](double s) { return s * 1e6; };
+  auto pct = [&](double s) { return 100.0 * s / t.total; };
+  std::snprintf(line, sizeof line,
+                "per generated token: %.0f us; kernels %.0f us (%.1f%%), barrier waits %.0f us (%.1f%%), dispatch %.0f "
+                "us (%.1f%%), outside the backend (graph, schedule, inputs, logits) %.0f us (%.1f%%); %.0f nodes\n",
+                us(t.total), us(t.kernels), pct(t.kernels), us(t.waits), pct(t.waits), us(t.dispatch), pct(t.dispatch),
+                us(t.outside), pct(t.outside), t.nodes);
+  return line;
 }
 
 namespace {

@@ -26,11 +26,26 @@ struct BenchFigure {
   double mean = 0, stddev = 0;  // tokens per second
 };
 
+// Where a generated token's time goes (BenchOptions::cpu.profile), in
+// seconds per token, averaged over the timed tokens: the CPU backend's
+// kernels and barrier waits (its calling thread), the rest of its compute
+// call (dispatch: work lists, checks, thread hand-offs), and everything
+// outside it (the graph built, scheduled and its inputs written, the logits
+// read).
+struct TokenTime {
+  double total = 0, kernels = 0, waits = 0, dispatch = 0, outside = 0;
+  double nodes = 0;  // nodes computed per token
+};
+
 struct BenchResult {
   BenchFigure prompt, generation;
   std::string backend;  // what ran: "cpu-avx512", or the device's name then "+ cpu-..."
   size_t packed_bytes = 0;  // weights laid out for generation (Context::pack_for_generation)
+  TokenTime token_time;     // with cpu.profile and generation on the CPU only
 };
+
+// The per-token breakdown as text lines (empty without a profile).
+std::string token_time_text(const TokenTime& t);
 
 BenchResult bench(const Model& model, const BenchOptions& opt);
 
