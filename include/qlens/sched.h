@@ -79,12 +79,35 @@ class Scheduler {
 
  private:
   struct TapSlot;
+  struct NodeTap;
+  using NodeTaps = std::map<size_t, std::vector<NodeTap>>;  // by node index
+  struct CallEnd;
+
   Backend* assign(const Tensor& node, Backend* previous) const;
   Backend* home_of(const Tensor& t) const;
   bool can_read(const Backend& b, const Tensor& owner) const;
+
+  // allocate's steps
+  void give_back_sources(const std::vector<Tensor*>& nodes);
+  void assign_backends(const std::vector<Tensor*>& nodes);
+  void split_by_backend(const std::vector<Tensor*>& nodes);
+  std::map<Backend*, MemoryPlan> plan_backend_memory(const Graph& graph) const;
   void plan_copies(const Graph& graph);
-  void run_copies(const Split& split);
+  std::vector<std::pair<Tensor*, size_t>> place_copies(std::map<Backend*, size_t>& need);
+  void bind_buffers(const std::map<Backend*, MemoryPlan>& plans, const std::map<Backend*, size_t>& need);
+  void bind_copies(const std::vector<std::pair<Tensor*, size_t>>& copy_offsets);
+  void bind_views(const std::vector<Tensor*>& nodes);
+
+  // compute's steps
+  void select_taps(const std::vector<Tensor*>& nodes, NodeTaps& node_taps);
+  NodeTap node_tap(const TapRequest& r, const Tensor& node, Backend& b);
   TapSlot& tap_slot(const TapRequest& request, const Tensor& node);
+  void run_copies(const Split& split);
+  ComputeStatus run_split(const Split& split, const std::vector<Tensor*>& nodes, NodeTaps& node_taps,
+                          std::vector<TapWork>& call_taps);
+  CallEnd call_end(const std::vector<Tensor*>& nodes, const NodeTaps& node_taps, size_t j0, size_t split_end) const;
+  static void gather_call_taps(const NodeTaps& node_taps, size_t j0, size_t j1, std::vector<TapWork>& call_taps);
+  void run_host_taps(const Tensor& node, const std::vector<NodeTap>& taps);
 
   std::vector<Backend*> backends_;
   Backend* host_ = nullptr;  // the fallback

@@ -195,7 +195,22 @@ class VocabImpl final : public Vocab {
     size_t len;
   };
 
+  // The default special token ids of a tokenizer model.
+  struct SpecialIds {
+    Token bos = -1, eos = -1, unk = -1, sep = -1, pad = -1;
+  };
+
   void load(const gguf::File& file);
+  SpecialIds load_model_kind(const gguf::File& f);
+  bool set_pre_tokenizer(const std::optional<std::string>& pre);
+  void load_tokens(const gguf::File& f);
+  void load_merges(const gguf::File& f);
+  Token special_id(const gguf::File& f, const char* key, Token def) const;
+  void load_special_ids(const gguf::File& f, const SpecialIds& def);
+  void load_added_tokens(const gguf::File& f);
+  void fix_up_attributes(const gguf::File& f);
+  void strip_after_specials();
+  void map_byte_tokens();
   [[noreturn]] void fail(const std::string& what) const { throw Error(path_ + ": " + what); }
   void check_id(Token t) const {
     if (t < 0 || t >= n_tokens())
@@ -248,48 +263,65 @@ std::optional<bool> try_bool(const gguf::File& f, std::string_view key) {
 
 void VocabImpl::load(const gguf::File& f) {
   path_ = f.path();
+  const SpecialIds defaults = load_model_kind(f);
+  if (const std::optional<bool> v = try_bool(f, "tokenizer.ggml.add_space_prefix")) add_space_prefix_ = *v;
+  load_tokens(f);
+  if (kind_ == VocabKind::BytePairEncoding) load_merges(f);
+  load_special_ids(f, defaults);
+  load_added_tokens(f);
+  fix_up_attributes(f);
+  if (kind_ == VocabKind::SentencePiece) map_byte_tokens();
+}
 
+// The tokenizer model, its defaults and, for "gpt2", its pre-tokenizer.
+VocabImpl::SpecialIds VocabImpl::load_model_kind(const gguf::File& f) {
   const std::optional<std::string> model = f.try_string("tokenizer.ggml.model");
   if (!model) fail("key 'tokenizer.ggml.model' is missing: the file has no tokenizer");
   const std::optional<std::string> pre = f.try_string("tokenizer.ggml.pre");
-
-  Token def_bos = -1, def_eos = -1, def_unk = -1, def_sep = -1, def_pad = -1;
+  SpecialIds def;
   if (*model == "llama") {
     kind_ = VocabKind::SentencePiece;
-    def_bos = 1;
-    def_eos = 2;
-    def_unk = 0;
+    def.bos = 1;
+    def.eos = 2;
+    def.unk = 0;
     add_space_prefix_ = true;
     add_bos_ = true;
   } else if (*model == "gpt2") {
     kind_ = VocabKind::BytePairEncoding;
-    def_bos = 11;
-    def_eos = 11;
-    PreSpec spec{unicode::PreTokenizer::Default};
-    if (pre && !pre->empty()) {
-      const std::optional<PreSpec> s = pre_spec(*pre);
-      if (!s) fail("unsupported pre-tokenizer 'tokenizer.ggml.pre' = " + quote(*pre));
-      spec = *s;
-    }
-    // a missing tokenizer.ggml.pre means "default", as in llama.cpp
-    pre_ = spec.kind;
-    ignore_merges_ = spec.ignore_merges;
-    add_bos_ = spec.add_bos;
-    if (spec.no_bos) def_bos = -1;
+    def.bos = 11;
+    def.eos = 11;
+    if (set_pre_tokenizer(pre)) def.bos = -1;
   } else if (*model == "bert") {
     kind_ = VocabKind::WordPiece;
-    def_bos = 101;
-    def_unk = 100;
-    def_sep = 102;
-    def_pad = 0;
+    def.bos = 101;
+    def.unk = 100;
+    def.sep = 102;
+    def.pad = 0;
     add_bos_ = true;
   } else {
     fail("unsupported tokenizer model 'tokenizer.ggml.model' = " + quote(*model) +
          " (supported: llama, gpt2, bert)");
   }
-  if (const std::optional<bool> v = try_bool(f, "tokenizer.ggml.add_space_prefix")) add_space_prefix_ = *v;
+  return def;
+}
 
-  // tokens, scores, types
+// Returns whether the pre-tokenizer drops the default BOS token.
+bool VocabImpl::set_pre_tokenizer(const std::optional<std::string>& pre) {
+  PreSpec spec{unicode::PreTokenizer::Default};
+  if (pre && !pre->empty()) {
+    const std::optional<PreSpec> s = pre_spec(*pre);
+    if (!s) fail("unsupported pre-tokenizer 'tokenizer.ggml.pre' = " + quote(*pre));
+    spec = *s;
+  }
+  // a missing tokenizer.ggml.pre means "default", as in llama.cpp
+  pre_ = spec.kind;
+  ignore_merges_ = spec.ignore_merges;
+  add_bos_ = spec.add_bos;
+  return spec.no_bos;
+}
+
+// tokens, scores, types
+void VocabImpl::load_tokens(const gguf::File& f) {
   std::optional<std::vector<std::string>> tokens = f.try_string_array("tokenizer.ggml.tokens");
   if (!tokens) fail("key 'tokenizer.ggml.tokens' is missing");
   if (tokens->empty()) fail("key 'tokenizer.ggml.tokens' is an empty array: the vocabulary has no tokens");
@@ -321,38 +353,45 @@ void VocabImpl::load(const gguf::File& f) {
            " and " + std::to_string(i));
     max_token_len_ = std::max(max_token_len_, word.size());
   }
+}
 
-  // merges
-  if (kind_ == VocabKind::BytePairEncoding) {
-    std::optional<std::vector<std::string>> merges = f.try_string_array("tokenizer.ggml.merges");
-    if (!merges) fail("key 'tokenizer.ggml.merges' is missing (needed by a 'gpt2' tokenizer)");
-    ranks_.reserve(merges->size() * 2);
-    for (size_t i = 0; i < merges->size(); ++i) {
-      const std::string& m = (*merges)[i];
-      const size_t sp = m.find(' ', 1);
-      if (sp == std::string::npos || sp == 0 || sp + 1 >= m.size()) continue;  // malformed: no pair
-      ranks_.emplace(m, static_cast<int>(std::min<size_t>(i, std::numeric_limits<int>::max())));
-    }
+void VocabImpl::load_merges(const gguf::File& f) {
+  std::optional<std::vector<std::string>> merges = f.try_string_array("tokenizer.ggml.merges");
+  if (!merges) fail("key 'tokenizer.ggml.merges' is missing (needed by a 'gpt2' tokenizer)");
+  ranks_.reserve(merges->size() * 2);
+  for (size_t i = 0; i < merges->size(); ++i) {
+    const std::string& m = (*merges)[i];
+    const size_t sp = m.find(' ', 1);
+    if (sp == std::string::npos || sp == 0 || sp + 1 >= m.size()) continue;  // malformed: no pair
+    ranks_.emplace(m, static_cast<int>(std::min<size_t>(i, std::numeric_limits<int>::max())));
   }
+}
 
-  // special token ids: defaults that do not exist are dropped, explicit ones must exist
-  const auto special = [&](const char* key, Token def) -> Token {
-    if (def >= static_cast<Token>(n)) def = -1;
-    const std::optional<int64_t> v = f.try_int(key);
-    if (!v) return def;
-    // -1 (often stored as u32 0xFFFFFFFF) means "no such token", as in llama.cpp.
-    if (*v == -1 || *v == 0xFFFFFFFFll) return -1;
-    if (*v < 0 || *v >= static_cast<int64_t>(n))
-      fail("key '" + std::string(key) + "' = " + std::to_string(*v) + " is out of range (vocabulary of " +
-           std::to_string(n) + " tokens)");
-    return static_cast<Token>(*v);
-  };
-  bos_ = special("tokenizer.ggml.bos_token_id", def_bos);
-  eos_ = special("tokenizer.ggml.eos_token_id", def_eos);
-  unk_ = special("tokenizer.ggml.unknown_token_id", def_unk);
-  sep_ = special("tokenizer.ggml.seperator_token_id", def_sep);
-  pad_ = special("tokenizer.ggml.padding_token_id", def_pad);
+// A special token id: a default that does not exist is dropped, an explicit
+// one must exist.
+Token VocabImpl::special_id(const gguf::File& f, const char* key, Token def) const {
+  const size_t n = text_.size();
+  if (def >= static_cast<Token>(n)) def = -1;
+  const std::optional<int64_t> v = f.try_int(key);
+  if (!v) return def;
+  // -1 (often stored as u32 0xFFFFFFFF) means "no such token", as in llama.cpp.
+  if (*v == -1 || *v == 0xFFFFFFFFll) return -1;
+  if (*v < 0 || *v >= static_cast<int64_t>(n))
+    fail("key '" + std::string(key) + "' = " + std::to_string(*v) + " is out of range (vocabulary of " +
+         std::to_string(n) + " tokens)");
+  return static_cast<Token>(*v);
+}
 
+void VocabImpl::load_special_ids(const gguf::File& f, const SpecialIds& def) {
+  bos_ = special_id(f, "tokenizer.ggml.bos_token_id", def.bos);
+  eos_ = special_id(f, "tokenizer.ggml.eos_token_id", def.eos);
+  unk_ = special_id(f, "tokenizer.ggml.unknown_token_id", def.unk);
+  sep_ = special_id(f, "tokenizer.ggml.seperator_token_id", def.sep);
+  pad_ = special_id(f, "tokenizer.ggml.padding_token_id", def.pad);
+}
+
+// Whether BOS and EOS are added, and that the tokens to add exist.
+void VocabImpl::load_added_tokens(const gguf::File& f) {
   if (const std::optional<bool> v = try_bool(f, "tokenizer.ggml.add_bos_token")) add_bos_ = *v;
   if (const std::optional<bool> v = try_bool(f, "tokenizer.ggml.add_eos_token")) add_eos_ = *v;
   if (add_bos_ && bos_ < 0)
@@ -362,8 +401,12 @@ void VocabImpl::load(const gguf::File& f) {
     fail("'tokenizer.ggml.add_eos_token' is true but the vocabulary has no EOS token ('tokenizer.ggml.eos_token_id')");
   if (kind_ == VocabKind::WordPiece && (bos_ < 0 || sep_ < 0))
     fail("a 'bert' vocabulary needs CLS (BOS) and SEP tokens");
+}
 
-  // llama.cpp's by-text fix-ups of token types
+// llama.cpp's by-text fix-ups of token types, then the special tokens
+// (longest text first) and Phi-3's whitespace stripping.
+void VocabImpl::fix_up_attributes(const gguf::File& f) {
+  const size_t n = text_.size();
   for (size_t i = 0; i < n; ++i) {
     const std::string& t = text_[i];
     if (control_by_text().count(t)) attr_[i] |= kAttrControl;
@@ -377,36 +420,39 @@ void VocabImpl::load(const gguf::File& f) {
     return text_[static_cast<size_t>(a)].size() > text_[static_cast<size_t>(b)].size();
   });
 
-  // Phi-3: special tokens swallow the whitespace that follows them
   if (std::optional<std::string> name = f.try_string("general.name")) {
     std::string low = *name;
     for (char& c : low) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (low.find("phi-3") != std::string::npos || low.find("phi3") != std::string::npos) {
-      for (Token t : specials_) attr_[static_cast<size_t>(t)] |= kAttrRStrip;
-      const auto set_rstrip = [&](const char* text, bool on) {
-        const Token t = find(text);
-        if (t < 0) return;
-        if (on)
-          attr_[static_cast<size_t>(t)] |= kAttrRStrip;
-        else
-          attr_[static_cast<size_t>(t)] &= ~static_cast<uint32_t>(kAttrRStrip);
-      };
-      set_rstrip("</s>", true);
-      set_rstrip("<unk>", false);
-      set_rstrip("<s>", false);
-      set_rstrip("<|endoftext|>", false);
-    }
+    if (low.find("phi-3") != std::string::npos || low.find("phi3") != std::string::npos) strip_after_specials();
   }
+}
 
-  if (kind_ == VocabKind::SentencePiece) {
-    byte_tokens_.assign(256, -1);
-    static const char* hex = "0123456789ABCDEF";
-    for (int b = 0; b < 256; ++b) {
-      const std::string name = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
-      Token t = find(name);
-      if (t < 0) t = find(std::string(1, static_cast<char>(b)));
-      byte_tokens_[static_cast<size_t>(b)] = t;
-    }
+// Phi-3: special tokens swallow the whitespace that follows them
+void VocabImpl::strip_after_specials() {
+  for (Token t : specials_) attr_[static_cast<size_t>(t)] |= kAttrRStrip;
+  const auto set_rstrip = [&](const char* text, bool on) {
+    const Token t = find(text);
+    if (t < 0) return;
+    if (on)
+      attr_[static_cast<size_t>(t)] |= kAttrRStrip;
+    else
+      attr_[static_cast<size_t>(t)] &= ~static_cast<uint32_t>(kAttrRStrip);
+  };
+  set_rstrip("</s>", true);
+  set_rstrip("<unk>", false);
+  set_rstrip("<s>", false);
+  set_rstrip("<|endoftext|>", false);
+}
+
+// SentencePiece: byte -> its <0xXX> token, else the token of the byte itself.
+void VocabImpl::map_byte_tokens() {
+  byte_tokens_.assign(256, -1);
+  static const char* hex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    const std::string name = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
+    Token t = find(name);
+    if (t < 0) t = find(std::string(1, static_cast<char>(b)));
+    byte_tokens_[static_cast<size_t>(b)] = t;
   }
 }
 

@@ -213,6 +213,132 @@ void grid_fit(const Grid& g, const float* xs, const float* ws, float id, uint8_t
   grid_fit_plain(g, xs, ws, id, codes, qx, q2);
 }
 
+// The element of largest magnitude (amax, its signed value max) and the
+// largest weight of a block.
+struct BlockPeak {
+  float amax = 0.0f, max = 0.0f, wmax = 0.0f;
+};
+
+// Found in locals, not in the struct's fields: these compile to branch-free
+// selects, as the loop did inside fit_scaled.
+inline BlockPeak block_peak(const float* x, const float* w) {
+  float amax = 0.0f, max = 0.0f, wmax = 0.0f;
+  for (int j = 0; j < QK; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+    wmax = std::max(wmax, w[j]);
+  }
+  return {amax, max, wmax};
+}
+
+// fit_scaled's search, on the block normalized: x / max (in [-1, 1], 1 at
+// the largest magnitude) and w / max(w), so that float sums can neither
+// overflow nor underflow; the scale found is then d = d_normalized * max.
+inline void normalize_block(const float* x, const float* w, const BlockPeak& p, float* xs, float* ws) {
+  const float inv_w = p.wmax > 0.0f && std::isfinite(1.0f / p.wmax) ? 1.0f / p.wmax : 0.0f;
+  for (int j = 0; j < QK; ++j) {
+    xs[j] = static_cast<float>(static_cast<double>(x[j]) / p.max);
+    ws[j] = inv_w > 0.0f ? w[j] * inv_w : 1.0f;
+  }
+}
+
+// The search's state. The arrays stay the caller's: a struct holding them
+// would have its address passed to grid_fit (not inlined), and the best sums
+// would then live in memory rather than in registers.
+template <class Grid>
+struct ScaledSearch {
+  const Grid& g;
+  const float* xs;  // the normalized block
+  const float* ws;
+  uint8_t* cand;   // scratch codes
+  uint8_t* codes;  // the best codes so far
+  float best_qx = 0.0f, best_q2 = 0.0f, best_score = -1.0f;  // score = (sum w q x)^2 / sum w q^2
+
+  float scale() const { return best_qx / best_q2; }
+
+  // Assigns the nearest codes for inverse scale id; keeps them when they score better.
+  bool try_inverse(float id) {
+    float qx, q2;
+    grid_fit(g, xs, ws, id, cand, qx, q2);
+    if (!(q2 > 0.0f)) return false;
+    const float score = qx * qx / q2;
+    if (!(score > best_score)) return false;
+    best_score = score;
+    best_qx = qx;
+    best_q2 = q2;
+    std::copy(cand, cand + QK, codes);
+    return true;
+  }
+
+  // Steps 1 and 2; returns the normalized scale.
+  float best_candidate() {
+    for (int k = -9; k <= 9; ++k) {
+      try_inverse(g.lowest() + static_cast<float>(k) * g.step());
+      try_inverse(g.highest() + static_cast<float>(k) * g.step());
+    }
+    float dn;
+    if (best_score >= 0.0f) {
+      dn = scale();
+    } else {  // no weight on any nonzero level: the largest magnitude onto the lowest level
+      dn = 1.0f / g.lowest();
+      for (int j = 0; j < QK; ++j) codes[j] = static_cast<uint8_t>(g.code(g.lowest() * xs[j]));
+    }
+    return dn;
+  }
+
+  // One code to a neighbouring level wherever that raises the score (the
+  // scale refitted); whether any moved.
+  bool move_codes() {
+    bool changed = false;
+    for (int j = 0; j < QK; ++j) {
+      for (int dir = -1; dir <= 1; dir += 2) {
+        const int c = codes[j] + dir;
+        if (c < 0 || c > g.max_code()) continue;
+        const float qo = g.level(codes[j]), qn = g.level(c);
+        const float qx = best_qx + ws[j] * (qn - qo) * xs[j];
+        const float q2 = best_q2 + ws[j] * (qn * qn - qo * qo);
+        if (q2 > 0.0f && qx * qx / q2 > best_score) {
+          best_qx = qx;
+          best_q2 = q2;
+          best_score = qx * qx / q2;
+          codes[j] = static_cast<uint8_t>(c);
+          changed = true;
+        }
+      }
+    }
+    return changed;
+  }
+
+  // Local moves, each pass followed by Lloyd rounds; returns the normalized scale.
+  float local_moves(float dn) {
+    for (int pass = 0; pass < 3; ++pass) {
+      if (!move_codes()) break;
+      dn = scale();
+      for (int round = 0; round < 4; ++round) {
+        if (!try_inverse(1.0f / dn)) break;
+        dn = scale();
+      }
+    }
+    return dn;
+  }
+};
+
+// Step 4: d rounded to fp16 and the nearest codes of x for it; returns the fp16 bits.
+template <class Grid>
+uint16_t round_scale(const Grid& g, const float* x, float d, uint8_t zero_code, uint8_t* codes) {
+  const uint16_t h = fp32_to_fp16(saturate_half(d));
+  const float dr = fp16_to_fp32(h);
+  if (dr == 0.0f) {
+    std::fill(codes, codes + QK, zero_code);
+  } else {
+    const float id = 1.0f / dr;
+    for (int j = 0; j < QK; ++j) codes[j] = static_cast<uint8_t>(g.code(id * x[j]));
+  }
+  return h;
+}
+
 // Chooses codes and one scale d minimizing sum_j w_j (x_j - d * level(code_j))^2.
 //  1. Candidate assignments: nearest codes of x / d for d mapping the element of
 //     largest magnitude onto the lowest or the highest level, each nudged by
@@ -227,98 +353,23 @@ void grid_fit(const Grid& g, const float* xs, const float* ws, float id, uint8_t
 // Returns the fp16 bits of d.
 template <class Grid>
 uint16_t fit_scaled(const float* x, const float* w, const Grid& g, uint8_t* codes) {
-  float amax = 0.0f, max = 0.0f, wmax = 0.0f;
-  for (int j = 0; j < QK; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-    wmax = std::max(wmax, w[j]);
-  }
+  const BlockPeak peak = block_peak(x, w);
   const uint8_t zero_code = static_cast<uint8_t>(g.code(0.0f));
-  if (!(amax >= kTinyBlock)) {
+  if (!(peak.amax >= kTinyBlock)) {
     std::fill(codes, codes + QK, zero_code);
     return fp32_to_fp16(0.0f);
   }
-  // The search runs on x / max (in [-1, 1], 1 at the largest magnitude) and
-  // w / max(w), so that float sums can neither overflow nor underflow; the
-  // scale found is then d = d_normalized * max.
-  const float inv_w = wmax > 0.0f && std::isfinite(1.0f / wmax) ? 1.0f / wmax : 0.0f;
   float xs[QK], ws[QK];
-  for (int j = 0; j < QK; ++j) {
-    xs[j] = static_cast<float>(static_cast<double>(x[j]) / max);
-    ws[j] = inv_w > 0.0f ? w[j] * inv_w : 1.0f;
-  }
-
-  float best_qx = 0.0f, best_q2 = 0.0f, best_score = -1.0f;  // score = (sum w q x)^2 / sum w q^2
+  normalize_block(x, w, peak, xs, ws);
   uint8_t cand[QK];
-  // Assigns the nearest codes for inverse scale id; keeps them when they score better.
-  auto try_inverse = [&](float id) {
-    float qx, q2;
-    grid_fit(g, xs, ws, id, cand, qx, q2);
-    if (!(q2 > 0.0f)) return false;
-    const float score = qx * qx / q2;
-    if (!(score > best_score)) return false;
-    best_score = score;
-    best_qx = qx;
-    best_q2 = q2;
-    std::copy(cand, cand + QK, codes);
-    return true;
-  };
-  for (int k = -9; k <= 9; ++k) {
-    try_inverse(g.lowest() + static_cast<float>(k) * g.step());
-    try_inverse(g.highest() + static_cast<float>(k) * g.step());
-  }
-  float dn;  // the normalized scale
-  if (best_score >= 0.0f) {
-    dn = best_qx / best_q2;
-  } else {  // no weight on any nonzero level: the largest magnitude onto the lowest level
-    dn = 1.0f / g.lowest();
-    for (int j = 0; j < QK; ++j) codes[j] = static_cast<uint8_t>(g.code(g.lowest() * xs[j]));
-  }
+  ScaledSearch<Grid> s{g, xs, ws, cand, codes};
+  float dn = s.best_candidate();  // the normalized scale
   for (int round = 0; round < 4 && dn != 0.0f; ++round) {
-    if (!try_inverse(1.0f / dn)) break;
-    dn = best_qx / best_q2;
+    if (!s.try_inverse(1.0f / dn)) break;
+    dn = s.scale();
   }
-  // Local moves: one code to a neighbouring level when that raises the score
-  // (the scale refitted); then Lloyd rounds again.
-  if (best_score >= 0.0f) {
-    for (int pass = 0; pass < 3; ++pass) {
-      bool changed = false;
-      for (int j = 0; j < QK; ++j) {
-        for (int dir = -1; dir <= 1; dir += 2) {
-          const int c = codes[j] + dir;
-          if (c < 0 || c > g.max_code()) continue;
-          const float qo = g.level(codes[j]), qn = g.level(c);
-          const float qx = best_qx + ws[j] * (qn - qo) * xs[j];
-          const float q2 = best_q2 + ws[j] * (qn * qn - qo * qo);
-          if (q2 > 0.0f && qx * qx / q2 > best_score) {
-            best_qx = qx;
-            best_q2 = q2;
-            best_score = qx * qx / q2;
-            codes[j] = static_cast<uint8_t>(c);
-            changed = true;
-          }
-        }
-      }
-      if (!changed) break;
-      dn = best_qx / best_q2;
-      for (int round = 0; round < 4; ++round) {
-        if (!try_inverse(1.0f / dn)) break;
-        dn = best_qx / best_q2;
-      }
-    }
-  }
-
-  const uint16_t h = fp32_to_fp16(saturate_half(dn * max));
-  const float dr = fp16_to_fp32(h);
-  if (dr == 0.0f) {
-    std::fill(codes, codes + QK, zero_code);
-  } else {
-    const float id = 1.0f / dr;
-    for (int j = 0; j < QK; ++j) codes[j] = static_cast<uint8_t>(g.code(id * x[j]));
-  }
-  return h;
+  if (s.best_score >= 0.0f) dn = s.local_moves(dn);
+  return round_scale(g, x, dn * peak.max, zero_code, codes);
 }
 
 // ---- search for codes times a scale plus an offset (Q4_1, Q5_1) ---------------
@@ -327,45 +378,40 @@ struct AffineFit {
   float d = 0, m = 0;
 };
 
-// Chooses codes 0..nmax, d >= 0 and m minimizing sum_j w_j (x_j - d c_j - m)^2.
-//  1. Candidate assignments: c = nearest(s (x - min)) for s = (nmax + t)/(max - min),
-//     t = -0.9, -0.85, ..., 0.9 (37 candidates; t = 0 is ggml's reference grid).
-//  2. For a fixed assignment (d, m) is the weighted least-squares line,
-//     closed form from the 2x2 normal equations; the assignment with the lowest
-//     error under its own optimal (d, m) is kept.
-//  3. Alternate: reassign c = nearest((x - m)/d), refit (d, m), while the error
-//     drops (at most 4 rounds).
-//  4. Round d and m to fp16 and reassign the nearest codes for the rounded pair.
-// m may have either sign (fp16 is signed), unlike the K-quants' mins.
-void fit_affine(const float* x_in, const float* w, int nmax, uint8_t* codes, uint16_t& d16, uint16_t& m16) {
-  // The search runs on the block scaled by a power of two (exact) that brings
-  // the largest magnitude into [1, 2): no overflow of max - min or of the sums
-  // whatever the magnitudes. d and m are scaled back at the end.
-  float amax = 0.0f;
-  for (int j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(x_in[j]));
-  const int e = amax > 0.0f ? std::ilogb(amax) : 0;
-  const double to_unit = std::ldexp(1.0, -e);
+// fit_affine's search. It runs on the block scaled by a power of two (exact)
+// that brings the largest magnitude into [1, 2): no overflow of max - min or
+// of the sums whatever the magnitudes. d and m are scaled back at the end.
+struct AffineSearch {
+  const float* w;
+  int nmax;
+  uint8_t* codes;  // the best codes so far
   float x[QK];
-  for (int j = 0; j < QK; ++j) x[j] = static_cast<float>(x_in[j] * to_unit);
-
-  float min = x[0], max = x[0];
+  float min, max;
   double sw = 0, sx = 0;
-  for (int j = 0; j < QK; ++j) {
-    min = std::min(min, x[j]);
-    max = std::max(max, x[j]);
-    sw += w[j];
-    sx += static_cast<double>(w[j]) * x[j];
-  }
-  if (!(max > min)) {  // constant block: every code 0, m = the value
-    std::fill(codes, codes + QK, uint8_t{0});
-    d16 = fp32_to_fp16(0.0f);
-    m16 = fp32_to_fp16(saturate_half(x_in[0]));
-    return;
+  uint8_t cand[QK];
+  double best_err = INFINITY;
+  AffineFit best;
+
+  AffineSearch(const float* x_in, double to_unit, const float* weights, int n, uint8_t* out)
+      : w(weights), nmax(n), codes(out) {
+    for (int j = 0; j < QK; ++j) x[j] = static_cast<float>(x_in[j] * to_unit);
+    min = x[0];
+    max = x[0];
+    for (int j = 0; j < QK; ++j) {
+      min = std::min(min, x[j]);
+      max = std::max(max, x[j]);
+      sw += w[j];
+      sx += static_cast<double>(w[j]) * x[j];
+    }
   }
 
-  uint8_t cand[QK];
+  // The nearest codes of (x - m) * id into cand.
+  void assign(float id, float m) {
+    for (int j = 0; j < QK; ++j) cand[j] = static_cast<uint8_t>(round_clamp(id * (x[j] - m), 0, nmax));
+  }
+
   // Weighted least-squares (d, m) for the codes in cand; false when degenerate.
-  auto solve = [&](AffineFit& f) {
+  bool solve(AffineFit& f) const {
     double sl = 0, sl2 = 0, sxl = 0;
     for (int j = 0; j < QK; ++j) {
       const double l = cand[j];
@@ -378,57 +424,89 @@ void fit_affine(const float* x_in, const float* w, int nmax, uint8_t* codes, uin
     f.d = static_cast<float>((sw * sxl - sx * sl) / det);
     f.m = static_cast<float>((sl2 * sx - sl * sxl) / det);
     return f.d > 0 && std::isfinite(f.d) && std::isfinite(f.m);
-  };
-  auto error = [&](const AffineFit& f) {
+  }
+
+  double error(const AffineFit& f) const {
     double e = 0;
     for (int j = 0; j < QK; ++j) {
       const double diff = static_cast<double>(f.d) * cand[j] + f.m - x[j];
       e += w[j] * diff * diff;
     }
     return e;
-  };
+  }
 
-  double best_err = INFINITY;
-  AffineFit best;
-  auto keep_if_better = [&](const AffineFit& f) {
+  bool keep_if_better(const AffineFit& f) {
     const double e = error(f);
     if (!(e < best_err)) return false;
     best_err = e;
     best = f;
     std::copy(cand, cand + QK, codes);
     return true;
-  };
+  }
 
-  const float range = max - min;
-  // ggml's reference pair (d = range / nmax, m = min) first, as a floor.
-  {
-    const float id = static_cast<float>(nmax) / range;
-    for (int j = 0; j < QK; ++j) cand[j] = static_cast<uint8_t>(round_clamp(id * (x[j] - min), 0, nmax));
+  // Steps 1 to 3 (fit_affine); the block must not be constant.
+  void run() {
+    const float range = max - min;
+    // ggml's reference pair (d = range / nmax, m = min) first, as a floor.
+    assign(static_cast<float>(nmax) / range, min);
     keep_if_better({range / static_cast<float>(nmax), min});
+    for (int t = -18; t <= 18; ++t) {
+      assign((static_cast<float>(nmax) + 0.05f * static_cast<float>(t)) / range, min);
+      AffineFit f;
+      if (solve(f)) keep_if_better(f);
+    }
+    for (int round = 0; round < 4; ++round) {
+      assign(1.0f / best.d, best.m);
+      AffineFit f;
+      if (!solve(f) || !keep_if_better(f)) break;
+    }
   }
-  for (int t = -18; t <= 18; ++t) {
-    const float id = (static_cast<float>(nmax) + 0.05f * static_cast<float>(t)) / range;
-    for (int j = 0; j < QK; ++j) cand[j] = static_cast<uint8_t>(round_clamp(id * (x[j] - min), 0, nmax));
-    AffineFit f;
-    if (solve(f)) keep_if_better(f);
-  }
-  for (int round = 0; round < 4; ++round) {
-    const float id = 1.0f / best.d;
-    for (int j = 0; j < QK; ++j) cand[j] = static_cast<uint8_t>(round_clamp(id * (x[j] - best.m), 0, nmax));
-    AffineFit f;
-    if (!solve(f) || !keep_if_better(f)) break;
-  }
+};
 
+// The exponent of a block's largest magnitude (0 for a zero block).
+inline int block_exponent(const float* x) {
+  float amax = 0.0f;
+  for (int j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  return amax > 0.0f ? std::ilogb(amax) : 0;
+}
+
+// Step 4: the fit scaled back by 2^e, rounded to fp16, and the nearest codes
+// of x for the rounded pair.
+void round_affine(const AffineFit& best, int e, const float* x, int nmax, uint8_t* codes, uint16_t& d16,
+                  uint16_t& m16) {
   const double from_unit = std::ldexp(1.0, e);
   d16 = fp32_to_fp16(saturate_half(static_cast<float>(best.d * from_unit)));
   m16 = fp32_to_fp16(saturate_half(static_cast<float>(best.m * from_unit)));
   const float dr = fp16_to_fp32(d16), mr = fp16_to_fp32(m16);
   if (dr > 0.0f) {
     const float id = 1.0f / dr;
-    for (int j = 0; j < QK; ++j) codes[j] = static_cast<uint8_t>(round_clamp(id * (x_in[j] - mr), 0, nmax));
+    for (int j = 0; j < QK; ++j) codes[j] = static_cast<uint8_t>(round_clamp(id * (x[j] - mr), 0, nmax));
   } else {
     std::fill(codes, codes + QK, uint8_t{0});
   }
+}
+
+// Chooses codes 0..nmax, d >= 0 and m minimizing sum_j w_j (x_j - d c_j - m)^2.
+//  1. Candidate assignments: c = nearest(s (x - min)) for s = (nmax + t)/(max - min),
+//     t = -0.9, -0.85, ..., 0.9 (37 candidates; t = 0 is ggml's reference grid).
+//  2. For a fixed assignment (d, m) is the weighted least-squares line,
+//     closed form from the 2x2 normal equations; the assignment with the lowest
+//     error under its own optimal (d, m) is kept.
+//  3. Alternate: reassign c = nearest((x - m)/d), refit (d, m), while the error
+//     drops (at most 4 rounds).
+//  4. Round d and m to fp16 and reassign the nearest codes for the rounded pair.
+// m may have either sign (fp16 is signed), unlike the K-quants' mins.
+void fit_affine(const float* x_in, const float* w, int nmax, uint8_t* codes, uint16_t& d16, uint16_t& m16) {
+  const int e = block_exponent(x_in);
+  AffineSearch s(x_in, std::ldexp(1.0, -e), w, nmax, codes);
+  if (!(s.max > s.min)) {  // constant block: every code 0, m = the value
+    std::fill(codes, codes + QK, uint8_t{0});
+    d16 = fp32_to_fp16(0.0f);
+    m16 = fp32_to_fp16(saturate_half(x_in[0]));
+    return;
+  }
+  s.run();
+  round_affine(s.best, e, x_in, nmax, codes, d16, m16);
 }
 
 // ---- the formats --------------------------------------------------------------

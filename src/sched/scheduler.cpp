@@ -109,19 +109,37 @@ Backend* Scheduler::assign(const Tensor& node, Backend* previous) const {
 
 void Scheduler::allocate(const Graph& graph) {
   const auto& nodes = graph.nodes();
-  // Allocated before, its nodes read the copies about to be freed: give them
-  // back their sources (another graph's nodes cannot point at our copies).
+  give_back_sources(nodes);
+  assignment_.clear();
+  splits_.clear();
+  copies_.clear();
+  assign_backends(nodes);
+  split_by_backend(nodes);
+  const std::map<Backend*, MemoryPlan> plans = plan_backend_memory(graph);
+  // Bind provisional addresses so that copies can be planned from homes,
+  // then add the copies to each backend's buffer after its plan.
+  plan_copies(graph);
+  std::map<Backend*, size_t> need;
+  for (Backend* b : backends_) need[b] = round_up(plans.at(b).size, kBufferAlignment);
+  const std::vector<std::pair<Tensor*, size_t>> copy_offsets = place_copies(need);
+  bind_buffers(plans, need);
+  bind_copies(copy_offsets);
+  bind_views(nodes);
+}
+
+// Allocated before, its nodes read the copies about to be freed: give them
+// back their sources (another graph's nodes cannot point at our copies).
+void Scheduler::give_back_sources(const std::vector<Tensor*>& nodes) {
   if (!replaced_sources_.empty())
     for (Tensor* n : nodes)
       for (Tensor*& s : n->src)
         if (auto it = replaced_sources_.find(s); s && it != replaced_sources_.end()) s = it->second;
   replaced_sources_.clear();
-  assignment_.clear();
-  splits_.clear();
-  copies_.clear();
+}
 
-  // Input leaves without memory live where their first reader runs: assign
-  // nodes first with inputs provisionally on the host.
+// Input leaves without memory live where their first reader runs: assign
+// nodes first with inputs provisionally on the host.
+void Scheduler::assign_backends(const std::vector<Tensor*>& nodes) {
   Backend* previous = nullptr;
   for (const Tensor* n : nodes) {
     Backend* b = assign(*n, previous);
@@ -131,16 +149,20 @@ void Scheduler::allocate(const Graph& graph) {
   for (const Tensor* n : nodes)
     for (const Tensor* s : n->src)
       if (s && !s->data && !s->view_src && s->op == Op::None) assignment_.insert(s, *assignment_.find(n));
+}
 
-  // Splits: runs of nodes on one backend (views join the run they are in).
+// Splits: runs of nodes on one backend (views join the run they are in).
+void Scheduler::split_by_backend(const std::vector<Tensor*>& nodes) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     Backend* b = *assignment_.find(nodes[i]);
     if (op_is_view(nodes[i]->op) && !splits_.empty()) b = splits_.back().backend;
     if (splits_.empty() || splits_.back().backend != b) splits_.push_back({b, i, i, {}});
     splits_.back().end = i + 1;
   }
+}
 
-  // Memory per backend for the owners assigned to it.
+// Memory per backend for the owners assigned to it.
+std::map<Backend*, MemoryPlan> Scheduler::plan_backend_memory(const Graph& graph) const {
   std::map<Backend*, MemoryPlan> plans;
   for (Backend* b : backends_) {
     plans[b] = plan_memory(graph, kBufferAlignment, [&](const Tensor* t) {
@@ -148,33 +170,43 @@ void Scheduler::allocate(const Graph& graph) {
       return home && *home == b;
     });
   }
-  // Bind provisional addresses so that copies can be planned from homes,
-  // then add the copies to each backend's buffer after its plan.
-  plan_copies(graph);
-  std::map<Backend*, size_t> need;
-  for (Backend* b : backends_) need[b] = round_up(plans[b].size, kBufferAlignment);
+  return plans;
+}
+
+// Each split's copies after what its backend needs so far (need grows by
+// them); returns each copy's offset in its backend's buffer.
+std::vector<std::pair<Tensor*, size_t>> Scheduler::place_copies(std::map<Backend*, size_t>& need) {
   std::vector<std::pair<Tensor*, size_t>> copy_offsets;
   for (Split& s : splits_)
     for (auto& [src, copy] : s.copies) {
       copy_offsets.emplace_back(copy, need[s.backend]);
       need[s.backend] += round_up(copy->nbytes(), kBufferAlignment);
     }
+  return copy_offsets;
+}
+
+// Grows each backend's buffer to what it needs and binds the planned owners.
+void Scheduler::bind_buffers(const std::map<Backend*, MemoryPlan>& plans, const std::map<Backend*, size_t>& need) {
   for (Backend* b : backends_) {
     auto& buf = buffers_[b];
-    if (need[b] == 0) continue;
-    if (!buf || buf->size() < need[b]) {
+    const size_t bytes = need.at(b);
+    if (bytes == 0) continue;
+    if (!buf || buf->size() < bytes) {
       buf.reset();
       try {
-        buf = b->alloc_buffer(need[b]);
+        buf = b->alloc_buffer(bytes);
       } catch (const Error& e) {
         throw Error("scheduler: the intermediate results of a graph on " + b->name() + ": " + e.what());
       }
     }
-    for (const auto& [t, off] : plans[b].offsets) {
+    for (const auto& [t, off] : plans.at(b).offsets) {
       t->data = buf->base() + off;
       t->buffer = buf.get();
     }
   }
+}
+
+void Scheduler::bind_copies(const std::vector<std::pair<Tensor*, size_t>>& copy_offsets) {
   for (Split& s : splits_)
     for (auto& [src, copy] : s.copies) {
       Buffer* buf = buffers_[s.backend].get();
@@ -189,6 +221,9 @@ void Scheduler::allocate(const Graph& graph) {
       t.data = static_cast<char*>(t.view_src->data) + t.view_offset;
       t.buffer = t.view_src->buffer;
     }
+}
+
+void Scheduler::bind_views(const std::vector<Tensor*>& nodes) {
   for (Tensor* n : nodes)
     if (n->view_src) {
       if (!n->view_src->data) throw Error("scheduler: view '" + n->name + "' of a tensor without data");
@@ -295,86 +330,119 @@ void tap_accumulate_on_host(const Tensor& node, TapResult& acc) {
   tap_accumulate_expert_values(tensor_to_f32(x), x.ne[0], x.ne[1], id_values, ids.ne[0], tap_experts(node), acc);
 }
 
+// A tap of the graph being computed on one node: on the node's backend when
+// it has taps, else on the host after a synchronization (the node then ends
+// its call).
+struct Scheduler::NodeTap {
+  TapKind kind;
+  const Tensor* other;
+  TapSlot* slot;
+  TapState* state;  // null: host fallback
+};
+
+// Where a backend call ends: its last node, and why it ends there.
+struct Scheduler::CallEnd {
+  size_t last;
+  bool wanted;     // the observer wants the last node
+  bool host_taps;  // the last node has taps reduced on the host
+};
+
 ComputeStatus Scheduler::compute(const Graph& graph) {
   const auto& nodes = graph.nodes();
   if (splits_.empty() && !nodes.empty()) throw Error("scheduler: compute before allocate");
-
-  // Taps of this graph, by node: on the backend when it has them, else on
-  // the host after a synchronization (the node then ends its call).
-  struct NodeTap {
-    TapKind kind;
-    const Tensor* other;
-    TapSlot* slot;
-    TapState* state;  // null: host fallback
-  };
-  std::map<size_t, std::vector<NodeTap>> node_taps;
-  if (tap_selector_) {
-    std::vector<TapRequest> requests;
-    for (const Split& split : splits_)
-      for (size_t i = split.first; i < split.end; ++i) {
-        requests.clear();
-        tap_selector_(*nodes[i], requests);
-        for (const TapRequest& r : requests) {
-          TapSlot& slot = tap_slot(r, *nodes[i]);
-          Backend* b = split.backend;
-          TapState* state = nullptr;
-          // A backend reduces what lies in memory it can read; else the host.
-          const Tensor* input = r.kind == TapKind::ColumnSumSq ? nodes[i]->src[1] : nodes[i];
-          if (input && can_read(*b, *owner_of(input)) && (!r.other || can_read(*b, *owner_of(r.other)))) {
-            auto it = slot.states.find(b);
-            if (it == slot.states.end()) it = slot.states.emplace(b, b->make_tap_state(r.kind, slot.n_columns)).first;
-            state = it->second.get();
-          }
-          node_taps[i].push_back({r.kind, r.other, &slot, state});
-        }
-      }
-  }
-
+  NodeTaps node_taps;
+  if (tap_selector_) select_taps(nodes, node_taps);
   std::vector<TapWork> call_taps;
   for (const Split& split : splits_) {
     run_copies(split);
-    Backend& backend = *split.backend;
-    size_t j0 = split.first;
-    while (j0 < split.end) {
-      // Extend the call over nodes nobody needs to see on the host.
-      size_t j1 = j0;
-      bool wanted = false, host_taps = false;
-      for (;; ++j1) {
-        wanted = observe_ && observe_(*nodes[j1], true);
-        host_taps = false;
-        if (auto it = node_taps.find(j1); it != node_taps.end())
-          for (const NodeTap& t : it->second) host_taps |= t.state == nullptr;
-        if (wanted || host_taps || j1 + 1 == split.end) break;
-      }
-      call_taps.clear();
-      for (auto it = node_taps.lower_bound(j0); it != node_taps.end() && it->first <= j1; ++it)
-        for (const NodeTap& t : it->second)
-          if (t.state) call_taps.push_back({it->first - j0, t.kind, t.other, t.state});
-      backend.compute_async(std::span<Tensor* const>(nodes.data() + j0, j1 - j0 + 1), call_taps);
-      if (wanted || host_taps) {
-        backend.synchronize();
-        const Tensor& node = *nodes[j1];
-        if (host_taps)
-          for (const NodeTap& t : node_taps[j1]) {
-            if (t.state) continue;
-            if (t.kind == TapKind::ColumnSumSq) {
-              tap_accumulate_on_host(node, t.slot->host);
-            } else {
-              std::vector<float> other;
-              if (t.other) other = tensor_to_f32(*t.other);
-              tap_accumulate_values(t.kind, tensor_to_f32(node), node.ne[0], t.other ? &other : nullptr,
-                                    t.slot->host);
-            }
-          }
-        if (wanted && !observe_(node, false)) return ComputeStatus::Stopped;
-      }
-      j0 = j1 + 1;
-    }
+    if (run_split(split, nodes, node_taps, call_taps) == ComputeStatus::Stopped) return ComputeStatus::Stopped;
   }
   std::set<Backend*> used;
   for (const Split& split : splits_)
     if (used.insert(split.backend).second) split.backend->synchronize();
   return ComputeStatus::Done;
+}
+
+// The taps the selector asks for, by node index.
+void Scheduler::select_taps(const std::vector<Tensor*>& nodes, NodeTaps& node_taps) {
+  std::vector<TapRequest> requests;
+  for (const Split& split : splits_)
+    for (size_t i = split.first; i < split.end; ++i) {
+      requests.clear();
+      tap_selector_(*nodes[i], requests);
+      for (const TapRequest& r : requests) node_taps[i].push_back(node_tap(r, *nodes[i], *split.backend));
+    }
+}
+
+// A backend reduces what lies in memory it can read; else the host.
+Scheduler::NodeTap Scheduler::node_tap(const TapRequest& r, const Tensor& node, Backend& b) {
+  TapSlot& slot = tap_slot(r, node);
+  TapState* state = nullptr;
+  const Tensor* input = r.kind == TapKind::ColumnSumSq ? node.src[1] : &node;
+  if (input && can_read(b, *owner_of(input)) && (!r.other || can_read(b, *owner_of(r.other)))) {
+    auto it = slot.states.find(&b);
+    if (it == slot.states.end()) it = slot.states.emplace(&b, b.make_tap_state(r.kind, slot.n_columns)).first;
+    state = it->second.get();
+  }
+  return {r.kind, r.other, &slot, state};
+}
+
+// One split's nodes in as few backend calls as the observer and the host
+// taps allow.
+ComputeStatus Scheduler::run_split(const Split& split, const std::vector<Tensor*>& nodes, NodeTaps& node_taps,
+                                   std::vector<TapWork>& call_taps) {
+  Backend& backend = *split.backend;
+  size_t j0 = split.first;
+  while (j0 < split.end) {
+    const CallEnd end = call_end(nodes, node_taps, j0, split.end);
+    gather_call_taps(node_taps, j0, end.last, call_taps);
+    backend.compute_async(std::span<Tensor* const>(nodes.data() + j0, end.last - j0 + 1), call_taps);
+    if (end.wanted || end.host_taps) {
+      backend.synchronize();
+      const Tensor& node = *nodes[end.last];
+      if (end.host_taps) run_host_taps(node, node_taps[end.last]);
+      if (end.wanted && !observe_(node, false)) return ComputeStatus::Stopped;
+    }
+    j0 = end.last + 1;
+  }
+  return ComputeStatus::Done;
+}
+
+// Extends the call from node j0 over nodes nobody needs to see on the host.
+Scheduler::CallEnd Scheduler::call_end(const std::vector<Tensor*>& nodes, const NodeTaps& node_taps, size_t j0,
+                                       size_t split_end) const {
+  size_t j1 = j0;
+  bool wanted = false, host_taps = false;
+  for (;; ++j1) {
+    wanted = observe_ && observe_(*nodes[j1], true);
+    host_taps = false;
+    if (auto it = node_taps.find(j1); it != node_taps.end())
+      for (const NodeTap& t : it->second) host_taps |= t.state == nullptr;
+    if (wanted || host_taps || j1 + 1 == split_end) break;
+  }
+  return {j1, wanted, host_taps};
+}
+
+// The backend taps of nodes j0..j1, indexed from j0.
+void Scheduler::gather_call_taps(const NodeTaps& node_taps, size_t j0, size_t j1, std::vector<TapWork>& call_taps) {
+  call_taps.clear();
+  for (auto it = node_taps.lower_bound(j0); it != node_taps.end() && it->first <= j1; ++it)
+    for (const NodeTap& t : it->second)
+      if (t.state) call_taps.push_back({it->first - j0, t.kind, t.other, t.state});
+}
+
+// The host fallback of a computed (synchronized) node's taps.
+void Scheduler::run_host_taps(const Tensor& node, const std::vector<NodeTap>& taps) {
+  for (const NodeTap& t : taps) {
+    if (t.state) continue;
+    if (t.kind == TapKind::ColumnSumSq) {
+      tap_accumulate_on_host(node, t.slot->host);
+    } else {
+      std::vector<float> other;
+      if (t.other) other = tensor_to_f32(*t.other);
+      tap_accumulate_values(t.kind, tensor_to_f32(node), node.ne[0], t.other ? &other : nullptr, t.slot->host);
+    }
+  }
 }
 
 }  // namespace qlens

@@ -505,16 +505,57 @@ inline void i8_group_sums(const uint8_t* wp, const uint8_t* xp, int g, const int
   }
 }
 
+// The micro-kernel's float accumulators (see i8_micro).
+template <class Q>
+using I8Acc = typename Q::F[Q::kMr][Q::kNv];
+
+// K formats: a super-block's sums times d_x into c (added when `add`), and
+// the accumulators cleared for the next.
+template <class Q>
+[[gnu::always_inline]] inline void i8_store_super_block(I8Acc<Q>& acc, const float* dx, float* c, int64_t ldc,
+                                                        bool add) {
+  using R = typename Q::F;
+  constexpr int MR = Q::kMr, NV = Q::kNv, L = Q::L;
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      // One explicit FMA: GCC contracts a multiply and an add of intrinsics
+      // into one or not depending on register pressure, which made a row's
+      // last bit depend on its place in the tile.
+      float* p = c + r * ldc + v * L;
+      const R dxr = Q::fset1(dx[r]);
+      Q::fstore(p, add ? Q::fma(acc[r][v], dxr, Q::fload(p)) : Q::fmul(acc[r][v], dxr));
+      acc[r][v] = Q::fzero();
+    }
+}
+
+// Legacy formats: the products of every unit into c (added when `accumulate`).
+template <class Q>
+[[gnu::always_inline]] inline void i8_store_legacy(const I8Acc<Q>& acc, float* c, int64_t ldc, bool accumulate) {
+  constexpr int MR = Q::kMr, NV = Q::kNv, L = Q::L;
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* p = c + r * ldc + v * L;
+      Q::fstore(p, accumulate ? Q::fadd(Q::fload(p), acc[r][v]) : acc[r][v]);
+    }
+}
+
 // For r < MR, i < NV * L: c[r * ldc + i] = (accumulate ? c[r * ldc + i] : 0) +
 // the products of weight panel wp (rows i) and activation panel xp (rows r)
 // over nu units of format F (see the top of the file); MR x NR = Q's kMr x
-// kNv * L.
+// kNv * L. The stores are forced inline: the accumulators stay in registers,
+// and the kernel compiles instruction for instruction as it did in one piece
+// (left to GCC, their later inlining reshuffled the K kernels' registers, and
+// the kernels after them moved to other alignments, which timed differently).
 template <class Q, I8Format F>
 void i8_micro(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_t ldc, bool accumulate) {
   using I = typename Q::I;
   using R = typename Q::F;
   constexpr int MR = Q::kMr, NV = Q::kNv, L = Q::L, NR = NV * L, G = F.groups();
-  R acc[MR][NV];  // legacy: the products so far; K: the current super-block's
+  I8Acc<Q> acc;  // legacy: the products so far; K: the current super-block's
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
@@ -568,33 +609,11 @@ void i8_micro(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) acc[r][v] = Q::fma(Q::cvt(msum[r][v]), Q::fload(wdmin + v * L), acc[r][v]);
     }
-    if constexpr (!F.legacy) {  // the super-block's sums times d_x, into c
-      const bool add = accumulate || u > 0;
-#pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) {
-          // One explicit FMA: GCC contracts a multiply and an add of
-          // intrinsics into one or not depending on register pressure, which
-          // made a row's last bit depend on its place in the tile.
-          float* p = c + r * ldc + v * L;
-          const R dxr = Q::fset1(dx[r]);
-          Q::fstore(p, add ? Q::fma(acc[r][v], dxr, Q::fload(p)) : Q::fmul(acc[r][v], dxr));
-          acc[r][v] = Q::fzero();
-        }
-    }
+    if constexpr (!F.legacy) i8_store_super_block<Q>(acc, dx, c, ldc, accumulate || u > 0);
     wp += i8_w_unit_bytes(F, NR);
     xp += i8_x_unit_bytes(F, MR);
   }
-  if constexpr (F.legacy) {
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        float* p = c + r * ldc + v * L;
-        Q::fstore(p, accumulate ? Q::fadd(Q::fload(p), acc[r][v]) : acc[r][v]);
-      }
-  }
+  if constexpr (F.legacy) i8_store_legacy<Q>(acc, c, ldc, accumulate);
 }
 
 #if defined(__clang__)

@@ -103,9 +103,10 @@ void add_column_sums(Imatrix& m, const std::map<std::string, TapResult>& chunk) 
   }
 }
 
-void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt, Imatrix& m,
-                     const std::function<bool(const ImatrixChunkReport&, const Imatrix&)>& on_chunk) {
-  const ImatrixChunkRange range = imatrix_chunk_range(static_cast<int64_t>(tokens.size()), opt, m);
+namespace {
+
+// The run's settings recorded in m, which must agree with those it was made with.
+void start_run(Imatrix& m, const Model& model, const ImatrixOptions& opt) {
   check_imatrix_matches_model(m, model);
   if (m.chunk_size != 0 && m.chunk_size != opt.n_ctx)
     throw Error(m.path + ": made with chunks of " + std::to_string(m.chunk_size) + " tokens, this run uses -c " +
@@ -114,68 +115,43 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
   if (m.model_name.empty()) m.model_name = model.file().try_string("general.name").value_or("");
   if (!opt.dataset.empty() && std::find(m.datasets.begin(), m.datasets.end(), opt.dataset) == m.datasets.end())
     m.datasets.push_back(opt.dataset);
+}
 
-  const int64_t n_ctx = opt.n_ctx;
-  ContextOptions copt = chunk_context(n_ctx, opt.n_batch, opt.n_threads);
+ContextOptions imatrix_context(const ImatrixOptions& opt) {
+  ContextOptions copt = chunk_context(opt.n_ctx, opt.n_batch, opt.n_threads);
   copt.device = opt.device;
   copt.cpu = opt.cpu;
   copt.n_gpu_layers = opt.n_gpu_layers;
   copt.cache_type = opt.cache_type;
-  Context ctx(model, copt);
+  return copt;
+}
 
-  auto wanted = [&](const Tensor& t) {
-    return (t.op == Op::MulMat || t.op == Op::MulMatId) && t.src[0] && (t.src[0]->flags & kFlagWeight) &&
-           imatrix_collects(t.src[0]->name, opt.process_output);
-  };
-  std::map<std::string, TapResult> host_sums;  // the callback path's chunk sums
-  if (opt.collect == ImatrixCollect::Taps) {
-    ctx.set_tap_selector([&](const Tensor& t, std::vector<TapRequest>& r) {
-      if (wanted(t)) r.push_back({TapKind::ColumnSumSq, t.src[0]->name});
-    });
-  } else {
-    ctx.set_observe_callback([&](const Tensor& t, bool ask) {
-      if (ask) return wanted(t);
-      TapResult& r = host_sums[t.src[0]->name];
-      r.kind = TapKind::ColumnSumSq;
-      tap_accumulate_on_host(t, r);
-      return true;
-    });
+// Chunk by chunk: the column sums of the activations entering the collected
+// weights, and the chunk's perplexity terms.
+class ChunkCollector {
+ public:
+  ChunkCollector(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt)
+      : model_(model),
+        opt_(opt),
+        ctx_(model, imatrix_context(opt)),
+        chunks_(tokens, opt.n_ctx, model.vocab(), "imatrix") {
+    if (opt.collect == ImatrixCollect::Taps) {
+      ctx_.set_tap_selector([this](const Tensor& t, std::vector<TapRequest>& r) {
+        if (wanted(t)) r.push_back({TapKind::ColumnSumSq, t.src[0]->name});
+      });
+    } else {
+      ctx_.set_observe_callback([this](const Tensor& t, bool ask) { return add_on_host(t, ask); });
+    }
   }
 
-  TextChunks chunks(tokens, n_ctx, model.vocab(), "imatrix");
-  const int64_t n_vocab = model.hparams().n_vocab;
-  const auto t0 = std::chrono::steady_clock::now();
-  ImatrixChunkReport report;
-  report.total = range.end - range.first;
-  for (int64_t c = range.first; c < range.end; ++c) {
-    ctx.clear();
-    // Every row goes through every layer (each is collected), but the output
-    // matrix (262,144 rows for Gemma 3) needs only the rows perplexity
-    // scores, as qlens perplexity computes them; all of them when its own
-    // activations are collected (--process-output), none but the last
-    // without perplexity.
-    const int64_t first_logit = opt.process_output ? 0 : opt.compute_ppl ? chunks.first_scored() : n_ctx - 1;
-    if (!ctx.decode_logits_from(chunks.chunk(c), first_logit))
-      throw Error("imatrix: the computation was stopped");
-    ImatrixRunState chunk_run;  // added to m.run once the chunk's sums are in
+  // Runs chunk c and adds its sums to m (whole chunks only); returns its
+  // perplexity terms.
+  ImatrixRunState collect(int64_t c, Imatrix& m) {
+    decode(c);
+    ImatrixRunState chunk_run;
     try {
-      std::exception_ptr logits_error;
-      if (opt.compute_ppl) try {
-          for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j) {
-            const double v = token_nll(ctx.logits(j).data(), n_vocab, chunks.next(c, j));
-            chunk_run.nll_sum += v;
-            chunk_run.nll_sq_sum += v * v;
-            ++chunk_run.n_scored;
-          }
-        } catch (const Error&) {
-          logits_error = std::current_exception();
-        }
-      std::map<std::string, TapResult> sums;
-      if (opt.collect == ImatrixCollect::Taps) {
-        sums = ctx.read_taps(/*reset=*/true);
-      } else {
-        sums.swap(host_sums);
-      }
+      const std::exception_ptr logits_error = opt_.compute_ppl ? score(c, chunk_run) : nullptr;
+      std::map<std::string, TapResult> sums = chunk_sums();
       // Spoilt logits come from non-finite activations, which the sums name
       // by tensor: check those first (into a scratch matrix, so that `m`
       // keeps only whole chunks).
@@ -186,20 +162,99 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
       }
       add_column_sums(m, sums);
     } catch (const Error& e) {
-      throw Error("imatrix: chunk " + std::to_string(c) + " of " + model.path() + ": " + e.what() + " (" +
+      throw Error("imatrix: chunk " + std::to_string(c) + " of " + model_.path() + ": " + e.what() + " (" +
                   std::to_string(m.chunk_count) + " chunks collected before it)");
     }
-    m.run.nll_sum += chunk_run.nll_sum;
-    m.run.nll_sq_sum += chunk_run.nll_sq_sum;
-    m.run.n_scored += chunk_run.n_scored;
-    ++m.chunk_count;
-    m.run.next_chunk = c + 1;
+    return chunk_run;
+  }
 
-    ++report.done;
-    report.chunk = c;
-    report.ppl = m.run.n_scored > 0 ? perplexity_from_sums(m.run.nll_sum, m.run.nll_sq_sum, m.run.n_scored).ppl : 0.0;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    report.tokens_per_second = seconds > 0 ? report.done * n_ctx / seconds : 0;
+ private:
+  bool wanted(const Tensor& t) const {
+    return (t.op == Op::MulMat || t.op == Op::MulMatId) && t.src[0] && (t.src[0]->flags & kFlagWeight) &&
+           imatrix_collects(t.src[0]->name, opt_.process_output);
+  }
+  bool add_on_host(const Tensor& t, bool ask) {
+    if (ask) return wanted(t);
+    TapResult& r = host_sums_[t.src[0]->name];
+    r.kind = TapKind::ColumnSumSq;
+    tap_accumulate_on_host(t, r);
+    return true;
+  }
+
+  // Every row goes through every layer (each is collected), but the output
+  // matrix (262,144 rows for Gemma 3) needs only the rows perplexity scores,
+  // as qlens perplexity computes them; all of them when its own activations
+  // are collected (--process-output), none but the last without perplexity.
+  void decode(int64_t c) {
+    ctx_.clear();
+    const int64_t n_ctx = opt_.n_ctx;
+    const int64_t first_logit = opt_.process_output ? 0 : opt_.compute_ppl ? chunks_.first_scored() : n_ctx - 1;
+    if (!ctx_.decode_logits_from(chunks_.chunk(c), first_logit)) throw Error("imatrix: the computation was stopped");
+  }
+
+  // Adds the chunk's scored predictions to run; returns the error of a
+  // spoilt logit, if any, for collect to report after the sums.
+  std::exception_ptr score(int64_t c, ImatrixRunState& run) const {
+    const int64_t n_vocab = model_.hparams().n_vocab;
+    try {
+      for (int64_t j = chunks_.first_scored(); j < opt_.n_ctx - 1; ++j) {
+        const double v = token_nll(ctx_.logits(j).data(), n_vocab, chunks_.next(c, j));
+        run.nll_sum += v;
+        run.nll_sq_sum += v * v;
+        ++run.n_scored;
+      }
+    } catch (const Error&) {
+      return std::current_exception();
+    }
+    return nullptr;
+  }
+
+  std::map<std::string, TapResult> chunk_sums() {
+    std::map<std::string, TapResult> sums;
+    if (opt_.collect == ImatrixCollect::Taps)
+      sums = ctx_.read_taps(/*reset=*/true);
+    else
+      sums.swap(host_sums_);
+    return sums;
+  }
+
+  const Model& model_;
+  const ImatrixOptions& opt_;
+  Context ctx_;
+  TextChunks chunks_;
+  std::map<std::string, TapResult> host_sums_;  // the callback path's chunk sums
+};
+
+void add_chunk_run(Imatrix& m, const ImatrixRunState& chunk_run, int64_t c) {
+  m.run.nll_sum += chunk_run.nll_sum;
+  m.run.nll_sq_sum += chunk_run.nll_sq_sum;
+  m.run.n_scored += chunk_run.n_scored;
+  ++m.chunk_count;
+  m.run.next_chunk = c + 1;
+}
+
+void update_report(ImatrixChunkReport& report, const Imatrix& m, int64_t c, int64_t n_ctx,
+                   std::chrono::steady_clock::time_point t0) {
+  ++report.done;
+  report.chunk = c;
+  report.ppl = m.run.n_scored > 0 ? perplexity_from_sums(m.run.nll_sum, m.run.nll_sq_sum, m.run.n_scored).ppl : 0.0;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report.tokens_per_second = seconds > 0 ? report.done * n_ctx / seconds : 0;
+}
+
+}  // namespace
+
+void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt, Imatrix& m,
+                     const std::function<bool(const ImatrixChunkReport&, const Imatrix&)>& on_chunk) {
+  const ImatrixChunkRange range = imatrix_chunk_range(static_cast<int64_t>(tokens.size()), opt, m);
+  start_run(m, model, opt);
+  ChunkCollector collector(model, tokens, opt);
+  const auto t0 = std::chrono::steady_clock::now();
+  ImatrixChunkReport report;
+  report.total = range.end - range.first;
+  for (int64_t c = range.first; c < range.end; ++c) {
+    add_chunk_run(m, collector.collect(c, m), c);
+    update_report(report, m, c, opt.n_ctx, t0);
     if (on_chunk && !on_chunk(report, m)) break;
   }
 }

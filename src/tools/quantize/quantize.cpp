@@ -507,6 +507,83 @@ void quantize_tensor(const gguf::TensorInfo& t, const uint8_t* src, DType to, co
   });
 }
 
+// The input's metadata and the quantization's.
+void set_metadata(gguf::Writer& w, const gguf::File& in, const QuantizePlan& plan) {
+  for (const auto& kv : in.metadata())
+    // An input aligned below GGUF's 8 (llama.cpp reads them) gets the default layout.
+    if (kv.key != "general.alignment" || kv.value.u >= 8) w.set(kv.key, kv.value);
+  w.set("general.file_type", gguf::Value::make_u32(plan.from_mix ? plan.mix.file_type : file_type_of(plan)));
+  w.set("general.quantization_version", gguf::Value::make_u32(2));
+  w.set("quantize.qlens_version", gguf::Value::make_string(QLENS_VERSION));
+}
+
+void set_imatrix_metadata(gguf::Writer& w, const std::string& path, const Imatrix& imatrix) {
+  w.set("quantize.imatrix.file", gguf::Value::make_string(path));
+  w.set("quantize.imatrix.entries_count", gguf::Value::make_i32(static_cast<int32_t>(imatrix.entries.size())));
+  w.set("quantize.imatrix.chunks_count", gguf::Value::make_i32(static_cast<int32_t>(imatrix.chunk_count)));
+  if (!imatrix.datasets.empty()) w.set("quantize.imatrix.dataset", gguf::Value::make_string(imatrix.datasets.front()));
+}
+
+// The importance tensor t quantizes with (each expert of a 3-D expert tensor
+// its own slice), empty when the imatrix has no entry for it; what is missing
+// goes to the log.
+std::vector<float> tensor_importance_logged(const gguf::TensorInfo& t, const Imatrix& imatrix,
+                                            const QuantizeOptions& opt, std::ostream& log) {
+  std::vector<float> importance = imatrix.tensor_importance(t.name, t.ne[0], t.ne[2]);
+  const auto entry = imatrix.entries.find(t.name);
+  if (!importance.empty() && t.ne[2] > 1 && entry->second.n_mat == t.ne[2]) {
+    std::vector<int64_t> unrouted;
+    for (int64_t e = 0; e < t.ne[2]; ++e)
+      if (!(entry->second.counts[e] > 0)) unrouted.push_back(e);
+    if (!unrouted.empty()) {
+      log << "(experts without imatrix data, importance 1 for every column as in llama.cpp:";
+      for (int64_t e : unrouted) log << " " << e;
+      log << ") ";
+    }
+  }
+  if (importance.empty() && t.name != "token_embd.weight") {
+    if (opt.imatrix_strict) throw Error(opt.imatrix_path + ": no entry for tensor '" + t.name + "'");
+    log << "(not in the imatrix) ";
+  }
+  return importance;
+}
+
+void log_tensor_head(std::ostream& log, size_t i, size_t n, const gguf::TensorInfo& t, const TensorPlan& p) {
+  char head[256];
+  std::snprintf(head, sizeof head, "[%4zu/%4zu] %-32s %-16s %5s -> %-6s ", i + 1, n, t.name.c_str(),
+                shape_text(t.ne, t.n_dims).c_str(), std::string(type_name(p.from)).c_str(),
+                std::string(type_name(p.to)).c_str());
+  log << head << std::flush;
+}
+
+std::vector<int64_t> dims_of(const gguf::TensorInfo& t) { return {t.ne.begin(), t.ne.begin() + t.n_dims}; }
+
+// A float tensor copied as it is (norms, --leave-output-tensor) must be finite too.
+void add_copied(gguf::Writer& w, const gguf::TensorInfo& t, const uint8_t* src, std::ostream& log) {
+  if (const NonFiniteTensor bad = type_traits(t.type).is_quantized ? NonFiniteTensor{} : check_tensor(t, src);
+      bad.any())
+    throw Error(non_finite_error(t.name, bad.first_is_nan, bad.first / t.ne[0], bad.first % t.ne[0]));
+  w.add_tensor(t.name, t.type, dims_of(t), src, t.nbytes);
+  log << "copied\n";
+}
+
+// Quantizes t into `out` (which must live until the writer writes) and logs
+// the sizes and the time it took.
+void add_quantized(gguf::Writer& w, const gguf::TensorInfo& t, const uint8_t* src, const TensorPlan& p,
+                   const std::vector<float>& importance, const QuantizeOptions& opt, int n_threads, uint8_t* out,
+                   std::ostream& log) {
+  const auto t0 = std::chrono::steady_clock::now();
+  quantize_tensor(t, src, p.to, importance, opt.clip_sigma, n_threads, out);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  w.add_tensor(t.name, p.to, dims_of(t), out, p.bytes);
+  const bool fallback = p.reason.rfind("fallback", 0) == 0;
+  char tail[160];
+  std::snprintf(tail, sizeof tail, "%s -> %s%s, %.2f s%s%s\n", human_bytes(t.nbytes).c_str(),
+                human_bytes(p.bytes).c_str(), importance.empty() ? "" : ", imatrix", secs, fallback ? ", " : "",
+                fallback ? p.reason.c_str() : "");
+  log << tail << std::flush;
+}
+
 }  // namespace
 
 ImatrixCoverage quantize_imatrix_coverage(const gguf::File& in, const QuantizePlan& plan, const Imatrix& imatrix) {
@@ -528,20 +605,11 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
   const int n_threads = opt.n_threads > 0 ? opt.n_threads : default_thread_count();
 
   gguf::Writer w;
-  for (const auto& kv : in->metadata())
-    // An input aligned below GGUF's 8 (llama.cpp reads them) gets the default layout.
-    if (kv.key != "general.alignment" || kv.value.u >= 8) w.set(kv.key, kv.value);
-  w.set("general.file_type", gguf::Value::make_u32(plan.from_mix ? plan.mix.file_type : file_type_of(plan)));
-  w.set("general.quantization_version", gguf::Value::make_u32(2));
-  w.set("quantize.qlens_version", gguf::Value::make_string(QLENS_VERSION));
+  set_metadata(w, *in, plan);
   if (imatrix) {
     plan.imatrix_coverage = quantize_imatrix_coverage(*in, plan, *imatrix);
     print_imatrix_coverage(log, *plan.imatrix_coverage);
-    w.set("quantize.imatrix.file", gguf::Value::make_string(opt.imatrix_path));
-    w.set("quantize.imatrix.entries_count", gguf::Value::make_i32(static_cast<int32_t>(imatrix->entries.size())));
-    w.set("quantize.imatrix.chunks_count", gguf::Value::make_i32(static_cast<int32_t>(imatrix->chunk_count)));
-    if (!imatrix->datasets.empty())
-      w.set("quantize.imatrix.dataset", gguf::Value::make_string(imatrix->datasets.front()));
+    set_imatrix_metadata(w, opt.imatrix_path, *imatrix);
   }
 
   std::vector<std::unique_ptr<uint8_t[]>> buffers;  // quantized data lives until write()
@@ -550,53 +618,16 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
     const TensorPlan& p = plan.tensors[i];
     const gguf::TensorInfo& t = in->tensors()[i];
     const uint8_t* src = in->tensor_data(t);
-    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
-    char head[256];
-    std::snprintf(head, sizeof head, "[%4zu/%4zu] %-32s %-16s %5s -> %-6s ", i + 1, n, t.name.c_str(),
-                  shape_text(t.ne, t.n_dims).c_str(), std::string(type_name(p.from)).c_str(),
-                  std::string(type_name(p.to)).c_str());
-    log << head << std::flush;
+    log_tensor_head(log, i, n, t, p);
     if (p.to == p.from) {
-      // A float tensor copied as it is (norms, --leave-output-tensor) must be finite too.
-      if (const NonFiniteTensor bad = type_traits(t.type).is_quantized ? NonFiniteTensor{} : check_tensor(t, src);
-          bad.any())
-        throw Error(non_finite_error(t.name, bad.first_is_nan, bad.first / t.ne[0], bad.first % t.ne[0]));
-      w.add_tensor(t.name, t.type, ne, src, t.nbytes);
-      log << "copied\n";
+      add_copied(w, t, src, log);
       continue;
     }
-    std::vector<float> importance;
-    bool used_imatrix = false;
-    if (imatrix && type_traits(p.to).is_quantized) {
-      // Each expert of a 3-D expert tensor quantizes with its own slice.
-      importance = imatrix->tensor_importance(t.name, t.ne[0], t.ne[2]);
-      const auto entry = imatrix->entries.find(t.name);
-      if (!importance.empty() && t.ne[2] > 1 && entry->second.n_mat == t.ne[2]) {
-        std::vector<int64_t> unrouted;
-        for (int64_t e = 0; e < t.ne[2]; ++e)
-          if (!(entry->second.counts[e] > 0)) unrouted.push_back(e);
-        if (!unrouted.empty()) {
-          log << "(experts without imatrix data, importance 1 for every column as in llama.cpp:";
-          for (int64_t e : unrouted) log << " " << e;
-          log << ") ";
-        }
-      }
-      used_imatrix = !importance.empty();
-      if (!used_imatrix && t.name != "token_embd.weight") {
-        if (opt.imatrix_strict) throw Error(opt.imatrix_path + ": no entry for tensor '" + t.name + "'");
-        log << "(not in the imatrix) ";
-      }
-    }
+    const std::vector<float> importance = imatrix && type_traits(p.to).is_quantized
+                                              ? tensor_importance_logged(t, *imatrix, opt, log)
+                                              : std::vector<float>{};
     auto& out = buffers.emplace_back(new uint8_t[p.bytes]);
-    const auto t0 = std::chrono::steady_clock::now();
-    quantize_tensor(t, src, p.to, importance, opt.clip_sigma, n_threads, out.get());
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    w.add_tensor(t.name, p.to, ne, out.get(), p.bytes);
-    char tail[160];
-    std::snprintf(tail, sizeof tail, "%s -> %s%s, %.2f s%s%s\n", human_bytes(t.nbytes).c_str(),
-                  human_bytes(p.bytes).c_str(), used_imatrix ? ", imatrix" : "", secs,
-                  p.reason.rfind("fallback", 0) == 0 ? ", " : "", p.reason.rfind("fallback", 0) == 0 ? p.reason.c_str() : "");
-    log << tail << std::flush;
+    add_quantized(w, t, src, p, importance, opt, n_threads, out.get(), log);
   }
   w.write(out_path);
   return plan;

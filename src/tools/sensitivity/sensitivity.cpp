@@ -308,239 +308,329 @@ std::vector<Tensor*> sensitivity_probed_weights(const Model& model, const std::s
   return probed;
 }
 
-SensitivityResult measure_sensitivity(
-    const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt,
-    const SensitivityResult* resume,
-    const std::function<void(const SensitivityResult&, int64_t, int64_t)>& on_tensor) {
-  std::unique_ptr<Imatrix> imatrix;
-  if (!opt.imatrix_path.empty()) imatrix = std::make_unique<Imatrix>(load_imatrix(opt.imatrix_path));
-  const std::vector<DType> types = opt.types.empty() ? default_sensitivity_types() : opt.types;
+namespace {
 
+using OnTensor = std::function<void(const SensitivityResult&, int64_t, int64_t)>;
+
+// What the steps of one run share: its settings, the reference runner, the
+// importance matrix and the result being filled.
+struct Probe {
+  const Model& model;
+  const SensitivityOptions& opt;
+  const std::vector<DType>& types;
+  const Imatrix* imatrix;
+  Runner& runner;
+  SensitivityResult& r;
+};
+
+SensitivityResult start_result(const Model& model, const SensitivityOptions& opt, const std::vector<DType>& types,
+                               const std::vector<Tensor*>& probed) {
   SensitivityResult r;
   r.model_path = model.path();
   r.imatrix_path = opt.imatrix_path;
   r.mode = opt.mode;
   r.settings = opt;
   r.settings.types = types;
-  std::vector<Tensor*> probed = sensitivity_probed_weights(model, opt.tensors_regex);
   for (const auto& [name, w] : model.weights()) {
     r.n_weights_total += w->nelements();
     if (std::find(probed.begin(), probed.end(), w) == probed.end()) r.fixed_bytes += w->nbytes();
   }
+  return r;
+}
+
+void check_some_probed(const Model& model, const SensitivityOptions& opt, const std::vector<Tensor*>& probed) {
   if (probed.empty())
     throw Error(opt.tensors_regex.empty()
                     ? "sensitivity: " + model.path() + " has no matrix to probe"
                     : "sensitivity: --tensors '" + opt.tensors_regex + "' matches no matrix of " + model.path() +
                           " (names look like blk.0.attn_q.weight, output.weight)");
+}
+
+// Layer by layer (those outside layers last), so that the cache only moves forward.
+void sort_by_layer(std::vector<Tensor*>& probed) {
   std::stable_sort(probed.begin(), probed.end(), [](const Tensor* a, const Tensor* b) {
     const int la = layer_of(a->name), lb = layer_of(b->name);
     if (la != lb) return (la < 0 ? 1 << 30 : la) < (lb < 0 ? 1 << 30 : lb);
     return a->name < b->name;
   });
+}
+
+void finish(SensitivityResult& r, const Runner& runner) {
+  r.complete = true;
+  r.reference_seconds = runner.reference_seconds();
+  r.probe_seconds = runner.probe_seconds();
+  r.n_probes = runner.n_probes();
+}
+
+// The source type itself: free of error.
+SensitivityCandidate source_candidate(DType type, uint64_t bytes, int64_t n_elements) {
+  SensitivityCandidate source;
+  source.measured = true;
+  source.bytes = bytes;
+  source.type = type;
+  source.bpw = 8.0 * source.bytes / n_elements;
+  return source;
+}
+
+void record_evaluation(SensitivityCandidate& c, const Evaluation& e, double reference_ppl) {
+  c.delta_kld = e.kld_mean;
+  c.delta_kld_error = e.kld_error;
+  c.delta_ppl = std::exp(e.nll_mean) - reference_ppl;
+  c.measured = true;
+}
+
+// The first layer to recompute for weights first read at layer `first`
+// (0: full passes when the cache is off).
+int cached_start(Runner& runner, int first) { return runner.advance_cache(first) ? first : 0; }
+
+Evaluation evaluate_replaced(Runner& runner, Tensor* w, Replacement& rep, int first) {
+  runner.context().replace_weight(w, &rep.tensor);
+  const Evaluation e = runner.evaluate(first);
+  runner.context().restore_weight(w);
+  return e;
+}
+
+// ---- --group layer|role|experts
+
+using Groups = std::map<std::string, std::vector<Tensor*>>;
+
+std::string group_name(const Tensor& w, SensitivityGroup group) {
+  const int layer = layer_of(w.name);
+  // Experts: a layer's expert tensors together; every other tensor alone.
+  if (group == SensitivityGroup::Experts) return w.ne[2] > 1 ? "layer " + std::to_string(layer) + " experts" : w.name;
+  if (group == SensitivityGroup::Role) return tensor_role(w.name);
+  return layer < 0 ? std::string("outside layers") : "layer " + std::to_string(layer);
+}
+
+// In the order of the first layer each group changes, so that the cache only
+// moves forward ("layer 2" before "layer 10").
+std::vector<const Groups::value_type*> groups_in_layer_order(const Model& model, const Groups& members) {
+  std::vector<const Groups::value_type*> order;
+  for (auto& m : members) order.push_back(&m);
+  std::stable_sort(order.begin(), order.end(), [&](const auto* a, const auto* b) {
+    return first_layer_reading(model, a->second) < first_layer_reading(model, b->second);
+  });
+  return order;
+}
+
+SensitivityTensor group_entry(const std::string& name, const std::vector<Tensor*>& group, SensitivityGroup kind) {
+  SensitivityTensor st;
+  st.name = name;
+  st.role = kind == SensitivityGroup::Role      ? name
+            : kind == SensitivityGroup::Experts ? (group.size() > 1 || group.front()->ne[2] > 1
+                                                       ? std::string("(experts)")
+                                                       : tensor_role(group.front()->name))
+                                                : std::string("(layer)");
+  st.layer = kind != SensitivityGroup::Role ? layer_of(group.front()->name) : -1;
+  uint64_t bytes = 0;
+  for (Tensor* w : group) {
+    st.members.push_back(w->name);
+    st.n_elements += w->nelements();
+    bytes += w->nbytes();
+  }
+  st.candidates.push_back(source_candidate(group.front()->type, bytes, st.n_elements));
+  return st;
+}
+
+// Every tensor of the group quantized to `type` at once.
+SensitivityCandidate probe_group_type(Probe& p, const std::vector<Tensor*>& group, DType type, int first,
+                                      int64_t n_elements) {
+  SensitivityCandidate c;
+  c.type = type;
+  std::vector<std::unique_ptr<Replacement>> reps;
+  for (Tensor* w : group) {
+    auto q = quantize_to(type, tensor_to_f32(*w), *w, weight_importance(p.imatrix, *w));
+    c.bytes += q.size();
+    reps.push_back(std::make_unique<Replacement>(*w, type, std::move(q)));
+    p.runner.context().replace_weight(w, &reps.back()->tensor);
+  }
+  const Evaluation e = p.runner.evaluate(first);
+  for (Tensor* w : group) p.runner.context().restore_weight(w);
+  c.bpw = 8.0 * c.bytes / n_elements;
+  record_evaluation(c, e, p.r.reference_ppl);
+  return c;
+}
+
+void measure_group(Probe& p, const std::string& name, const std::vector<Tensor*>& group) {
+  SensitivityTensor st = group_entry(name, group, p.opt.group);
+  const int first = cached_start(p.runner, first_layer_reading(p.model, group));
+  for (DType type : p.types)
+    if (std::all_of(group.begin(), group.end(), [&](Tensor* w) { return w->type != type && fits(type, *w); }))
+      st.candidates.push_back(probe_group_type(p, group, type, first, st.n_elements));
+  p.r.groups.push_back(std::move(st));
+}
+
+void measure_groups(Probe& p, const std::vector<Tensor*>& probed, const OnTensor& on_tensor) {
+  if (p.opt.mode != SensitivityMode::Quant) throw Error("sensitivity: --group layer|role needs --mode quant");
+  Groups members;
+  for (Tensor* w : probed) members[group_name(*w, p.opt.group)].push_back(w);
+  int64_t done = 0;
+  for (const auto* member : groups_in_layer_order(p.model, members)) {
+    measure_group(p, member->first, member->second);
+    if (on_tensor) on_tensor(p.r, ++done, static_cast<int64_t>(members.size()));
+  }
+}
+
+// ---- --group tensor
+
+SensitivityTensor tensor_entry(const Tensor& w) {
+  SensitivityTensor st;
+  st.name = w.name;
+  st.role = tensor_role(w.name);
+  st.layer = layer_of(w.name);
+  st.n_elements = w.nelements();
+  st.shape = {w.ne[0], w.ne[1]};
+  st.source_type = w.type;
+  st.candidates.push_back(source_candidate(w.type, w.nbytes(), w.nelements()));
+  return st;
+}
+
+// The type's weighted error, and in quant mode its measured effect.
+SensitivityCandidate probe_type(Probe& p, Tensor* w, DType type, const std::vector<float>& x,
+                                const std::vector<float>& importance, int first) {
+  SensitivityCandidate c;
+  c.type = type;
+  auto q = quantize_to(type, x, *w, importance);
+  c.bytes = q.size();
+  c.bpw = 8.0 * c.bytes / w->nelements();
+  std::vector<float> back(x.size());
+  type_traits(type).to_float(q.data(), back.data(), w->nelements());
+  c.weighted_error = weighted_error(x, back, *w, importance);
+  if (p.opt.mode == SensitivityMode::Quant) {
+    Replacement rep(*w, type, std::move(q));
+    record_evaluation(c, evaluate_replaced(p.runner, w, rep, first), p.r.reference_ppl);
+  }
+  return c;
+}
+
+// Noise shaped per column like an imatrix-aware quantizer's error (smaller
+// where the importance is larger), with an RMS of 1 over the columns: one
+// scale per column (per expert's column for expert tensors).
+struct NoiseShape {
+  std::vector<double> col_scale;
+  double norm = 1;
+  int64_t n_cols = 0, mat_elements = 0;
+  double at(size_t i) const {
+    const int64_t col = static_cast<int64_t>(i) % n_cols;
+    if (col_scale.size() == static_cast<size_t>(n_cols)) return col_scale[col];
+    return col_scale[static_cast<int64_t>(i) / mat_elements * n_cols + col];
+  }
+};
+
+NoiseShape noise_shape(const Tensor& w, const std::vector<float>& importance) {
+  NoiseShape s;
+  s.n_cols = w.ne[0];
+  s.mat_elements = w.ne[0] * w.ne[1];
+  const size_t n_scales = importance.empty() ? static_cast<size_t>(w.ne[0]) : importance.size();
+  s.col_scale.assign(n_scales, 1.0);
+  if (!importance.empty()) {
+    double mean_imp = 0;
+    for (float v : importance) mean_imp += v;
+    mean_imp /= importance.size();
+    for (size_t j = 0; j < n_scales; ++j)
+      s.col_scale[j] = std::clamp(std::sqrt(mean_imp / std::max<double>(importance[j], 1e-30)), 0.1, 10.0);
+  }
+  double scale_sq = 0;
+  for (double v : s.col_scale) scale_sq += v * v;
+  s.norm = std::sqrt(static_cast<double>(n_scales) / scale_sq);
+  return s;
+}
+
+double rms_of(const std::vector<float>& x) {
+  double sum_sq = 0;
+  for (float v : x) sum_sq += static_cast<double>(v) * v;
+  return std::sqrt(sum_sq / x.size());
+}
+
+// Fits ΔKLD = c·E^γ through the noise points (γ = 1 with one usable point)
+// and predicts the candidates' ΔKLD from their weighted errors with it.
+void fit_noise_response(SensitivityTensor& st) {
+  std::vector<std::pair<double, double>> usable;
+  for (auto [e, k] : st.noise_points)
+    if (e > 0 && k > 0) usable.emplace_back(e, k);
+  if (usable.size() >= 2) {
+    const auto [e1, k1] = usable.front();
+    const auto [e2, k2] = usable.back();
+    st.noise_exponent = e2 != e1 ? std::clamp(std::log(k2 / k1) / std::log(e2 / e1), 0.5, 2.0) : 1.0;
+    st.noise_coefficient = k2 / std::pow(e2, st.noise_exponent);
+  } else if (usable.size() == 1) {
+    st.noise_coefficient = usable[0].second / usable[0].first;
+  }
+  for (SensitivityCandidate& c : st.candidates)
+    if (!c.measured) c.delta_kld = st.noise_coefficient * std::pow(c.weighted_error, st.noise_exponent);
+}
+
+// Noise mode: ΔKLD measured at each noise level (an RMS of level x the
+// tensor's RMS), then the response fitted.
+void probe_noise(Probe& p, Tensor* w, const std::vector<float>& x, const std::vector<float>& importance, int first,
+                 std::mt19937_64& rng, SensitivityTensor& st) {
+  const double rms = rms_of(x);
+  const NoiseShape shape = noise_shape(*w, importance);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  for (double level : p.opt.noise_levels) {
+    std::vector<float> noisy(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      noisy[i] = x[i] + static_cast<float>(level * rms * shape.norm * shape.at(i) * gauss(rng));
+    const double energy = weighted_error(x, noisy, *w, importance);
+    std::vector<uint8_t> bytes(noisy.size() * sizeof(float));
+    std::memcpy(bytes.data(), noisy.data(), bytes.size());
+    Replacement rep(*w, DType::F32, std::move(bytes));
+    st.noise_points.emplace_back(energy, evaluate_replaced(p.runner, w, rep, first).kld_mean);
+  }
+  fit_noise_response(st);
+}
+
+SensitivityTensor measure_tensor(Probe& p, Tensor* w, std::mt19937_64& rng) {
+  SensitivityTensor st = tensor_entry(*w);
+  const std::vector<float> x = tensor_to_f32(*w);
+  const std::vector<float> importance = weight_importance(p.imatrix, *w);
+  const int first = cached_start(p.runner, first_layer_reading(p.model, {w}));
+  for (DType type : p.types)
+    if (type != w->type && fits(type, *w)) st.candidates.push_back(probe_type(p, w, type, x, importance, first));
+  if (p.opt.mode == SensitivityMode::Noise) probe_noise(p, w, x, importance, first, rng, st);
+  return st;
+}
+
+// Tensors the resumed run measured are taken as they are.
+void measure_tensors(Probe& p, const std::vector<Tensor*>& probed, const SensitivityResult* resume,
+                     const OnTensor& on_tensor) {
+  std::map<std::string, const SensitivityTensor*> done_before;
+  if (resume)
+    for (const SensitivityTensor& t : resume->tensors) done_before[t.name] = &t;
+  std::mt19937_64 rng(p.opt.seed);
+  int64_t n_done = 0;
+  for (Tensor* w : probed) {
+    if (auto it = done_before.find(w->name); it != done_before.end())
+      p.r.tensors.push_back(*it->second);
+    else
+      p.r.tensors.push_back(measure_tensor(p, w, rng));
+    if (on_tensor) on_tensor(p.r, ++n_done, static_cast<int64_t>(probed.size()));
+  }
+}
+
+}  // namespace
+
+SensitivityResult measure_sensitivity(const Model& model, const std::vector<Token>& tokens,
+                                      const SensitivityOptions& opt, const SensitivityResult* resume,
+                                      const OnTensor& on_tensor) {
+  std::unique_ptr<Imatrix> imatrix;
+  if (!opt.imatrix_path.empty()) imatrix = std::make_unique<Imatrix>(load_imatrix(opt.imatrix_path));
+  const std::vector<DType> types = opt.types.empty() ? default_sensitivity_types() : opt.types;
+  std::vector<Tensor*> probed = sensitivity_probed_weights(model, opt.tensors_regex);
+  SensitivityResult r = start_result(model, opt, types, probed);
+  check_some_probed(model, opt, probed);
+  sort_by_layer(probed);
 
   Runner runner(model, tokens, opt);
   runner.make_reference();
   r.n_tokens_scored = runner.n_scored();
   r.reference_ppl = runner.reference_ppl();
-  std::mt19937_64 rng(opt.seed);
-
-  std::map<std::string, const SensitivityTensor*> done_before;
-  if (resume)
-    for (const SensitivityTensor& t : resume->tensors) done_before[t.name] = &t;
-
-  int64_t n_done = 0;
-  if (opt.group != SensitivityGroup::Tensor) {
-    if (opt.mode != SensitivityMode::Quant) throw Error("sensitivity: --group layer|role needs --mode quant");
-    std::map<std::string, std::vector<Tensor*>> members;
-    for (Tensor* w : probed) {
-      const int layer = layer_of(w->name);
-      if (opt.group == SensitivityGroup::Experts) {
-        // A layer's expert tensors together; every other tensor alone.
-        const bool expert = w->ne[2] > 1;
-        members[expert ? "layer " + std::to_string(layer) + " experts" : w->name].push_back(w);
-        continue;
-      }
-      members[opt.group == SensitivityGroup::Role ? tensor_role(w->name)
-                                                   : (layer < 0 ? std::string("outside layers")
-                                                                : "layer " + std::to_string(layer))]
-          .push_back(w);
-    }
-    // In the order of the first layer each group changes, so that the
-    // cache only moves forward ("layer 2" before "layer 10").
-    std::vector<std::pair<const std::string, std::vector<Tensor*>>*> order;
-    for (auto& m : members) order.push_back(&m);
-    std::stable_sort(order.begin(), order.end(), [&](const auto* a, const auto* b) {
-      return first_layer_reading(model, a->second) < first_layer_reading(model, b->second);
-    });
-    int64_t done = 0;
-    for (const auto* member : order) {
-      const std::string& name = member->first;
-      const std::vector<Tensor*>& group = member->second;
-      SensitivityTensor st;
-      st.name = name;
-      st.role = opt.group == SensitivityGroup::Role      ? name
-                : opt.group == SensitivityGroup::Experts ? (group.size() > 1 || group.front()->ne[2] > 1
-                                                                ? std::string("(experts)")
-                                                                : tensor_role(group.front()->name))
-                                                         : std::string("(layer)");
-      st.layer = opt.group != SensitivityGroup::Role ? layer_of(group.front()->name) : -1;
-      for (Tensor* w : group) {
-        st.members.push_back(w->name);
-        st.n_elements += w->nelements();
-      }
-      SensitivityCandidate source;
-      source.measured = true;
-      for (Tensor* w : group) source.bytes += w->nbytes();
-      source.type = group.front()->type;
-      source.bpw = 8.0 * source.bytes / st.n_elements;
-      st.candidates.push_back(source);
-      int first = first_layer_reading(model, group);
-      if (!runner.advance_cache(first)) first = 0;
-      for (DType type : types) {
-        if (!std::all_of(group.begin(), group.end(), [&](Tensor* w) { return w->type != type && fits(type, *w); }))
-          continue;
-        SensitivityCandidate c;
-        c.type = type;
-        std::vector<std::unique_ptr<Replacement>> reps;
-        for (Tensor* w : group) {
-          std::vector<float> x(w->nelements());
-          type_traits(w->type).to_float(w->data, x.data(), w->nelements());
-          auto q = quantize_to(type, x, *w, weight_importance(imatrix.get(), *w));
-          c.bytes += q.size();
-          reps.push_back(std::make_unique<Replacement>(*w, type, std::move(q)));
-          runner.context().replace_weight(w, &reps.back()->tensor);
-        }
-        const Evaluation e = runner.evaluate(first);
-        for (Tensor* w : group) runner.context().restore_weight(w);
-        c.bpw = 8.0 * c.bytes / st.n_elements;
-        c.delta_kld = e.kld_mean;
-        c.delta_kld_error = e.kld_error;
-        c.delta_ppl = std::exp(e.nll_mean) - r.reference_ppl;
-        c.measured = true;
-        st.candidates.push_back(c);
-      }
-      r.groups.push_back(std::move(st));
-      if (on_tensor) on_tensor(r, ++done, static_cast<int64_t>(members.size()));
-    }
-    r.complete = true;
-    r.reference_seconds = runner.reference_seconds();
-    r.probe_seconds = runner.probe_seconds();
-    r.n_probes = runner.n_probes();
-    return r;
-  }
-
-  for (Tensor* w : probed) {
-    if (auto it = done_before.find(w->name); it != done_before.end()) {
-      r.tensors.push_back(*it->second);
-      if (on_tensor) on_tensor(r, ++n_done, static_cast<int64_t>(probed.size()));
-      continue;
-    }
-    SensitivityTensor st;
-    st.name = w->name;
-    st.role = tensor_role(w->name);
-    st.layer = layer_of(w->name);
-    st.n_elements = w->nelements();
-    st.shape = {w->ne[0], w->ne[1]};
-    st.source_type = w->type;
-    std::vector<float> x(w->nelements());
-    type_traits(w->type).to_float(w->data, x.data(), w->nelements());
-    const std::vector<float> importance = weight_importance(imatrix.get(), *w);
-    int first = first_layer_reading(model, {w});
-    if (!runner.advance_cache(first)) first = 0;
-
-    // The source type itself: free of error.
-    SensitivityCandidate source;
-    source.type = w->type;
-    source.bytes = w->nbytes();
-    source.bpw = 8.0 * source.bytes / w->nelements();
-    source.measured = true;
-    st.candidates.push_back(source);
-
-    for (DType type : types) {
-      if (type == w->type || !fits(type, *w)) continue;
-      SensitivityCandidate c;
-      c.type = type;
-      auto q = quantize_to(type, x, *w, importance);
-      c.bytes = q.size();
-      c.bpw = 8.0 * c.bytes / w->nelements();
-      std::vector<float> back(x.size());
-      type_traits(type).to_float(q.data(), back.data(), w->nelements());
-      c.weighted_error = weighted_error(x, back, *w, importance);
-      if (opt.mode == SensitivityMode::Quant) {
-        Replacement rep(*w, type, std::move(q));
-        runner.context().replace_weight(w, &rep.tensor);
-        const Evaluation e = runner.evaluate(first);
-        runner.context().restore_weight(w);
-        c.delta_kld = e.kld_mean;
-        c.delta_kld_error = e.kld_error;
-        c.delta_ppl = std::exp(e.nll_mean) - r.reference_ppl;
-        c.measured = true;
-      }
-      st.candidates.push_back(c);
-    }
-
-    if (opt.mode == SensitivityMode::Noise) {
-      // Noise shaped per column like an imatrix-aware quantizer's error
-      // (smaller where the importance is larger), scaled to an RMS of
-      // level x the tensor's RMS.
-      double sum_sq = 0;
-      for (float v : x) sum_sq += static_cast<double>(v) * v;
-      const double rms = std::sqrt(sum_sq / x.size());
-      // One scale per column (per expert's column for expert tensors).
-      const size_t n_scales = importance.empty() ? static_cast<size_t>(w->ne[0]) : importance.size();
-      std::vector<double> col_scale(n_scales, 1.0);
-      if (!importance.empty()) {
-        double mean_imp = 0;
-        for (float v : importance) mean_imp += v;
-        mean_imp /= importance.size();
-        for (size_t j = 0; j < n_scales; ++j)
-          col_scale[j] = std::clamp(std::sqrt(mean_imp / std::max<double>(importance[j], 1e-30)), 0.1, 10.0);
-      }
-      double scale_sq = 0;
-      for (double s : col_scale) scale_sq += s * s;
-      const double norm = std::sqrt(static_cast<double>(n_scales) / scale_sq);
-      const int64_t mat_elements = w->ne[0] * w->ne[1];
-      auto scale_at = [&](size_t i) {
-        const int64_t col = static_cast<int64_t>(i) % w->ne[0];
-        return n_scales == static_cast<size_t>(w->ne[0]) ? col_scale[col]
-                                                         : col_scale[static_cast<int64_t>(i) / mat_elements * w->ne[0] + col];
-      };
-      std::normal_distribution<float> gauss(0.0f, 1.0f);
-      for (double level : opt.noise_levels) {
-        std::vector<float> noisy(x.size());
-        for (size_t i = 0; i < x.size(); ++i)
-          noisy[i] = x[i] + static_cast<float>(level * rms * norm * scale_at(i) * gauss(rng));
-        const double energy = weighted_error(x, noisy, *w, importance);
-        std::vector<uint8_t> bytes(noisy.size() * sizeof(float));
-        std::memcpy(bytes.data(), noisy.data(), bytes.size());
-        Replacement rep(*w, DType::F32, std::move(bytes));
-        runner.context().replace_weight(w, &rep.tensor);
-        const Evaluation e = runner.evaluate(first);
-        runner.context().restore_weight(w);
-        st.noise_points.emplace_back(energy, e.kld_mean);
-      }
-      // Fit ΔKLD = c·E^γ through the points (γ = 1 with one usable point).
-      std::vector<std::pair<double, double>> usable;
-      for (auto [e, k] : st.noise_points)
-        if (e > 0 && k > 0) usable.emplace_back(e, k);
-      if (usable.size() >= 2) {
-        const auto [e1, k1] = usable.front();
-        const auto [e2, k2] = usable.back();
-        st.noise_exponent = e2 != e1 ? std::clamp(std::log(k2 / k1) / std::log(e2 / e1), 0.5, 2.0) : 1.0;
-        st.noise_coefficient = k2 / std::pow(e2, st.noise_exponent);
-      } else if (usable.size() == 1) {
-        st.noise_coefficient = usable[0].second / usable[0].first;
-      }
-      for (SensitivityCandidate& c : st.candidates)
-        if (!c.measured) c.delta_kld = st.noise_coefficient * std::pow(c.weighted_error, st.noise_exponent);
-    }
-    r.tensors.push_back(std::move(st));
-    if (on_tensor) on_tensor(r, ++n_done, static_cast<int64_t>(probed.size()));
-  }
-  r.complete = true;
-  r.reference_seconds = runner.reference_seconds();
-  r.probe_seconds = runner.probe_seconds();
-  r.n_probes = runner.n_probes();
+  Probe p{model, opt, types, imatrix.get(), runner, r};
+  if (opt.group != SensitivityGroup::Tensor)
+    measure_groups(p, probed, on_tensor);
+  else
+    measure_tensors(p, probed, resume, on_tensor);
+  finish(r, runner);
   return r;
 }
 
