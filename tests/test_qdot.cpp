@@ -296,6 +296,42 @@ TEST(Qdot, RowKernelsEqualDotKernels) {
   }
 }
 
+// The same for F16 and BF16 weights against an activation row of their own
+// type (the attention's products in generation): several rows per call give
+// each row the bits of the single-row kernel. Head-sized rows, and rows with
+// a tail shorter than a vector.
+TEST(Qdot, SameTypeRowKernelsEqualDotKernels) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (DType t : {DType::F16, DType::BF16}) {
+    const TypeTraits& tt = type_traits(t);
+    for (int64_t K : {1, 15, 64, 100, 128, 256, 1000}) {
+      const size_t wrow = row_bytes(t, K), stride = wrow + 6;  // rows not packed back to back
+      std::vector<float> f(4 * K), xf(K);
+      for (float& v : f) v = nd(rng);
+      for (float& v : xf) v = nd(rng);
+      std::vector<uint8_t> w(4 * stride), x(wrow);
+      for (int r = 0; r < 4; ++r) tt.from_float(f.data() + r * K, w.data() + r * stride, K);
+      tt.from_float(xf.data(), x.data(), K);
+      for (Isa isa : isas()) {
+        const cpu::GemmKernels& gk = cpu::gemm_kernels(isa);
+        const cpu::VecDotRowsFn rows = gk.dot_rows_same_x[static_cast<int>(t)];
+        if (!rows) continue;
+        SCOPED_TRACE(name_of(t) + " " + cpu::isa_name(isa) + " K=" + std::to_string(K));
+        float single[4];
+        for (int r = 0; r < 4; ++r) gk.dot_same_x[static_cast<int>(t)](K, w.data() + r * stride, x.data(), 0, 1, &single[r]);
+        for (int nr = 1; nr <= 4; ++nr) {
+          float out[4];
+          rows(K, w.data(), stride, x.data(), nr, out);
+          for (int r = 0; r < nr; ++r)
+            EXPECT_EQ(std::memcmp(&out[r], &single[r], sizeof(float)), 0)
+                << "nr=" << nr << " row " << r << " got " << out[r] << " want " << single[r];
+        }
+      }
+    }
+  }
+}
+
 // ---- K types: dot kernels ---------------------------------------------------------------
 
 constexpr DType kKTypes[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};

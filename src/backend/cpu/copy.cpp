@@ -66,6 +66,17 @@ void op_cpy(const Tensor& node, const KernelCtx& c) {
               static_cast<char*>(d.data) + e0 * ds, d.type, buf, v);
     return;
   }
+  if (a.ne[0] == 1 && d.ne[0] == 1 && a.ne[1] == d.ne[1] && a.ne[2] * a.ne[3] == 1 && d.ne[2] * d.ne[3] == 1) {
+    // Rows of one element: a token's values stored transposed into the V
+    // cache (a row per value dimension). Element by element: a conversion
+    // call and two row unravellings per value were most of the copy's time.
+    int64_t r0, r1;
+    split_range(a.ne[1], c.ith, c.nth, &r0, &r1);
+    const char* src = static_cast<const char*>(a.data);
+    char* dst = static_cast<char*>(d.data);
+    for (int64_t r = r0; r < r1; ++r) store_elem(d.type, dst + r * d.nb[1], load_elem(a.type, src + r * a.nb[1]));
+    return;
+  }
   if (a.ne[0] == d.ne[0]) {  // row r of a goes to row r of d
     int64_t r0, r1;
     split_range(a.nrows(), c.ith, c.nth, &r0, &r1);

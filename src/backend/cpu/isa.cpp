@@ -32,7 +32,9 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
-bool isa_supported(Isa isa) {
+namespace {
+
+bool cpu_can_run(Isa isa) {
   switch (isa) {
     case Isa::Scalar:
       return true;
@@ -44,13 +46,22 @@ bool isa_supported(Isa isa) {
 #endif
     case Isa::Avx512:
 #if defined(__x86_64__) || defined(__i386__)
-      return isa_supported(Isa::Avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      return cpu_can_run(Isa::Avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 #else
       return false;
 #endif
   }
   return false;
+}
+
+}  // namespace
+
+// Asked once per instruction set: cpu_has_f16c runs cpuid, which a virtual
+// machine traps (microseconds), and callers ask per call.
+bool isa_supported(Isa isa) {
+  static const bool supported[] = {cpu_can_run(Isa::Scalar), cpu_can_run(Isa::Avx2), cpu_can_run(Isa::Avx512)};
+  return supported[static_cast<int>(isa)];
 }
 
 // The AVX-512 kernels (the AVX2 templates with a 16-lane wrapper) have run on

@@ -222,6 +222,7 @@ DotPlan dot_plan(const Tensor& node, const GemmKernels& gk, bool round) {
     p.dot = same_x;
     p.x_type = a.type;
     p.round_type = DType::F32;
+    if (b.ne[1] == 1) p.dot_rows = gk.dot_rows_same_x[static_cast<int>(a.type)];
   }
   p.convert_x = p.x_type != DType::F32 || b.nb[0] != sizeof(float) || p.round_type != DType::F32;
   p.x_row_bytes = p.convert_x ? row_bytes(p.x_type, K) : b.nb[1];

@@ -118,6 +118,9 @@ struct GemmKernels {
   // (ggml rounds them to it anyway): half the bytes of F32 activations,
   // which is what keeps a long row's activations in L1. nullptr: none.
   VecDotFn dot_same_x[kDTypeCount];
+  // dot_same_x for several weight rows at once (one activation row); the
+  // same bits. nullptr: row by row.
+  VecDotRowsFn dot_rows_same_x[kDTypeCount];
   VecDotRowsFn dot_rows[kDTypeCount];  // by weight type; nullptr: dot row by row
   PackFn pack[kDTypeCount];   // by weight type; nullptr: convert rows, then transpose
   PackActFn pack_act;         // nullptr: element by element

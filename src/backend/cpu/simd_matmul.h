@@ -39,10 +39,9 @@ typename V::R load_weights(const void* w, int64_t i) {
 // One weight row at a time: several rows at once, each vector of activations
 // feeding all, measured slower (bench_ops BM_MulMatVec, F16): the hardware
 // prefetcher follows one stream per thread better than four.
-template <class V, DType WT, DType XT, int NC>
+template <class V, DType WT, DType XT, int NC, int U = (NC <= 2 ? 4 : 2)>
 void dot_rows(int64_t k, const void* w, const char* x, size_t x_stride, float* out) {
   using R = typename V::R;
-  constexpr int U = NC <= 2 ? 4 : 2;
   constexpr int W = V::W;
   R acc[NC][U];
 #pragma GCC unroll 16
@@ -99,6 +98,31 @@ void vec_dot(int64_t k, const void* w, const void* x, size_t x_stride, int nc, f
     case 2: dot_rows<V, WT, XT, 2>(k, w, xb, x_stride, out); break;
     case 3: dot_rows<V, WT, XT, 3>(k, w, xb, x_stride, out); break;
     default: dot_rows<V, WT, XT, 4>(k, w, xb, x_stride, out); break;
+  }
+}
+
+// Several weight rows (w_stride apart) against one activation row stored in
+// the weights' own 16-bit type: the attention's products in generation,
+// where rows of a head's length (64-256) made the call per row cost as much
+// as its arithmetic. The dot product is symmetric, so dot_rows runs with the
+// activation row as its "weight" and the weight rows as its rows; with U = 4
+// accumulators per row, as dot_rows<V, T, T, 1> uses, each row's sum is
+// taken in the same order: the same bits as row by row.
+template <class V, DType T>
+void dot_weight_rows(int64_t k, const void* w, size_t w_stride, const void* x, int nr, float* out) {
+  static_assert(T == DType::F16 || T == DType::BF16);
+  // Four rows' 16 accumulators fit AVX-512's 32 registers; AVX2's 16 take two.
+  constexpr int kMaxRows = V::W >= 16 ? 4 : 2;
+  const char* rows = static_cast<const char*>(w);
+  for (int r = 0; r < nr; r += kMaxRows) {
+    const int n = std::min(kMaxRows, nr - r);
+    const char* first = rows + r * w_stride;
+    switch (n) {
+      case 1: dot_rows<V, T, T, 1, 4>(k, x, first, w_stride, out + r); break;
+      case 2: dot_rows<V, T, T, 2, 4>(k, x, first, w_stride, out + r); break;
+      case 3: if constexpr (kMaxRows >= 3) dot_rows<V, T, T, 3, 4>(k, x, first, w_stride, out + r); break;
+      default: if constexpr (kMaxRows >= 4) dot_rows<V, T, T, 4, 4>(k, x, first, w_stride, out + r); break;
+    }
   }
 }
 
@@ -226,6 +250,8 @@ GemmKernels make_gemm_kernels(bool allow_vnni) {
   g.dot[static_cast<int>(DType::BF16)] = vec_dot<V, DType::BF16>;
   g.dot_same_x[static_cast<int>(DType::F16)] = vec_dot<V, DType::F16, DType::F16>;
   g.dot_same_x[static_cast<int>(DType::BF16)] = vec_dot<V, DType::BF16, DType::BF16>;
+  g.dot_rows_same_x[static_cast<int>(DType::F16)] = dot_weight_rows<V, DType::F16>;
+  g.dot_rows_same_x[static_cast<int>(DType::BF16)] = dot_weight_rows<V, DType::BF16>;
   constexpr int NR = V::kNv * V::W;
   g.pack[static_cast<int>(DType::F32)] = pack_panel<DType::F32, NR>;
   g.pack[static_cast<int>(DType::F16)] = pack_panel<DType::F16, NR>;
