@@ -52,6 +52,15 @@ Tensor* make_view(Graph& g, Op op, Tensor* src, const std::array<int64_t, kMaxDi
   return t;
 }
 
+// Core knows the formats, not the kernels (src/quant): sizes and strides
+// come from the format facts; whether a backend can read a type is the op
+// table's rule (src/ops).
+const TypeFormat& format_of(DType type) {
+  const TypeFormat* f = find_type_format(static_cast<uint32_t>(type));
+  if (!f) throw Error("unknown type id " + std::to_string(static_cast<uint32_t>(type)));
+  return *f;
+}
+
 void require_f32(const char* op, const Tensor* t) {
   if (t->type != DType::F32) fail(op, describe(t) + " must be F32, is " + std::string(type_name(t->type)));
 }
@@ -59,9 +68,9 @@ void require_f32(const char* op, const Tensor* t) {
 }  // namespace
 
 std::array<size_t, kMaxDims> contiguous_strides(DType type, const std::array<int64_t, kMaxDims>& ne) {
-  const TypeTraits& tt = type_traits(type);
+  const TypeFormat& tf = format_of(type);
   std::array<size_t, kMaxDims> nb{};
-  nb[0] = tt.block_bytes;
+  nb[0] = tf.block_bytes;
   nb[1] = row_bytes(type, ne[0]);
   nb[2] = nb[1] * ne[1];
   nb[3] = nb[2] * ne[2];
@@ -70,10 +79,10 @@ std::array<size_t, kMaxDims> contiguous_strides(DType type, const std::array<int
 
 size_t Tensor::nbytes() const {
   if (nelements() == 0) return 0;
-  const TypeTraits& tt = type_traits(type);
+  const TypeFormat& tf = format_of(type);
   // Blocks of a row are contiguous; single elements may be strided (transposed views).
-  size_t bytes = tt.block_size == 1 ? tt.block_bytes + (ne[0] - 1) * nb[0]
-                                    : static_cast<size_t>(ne[0] / tt.block_size) * nb[0];
+  size_t bytes = tf.block_size == 1 ? tf.block_bytes + (ne[0] - 1) * nb[0]
+                                    : static_cast<size_t>(ne[0] / tf.block_size) * nb[0];
   for (int i = 1; i < kMaxDims; ++i) bytes += (ne[i] - 1) * nb[i];
   return bytes;
 }
@@ -103,7 +112,7 @@ std::string shape_string(const Tensor& t) {
 // Graph
 
 Tensor* Graph::new_tensor(DType type, const std::array<int64_t, kMaxDims>& ne, std::string name) {
-  const TypeTraits* tt = find_type_traits(static_cast<uint32_t>(type));
+  const TypeFormat* tt = find_type_format(static_cast<uint32_t>(type));
   if (!tt) throw Error("new tensor '" + name + "': unknown type id " + std::to_string(static_cast<uint32_t>(type)));
   for (int i = 0; i < kMaxDims; ++i)
     if (ne[i] < 0) throw Error("new tensor '" + name + "': negative dimension");
@@ -177,7 +186,6 @@ Tensor* get_rows(Graph& g, Tensor* a, Tensor* idx) {
   if (idx->ne[2] != 1 || idx->ne[3] != 1) fail("get_rows", "index " + describe(idx) + " must be 1-D or 2-D");
   if (a->ne[3] != 1 || (idx->ne[1] == 1 ? a->ne[2] != 1 : a->ne[2] != idx->ne[1]))
     fail("get_rows", describe(a) + " must have one slice per index column of " + describe(idx));
-  if (!type_traits(a->type).to_float) fail("get_rows", describe(a) + " has a type the engine cannot read");
   return make_result(g, Op::GetRows, {a->ne[0], idx->ne[0], idx->ne[1], 1}, a, idx);
 }
 
@@ -191,7 +199,6 @@ Tensor* mul_mat_id(Graph& g, Tensor* as, Tensor* b, Tensor* ids) {
                            std::to_string(ids->ne[0]) + ", " + std::to_string(ids->ne[1]) + "] for experts " +
                            describe(as) + " and ids " + describe(ids));
   require_f32("mul_mat_id", b);
-  if (!type_traits(as->type).to_float) fail("mul_mat_id", describe(as) + " has a type the engine cannot read");
   Tensor* t = make_result(g, Op::MulMatId, {as->ne[1], ids->ne[0], ids->ne[1], 1}, as, b);
   t->src[2] = ids;
   return t;
@@ -203,7 +210,6 @@ Tensor* mul_mat(Graph& g, Tensor* a, Tensor* b) {
   if (b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0)
     fail("mul_mat", describe(a) + " cannot be broadcast to " + describe(b));
   require_f32("mul_mat", b);
-  if (!type_traits(a->type).to_float) fail("mul_mat", describe(a) + " has a type the engine cannot read");
   return make_result(g, Op::MulMat, {a->ne[1], b->ne[1], b->ne[2], b->ne[3]}, a, b);
 }
 

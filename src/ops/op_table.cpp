@@ -20,6 +20,10 @@ std::string result_of(const Tensor& n, DType type) {
 
 bool is_f32(const Tensor* t) { return t && t->type == DType::F32; }
 
+// Weights the kernels can read: a type with a conversion to float (MXFP4,
+// the IQ2/IQ3 types have a format but no kernels yet).
+bool readable(const Tensor* t) { return t && type_traits(t->type).to_float; }
+
 // An F32 result of F32 sources.
 std::string f32_unary(const Tensor& n) {
   if (auto r = result_of(n, DType::F32); !r.empty()) return r;
@@ -45,6 +49,7 @@ std::string leaf(const Tensor&) { return "a leaf is not computed"; }
 std::string get_rows(const Tensor& n) {
   if (auto r = result_of(n, DType::F32); !r.empty()) return r;
   if (!n.src[0] || !n.src[1] || n.src[1]->type != DType::I32) return "indices must be I32";
+  if (!readable(n.src[0])) return "rows of a type the engine cannot read";
   return {};
 }
 
@@ -53,6 +58,7 @@ std::string mul_mat(const Tensor& n) {
   const Tensor* a = n.src[0];
   const Tensor* b = n.src[1];
   if (!a || !is_f32(b)) return "source must be F32";
+  if (!readable(a)) return "weights of a type the engine cannot read";
   if (a->ne[0] != b->ne[0] || b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0) return "shapes do not match";
   return {};
 }
@@ -63,6 +69,7 @@ std::string mul_mat_id(const Tensor& n) {
   const Tensor* b = n.src[1];
   const Tensor* ids = n.src[2];
   if (!a || !is_f32(b)) return "source must be F32";
+  if (!readable(a)) return "experts of a type the engine cannot read";
   if (!ids || ids->type != DType::I32) return "expert ids must be I32";
   if (a->ne[0] != b->ne[0] || b->ne[2] != ids->ne[1] || (b->ne[1] != 1 && b->ne[1] != ids->ne[0]) ||
       n.ne[0] != a->ne[1] || n.ne[1] != ids->ne[0] || n.ne[2] != ids->ne[1])
