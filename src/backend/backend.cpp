@@ -57,6 +57,7 @@ std::unique_ptr<Buffer> make_host_buffer(Backend& backend, size_t bytes) {
 
 void tensor_write(const Tensor& t, const void* src, size_t offset, size_t n) {
   if (!t.data) throw Error("tensor '" + t.name + "' has no data to write to");
+  if (n == 0) return;  // an empty tensor's source may be null
   if (t.buffer && !t.buffer->is_host())
     t.buffer->write(buffer_offset(t, offset, n), src, n);
   else
@@ -65,6 +66,7 @@ void tensor_write(const Tensor& t, const void* src, size_t offset, size_t n) {
 
 void tensor_read(const Tensor& t, void* dst, size_t offset, size_t n) {
   if (!t.data) throw Error("tensor '" + t.name + "' has no data to read");
+  if (n == 0) return;  // an empty tensor's reader may pass no buffer (null)
   if (t.buffer && !t.buffer->is_host())
     t.buffer->read(buffer_offset(t, offset, n), dst, n);
   else
