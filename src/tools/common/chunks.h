@@ -20,6 +20,18 @@ namespace qlens::tools {
 // (<= 0: the whole chunk) capped at n_ctx, and the run's threads. Callers add
 // device, offload and cache type.
 ContextOptions chunk_context(int64_t n_ctx, int64_t n_batch, int n_threads);
+// chunk_context with what every tool's options say alike: the device, the
+// layers offloaded to it, the CPU's kernels, and the KV cache type where the
+// tool has one.
+template <class ToolOptions>
+ContextOptions run_context(const ToolOptions& opt, int64_t n_ctx, int64_t n_batch) {
+  ContextOptions o = chunk_context(n_ctx, n_batch, opt.n_threads);
+  o.device = opt.device;
+  o.cpu = opt.cpu;
+  o.n_gpu_layers = opt.n_gpu_layers;
+  if constexpr (requires { opt.cache_type; }) o.cache_type = opt.cache_type;
+  return o;
+}
 
 // The chunks a run evaluates: the `available` ones, at most max_chunks of
 // them (< 0: no limit). chunks_in_text first counts the whole chunks of n_ctx

@@ -249,11 +249,8 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
   TextChunks chunks(tokens, opt.n_ctx, ref.vocab(), "compare");
   const int64_t n_chunks = chunks_to_run(chunks.available(), opt.max_chunks);
   NodeSelection nodes(opt);
-  ContextOptions copt = chunk_context(opt.n_ctx, opt.n_batch, opt.n_threads);
-  copt.n_gpu_layers = opt.n_gpu_layers;
-  copt.cache_type = opt.cache_type;
-  copt.cpu = opt.cpu;
-  PairedContexts contexts(ref, test, opt, copt);
+  const ContextOptions common = run_context(opt, opt.n_ctx, opt.n_batch);  // each side's device: PairedContexts
+  PairedContexts contexts(ref, test, opt, common);
   ContextPair& pair = contexts.pair;
   CompareTaps taps(pair, nodes, test.hparams().n_expert_used);
   taps.install(opt.host_reductions);
@@ -274,7 +271,7 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
   r.logits = logits.summary();
   r.growth = analyze_error_growth(r.nodes);
   for (const auto& [layer, a] : taps.routers()) r.routers.push_back(a);
-  describe_run(r, ref, test, opt.n_ctx, copt.n_batch, n_chunks);
+  describe_run(r, ref, test, opt.n_ctx, common.n_batch, n_chunks);
   return r;
 }
 

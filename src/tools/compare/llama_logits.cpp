@@ -138,12 +138,7 @@ KldResult kld_against_file(const Model& model, const LlamaLogitsFile& base, cons
                 " tokens, the model " + model.path() + " " + std::to_string(model.hparams().n_vocab));
   const int64_t n_ctx = base.n_ctx();
   const int64_t n_chunks = chunks_to_run(base.n_chunk(), opt.max_chunks);
-  ContextOptions copt = chunk_context(n_ctx, n_ctx, opt.n_threads);
-  copt.device = opt.device;
-  copt.cpu = opt.cpu;
-  copt.n_gpu_layers = opt.n_gpu_layers;
-  copt.cache_type = opt.cache_type;
-  Context ctx(model, copt);
+  Context ctx(model, run_context(opt, n_ctx, n_ctx));
   const Token bos = model.vocab().add_bos() ? model.vocab().bos() : -1;
   LogitComparison comparison;
   const int64_t n_scored = base.n_scored_per_chunk();

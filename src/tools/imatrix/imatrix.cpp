@@ -117,15 +117,6 @@ void start_run(Imatrix& m, const Model& model, const ImatrixOptions& opt) {
     m.datasets.push_back(opt.dataset);
 }
 
-ContextOptions imatrix_context(const ImatrixOptions& opt) {
-  ContextOptions copt = chunk_context(opt.n_ctx, opt.n_batch, opt.n_threads);
-  copt.device = opt.device;
-  copt.cpu = opt.cpu;
-  copt.n_gpu_layers = opt.n_gpu_layers;
-  copt.cache_type = opt.cache_type;
-  return copt;
-}
-
 // Chunk by chunk: the column sums of the activations entering the collected
 // weights, and the chunk's perplexity terms.
 class ChunkCollector {
@@ -133,7 +124,7 @@ class ChunkCollector {
   ChunkCollector(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt)
       : model_(model),
         opt_(opt),
-        ctx_(model, imatrix_context(opt)),
+        ctx_(model, run_context(opt, opt.n_ctx, opt.n_batch)),
         chunks_(tokens, opt.n_ctx, model.vocab(), "imatrix") {
     if (opt.collect == ImatrixCollect::Taps) {
       ctx_.set_tap_selector([this](const Tensor& t, std::vector<TapRequest>& r) {

@@ -33,12 +33,7 @@ PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens
   const int64_t n_ctx = opt.n_ctx;
   const int64_t n_chunks = chunks_to_run(chunks.available(), opt.max_chunks);
 
-  ContextOptions copt = chunk_context(n_ctx, opt.n_batch, opt.n_threads);
-  copt.device = opt.device;
-  copt.cpu = opt.cpu;
-  copt.n_gpu_layers = opt.n_gpu_layers;
-  copt.cache_type = opt.cache_type;
-  Context ctx(model, copt);
+  Context ctx(model, run_context(opt, n_ctx, opt.n_batch));
 
   const int64_t n_vocab = model.hparams().n_vocab;
 

@@ -56,11 +56,7 @@ class Runner {
   Runner(const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt)
       : model_(model), opt_(opt), chunks_(tokens, opt.n_ctx, model.vocab(), "sensitivity") {
     n_chunks_ = std::min(opt.max_chunks > 0 ? opt.max_chunks : chunks_.available(), chunks_.available());
-    ContextOptions co = chunk_context(opt.n_ctx, opt.n_batch, opt.n_threads);
-    co.device = opt.device;
-    co.cpu = opt.cpu;
-    co.n_gpu_layers = opt.n_gpu_layers;
-    ctx_ = std::make_unique<Context>(model, co);
+    ctx_ = std::make_unique<Context>(model, run_context(opt, opt.n_ctx, opt.n_batch));
   }
 
   Context& context() { return *ctx_; }
