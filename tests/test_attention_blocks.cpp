@@ -168,6 +168,31 @@ std::vector<float> read(const Tensor& t) { return tensor_to_f32(t); }
 // ---- tests
 
 TEST(AttentionBlocks, EveryArchitecturePicksTheStandardBlockWithAKAndVCachePerLayer) {
+  HParams hp;
+  hp.n_layer = 2;
+  hp.n_embd = 256;
+  hp.n_head = 4;
+  hp.n_head_kv = 2;
+  hp.head_dim = 64;
+  hp.n_swa = 8;
+  hp.swa_layers = {true, false};
+  for (const std::string& name : architecture_names()) {
+    SCOPED_TRACE(name);
+    hp.arch = name;
+    for (int il = 0; il < hp.n_layer; ++il) {
+      const auto block = find_architecture(name)->attention(hp, il);
+      EXPECT_STREQ(block->kind(), "standard");
+      EXPECT_EQ(block->state_kind(), StateKind::PerPosition);
+      const std::vector<StateSpec> state = block->state(hp, il, 64, DType::F16);
+      ASSERT_EQ(state.size(), 2u);
+      EXPECT_EQ(state[0].name, "cache_k_l" + std::to_string(il));
+      EXPECT_EQ(state[1].name, "cache_v_l" + std::to_string(il));
+      EXPECT_EQ(state[1].ne[0], hp.n_embd_kv() * 64);
+    }
+  }
+}
+
+TEST(AttentionBlocks, TheContextAllocatesTheStateItsBlocksDeclare) {
   auto m = Model::load(tiny_model_path());
   Context ctx(*m, options(8));
   const HParams& hp = m->hparams();

@@ -58,10 +58,10 @@ TEST(Gemma3Synth, HyperParametersAsLlamaCppReadsThem) {
   EXPECT_EQ(hp.n_embd_q(), 256);
   EXPECT_EQ(hp.n_swa, 32);
   EXPECT_EQ(hp.swa_layers, (std::vector<bool>{true, true, false, true}));
-  EXPECT_FLOAT_EQ(hp.rope_base(0), 1e4f);
-  EXPECT_FLOAT_EQ(hp.rope_base(2), 1e6f);
-  EXPECT_FLOAT_EQ(hp.rope_scale(2), 0.125f);
-  EXPECT_FLOAT_EQ(hp.rope_scale(1), 1.0f);
+  EXPECT_FLOAT_EQ(hp.rope_freq_base_swa, 1e4f);  // the local layers' (0, 1, 3)
+  EXPECT_FLOAT_EQ(hp.rope_freq_base, 1e6f);      // the global layer's (2)
+  EXPECT_FLOAT_EQ(hp.rope_freq_scale, 0.125f);
+  EXPECT_FLOAT_EQ(hp.rope_freq_scale_swa, 1.0f);
   EXPECT_EQ(hp.rope_mode, RopeMode::NeoX);
   EXPECT_TRUE(m->output_is_tied());
 }

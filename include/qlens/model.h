@@ -63,8 +63,6 @@ struct HParams {
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }
   bool is_swa(int il) const { return il >= 0 && static_cast<size_t>(il) < swa_layers.size() && swa_layers[il]; }
   bool has_swa() const { return n_swa > 0 && std::find(swa_layers.begin(), swa_layers.end(), true) != swa_layers.end(); }
-  float rope_base(int il) const { return is_swa(il) ? rope_freq_base_swa : rope_freq_base; }
-  float rope_scale(int il) const { return is_swa(il) ? rope_freq_scale_swa : rope_freq_scale; }
   // Every field as (name, value) text, for messages and for comparing two
   // models (qlens compare refuses models whose graphs differ).
   std::vector<std::pair<std::string, std::string>> fields() const;

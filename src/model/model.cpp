@@ -90,9 +90,19 @@ void require_computable(const gguf::File& file, const gguf::TensorInfo& tensor) 
                 "them unchanged)");
 }
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
+namespace {
+
+// The file, refused first when a tensor has a type the engine cannot compute.
+std::unique_ptr<gguf::File> open_computable(const std::string& path) {
   auto file = gguf::File::open(path);
   for (const gguf::TensorInfo& t : file->tensors()) require_computable(*file, t);
+  return file;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  auto file = open_computable(path);
   const std::string name = file->try_string("general.architecture").value_or("");
   const Architecture* arch = find_architecture(name);
   if (!arch) {
@@ -104,9 +114,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, const Architecture& arch) {
-  auto file = gguf::File::open(path);
-  for (const gguf::TensorInfo& t : file->tensors()) require_computable(*file, t);
-  return load(std::move(file), arch);
+  return load(open_computable(path), arch);
 }
 
 std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, const Architecture& arch) {

@@ -155,23 +155,12 @@ const VecOps& vec_ops(Isa isa) {
 
 namespace qlens {
 
-namespace {
-
-// Chosen once: finding the instruction set asks the CPU (cpuid, which a
-// virtual machine traps), and these run per scored token.
-const cpu::VecOps& host_row_ops() {
-  static const cpu::VecOps& ops = cpu::vec_ops(cpu::best_isa());
-  return ops;
-}
-
-}  // namespace
-
 float host_row_max(std::span<const float> x) {
-  return host_row_ops().max(static_cast<int64_t>(x.size()), x.data());
+  return cpu::vec_ops(cpu::best_isa()).max(static_cast<int64_t>(x.size()), x.data());
 }
 
 double host_exp_sum(std::span<const float> x, double m) {
-  return host_row_ops().exp_sum_f64(static_cast<int64_t>(x.size()), x.data(), m);
+  return cpu::vec_ops(cpu::best_isa()).exp_sum_f64(static_cast<int64_t>(x.size()), x.data(), m);
 }
 
 }  // namespace qlens
