@@ -325,6 +325,7 @@ class Context {
   std::map<const Tensor*, Replacement> replaced_;
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<SequenceState> state_;
+  Graph graph_;  // the last batch's, its memory kept for the next
   std::vector<float> logits_;
   int64_t logits_rows_ = 0;
   int64_t logits_first_ = 0;  // the token of the last decode whose logits are logits_'s first row

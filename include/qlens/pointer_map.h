@@ -31,6 +31,13 @@ class PointerMap {
     size_ = 0;
   }
 
+  // Room for n keys without growing (a graph's tables know their size).
+  void reserve(size_t n) {
+    size_t capacity = keys_.empty() ? 64 : keys_.size();
+    while (capacity < 2 * n) capacity *= 2;
+    if (capacity > keys_.size()) rehash(capacity);
+  }
+
   // The value of key, or null where it has none.
   V* find(const void* key) {
     const size_t i = slot(key);
@@ -64,10 +71,11 @@ class PointerMap {
     return i;
   }
 
-  void grow() {
+  void grow() { rehash(keys_.empty() ? 64 : 2 * keys_.size()); }
+
+  void rehash(size_t capacity) {
     std::vector<const void*> keys = std::move(keys_);
     std::vector<V> values = std::move(values_);
-    const size_t capacity = keys.empty() ? 64 : 2 * keys.size();
     keys_.assign(capacity, nullptr);
     values_.assign(capacity, V{});
     size_ = 0;

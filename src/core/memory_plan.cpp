@@ -95,6 +95,7 @@ MemoryPlan plan_memory(const Graph& graph, size_t alignment, const std::function
 
   // The last node that reads each owner (or a view of it).
   PointerMap<int> last_use;
+  last_use.reserve(nodes.size() + graph.leaves().size());
   auto used_at = [&](const Tensor* owner, int j) {
     int& last = last_use[owner];
     last = std::max(last, j);
@@ -107,6 +108,7 @@ MemoryPlan plan_memory(const Graph& graph, size_t alignment, const std::function
   }
   if (!graph.kept().empty()) {
     PointerMap<int> index;
+    index.reserve(nodes.size());
     for (int j = 0; j < n; ++j) index.insert(nodes[j], j);
     for (const auto& [t, reader] : graph.kept())
       if (const int* j = index.find(reader)) used_at(owner_of(t), *j);
@@ -118,6 +120,7 @@ MemoryPlan plan_memory(const Graph& graph, size_t alignment, const std::function
   MemoryPlan plan;
   FreeList free_list(alignment);
   PointerMap<size_t> offset_of;
+  offset_of.reserve(nodes.size() + graph.leaves().size());
   auto planned = [&](const Tensor* t) { return needs_memory(t) && (!include || include(t)); };
   auto allocate = [&](Tensor* t) {
     const size_t off = free_list.allocate(t->nbytes());

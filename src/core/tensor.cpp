@@ -119,7 +119,7 @@ Tensor* Graph::new_tensor(DType type, const std::array<int64_t, kMaxDims>& ne, s
   if (ne[0] % tt->block_size != 0)
     throw Error("new tensor '" + name + "': row length " + std::to_string(ne[0]) +
                 " is not a multiple of the block size " + std::to_string(tt->block_size) + " of " + tt->name);
-  Tensor& t = arena_.emplace_back();
+  Tensor& t = next_tensor();
   t.type = type;
   t.ne = ne;
   t.nb = contiguous_strides(type, ne);
@@ -141,6 +141,22 @@ Tensor* Graph::external(const Tensor& like, void* data) {
   t->data = data;
   t->buffer = data == like.data ? like.buffer : nullptr;
   return t;
+}
+
+Tensor& Graph::next_tensor() {
+  if (used_ == chunks_.size() * kChunk) chunks_.push_back(std::make_unique<Tensor[]>(kChunk));
+  Tensor& t = chunks_[used_ / kChunk][used_ % kChunk];
+  ++used_;
+  t = Tensor{};  // a tensor of the graph before clear()
+  return t;
+}
+
+void Graph::clear() {
+  used_ = 0;
+  nodes_.clear();
+  leaves_.clear();
+  visited_.clear();
+  kept_.clear();
 }
 
 void Graph::build(Tensor* out) {
