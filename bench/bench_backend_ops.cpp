@@ -58,7 +58,7 @@ std::vector<TimedBackend> make_backends(const std::string& isas) {
 #ifdef QLENS_VULKAN
   const std::vector<DeviceInfo> devices = vulkan::devices();
   for (size_t i = 0; i < devices.size(); ++i)
-    v.push_back({devices[i].id, vulkan::make_backend(static_cast<int>(i)), false});
+    v.push_back({devices[i].id, vulkan::make_backend(static_cast<int>(i), vulkan_options_from_env()), false});
 #endif
   return v;
 }

@@ -93,17 +93,18 @@ const std::vector<TestBackend>& backends() {
 #ifdef QLENS_VULKAN
     // The Vulkan kernels meant for GPUs (shared memory, barriers) are chosen
     // on GPUs only; a CPU device (lavapipe) runs the table a second time
-    // with them forced (QLENS_VULKAN_CPU_KERNELS=0 when its backend is made),
-    // against the same references. The variable, when set, chooses alone.
+    // with them forced (VulkanOptions::cpu_kernels false), against the same
+    // references. QLENS_VULKAN_CPU_KERNELS, when set, chooses alone.
     static std::vector<std::unique_ptr<Backend>> devices;  // pipelines are built once per process
     const std::vector<DeviceInfo> infos = wanted("vulkan") ? vulkan::devices() : std::vector<DeviceInfo>{};
-    const bool chosen = std::getenv("QLENS_VULKAN_CPU_KERNELS") != nullptr;
+    const VulkanOptions options = test::vulkan_options();
     for (size_t i = 0; i < infos.size(); ++i) {
-      devices.push_back(vulkan::make_backend(static_cast<int>(i)));
+      devices.push_back(vulkan::make_backend(static_cast<int>(i), options));
       v.push_back({infos[i].id + " (" + infos[i].name + ")", kVulkan, devices.back().get()});
-      if (chosen || infos[i].kind.rfind("cpu", 0) != 0) continue;
-      const test::ScopedEnv gpu_kernels{"QLENS_VULKAN_CPU_KERNELS", "0"};
-      devices.push_back(vulkan::make_backend(static_cast<int>(i)));
+      if (options.cpu_kernels || infos[i].kind.rfind("cpu", 0) != 0) continue;
+      VulkanOptions gpu_kernels = options;
+      gpu_kernels.cpu_kernels = false;
+      devices.push_back(vulkan::make_backend(static_cast<int>(i), gpu_kernels));
       v.push_back({infos[i].id + "+gpu-kernels (" + infos[i].name + ")", kVulkan, devices.back().get()});
     }
 #endif

@@ -10,7 +10,9 @@
 //    CPU without), the instruction-set cap;
 //  - a context hands its ContextOptions::cpu to its CPU backend;
 //  - cpu_options_from_env: unset, every accepted value, and bad values
-//    (which leave the defaults).
+//    (which leave the defaults);
+//  - vulkan_options_from_env, its Vulkan twin: unset, each variable, and
+//    memory sizes it cannot read (an Error naming the variable).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -400,6 +402,63 @@ TEST(CpuOptionsFromEnv, ReadsThePrefetchDistance) {
   for (const char* bad : {"", "-64", "65537", "1k", " 512", "99999999999999999999"}) {
     setenv("QLENS_CPU_PREFETCH", bad, 1);
     EXPECT_FALSE(cpu_options_from_env().prefetch_bytes.has_value()) << "'" << bad << "'";
+  }
+}
+
+// The QLENS_VULKAN_* variables, each unset in this scope, then set.
+class VulkanCliEnv {
+ public:
+  VulkanCliEnv() {
+    for (const char* name : {"QLENS_VULKAN_CPU_KERNELS", "QLENS_VULKAN_MEMORY_LIMIT", "QLENS_VULKAN_FAIL_SHADERS",
+                             "QLENS_VULKAN_PROFILE"}) {
+      saved_.emplace_back(std::make_unique<test::ScopedEnv>(name, ""));
+      unsetenv(name);
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<test::ScopedEnv>> saved_;
+};
+
+TEST(VulkanOptionsFromEnv, UnsetGivesTheDefaults) {
+  const VulkanCliEnv env;
+  const VulkanOptions o = vulkan_options_from_env();
+  EXPECT_FALSE(o.cpu_kernels.has_value());
+  EXPECT_EQ(o.memory_limit, 0u);
+  EXPECT_TRUE(o.fail_shaders.empty());
+  EXPECT_FALSE(o.profile);
+}
+
+TEST(VulkanOptionsFromEnv, ReadsEachVariable) {
+  const VulkanCliEnv env;
+  setenv("QLENS_VULKAN_CPU_KERNELS", "0", 1);
+  EXPECT_EQ(vulkan_options_from_env().cpu_kernels, std::optional<bool>(false));
+  setenv("QLENS_VULKAN_CPU_KERNELS", "1", 1);
+  EXPECT_EQ(vulkan_options_from_env().cpu_kernels, std::optional<bool>(true));
+  setenv("QLENS_VULKAN_FAIL_SHADERS", "mul_mat_q8_0,,silu*", 1);
+  EXPECT_EQ(vulkan_options_from_env().fail_shaders, (std::vector<std::string>{"mul_mat_q8_0", "silu*"}));
+  setenv("QLENS_VULKAN_PROFILE", "1", 1);
+  EXPECT_TRUE(vulkan_options_from_env().profile);
+  for (auto [value, want] : {std::pair{"4096", uint64_t{4096}}, std::pair{"512K", uint64_t{512} << 10},
+                             std::pair{"6G", uint64_t{6} << 30}, std::pair{"1.5M", uint64_t{3} << 19}}) {
+    setenv("QLENS_VULKAN_MEMORY_LIMIT", value, 1);
+    EXPECT_EQ(vulkan_options_from_env().memory_limit, want) << value;
+  }
+}
+
+// A limit it cannot read stops the command before any work, naming the variable.
+TEST(VulkanOptionsFromEnv, ABadMemoryLimitIsAnError) {
+  const VulkanCliEnv env;
+  for (const char* bad : {"lots", "", "0", "-1G", "6GB", "6 G", "0.5", "1e30G"}) {
+    setenv("QLENS_VULKAN_MEMORY_LIMIT", bad, 1);
+    try {
+      vulkan_options_from_env();
+      ADD_FAILURE() << "'" << bad << "' was read as a size";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("QLENS_VULKAN_MEMORY_LIMIT: '" + std::string(bad) + "' is not a size"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -29,6 +29,8 @@ std::string cache_path(const std::string& name) {
 
 CpuOptions cpu_options() { return cpu_options_from_env(); }
 
+VulkanOptions vulkan_options() { return vulkan_options_from_env(); }
+
 bool slow_tests_enabled() {
   const char* v = std::getenv("QLENS_SLOW_TESTS");
   return !(v && std::string(v) == "0");

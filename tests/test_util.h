@@ -54,10 +54,14 @@ constexpr const char* kGemma3F32 = "gemma-3-270m-f32.gguf";
 // these options, which the test harness chooses, and the suites' CLI runs
 // through the CLI's own reading of it. The engine reads no environment.
 CpuOptions cpu_options();
+// The same for a Vulkan backend: the QLENS_VULKAN_* variables as the qlens
+// tool reads them (vulkan_options_from_env). ctest reruns the Vulkan and tap
+// suites with QLENS_VULKAN_CPU_KERNELS=0 (*.gpu_kernels), which reaches the
+// backend through these options.
+VulkanOptions vulkan_options();
 
-// Sets an environment variable for the life of the object (the Vulkan
-// backend's QLENS_VULKAN_* variables; the CLI's, for the qlens runs a test
-// makes).
+// Sets an environment variable for the life of the object (the CLI's
+// variables, for its readers' tests and the qlens runs a test makes).
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {

@@ -1,6 +1,6 @@
 // How the Vulkan backend fails, and what still runs: bad buffer accesses and
 // out-of-memory are Errors that say what was asked (and, for a model, which
-// -ngl to lower); a shader the driver cannot build (QLENS_VULKAN_FAIL_SHADERS
+// -ngl to lower); a shader the driver cannot build (VulkanOptions::fail_shaders
 // pretends so) and a tensor larger than one storage-buffer window send their
 // ops to the CPU with the same results. Every test skips when
 // qlens::vulkan::devices() is empty.
@@ -36,7 +36,6 @@ TEST(VulkanErrors, Buffers) {
   EXPECT_THROW(vulkan_backend()->alloc_buffer(size_t{1} << 50), Error);  // 1 PiB: out of memory, an Error
 }
 
-using test::ScopedEnv;
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -66,11 +65,9 @@ struct MatmulGraph {
 
 TEST(VulkanErrors, ShaderThatFailsToBuildRunsOnTheCpu) {
   REQUIRE_VULKAN();
-  std::unique_ptr<Backend> vk;
-  {
-    ScopedEnv fail("QLENS_VULKAN_FAIL_SHADERS", "mul_mat_vec_q8_0,mul_mat_direct_q8_0,mul_mat_q8_0,silu*");
-    vk = vulkan::make_backend(0);
-  }
+  VulkanOptions options;
+  options.fail_shaders = {"mul_mat_vec_q8_0", "mul_mat_direct_q8_0", "mul_mat_q8_0", "silu*"};
+  std::unique_ptr<Backend> vk = vulkan::make_backend(0, options);
   testing::internal::CaptureStderr();
   MatmulGraph on_vk(DType::Q8_0, {64, 40, 1, 1}, vk.get());
   Scheduler sched({vk.get(), &reference()});
@@ -105,11 +102,9 @@ TEST(VulkanErrors, ShaderThatFailsToBuildRunsOnTheCpu) {
 // A tap whose shader fails goes to the scheduler's host fallback: same figures.
 TEST(VulkanErrors, TapThatFailsToBuildIsReducedOnTheHost) {
   REQUIRE_VULKAN();
-  std::unique_ptr<Backend> vk;
-  {
-    ScopedEnv fail("QLENS_VULKAN_FAIL_SHADERS", "tap_stats*");
-    vk = vulkan::make_backend(0);
-  }
+  VulkanOptions options;
+  options.fail_shaders = {"tap_stats*"};
+  std::unique_ptr<Backend> vk = vulkan::make_backend(0, options);
   MatmulGraph g(DType::Q4_0, {64, 40, 1, 1}, vk.get());
   g.scaled->flags |= kFlagOutput;  // kept for the expected figures
   g.act->flags |= kFlagOutput;
@@ -165,22 +160,15 @@ TEST(VulkanErrors, TensorsLargerThanAStorageWindowStayOnTheCpu) {
 
 TEST(VulkanErrors, OutOfDeviceMemoryIsAClearError) {
   REQUIRE_VULKAN();
-  std::unique_ptr<Backend> vk;
-  {
-    ScopedEnv limit("QLENS_VULKAN_MEMORY_LIMIT", "1M");
-    vk = vulkan::make_backend(0);
-  }
+  VulkanOptions options;
+  options.memory_limit = 1 << 20;
+  std::unique_ptr<Backend> vk = vulkan::make_backend(0, options);
   auto first = vk->alloc_buffer(700 * 1024);
   const std::string what = error_of([&] { vk->alloc_buffer(400 * 1024); });
   EXPECT_NE(what.find("cannot allocate 400.00 KiB for a buffer: out of device memory"), std::string::npos) << what;
   EXPECT_NE(what.find("700.00 KiB of device memory in use"), std::string::npos) << what;
   first.reset();  // freed memory counts no more
   EXPECT_NO_THROW(vk->alloc_buffer(900 * 1024));
-  {
-    ScopedEnv bad("QLENS_VULKAN_MEMORY_LIMIT", "lots");
-    const std::string e = error_of([] { vulkan::make_backend(0); });
-    EXPECT_NE(e.find("QLENS_VULKAN_MEMORY_LIMIT: 'lots' is not a size"), std::string::npos) << e;
-  }
 }
 
 // The same on a model: offloading more than fits names the sizes and -ngl;
@@ -203,7 +191,7 @@ TEST(VulkanErrors, ModelRunsWithoutAShaderAndSaysWhenItDoesNotFit) {
   po.device = "vulkan:0";
   {
     // (A weight whose mul_mat shaders fail is not offloaded: mul_mats would run on the CPU.)
-    ScopedEnv fail("QLENS_VULKAN_FAIL_SHADERS", "rms_norm*,soft_max*");
+    po.vulkan.fail_shaders = {"rms_norm*", "soft_max*"};
     testing::internal::CaptureStderr();
     const double ppl_vk = tools::perplexity(*m, tokens, po).ppl;
     const std::string warnings = testing::internal::GetCapturedStderr();
@@ -212,7 +200,8 @@ TEST(VulkanErrors, ModelRunsWithoutAShaderAndSaysWhenItDoesNotFit) {
     EXPECT_NE(warnings.find("soft_max"), std::string::npos) << warnings;
   }
   {
-    ScopedEnv limit("QLENS_VULKAN_MEMORY_LIMIT", "200K");
+    po.vulkan = {};
+    po.vulkan.memory_limit = 200 * 1024;
     const std::string what = error_of([&] { tools::perplexity(*m, tokens, po); });
     EXPECT_NE(what.find("offloading 5 layers to vulkan:0"), std::string::npos) << what;
     EXPECT_NE(what.find("out of device memory"), std::string::npos) << what;

@@ -21,12 +21,14 @@
 #include "qlens/error.h"
 #include "qlens/sched.h"
 #include "qlens/tensor.h"
+#include "test_util.h"
 
 namespace qlens::vktest {
 
 // One backend for the whole suite: pipelines are built once.
 inline Backend* vulkan_backend() {
-  static std::unique_ptr<Backend> backend = vulkan::devices().empty() ? nullptr : vulkan::make_backend(0);
+  static std::unique_ptr<Backend> backend =
+      vulkan::devices().empty() ? nullptr : vulkan::make_backend(0, test::vulkan_options());
   return backend.get();
 }
 

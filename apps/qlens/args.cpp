@@ -227,6 +227,7 @@ void announce_device(const DeviceInfo& d, int n_gpu_layers) {
 void resolve_device(const ArgParser& p, DeviceFlags& flags) {
   const bool ngl_set = p.was_set("-ngl");
   flags.cpu = cpu_options_from_env();
+  flags.vulkan = vulkan_options_from_env();
   if (!flags.device.empty()) {
     // Checked before any model is loaded: a typo costs nothing.
     std::string known;

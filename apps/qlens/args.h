@@ -77,13 +77,15 @@ void resolve_context_size(int64_t& n_ctx, const Model& model, const std::string&
 // resolve_device (after parse) settles the pair: an explicit device with no
 // -ngl offloads everything; -ngl N > 0 with no --device picks the first GPU
 // device (or says there is none and stays on the CPU). It also reads the
-// CPU backend's options from the QLENS_CPU_* variables (cpu_options_from_env:
-// the one place the command line takes them), which every command that runs
-// a model hands to its tool with the device.
+// backends' options from the QLENS_CPU_* and QLENS_VULKAN_* variables
+// (cpu_options_from_env, vulkan_options_from_env: the one place the command
+// line takes them), which every command that runs a model hands to its tool
+// with the device.
 struct DeviceFlags {
   std::string device;
   int n_gpu_layers = -1;
-  CpuOptions cpu{};  // set by resolve_device
+  CpuOptions cpu{};        // set by resolve_device
+  VulkanOptions vulkan{};  // set by resolve_device
 };
 void add_device_options(ArgParser& p, DeviceFlags* flags);
 

@@ -67,6 +67,7 @@ int cmd_bench(int argc, char** argv) {
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
   opt.cpu = dev.cpu;
+  opt.vulkan = dev.vulkan;
   opt.cpu.profile = profile;
   auto model = Model::load(model_path);
   tools::BenchReport report;

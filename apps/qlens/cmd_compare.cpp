@@ -90,6 +90,7 @@ int compare_with_logits_file(const CompareFlags& f, const ArgParser& p) {
   ko.device = dev.device;
   ko.n_gpu_layers = dev.n_gpu_layers;
   ko.cpu = dev.cpu;
+  ko.vulkan = dev.vulkan;
   ko.cache_type = f.opt.cache_type;
   const int64_t planned = tools::chunks_to_run(base.n_chunk(), ko.max_chunks);
   std::fprintf(stderr, "%s: %lld chunks of %lld tokens, the reference's log-probabilities; test on %s\n",
@@ -127,6 +128,7 @@ void resolve_compare_devices(const ArgParser& p, CompareFlags& f) {
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
   opt.cpu = dev.cpu;
+  opt.vulkan = dev.vulkan;
   if (!f.device_ref.empty()) {
     DeviceFlags ref_dev{f.device_ref, dev.n_gpu_layers};
     resolve_device(p, ref_dev);

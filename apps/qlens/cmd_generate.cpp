@@ -38,6 +38,7 @@ int cmd_generate(int argc, char** argv) {
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
   opt.cpu = dev.cpu;
+  opt.vulkan = dev.vulkan;
   opt.sampler.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
 
   auto model = Model::load(model_path);

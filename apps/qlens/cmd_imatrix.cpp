@@ -84,6 +84,7 @@ bool parse_imatrix_flags(int argc, char** argv, ImatrixFlags& f) {
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
   opt.cpu = dev.cpu;
+  opt.vulkan = dev.vulkan;
   return true;
 }
 

@@ -62,6 +62,7 @@ bool parse_perplexity_flags(int argc, char** argv, PerplexityFlags& f) {
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
   opt.cpu = dev.cpu;
+  opt.vulkan = dev.vulkan;
   return true;
 }
 
@@ -75,6 +76,7 @@ int score_against_logits_file(const PerplexityFlags& f) {
   ko.device = f.opt.device;
   ko.n_gpu_layers = f.opt.n_gpu_layers;
   ko.cpu = f.opt.cpu;
+  ko.vulkan = f.opt.vulkan;
   ko.cache_type = f.opt.cache_type;
   const auto r = kld_with_progress(*model, base, ko, "kl-divergence");
   std::printf("%lld positions of %s (n_ctx %lld)\n", static_cast<long long>(r.n_scored), f.kld_base.c_str(),

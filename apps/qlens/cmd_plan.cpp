@@ -113,6 +113,7 @@ bool parse_plan_flags(int argc, char** argv, PlanFlags& f) {
   vopt.device = dev.device.empty() ? "cpu" : dev.device;
   vopt.n_gpu_layers = dev.n_gpu_layers;
   vopt.cpu = dev.cpu;
+  vopt.vulkan = dev.vulkan;
   if (f.sens_path.empty()) throw Error("qlens plan: --sensitivity FILE is required");
   if (p.was_set("--target-bpw") && !(f.target_bpw > 0 && f.target_bpw <= 32))
     throw Error("qlens plan: --target-bpw " + format_number(f.target_bpw) +

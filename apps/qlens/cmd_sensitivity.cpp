@@ -95,6 +95,7 @@ bool parse_sensitivity_flags(int argc, char** argv, SensitivityFlags& f) {
   opt.device = dev.device;
   opt.n_gpu_layers = dev.n_gpu_layers;
   opt.cpu = dev.cpu;
+  opt.vulkan = dev.vulkan;
   return true;
 }
 

@@ -151,6 +151,32 @@ struct CpuOptions {
 // it: the qlens tool does, where it makes its contexts.
 CpuOptions cpu_options_from_env();
 
+// What a Vulkan backend does, fixed when it is made (as CpuOptions for the
+// CPU): the backend reads these and no environment. The CLI fills them from
+// QLENS_VULKAN_* variables (vulkan_options_from_env).
+struct VulkanOptions {
+  // The kernels meant for GPUs use shared memory and barriers; on a CPU
+  // implementation (lavapipe) plain per-invocation kernels run faster.
+  // Unset: by the device's type; set: those kernels (true: the CPU ones)
+  // whatever the device, to test both sets on one device.
+  std::optional<bool> cpu_kernels;
+  // Device-local bytes the backend may take (0: all there is), to share a
+  // GPU; over it, allocations fail as on a full device.
+  uint64_t memory_limit = 0;
+  // Shaders whose pipelines fail to build as a broken driver's would, by
+  // name or by prefix ending in '*': tests of the fallback to the CPU.
+  std::vector<std::string> fail_shaders;
+  // Time every shader with timestamps; the table goes to stderr when the
+  // backend ends.
+  bool profile = false;
+};
+
+// The command line's Vulkan options: QLENS_VULKAN_CPU_KERNELS=0|1,
+// QLENS_VULKAN_MEMORY_LIMIT=SIZE (bytes, or a number with K, M or G),
+// QLENS_VULKAN_FAIL_SHADERS=NAME,PREFIX*,... and QLENS_VULKAN_PROFILE (set:
+// on). Throws Error naming the variable for a size it cannot read.
+VulkanOptions vulkan_options_from_env();
+
 // n_threads <= 0: one thread per available core. Throws Error for a
 // prefetch distance over 65536.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0, const CpuOptions& options = {});
@@ -177,7 +203,8 @@ std::vector<DeviceInfo> list_devices(const CpuOptions& cpu = {});
 DeviceInfo cpu_device_info(const CpuOptions& cpu = {});
 // The backend for a device id (`cpu` is for the CPU's); throws Error naming
 // the id and the devices there are when it does not exist.
-std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads = 0, const CpuOptions& cpu = {});
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads = 0, const CpuOptions& cpu = {},
+                                      const VulkanOptions& vulkan = {});
 // Single-threaded, scalar, obviously-correct kernels: the test oracle.
 std::unique_ptr<Backend> make_reference_backend();
 

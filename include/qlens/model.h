@@ -197,6 +197,7 @@ struct ContextOptions {
   int64_t n_batch = 512;  // tokens per graph evaluation
   int n_threads = 0;      // 0: one per core
   CpuOptions cpu;         // the CPU backend's kernels (qlens/backend.h)
+  VulkanOptions vulkan;   // a Vulkan device's (qlens/backend.h)
   DType cache_type = DType::F16;
   // Keep every intermediate result readable after compute (no buffer reuse),
   // for debugging and tests; costs memory.

@@ -45,7 +45,8 @@ std::vector<DeviceInfo> list_devices(const CpuOptions& cpu) {
   return out;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, const CpuOptions& cpu) {
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, const CpuOptions& cpu,
+                                      const VulkanOptions& vulkan) {
   if (device.empty() || device == "cpu") return make_cpu_backend(n_threads, cpu);
 #ifdef QLENS_VULKAN
   if (device.rfind("vulkan:", 0) == 0) {
@@ -53,9 +54,11 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, 
     if (!index.empty() && index.find_first_not_of("0123456789") == std::string::npos) {
       const auto devices = vulkan::devices();
       const size_t i = std::stoul(index);
-      if (i < devices.size()) return vulkan::make_backend(static_cast<int>(i));
+      if (i < devices.size()) return vulkan::make_backend(static_cast<int>(i), vulkan);
     }
   }
+#else
+  (void)vulkan;
 #endif
   std::string known;
   for (const DeviceInfo& d : list_devices()) known += (known.empty() ? "" : ", ") + d.id;

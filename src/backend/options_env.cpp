@@ -1,10 +1,14 @@
-// The command line's way to the CPU backend's options: QLENS_CPU_* variables,
-// read here once per call. Nothing in the engine calls this (its kernels get
-// CpuOptions from whoever makes the backend); the qlens tool does.
+// The command line's way to the backends' options: QLENS_CPU_* and
+// QLENS_VULKAN_* variables, read here once per call. Nothing in the engine
+// calls this (backends get their options from whoever makes them); the qlens
+// tool does.
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
+#include <string>
 
 #include "qlens/backend.h"
+#include "qlens/error.h"
 
 namespace qlens {
 
@@ -26,6 +30,17 @@ std::optional<size_t> prefetch_from(const char* v) {
   return n;
 }
 
+// "4096", "512K", "1.5G": bytes, or kibi-, mebi-, gibibytes.
+uint64_t memory_size_from(const char* name, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit(end);
+  const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : 0;
+  if (end == text.c_str() || scale == 0 || !(v * scale >= 1) || v * scale > 1.8e19)
+    throw Error(std::string(name) + ": '" + text + "' is not a size (bytes, or a number with K, M or G)");
+  return static_cast<uint64_t>(v * scale);
+}
+
 }  // namespace
 
 CpuOptions cpu_options_from_env() {
@@ -40,6 +55,20 @@ CpuOptions cpu_options_from_env() {
   o.pack = !off("QLENS_CPU_PACK");
   o.prefetch_bytes = prefetch_from(std::getenv("QLENS_CPU_PREFETCH"));
   o.ggml_rounding = !off("QLENS_CPU_ROUND_ACTIVATIONS");
+  return o;
+}
+
+VulkanOptions vulkan_options_from_env() {
+  VulkanOptions o;
+  if (const char* v = std::getenv("QLENS_VULKAN_CPU_KERNELS")) o.cpu_kernels = std::strcmp(v, "0") != 0;
+  if (const char* v = std::getenv("QLENS_VULKAN_MEMORY_LIMIT"))
+    o.memory_limit = memory_size_from("QLENS_VULKAN_MEMORY_LIMIT", v);
+  if (const char* v = std::getenv("QLENS_VULKAN_FAIL_SHADERS")) {
+    std::stringstream list(v);
+    for (std::string name; std::getline(list, name, ',');)
+      if (!name.empty()) o.fail_shaders.push_back(name);
+  }
+  o.profile = std::getenv("QLENS_VULKAN_PROFILE") != nullptr;
   return o;
 }
 

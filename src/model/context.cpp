@@ -26,7 +26,7 @@ Context::Context(const Model& model, const ContextOptions& options) : model_(mod
   if (options.device_backend) {
     device_ = options.device_backend;
   } else if (!options.device.empty() && options.device != "cpu") {
-    owned_device_ = make_backend(options.device, options.n_threads, options.cpu);
+    owned_device_ = make_backend(options.device, options.n_threads, options.cpu, options.vulkan);
     device_ = owned_device_.get();
   }
   state_ = std::make_unique<SequenceState>(model, n_ctx_, options.cache_type);

@@ -60,7 +60,8 @@ void VulkanBuffer::read(size_t offset, void* dst, size_t n) const {
 // ---------------------------------------------------------------------------
 // VulkanBackend
 
-VulkanBackend::VulkanBackend(int index) : device_(std::make_unique<Device>(index)) {
+VulkanBackend::VulkanBackend(int index, const VulkanOptions& options)
+    : device_(std::make_unique<Device>(index, options)) {
   pipelines_ = std::make_unique<PipelineCache>(*device_);
   descriptors_ = std::make_unique<DescriptorAllocator>(*device_);
   profiler_ = std::make_unique<Profiler>(*device_);
@@ -221,9 +222,9 @@ void VulkanBackend::read_tap(TapState& state, TapResult& into, bool reset) {
   vulkan::read_tap(*this, state, into, reset);
 }
 
-std::unique_ptr<Backend> make_backend(int index) {
+std::unique_ptr<Backend> make_backend(int index, const VulkanOptions& options) {
   try {
-    return std::make_unique<VulkanBackend>(index);
+    return std::make_unique<VulkanBackend>(index, options);
   } catch (const Error& e) {
     std::string known;
     for (const DeviceInfo& d : devices()) known += (known.empty() ? "" : ", ") + d.id + " (" + d.name + ")";

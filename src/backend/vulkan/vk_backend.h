@@ -39,7 +39,7 @@ class VulkanBuffer final : public Buffer {
 
 class VulkanBackend final : public Backend {
  public:
-  explicit VulkanBackend(int index);
+  VulkanBackend(int index, const VulkanOptions& options);
   ~VulkanBackend() override;
 
   std::string name() const override { return device_->name(); }

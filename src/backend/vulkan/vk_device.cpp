@@ -1,7 +1,6 @@
 #include "backend/vulkan/vk_device.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/human_bytes.h"
 #include "qlens/error.h"
@@ -59,17 +58,6 @@ Instance::~Instance() {
 }
 
 namespace {
-
-// "4096", "512K", "1.5G": bytes, or kibi-, mebi-, gibibytes.
-VkDeviceSize parse_memory_limit(const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  const std::string unit(end);
-  const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : 0;
-  if (end == text.c_str() || scale == 0 || !(v > 0))
-    throw Error("QLENS_VULKAN_MEMORY_LIMIT: '" + text + "' is not a size (bytes, or a number with K, M or G)");
-  return static_cast<VkDeviceSize>(v * scale);
-}
 
 struct Features {
   VkPhysicalDeviceFeatures2 base = vk_struct<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
@@ -164,7 +152,7 @@ std::vector<DeviceInfo> devices() {
 // ---------------------------------------------------------------------------
 // Device
 
-Device::Device(int index) {
+Device::Device(int index, const VulkanOptions& options) : options_(options) {
   const auto found = instance_.usable_devices();
   if (index < 0 || static_cast<size_t>(index) >= found.size())
     throw Error("vulkan: no device vulkan:" + std::to_string(index) + " (" + std::to_string(found.size()) +
@@ -177,8 +165,8 @@ Device::Device(int index) {
   max_storage_range_ = props.limits.maxStorageBufferRange;
   if (props.limits.timestampComputeAndGraphics) timestamp_period_ = props.limits.timestampPeriod;
   is_cpu_ = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-  if (const char* cpu_kernels = std::getenv("QLENS_VULKAN_CPU_KERNELS")) is_cpu_ = std::string(cpu_kernels) != "0";
-  if (const char* limit = std::getenv("QLENS_VULKAN_MEMORY_LIMIT")) memory_limit_ = parse_memory_limit(limit);
+  if (options.cpu_kernels) is_cpu_ = *options.cpu_kernels;
+  if (options.memory_limit > 0) memory_limit_ = options.memory_limit;
   auto m3 = vk_struct<VkPhysicalDeviceMaintenance3Properties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES);
   auto props2 = vk_struct<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
   props2.pNext = &m3;
@@ -244,7 +232,7 @@ DeviceBuffer Device::create_buffer(VkDeviceSize size, bool host_visible, const s
   const std::string in_use = human_bytes(device_bytes_) + " of device memory in use by qlens";
   if (b.size > max_allocation_) fail("larger than the device's largest allocation (" + human_bytes(max_allocation_) + ")");
   if (!host_visible && device_bytes_ + b.size > memory_limit_)
-    fail("out of device memory (QLENS_VULKAN_MEMORY_LIMIT=" + human_bytes(memory_limit_) + ", " + in_use + ")");
+    fail("out of device memory (memory limit " + human_bytes(memory_limit_) + ", " + in_use + ")");
   auto info = vk_struct<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
   info.size = b.size;
   info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;

@@ -57,7 +57,7 @@ struct DeviceBuffer {
 // The logical device and its compute queue.
 class Device {
  public:
-  explicit Device(int index);
+  Device(int index, const VulkanOptions& options);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -73,15 +73,15 @@ class Device {
   float timestamp_period() const { return timestamp_period_; }
   // A CPU implementation (lavapipe, SwiftShader): invocations run as SIMD
   // lanes of CPU threads, so shaders avoid shared memory and barriers there.
-  // QLENS_VULKAN_CPU_KERNELS=0 or 1 overrides the device type (for tests).
+  // VulkanOptions::cpu_kernels overrides the device type (for tests).
   bool is_cpu() const { return is_cpu_; }
+  const VulkanOptions& options() const { return options_; }
   // Tests: pretend the largest storage-buffer range is `bytes`.
   void limit_max_storage_range(VkDeviceSize bytes) { max_storage_range_ = std::min(max_storage_range_, bytes); }
 
   // Device-local (or, when `host_visible`, mapped host-coherent) memory;
-  // throws Error naming `what` when the device is out of memory. The
-  // environment variable QLENS_VULKAN_MEMORY_LIMIT (bytes, or with a K, M or
-  // G suffix) caps the device-local memory qlens takes, to share a GPU.
+  // throws Error naming `what` when the device is out of memory, or when
+  // VulkanOptions::memory_limit (to share a GPU) would be passed.
   DeviceBuffer create_buffer(VkDeviceSize size, bool host_visible, const std::string& what);
   void destroy_buffer(DeviceBuffer& buffer);
 
@@ -89,6 +89,7 @@ class Device {
   void run_now(const std::function<void(VkCommandBuffer)>& record);
 
  private:
+  const VulkanOptions options_;
   Instance instance_;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
   VkDevice device_ = VK_NULL_HANDLE;
@@ -102,7 +103,7 @@ class Device {
   bool is_cpu_ = false;
   VkDeviceSize max_allocation_ = ~VkDeviceSize{0};
   VkPhysicalDeviceMemoryProperties memory_{};
-  VkDeviceSize memory_limit_ = ~VkDeviceSize{0};  // QLENS_VULKAN_MEMORY_LIMIT
+  VkDeviceSize memory_limit_ = ~VkDeviceSize{0};  // VulkanOptions::memory_limit
   VkDeviceSize device_bytes_ = 0;                 // device-local memory allocated
   VkCommandPool transfer_pool_ = VK_NULL_HANDLE;
   VkCommandBuffer transfer_cmd_ = VK_NULL_HANDLE;

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <sstream>
 
 #include "backend/vulkan/vk_device.h"
 #include "backend/vulkan/vk_shaders.h"
@@ -11,16 +9,10 @@
 
 namespace qlens::vulkan {
 
-PipelineCache::PipelineCache(Device& device) : device_(device) {
-  if (const char* env = std::getenv("QLENS_VULKAN_FAIL_SHADERS")) {
-    std::stringstream list(env);
-    for (std::string name; std::getline(list, name, ',');)
-      if (!name.empty()) fail_patterns_.push_back(name);
-  }
-}
+PipelineCache::PipelineCache(Device& device) : device_(device) {}
 
 bool PipelineCache::told_to_fail(const std::string& name) const {
-  for (const std::string& pattern : fail_patterns_) {
+  for (const std::string& pattern : device_.options().fail_shaders) {
     if (pattern.back() == '*' ? name.compare(0, pattern.size() - 1, pattern, 0, pattern.size() - 1) == 0
                               : name == pattern)
       return true;
@@ -120,7 +112,7 @@ const Pipeline& PipelineCache::build(const std::string& name, uint32_t n_buffers
   const std::string what = device_.name() + ": creating the pipeline of shader '" + name + "'";
   if (told_to_fail(name)) {
     vkDestroyShaderModule(device_.handle(), module, nullptr);
-    throw Error("vulkan: " + what + ": made to fail by QLENS_VULKAN_FAIL_SHADERS");
+    throw Error("vulkan: " + what + ": made to fail by VulkanOptions::fail_shaders");
   }
   const VkResult r = vkCreateComputePipelines(device_.handle(), VK_NULL_HANDLE, 1, &info, nullptr, &p.pipeline);
   vkDestroyShaderModule(device_.handle(), module, nullptr);

@@ -26,9 +26,8 @@ struct Pipeline {
 
 // A shader the driver cannot build is reported once on stderr and remembered:
 // can_build() says no from then on, and its ops run on the CPU. For tests,
-// the environment variable QLENS_VULKAN_FAIL_SHADERS (names separated by
-// commas; "name*" matches a prefix) makes shaders fail as if the driver had
-// rejected them.
+// VulkanOptions::fail_shaders (names; "name*" matches a prefix) makes shaders
+// fail as if the driver had rejected them.
 class PipelineCache {
  public:
   explicit PipelineCache(Device& device);
@@ -52,7 +51,6 @@ class PipelineCache {
   Device& device_;
   std::map<std::string, Pipeline> pipelines_;
   std::map<std::string, std::string> failed_;  // shader name -> why
-  std::vector<std::string> fail_patterns_;    // QLENS_VULKAN_FAIL_SHADERS
   std::map<uint32_t, std::pair<VkDescriptorSetLayout, VkPipelineLayout>> layouts_;
 };
 

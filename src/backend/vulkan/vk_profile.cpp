@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 
 #include "backend/vulkan/vk_device.h"
 
@@ -13,7 +12,7 @@ constexpr uint32_t kQueries = 8192;
 }
 
 Profiler::Profiler(Device& device) : device_(device) {
-  if (!std::getenv("QLENS_VULKAN_PROFILE") || device.timestamp_period() <= 0) return;
+  if (!device.options().profile || device.timestamp_period() <= 0) return;
   auto info = vk_struct<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
   info.queryType = VK_QUERY_TYPE_TIMESTAMP;
   info.queryCount = kQueries;

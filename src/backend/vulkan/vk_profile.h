@@ -1,6 +1,6 @@
 // Time per shader from timestamp queries, to find the shaders a model's time
-// goes to: on when the environment variable QLENS_VULKAN_PROFILE is set (and
-// the device has compute timestamps). Each dispatch is timed from the end of
+// goes to: on with VulkanOptions::profile (where the device has compute
+// timestamps). Each dispatch is timed from the end of
 // the previous command to its own end (dispatches are serialized by barriers
 // anyway); the totals per shader go to stderr when the backend closes.
 #pragma once

@@ -17,6 +17,6 @@ std::vector<DeviceInfo> devices();
 
 // The backend of devices()[index]; throws qlens::Error naming the index and
 // the devices there are when it cannot be created.
-std::unique_ptr<Backend> make_backend(int index);
+std::unique_ptr<Backend> make_backend(int index, const VulkanOptions& options = {});
 
 }  // namespace qlens::vulkan

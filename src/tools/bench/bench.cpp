@@ -38,6 +38,7 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
   copt.n_threads = opt.n_threads;
   copt.device = opt.device;
   copt.cpu = opt.cpu;
+  copt.vulkan = opt.vulkan;
   copt.n_gpu_layers = opt.n_gpu_layers;
   Context ctx(model, copt);
   const size_t packed_bytes = opt.n_gen > 0 ? ctx.pack_for_generation() : 0;

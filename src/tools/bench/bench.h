@@ -18,6 +18,7 @@ struct BenchOptions {
   int repetitions = 3;
   int n_threads = 0;
   CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
+  VulkanOptions vulkan;  // a Vulkan device's (see ContextOptions)
   std::string device = "cpu";  // see ContextOptions
   int n_gpu_layers = -1;
 };

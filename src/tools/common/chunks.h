@@ -28,6 +28,7 @@ ContextOptions run_context(const ToolOptions& opt, int64_t n_ctx, int64_t n_batc
   ContextOptions o = chunk_context(n_ctx, n_batch, opt.n_threads);
   o.device = opt.device;
   o.cpu = opt.cpu;
+  o.vulkan = opt.vulkan;
   o.n_gpu_layers = opt.n_gpu_layers;
   if constexpr (requires { opt.cache_type; }) o.cache_type = opt.cache_type;
   return o;

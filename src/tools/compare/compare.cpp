@@ -40,7 +40,7 @@ ContextOptions side_options(const ContextOptions& common, const std::string& dev
 // the host.
 std::unique_ptr<Backend> shared_device(const CompareOptions& opt) {
   if (opt.device == opt.device_ref && !opt.device.empty() && opt.device != "cpu")
-    return make_backend(opt.device, opt.n_threads, opt.cpu);
+    return make_backend(opt.device, opt.n_threads, opt.cpu, opt.vulkan);
   return nullptr;
 }
 

@@ -24,6 +24,7 @@ struct CompareOptions {
   int64_t max_chunks = -1;  // < 0: every whole chunk
   int n_threads = 0;
   CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
+  VulkanOptions vulkan;  // a Vulkan device's (see ContextOptions)
   std::string nodes_regex;  // only nodes whose label matches (ECMAScript, searched); empty: all
   bool logits_only = false; // no node at all: the output distributions only
   std::string device_ref = "cpu", device = "cpu";

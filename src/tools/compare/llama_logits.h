@@ -66,6 +66,7 @@ struct KldOptions {
   int64_t max_chunks = -1;  // < 0: all of the file's
   int n_threads = 0;
   CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
+  VulkanOptions vulkan;  // a Vulkan device's (see ContextOptions)
   std::string device = "cpu";
   int n_gpu_layers = -1;
   DType cache_type = DType::F16;

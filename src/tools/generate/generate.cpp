@@ -64,6 +64,7 @@ GenerateResult generate(const Model& model, const std::string& prompt, const Gen
   copt.n_threads = opt.n_threads;
   copt.device = opt.device;
   copt.cpu = opt.cpu;
+  copt.vulkan = opt.vulkan;
   copt.n_gpu_layers = opt.n_gpu_layers;
   Context ctx(model, copt);
   if (static_cast<int64_t>(r.prompt_tokens.size()) >= ctx.n_ctx())

@@ -35,6 +35,7 @@ struct GenerateOptions {
   int64_t n_batch = 512;
   int n_threads = 0;
   CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
+  VulkanOptions vulkan;  // a Vulkan device's (see ContextOptions)
   SamplerOptions sampler;
   std::string device = "cpu";  // see ContextOptions
   int n_gpu_layers = -1;

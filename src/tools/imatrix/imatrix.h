@@ -30,6 +30,7 @@ struct ImatrixOptions {
   int64_t max_chunks = -1;   // < 0: every whole chunk after first_chunk
   int n_threads = 0;
   CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
+  VulkanOptions vulkan;  // a Vulkan device's (see ContextOptions)
   bool process_output = false;
   std::string device = "cpu";  // see ContextOptions
   int n_gpu_layers = -1;

@@ -21,6 +21,7 @@ struct PerplexityOptions {
   int64_t max_chunks = -1;  // < 0: all whole chunks
   int n_threads = 0;
   CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
+  VulkanOptions vulkan;  // a Vulkan device's (see ContextOptions)
   std::string device = "cpu";  // see ContextOptions
   int n_gpu_layers = -1;
   DType cache_type = DType::F16;  // KV cache: F16 (default), F32, BF16

@@ -103,6 +103,7 @@ std::vector<ValidationRow> validate_plan(const SensitivityTable& table, const Pl
     copt.n_threads = opt.n_threads;
     copt.device = copt.device_ref = opt.device;
     copt.cpu = opt.cpu;
+    copt.vulkan = opt.vulkan;
     copt.n_gpu_layers = opt.n_gpu_layers;
     copt.logits_only = true;  // the logits are what is validated
     log << "comparing " << c.name << " with " << opt.model_path << " on " << opt.text_path << "\n";

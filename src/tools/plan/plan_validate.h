@@ -21,6 +21,7 @@ struct ValidateOptions {
   int64_t max_chunks = 16;
   int n_threads = 0;
   CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
+  VulkanOptions vulkan;  // a Vulkan device's (see ContextOptions)
   std::string device = "cpu";  // both models run there (see ContextOptions)
   int n_gpu_layers = -1;
   std::string work_dir;     // where the quantized files go (kept)

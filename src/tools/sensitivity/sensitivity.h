@@ -41,6 +41,7 @@ struct SensitivityOptions {
   int64_t max_chunks = 8;
   int n_threads = 0;
   CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
+  VulkanOptions vulkan;  // a Vulkan device's (see ContextOptions)
   std::string imatrix_path;
   std::vector<DType> types;  // empty: the default candidates
   SensitivityMode mode = SensitivityMode::Quant;
