@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <unordered_map>
 
@@ -10,6 +11,7 @@
 #include "qlens/pointer_map.h"
 #include "qlens/tensor.h"
 #include "qlens/types.h"
+#include "ops/op_table.h"
 
 namespace qlens {
 namespace {
@@ -131,6 +133,50 @@ TEST(Graph, BuildersRejectBadShapesNamingTensors) {
   EXPECT_THROW(view(g, w, {64, 33}, {256}, 0), Error);          // past the end
   EXPECT_THROW(permute(g, w, 0, 0, 1, 2), Error);
   EXPECT_THROW(g.new_tensor(DType::Q4_0, {33}, "q"), Error);    // not whole blocks
+}
+
+// One rule, read twice: a builder refuses a node in the op table's words
+// (naming the tensors), and every backend declines the same node made by hand.
+TEST(Graph, BuildersCheckNodesByTheOpTable) {
+  Graph g;
+  Tensor* scores = g.new_tensor(DType::F32, {8, 4}, "kq");
+  Tensor* mask = g.new_tensor(DType::F32, {8, 2}, "KQ_mask");
+  Tensor* w = g.new_tensor(DType::F32, {64, 32}, "blk.0.attn_q.weight");
+  Tensor* x = g.new_tensor(DType::F32, {63, 5}, "x");
+  struct Broken {
+    Op op;
+    std::function<void()> build;
+    std::array<Tensor*, 2> src;
+    std::array<int64_t, 4> ne;
+    const char* words;
+  };
+  const Broken cases[] = {
+      {Op::SoftMax, [&] { soft_max(g, scores, mask, 1.0f); }, {scores, mask}, scores->ne,
+       "'KQ_mask' {8, 2, 1, 1} does not cover 'kq' {8, 4, 1, 1}"},
+      {Op::MulMat, [&] { mul_mat(g, w, x); }, {w, x}, {32, 5, 1, 1},
+       "row lengths differ: 'blk.0.attn_q.weight' {64, 32, 1, 1} and 'x' {63, 5, 1, 1}"},
+      {Op::Add, [&] { add(g, w, x); }, {w, x}, w->ne, "'x' {63, 5, 1, 1} cannot be broadcast to"},
+  };
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(make_reference_backend());
+  for (const DeviceInfo& d : list_devices()) backends.push_back(make_backend(d.id, 1));  // the CPU, Vulkan devices
+  for (const Broken& c : cases) {
+    std::string built;
+    try {
+      c.build();
+      ADD_FAILURE() << op_name(c.op) << " built";
+    } catch (const Error& e) {
+      built = e.what();
+    }
+    Tensor* node = g.new_tensor(DType::F32, c.ne, "by hand");
+    node->op = c.op;
+    node->src[0] = c.src[0];
+    node->src[1] = c.src[1];
+    const std::string rule = op_def(c.op).invalid(*node);
+    EXPECT_NE(rule.find(c.words), std::string::npos) << rule;
+    EXPECT_EQ(built, op_lower_name(c.op) + ": " + rule);
+    for (const auto& b : backends) EXPECT_FALSE(b->supports_op(*node)) << b->name() << ": " << built;
+  }
 }
 
 TEST(Graph, TopologicalOrderVisitsSharedNodesOnce) {

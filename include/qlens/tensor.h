@@ -128,6 +128,7 @@ struct Tensor {
 std::array<size_t, kMaxDims> contiguous_strides(DType type, const std::array<int64_t, kMaxDims>& ne);
 bool same_shape(const Tensor& a, const Tensor& b);
 std::string shape_string(const Tensor& t);  // "{64, 5, 1, 1}"
+std::string describe(const Tensor& t);      // "'Qcur-0' {64, 5, 1, 1}", for errors
 
 // A graph owns its tensors and records, in topological order, what to compute.
 // Build functions below add tensors; `build(out)` adds `out` and everything it
@@ -175,7 +176,9 @@ class Graph {
   std::vector<std::pair<Tensor*, Tensor*>> kept_;
 };
 
-// ---- Build functions: shape checks throw qlens::Error naming the tensors. ----
+// ---- Build functions (src/ops/build.cpp): each infers its result's shape and
+// type and checks the node by its op's rules (the op table's, which every
+// backend checks too); a broken rule throws qlens::Error naming the tensors.
 // Rows of `a` by index: idx [n] gives [a.ne0, n]; batched, idx [n, B] and a
 // [K, R, B] give [K, n, B] (row idx[i, j] of a's slice j), as ggml's.
 Tensor* get_rows(Graph& g, Tensor* a, Tensor* idx);

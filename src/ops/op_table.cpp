@@ -11,6 +11,8 @@ namespace qlens {
 namespace {
 
 // ---- rules shared by several ops; each returns why a node breaks it, or "".
+// The build functions throw with these words (build.cpp), so they name the
+// tensors.
 
 std::string result_of(const Tensor& n, DType type) {
   if (n.type != type || n.nb[0] != type_traits(type).block_bytes)
@@ -18,25 +20,37 @@ std::string result_of(const Tensor& n, DType type) {
   return {};
 }
 
-bool is_f32(const Tensor* t) { return t && t->type == DType::F32; }
+// "" when the source is F32, else why not.
+std::string f32_source(const Tensor* t) {
+  if (!t) return "a source is missing";
+  if (t->type != DType::F32) return describe(*t) + " must be F32, is " + std::string(type_name(t->type));
+  return {};
+}
 
 // Weights the kernels can read: a type with a conversion to float (MXFP4,
 // the IQ2/IQ3 types have a format but no kernels yet).
-bool readable(const Tensor* t) { return t && type_traits(t->type).to_float; }
+std::string readable(const Tensor* t, const char* what) {
+  if (!t) return "a source is missing";
+  if (!type_traits(t->type).to_float)
+    return std::string(what) + " " + describe(*t) + " are " + type_name(t->type).data() +
+           ", a type the engine cannot compute with";
+  return {};
+}
 
 // An F32 result of F32 sources.
 std::string f32_unary(const Tensor& n) {
   if (auto r = result_of(n, DType::F32); !r.empty()) return r;
-  return is_f32(n.src[0]) ? "" : "source must be F32";
+  return f32_source(n.src[0]);
 }
 
 std::string f32_binary(const Tensor& n) {
   if (auto r = result_of(n, DType::F32); !r.empty()) return r;
   const Tensor* a = n.src[0];
   const Tensor* b = n.src[1];
-  if (!is_f32(a) || !is_f32(b)) return "source must be F32";
+  if (auto r = f32_source(a); !r.empty()) return r;
+  if (auto r = f32_source(b); !r.empty()) return r;
   for (int i = 0; i < kMaxDims; ++i)
-    if (b->ne[i] == 0 || a->ne[i] % b->ne[i] != 0) return "cannot broadcast b";
+    if (b->ne[i] == 0 || a->ne[i] % b->ne[i] != 0) return describe(*b) + " cannot be broadcast to " + describe(*a);
   return {};
 }
 
@@ -48,8 +62,13 @@ std::string leaf(const Tensor&) { return "a leaf is not computed"; }
 
 std::string get_rows(const Tensor& n) {
   if (auto r = result_of(n, DType::F32); !r.empty()) return r;
-  if (!n.src[0] || !n.src[1] || n.src[1]->type != DType::I32) return "indices must be I32";
-  if (!readable(n.src[0])) return "rows of a type the engine cannot read";
+  const Tensor* a = n.src[0];
+  const Tensor* idx = n.src[1];
+  if (auto r = readable(a, "rows"); !r.empty()) return r;
+  if (!idx || idx->type != DType::I32) return "indices must be I32";
+  if (idx->ne[2] != 1 || idx->ne[3] != 1) return "index " + describe(*idx) + " must be 1-D or 2-D";
+  if (a->ne[3] != 1 || (idx->ne[1] == 1 ? a->ne[2] != 1 : a->ne[2] != idx->ne[1]))
+    return describe(*a) + " must have one slice per index column of " + describe(*idx);
   return {};
 }
 
@@ -57,29 +76,34 @@ std::string mul_mat(const Tensor& n) {
   if (auto r = result_of(n, DType::F32); !r.empty()) return r;
   const Tensor* a = n.src[0];
   const Tensor* b = n.src[1];
-  if (!a || !is_f32(b)) return "source must be F32";
-  if (!readable(a)) return "weights of a type the engine cannot read";
-  if (a->ne[0] != b->ne[0] || b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0) return "shapes do not match";
+  if (auto r = readable(a, "weights"); !r.empty()) return r;
+  if (auto r = f32_source(b); !r.empty()) return r;
+  if (a->ne[0] != b->ne[0]) return "row lengths differ: " + describe(*a) + " and " + describe(*b);
+  if (b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0)
+    return describe(*a) + " cannot be broadcast to " + describe(*b);
   return {};
 }
 
 std::string mul_mat_id(const Tensor& n) {
   if (auto r = result_of(n, DType::F32); !r.empty()) return r;
-  const Tensor* a = n.src[0];
+  const Tensor* as = n.src[0];
   const Tensor* b = n.src[1];
   const Tensor* ids = n.src[2];
-  if (!a || !is_f32(b)) return "source must be F32";
-  if (!readable(a)) return "experts of a type the engine cannot read";
-  if (!ids || ids->type != DType::I32) return "expert ids must be I32";
-  if (a->ne[0] != b->ne[0] || b->ne[2] != ids->ne[1] || (b->ne[1] != 1 && b->ne[1] != ids->ne[0]) ||
-      n.ne[0] != a->ne[1] || n.ne[1] != ids->ne[0] || n.ne[2] != ids->ne[1])
-    return "shapes do not match";
+  if (auto r = readable(as, "experts"); !r.empty()) return r;
+  if (auto r = f32_source(b); !r.empty()) return r;
+  if (!ids || ids->type != DType::I32 || ids->ne[2] != 1 || ids->ne[3] != 1)
+    return "expert ids must be I32 [n_used, n_tokens]";
+  if (as->ne[3] != 1) return "experts " + describe(*as) + " must be [K, M, n_expert]";
+  if (b->ne[0] != as->ne[0] || b->ne[2] != ids->ne[1] || b->ne[3] != 1 || (b->ne[1] != 1 && b->ne[1] != ids->ne[0]))
+    return describe(*b) + " must be [" + std::to_string(as->ne[0]) + ", 1 or " + std::to_string(ids->ne[0]) + ", " +
+           std::to_string(ids->ne[1]) + "] for experts " + describe(*as) + " and ids " + describe(*ids);
+  if (n.ne[0] != as->ne[1] || n.ne[1] != ids->ne[0] || n.ne[2] != ids->ne[1]) return "result shape does not match";
   return {};
 }
 
 std::string argsort(const Tensor& n) {
   if (auto r = result_of(n, DType::I32); !r.empty()) return r;
-  return is_f32(n.src[0]) ? "" : "source must be F32";
+  return f32_source(n.src[0]);
 }
 
 std::string rope(const Tensor& n) {
@@ -87,20 +111,28 @@ std::string rope(const Tensor& n) {
   const Tensor& a = *n.src[0];
   const Tensor* pos = n.src[1];
   const Tensor* factors = n.src[2];
-  if (!pos || pos->type != DType::I32 || pos->ne[0] != a.ne[2]) return "positions must be I32, one per token";
-  if (n.params[0] <= 0 || n.params[0] % 2 != 0 || n.params[0] > a.ne[0]) return "bad rotated dims";
+  if (!pos || pos->type != DType::I32 || pos->ne[0] != a.ne[2])
+    return "positions " + (pos ? describe(*pos) : std::string("(none)")) +
+           " must be I32 with one entry per token of " + describe(a);
+  const int n_dims = n.params[0];
+  if (n_dims <= 0 || n_dims % 2 != 0 || n_dims > a.ne[0])
+    return "rotated dims " + std::to_string(n_dims) + " must be even and at most the head size of " + describe(a);
   if (n.params[1] != static_cast<int32_t>(RopeMode::Normal) && n.params[1] != static_cast<int32_t>(RopeMode::NeoX))
     return "unknown rope mode " + std::to_string(n.params[1]);
-  if (factors && (factors->type != DType::F32 || factors->nb[0] != sizeof(float) || factors->ne[0] < n.params[0] / 2))
-    return "frequency factors must be a contiguous F32 vector of n_dims / 2 entries";
+  if (factors && (factors->type != DType::F32 || factors->nb[0] != sizeof(float) || factors->ne[0] < n_dims / 2 ||
+                  factors->nelements() != factors->ne[0]))
+    return "frequency factors " + describe(*factors) + " must be a contiguous F32 vector of at least " +
+           std::to_string(n_dims / 2) + " entries";
   return {};
 }
 
 std::string soft_max(const Tensor& n) {
   if (auto r = f32_unary(n); !r.empty()) return r;
   const Tensor* mask = n.src[1];
-  if (mask && (mask->type != DType::F32 || mask->ne[0] != n.src[0]->ne[0] || mask->ne[1] < n.src[0]->ne[1]))
-    return "mask does not cover the input";
+  if (!mask) return {};
+  if (auto r = f32_source(mask); !r.empty()) return r;
+  if (mask->ne[0] != n.src[0]->ne[0] || mask->ne[1] < n.src[0]->ne[1])
+    return "mask " + describe(*mask) + " does not cover " + describe(*n.src[0]);
   return {};
 }
 
@@ -109,8 +141,10 @@ std::string soft_max(const Tensor& n) {
 std::string copy(const Tensor& n) {
   const Tensor* a = n.src[0];
   const Tensor* d = n.op == Op::Cpy ? n.src[1] : &n;
-  if (!a || !d || !is_float_type(a->type) || !is_float_type(d->type)) return "copies F32, F16 and BF16 only";
-  if (a->nelements() != d->nelements()) return "element counts differ";
+  if (!a || !d) return "a source is missing";
+  for (const Tensor* t : {a, d})
+    if (!is_float_type(t->type)) return describe(*t) + " must be F32, F16 or BF16";
+  if (a->nelements() != d->nelements()) return "element counts differ: " + describe(*a) + " into " + describe(*d);
   return {};
 }
 

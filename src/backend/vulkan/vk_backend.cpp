@@ -8,6 +8,7 @@
 #include "backend/vulkan/vk_recorder.h"
 #include "backend/vulkan/vk_taps.h"
 #include "backend/vulkan/vulkan_backend.h"
+#include "ops/op_table.h"
 #include "qlens/error.h"
 
 namespace qlens::vulkan {
@@ -157,7 +158,9 @@ bool VulkanBackend::fits_one_window(const Tensor& t) const {
 }
 
 bool VulkanBackend::supports_op(const Tensor& node) const {
-  if (op_is_view(node.op)) return true;
+  const OpDef& def = op_def(node.op);
+  if (def.is_view) return true;
+  if (!def.invalid(node).empty()) return false;  // the op's rules first, as every backend
   const Kernel& kernel = kernel_of(node.op);
   if (!kernel.supports || !kernel.supports(node) || !fits_one_window(node)) return false;
   // An empty tensor binds no memory (and an empty product is all zeros):
@@ -188,7 +191,7 @@ void VulkanBackend::compute_async(std::span<Tensor* const> nodes, std::span<cons
         // The cheap part of supports_op: its shaders were built when the
         // scheduler asked, and record_node's dispatch names one that failed.
         const Kernel& kernel = kernel_of(node.op);
-        if (!kernel.supports || !kernel.supports(node))
+        if (!kernel.supports || !kernel.supports(node) || !op_def(node.op).invalid(node).empty())
           throw Error(name() + ": cannot compute node '" + node.name + "' (" + op_name(node.op) + " " +
                       shape_string(node) + ", " + std::string(type_name(node.type)) + ")");
         kernel.record(rec, node);
