@@ -343,8 +343,10 @@ class CliEnv {
       unsetenv(name);
     }
   }
-  static constexpr const char* kNames[] = {"QLENS_CPU_ISA",  "QLENS_CPU_VNNI",     "QLENS_CPU_INT8",
-                                           "QLENS_CPU_PACK", "QLENS_CPU_PREFETCH", "QLENS_CPU_ROUND_ACTIVATIONS"};
+  static constexpr const char* kNames[] = {"QLENS_CPU_ISA",      "QLENS_CPU_VNNI",
+                                           "QLENS_CPU_INT8",     "QLENS_CPU_PACK",
+                                           "QLENS_CPU_PREFETCH", "QLENS_CPU_ROUND_ACTIVATIONS",
+                                           "QLENS_HUGE_PAGES"};
 
  private:
   std::vector<std::unique_ptr<test::ScopedEnv>> saved_;
@@ -359,6 +361,7 @@ TEST(CpuOptionsFromEnv, UnsetGivesTheDefaults) {
   EXPECT_TRUE(o.pack);
   EXPECT_FALSE(o.prefetch_bytes.has_value());
   EXPECT_TRUE(o.ggml_rounding);
+  EXPECT_TRUE(o.huge_pages);
 }
 
 TEST(CpuOptionsFromEnv, ReadsTheInstructionSet) {
@@ -380,7 +383,8 @@ TEST(CpuOptionsFromEnv, ReadsTheSwitches) {
   };
   for (const Switch& s : {Switch{"QLENS_CPU_VNNI", &CpuOptions::vnni}, Switch{"QLENS_CPU_INT8", &CpuOptions::int8_gemm},
                           Switch{"QLENS_CPU_PACK", &CpuOptions::pack},
-                          Switch{"QLENS_CPU_ROUND_ACTIVATIONS", &CpuOptions::ggml_rounding}}) {
+                          Switch{"QLENS_CPU_ROUND_ACTIVATIONS", &CpuOptions::ggml_rounding},
+                          Switch{"QLENS_HUGE_PAGES", &CpuOptions::huge_pages}}) {
     for (auto [value, want] :
          {std::pair{"0", false}, std::pair{"1", true}, std::pair{"", true}, std::pair{"off", true}}) {
       setenv(s.name, value, 1);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/host_memory.h"
+#include "qlens/backend.h"
 
 namespace qlens {
 namespace {
@@ -54,12 +55,24 @@ TEST(HostMemory, LargeAllocationsMayUseHugePages) {
   std::getline(thp, mode);
   if (mode.empty() || mode.find("[never]") != std::string::npos)
     GTEST_SKIP() << "transparent huge pages are off or absent on this system";
-  const char* off = std::getenv("QLENS_HUGE_PAGES");
-  if (off && std::string(off) == "0") GTEST_SKIP() << "QLENS_HUGE_PAGES=0";
   HostMemory m = alloc_host_memory(size_t{8} << 20);
   const std::string eligible = smaps_field(address(m), "THPeligible");
   if (eligible.empty()) GTEST_SKIP() << "this kernel's smaps has no THPeligible field";
   EXPECT_NE(eligible.find('1'), std::string::npos) << "THPeligible:" << eligible;
+  // Without the advice, where THP is only given where advised, none.
+  if (mode.find("[madvise]") != std::string::npos) {
+    HostMemory plain = alloc_host_memory(size_t{8} << 20, /*huge_pages=*/false);
+    const std::string not_eligible = smaps_field(address(plain), "THPeligible");
+    EXPECT_NE(not_eligible.find('0'), std::string::npos) << "THPeligible:" << not_eligible;
+    // The CPU backend's buffers follow its options.
+    for (bool huge : {true, false}) {
+      CpuOptions o;
+      o.huge_pages = huge;
+      const auto buffer = make_cpu_backend(1, o)->alloc_buffer(size_t{8} << 20);
+      const std::string field = smaps_field(reinterpret_cast<uintptr_t>(buffer->base()), "THPeligible");
+      EXPECT_NE(field.find(huge ? '1' : '0'), std::string::npos) << "huge_pages " << huge << ", THPeligible:" << field;
+    }
+  }
 }
 
 }  // namespace

@@ -142,11 +142,14 @@ struct CpuOptions {
   // Time the calling thread's kernels and barrier waits (Backend::profile):
   // where a token's time goes. Costs two clock reads per node.
   bool profile = false;
+  // Buffers and packed weights of 2 MiB or more advised as transparent huge
+  // pages (generation streams every weight per token: fewer TLB misses).
+  bool huge_pages = true;
 };
 
 // The command line's CPU options: QLENS_CPU_ISA=scalar|avx2|avx512,
 // QLENS_CPU_VNNI=0, QLENS_CPU_INT8=0, QLENS_CPU_PACK=0, QLENS_CPU_PREFETCH=N
-// (0 .. 65536) and QLENS_CPU_ROUND_ACTIVATIONS=0, read once per call; unset,
+// (0 .. 65536), QLENS_CPU_ROUND_ACTIVATIONS=0 and QLENS_HUGE_PAGES=0, read once per call; unset,
 // unknown or out-of-range values leave the defaults. The engine never calls
 // it: the qlens tool does, where it makes its contexts.
 CpuOptions cpu_options_from_env();

@@ -24,7 +24,8 @@ namespace {
 
 class HostBuffer final : public Buffer {
  public:
-  HostBuffer(Backend& backend, size_t bytes) : backend_(backend), size_(bytes), base_(alloc_host_memory(bytes)) {}
+  HostBuffer(Backend& backend, size_t bytes, bool huge_pages)
+      : backend_(backend), size_(bytes), base_(alloc_host_memory(bytes, huge_pages)) {}
 
   Backend& backend() const override { return backend_; }
   char* base() const override { return base_.get(); }
@@ -51,8 +52,8 @@ size_t buffer_offset(const Tensor& t, size_t offset, size_t n) {
 
 }  // namespace
 
-std::unique_ptr<Buffer> make_host_buffer(Backend& backend, size_t bytes) {
-  return std::make_unique<HostBuffer>(backend, bytes);
+std::unique_ptr<Buffer> make_host_buffer(Backend& backend, size_t bytes, bool huge_pages) {
+  return std::make_unique<HostBuffer>(backend, bytes, huge_pages);
 }
 
 void tensor_write(const Tensor& t, const void* src, size_t offset, size_t n) {

@@ -7,7 +7,8 @@
 
 namespace qlens {
 
-// 64-byte aligned host memory owned by `backend`.
-std::unique_ptr<Buffer> make_host_buffer(Backend& backend, size_t bytes);
+// 64-byte aligned host memory owned by `backend` (alloc_host_memory: large
+// buffers advised as huge pages unless huge_pages is false).
+std::unique_ptr<Buffer> make_host_buffer(Backend& backend, size_t bytes, bool huge_pages = true);
 
 }  // namespace qlens

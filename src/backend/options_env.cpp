@@ -55,6 +55,7 @@ CpuOptions cpu_options_from_env() {
   o.pack = !off("QLENS_CPU_PACK");
   o.prefetch_bytes = prefetch_from(std::getenv("QLENS_CPU_PREFETCH"));
   o.ggml_rounding = !off("QLENS_CPU_ROUND_ACTIVATIONS");
+  o.huge_pages = !off("QLENS_HUGE_PAGES");
   return o;
 }
 

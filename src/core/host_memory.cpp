@@ -2,7 +2,6 @@
 #include "core/round_up.h"
 
 #include <cstdlib>
-#include <cstring>
 #include <new>
 
 #if defined(__linux__)
@@ -16,19 +15,11 @@ namespace {
 constexpr size_t kAlignment = 64;
 constexpr size_t kHugePage = size_t{2} << 20;
 
-bool huge_pages_wanted() {
-  static const bool wanted = [] {
-    const char* e = std::getenv("QLENS_HUGE_PAGES");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  return wanted;
-}
-
 }  // namespace
 
 void HostMemoryFree::operator()(char* p) const noexcept { std::free(p); }
 
-HostMemory alloc_host_memory(size_t bytes) {
+HostMemory alloc_host_memory(size_t bytes, bool huge_pages) {
   bytes = bytes == 0 ? 1 : bytes;
   const bool large = bytes >= kHugePage;
   const size_t alignment = large ? kHugePage : kAlignment;
@@ -39,7 +30,7 @@ HostMemory alloc_host_memory(size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   // Advice only: where THP is off, or no huge page is free, the kernel uses
   // small pages and nothing else changes.
-  if (large && huge_pages_wanted()) ::madvise(p.get(), rounded, MADV_HUGEPAGE);
+  if (large && huge_pages) ::madvise(p.get(), rounded, MADV_HUGEPAGE);
 #endif
   return p;
 }

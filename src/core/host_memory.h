@@ -6,7 +6,8 @@
 // where advised). Generation streams every weight once per token: on 4 KiB
 // pages that is a TLB miss every 4 KiB, on 2 MiB pages almost none
 // (docs/PERFORMANCE.md, "huge pages": packed Q4_0 generation 31-33 -> 40-47
-// tokens/s on Zen 4). QLENS_HUGE_PAGES=0 turns the advice off.
+// tokens/s on Zen 4). The CPU backend's owner may turn the advice off
+// (CpuOptions::huge_pages; the CLI's QLENS_HUGE_PAGES=0).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +21,7 @@ struct HostMemoryFree {
 using HostMemory = std::unique_ptr<char, HostMemoryFree>;
 
 // At least 64-byte aligned; throws std::bad_alloc when the memory is not there.
-HostMemory alloc_host_memory(size_t bytes);
+// With huge_pages, an allocation of 2 MiB or more is advised as huge pages.
+HostMemory alloc_host_memory(size_t bytes, bool huge_pages = true);
 
 }  // namespace qlens

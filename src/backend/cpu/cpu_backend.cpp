@@ -61,12 +61,14 @@ void check_node(const Tensor& n) {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int n_threads, const KernelOptions& options)
-      : pool_(n_threads), options_(options), vec_(&vec_ops(options.isa)) {}
+      : pool_(n_threads), options_(options), vec_(&vec_ops(options.isa)), packed_(options.huge_pages) {}
 
   std::string name() const override { return std::string("cpu-") + isa_name(options_.isa); }
   int n_threads() const override { return pool_.size(); }
 
-  std::unique_ptr<Buffer> alloc_buffer(size_t bytes) override { return make_host_buffer(*this, bytes); }
+  std::unique_ptr<Buffer> alloc_buffer(size_t bytes) override {
+    return make_host_buffer(*this, bytes, options_.huge_pages);
+  }
   bool uses_host_memory() const override { return true; }
   bool supports_op(const Tensor& node) const override { return cannot_compute(node).empty(); }
 

@@ -141,6 +141,7 @@ KernelOptions kernel_options(const CpuOptions& options, Isa isa) {
   k.prefetch_bytes = options.prefetch_bytes.value_or(packed_prefetch_bytes(isa));
   k.ggml_rounding = options.ggml_rounding;
   k.profile = options.profile;
+  k.huge_pages = options.huge_pages;
   return k;
 }
 

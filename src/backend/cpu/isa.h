@@ -53,6 +53,7 @@ struct KernelOptions {
   size_t prefetch_bytes = 0;  // the packed kernels' prefetch distance
   bool ggml_rounding = true;  // ggml's roundings (CpuOptions::ggml_rounding)
   bool profile = false;       // time kernels and barrier waits (CpuOptions::profile)
+  bool huge_pages = true;     // large buffers and packed copies on huge pages (CpuOptions::huge_pages)
 };
 // `isa` must be supported; throws Error for a prefetch distance over
 // kMaxPrefetchBytes.

@@ -390,7 +390,7 @@ const PackedFormat* format_of(DType t) {
 
 bool packable(DType t) { return format_of(t) != nullptr; }
 
-std::unique_ptr<PackedWeight> pack_weight(const Tensor& w) {
+std::unique_ptr<PackedWeight> pack_weight(const Tensor& w, bool huge_pages) {
   const PackedFormat* f = format_of(w.type);
   if (!f || w.ne[2] != 1 || w.ne[3] != 1 || w.ne[0] % f->block_elems != 0 || !w.is_contiguous())
     throw Error("pack_weight: '" + w.name + "' has no packed layout (" + std::string(type_name(w.type)) + " " +
@@ -402,7 +402,7 @@ std::unique_ptr<PackedWeight> pack_weight(const Tensor& w) {
   p->k = w.ne[0];
   const int64_t nb = w.ne[0] / f->block_elems;
   p->group_bytes = nb * f->group_block_bytes;
-  p->bytes = alloc_host_memory(p->nbytes());
+  p->bytes = alloc_host_memory(p->nbytes(), huge_pages);
   for (int64_t g = 0; g < p->groups(); ++g)
     for (int64_t b = 0; b < nb; ++b) f->pack(w, g * kPackRows, b, p->bytes.get() + g * p->group_bytes + b * f->group_block_bytes);
   return p;
@@ -415,7 +415,7 @@ size_t PackedWeights::add(std::span<const Tensor* const> weights) {
         w->ne[0] % type_traits(w->type).block_size == 0)
       todo.push_back(w);
   std::vector<std::unique_ptr<PackedWeight>> made(todo.size());
-  parallel_for(static_cast<int64_t>(todo.size()), 0, [&](int64_t i, int) { made[i] = pack_weight(*todo[i]); });
+  parallel_for(static_cast<int64_t>(todo.size()), 0, [&](int64_t i, int) { made[i] = pack_weight(*todo[i], huge_pages_); });
   size_t added = 0;
   for (auto& p : made) {
     added += p->nbytes();

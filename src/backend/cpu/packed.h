@@ -87,12 +87,13 @@ struct PackedWeight {
 bool packable(DType t);
 
 // The packed layout of a 2-D weight whose type is packable.
-std::unique_ptr<PackedWeight> pack_weight(const Tensor& w);
+std::unique_ptr<PackedWeight> pack_weight(const Tensor& w, bool huge_pages = true);
 
 // The packed copies a CPU backend keeps (Backend::prepare_weights), by the
 // data they were made from.
 class PackedWeights {
  public:
+  explicit PackedWeights(bool huge_pages = true) : huge_pages_(huge_pages) {}
   // Packs the 2-D contiguous weights of a packable type that have no copy
   // yet, in parallel; returns the bytes added.
   size_t add(std::span<const Tensor* const> weights);
@@ -102,6 +103,7 @@ class PackedWeights {
   void remove(std::span<const Tensor* const> weights);
 
  private:
+  bool huge_pages_;  // the copies' memory (alloc_host_memory)
   std::unordered_map<const void*, std::unique_ptr<PackedWeight>> by_source_;
 };
 
