@@ -80,7 +80,7 @@ Tensor* Graph::new_tensor(DType type, const std::array<int64_t, kMaxDims>& ne, s
   t.type = type;
   t.ne = ne;
   t.nb = contiguous_strides(type, ne);
-  t.name = std::move(name);
+  t.name.assign(name);
   return &t;
 }
 
@@ -92,7 +92,8 @@ Tensor* Graph::new_tensor(DType type, std::initializer_list<int64_t> ne, std::st
 }
 
 Tensor* Graph::external(const Tensor& like, void* data) {
-  Tensor* t = new_tensor(like.type, like.ne, like.name);
+  Tensor* t = new_tensor(like.type, like.ne);
+  t->name.assign(like.name);
   t->nb = like.nb;
   t->flags = like.flags;
   t->data = data;
@@ -104,7 +105,12 @@ Tensor& Graph::next_tensor() {
   if (used_ == chunks_.size() * kChunk) chunks_.push_back(std::make_unique<Tensor[]>(kChunk));
   Tensor& t = chunks_[used_ / kChunk][used_ % kChunk];
   ++used_;
-  t = Tensor{};  // a tensor of the graph before clear()
+  // A tensor of the graph before clear(): reset, its name's memory kept for
+  // the name it gets now (most are longer than a string holds inline).
+  std::string name = std::move(t.name);
+  t = Tensor{};
+  name.clear();
+  t.name = std::move(name);
   return t;
 }
 
@@ -152,7 +158,8 @@ Tensor* Graph::find(const std::string& name) const {
 }
 
 Tensor* named(Tensor* t, const std::string& base, int layer) {
-  t->name = layer < 0 ? base : base + "-" + std::to_string(layer);
+  t->name.assign(base);
+  if (layer >= 0) t->name.append("-").append(std::to_string(layer));
   return t;
 }
 

@@ -33,17 +33,18 @@ Tensor* make_result(Graph& g, Op op, const std::array<int64_t, kMaxDims>& ne, Te
 // A view of `src` sharing its memory (possibly through a chain of views).
 // Views are named after their source as ggml names them ("Qcur-0 (reshaped)")
 // until the caller names them.
-std::string view_name(Op op, const Tensor& src) {
+void name_view(Tensor& t, Op op, const Tensor& src) {
   const char* suffix = op == Op::Reshape     ? " (reshaped)"
                        : op == Op::Permute   ? " (permuted)"
                        : op == Op::Transpose ? " (transposed)"
                                              : " (view)";
-  return src.name + suffix;
+  t.name.assign(src.name).append(suffix);
 }
 
 Tensor* make_view(Graph& g, Op op, Tensor* src, const std::array<int64_t, kMaxDims>& ne,
                   const std::array<size_t, kMaxDims>& nb, size_t offset) {
-  Tensor* t = g.new_tensor(src->type, ne, view_name(op, *src));
+  Tensor* t = g.new_tensor(src->type, ne);
+  name_view(*t, op, *src);
   t->op = op;
   t->nb = nb;
   t->src[0] = src;
@@ -134,7 +135,7 @@ Tensor* unary(Graph& g, Op op, Tensor* a) { return checked(make_result(g, op, a-
 Tensor* cpy(Graph& g, Tensor* a, Tensor* b) {
   // The result is b itself, seen as the node that wrote it.
   Tensor* t = make_view(g, Op::Cpy, b, b->ne, b->nb, 0);
-  t->name = b->name + " (copy of " + a->name + ")";
+  t->name.assign(b->name).append(" (copy of ").append(a->name).append(")");
   t->src[0] = a;
   t->src[1] = b;
   return checked(t);
@@ -142,7 +143,7 @@ Tensor* cpy(Graph& g, Tensor* a, Tensor* b) {
 
 Tensor* cont(Graph& g, Tensor* a) {
   Tensor* t = make_result(g, Op::Cont, a->ne, a, nullptr, is_float_type(a->type) ? a->type : DType::F32);
-  t->name = a->name + " (cont)";
+  t->name.assign(a->name).append(" (cont)");
   return checked(t);
 }
 
@@ -193,7 +194,7 @@ Tensor* permute(Graph& g, Tensor* a, int p0, int p1, int p2, int p3) {
 Tensor* transpose(Graph& g, Tensor* a) {
   Tensor* t = permute(g, a, 1, 0, 2, 3);
   t->op = Op::Transpose;
-  t->name = view_name(Op::Transpose, *a);
+  name_view(*t, Op::Transpose, *a);
   return t;
 }
 

@@ -87,6 +87,10 @@ bool Scheduler::can_read(const Backend& b, const Tensor& owner) const {
 // previous node, and anything unsupported falls back to the host backend.
 Backend* Scheduler::assign(const Tensor& node, Backend* previous) const {
   auto supports = [&](Backend* b) { return b->supports_op(node); };
+  // One backend (the host's) takes every node it supports: no weight's home
+  // to look up (a generated token asks this of every node).
+  const bool alone = backends_.size() == 1 && node.op != Op::Cpy && !op_is_view(node.op);
+  if (alone && supports(backends_[0])) return backends_[0];
   if (op_is_view(node.op)) return home_of(node);
   if (node.op == Op::Cpy) {
     Backend* home = home_of(*node.src[1]);
@@ -164,6 +168,10 @@ void Scheduler::split_by_backend(const std::vector<Tensor*>& nodes) {
 // Memory per backend for the owners assigned to it.
 std::map<Backend*, MemoryPlan> Scheduler::plan_backend_memory(const Graph& graph) const {
   std::map<Backend*, MemoryPlan> plans;
+  if (backends_.size() == 1) {  // every owner is its
+    plans[backends_[0]] = plan_memory(graph, kBufferAlignment);
+    return plans;
+  }
   for (Backend* b : backends_) {
     plans[b] = plan_memory(graph, kBufferAlignment, [&](const Tensor* t) {
       Backend* const* home = assignment_.find(t);
