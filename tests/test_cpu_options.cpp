@@ -31,6 +31,7 @@
 #include "qlens/backend.h"
 #include "qlens/model.h"
 #include "test_util.h"
+#include "tools/bench/bench.h"
 #include "tools/synth/synth.h"
 
 namespace qlens {
@@ -330,6 +331,50 @@ TEST(CpuOptions, ContextHandsThemToItsCpuBackend) {
   }
   EXPECT_GT(diff, 0.0) << "the rounding option did not reach the kernels";
   EXPECT_LT(diff / norm, 1e-4);  // F16's rounding: small
+}
+
+// CpuOptions::profile: each compute call's time, its calling thread's
+// kernels and barrier waits, and the nodes it computed; nothing without it.
+// The same through bench: a generated token's breakdown.
+TEST(CpuOptions, ProfileTimesKernelsAndWaitsOnlyWhenAsked) {
+  Graph g;
+  Tensor* x = g.new_tensor(DType::F32, {4096, 8}, "x");
+  Tensor* y = add(g, silu(g, scale(g, x, 0.5f)), x);  // three computed nodes
+  y->flags |= kFlagOutput;
+  g.build(y);
+  std::vector<char> buf;
+  test::plan_into(g, buf);
+  for (bool profile : {false, true}) {
+    SCOPED_TRACE(profile);
+    CpuOptions o;
+    o.profile = profile;
+    const auto be = make_cpu_backend(2, o);
+    be->compute(g);
+    be->compute(g);
+    const Backend::Profile p = be->profile(/*reset=*/true);
+    EXPECT_EQ(p.calls, profile ? 2 : 0);
+    EXPECT_EQ(p.nodes, profile ? 6 : 0);
+    if (profile) {
+      EXPECT_GT(p.kernel_s, 0.0);
+      EXPECT_LE(p.kernel_s + p.wait_s, p.compute_s);
+    } else {
+      EXPECT_EQ(p.compute_s, 0.0);
+    }
+    EXPECT_EQ(be->profile(/*reset=*/false).calls, 0) << "reset";
+  }
+  const auto model = Model::load(test::tiny_model_path());
+  tools::BenchOptions bo;
+  bo.n_prompt = 0;
+  bo.n_gen = 4;
+  bo.repetitions = 1;
+  bo.n_threads = 2;
+  EXPECT_EQ(tools::bench(*model, bo).token_time.total, 0.0);
+  bo.cpu.profile = true;
+  const tools::TokenTime t = tools::bench(*model, bo).token_time;
+  EXPECT_GT(t.kernels, 0.0);
+  EXPECT_GE(t.outside, 0.0);
+  EXPECT_GT(t.nodes, 20.0);  // two layers of a dozen computed nodes and the output
+  EXPECT_NE(tools::token_time_text(t).find("per generated token:"), std::string::npos);
 }
 
 // ---- the command line's reader ----------------------------------------------

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/vulkan/vk_backend.h"
 #include "vulkan_test_util.h"
 
 namespace qlens {
@@ -40,6 +41,40 @@ TEST(Vulkan, ListsDevicesAndRejectsBadIndex) {
   }
   EXPECT_THROW(make_backend("vulkan:99"), Error);
   EXPECT_NE(make_backend("vulkan:0"), nullptr);
+}
+
+// VulkanOptions reach the device they are made with: the kernel set, and
+// profiling (a table per shader on stderr when the backend closes). The
+// memory limit and the shaders made to fail: test_vulkan_errors.cpp.
+TEST(Vulkan, OptionsReachTheDevice) {
+  REQUIRE_VULKAN();
+  for (bool cpu_kernels : {true, false}) {
+    VulkanOptions o;
+    o.cpu_kernels = cpu_kernels;
+    const auto b = make_backend("vulkan:0", 1, {}, o);
+    EXPECT_EQ(static_cast<vulkan::VulkanBackend&>(*b).device().is_cpu(), cpu_kernels);
+  }
+  VulkanOptions o;
+  o.profile = true;
+  auto vk = make_backend("vulkan:0", 1, {}, o);
+  if (static_cast<vulkan::VulkanBackend&>(*vk).device().timestamp_period() <= 0)
+    GTEST_SKIP() << "the device has no compute timestamps";
+  {
+    Graph g;
+    Leaves leaves(3, vk.get());
+    Tensor* y = scale(g, leaves.random(g, DType::F32, {64, 4, 1, 1}, 1.0f, true), 2.0f);
+    y->flags |= kFlagOutput;
+    g.build(y);
+    Scheduler sched({vk.get(), &reference()});
+    sched.allocate(g);
+    ASSERT_EQ(sched.compute(g), ComputeStatus::Done);
+    ASSERT_EQ(sched.backend_of(*y), vk.get());
+  }
+  testing::internal::CaptureStderr();
+  vk.reset();
+  const std::string table = testing::internal::GetCapturedStderr();
+  EXPECT_NE(table.find("time per shader"), std::string::npos) << table;
+  EXPECT_NE(table.find("scale"), std::string::npos) << table;
 }
 
 // Expert ids out of range (from no argsort) give NaN rows on the device,

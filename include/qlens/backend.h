@@ -99,6 +99,14 @@ class Backend {
     double compute_s = 0;   // inside compute_async
     double kernel_s = 0;    // in kernels (the calling thread)
     double wait_s = 0;      // waiting at barriers for other threads (the calling thread)
+    Profile& operator+=(const Profile& o) {
+      calls += o.calls;
+      nodes += o.nodes;
+      compute_s += o.compute_s;
+      kernel_s += o.kernel_s;
+      wait_s += o.wait_s;
+      return *this;
+    }
   };
   virtual Profile profile(bool reset) { (void)reset; return {}; }
 

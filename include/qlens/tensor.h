@@ -139,8 +139,8 @@ class Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
-  Tensor* new_tensor(DType type, std::initializer_list<int64_t> ne, std::string name = {});
-  Tensor* new_tensor(DType type, const std::array<int64_t, kMaxDims>& ne, std::string name = {});
+  Tensor* new_tensor(DType type, std::initializer_list<int64_t> ne, const std::string& name = {});
+  Tensor* new_tensor(DType type, const std::array<int64_t, kMaxDims>& ne, const std::string& name = {});
   // A leaf whose data lives elsewhere (e.g. a weight in a mapped file).
   Tensor* external(const Tensor& like, void* data);
 

@@ -68,7 +68,7 @@ std::string shape_string(const Tensor& t) {
 // ---------------------------------------------------------------------------
 // Graph
 
-Tensor* Graph::new_tensor(DType type, const std::array<int64_t, kMaxDims>& ne, std::string name) {
+Tensor* Graph::new_tensor(DType type, const std::array<int64_t, kMaxDims>& ne, const std::string& name) {
   const TypeFormat* tt = find_type_format(static_cast<uint32_t>(type));
   if (!tt) throw Error("new tensor '" + name + "': unknown type id " + std::to_string(static_cast<uint32_t>(type)));
   for (int i = 0; i < kMaxDims; ++i)
@@ -84,16 +84,15 @@ Tensor* Graph::new_tensor(DType type, const std::array<int64_t, kMaxDims>& ne, s
   return &t;
 }
 
-Tensor* Graph::new_tensor(DType type, std::initializer_list<int64_t> ne, std::string name) {
+Tensor* Graph::new_tensor(DType type, std::initializer_list<int64_t> ne, const std::string& name) {
   std::array<int64_t, kMaxDims> n{1, 1, 1, 1};
   if (ne.size() > kMaxDims) throw Error("new tensor '" + name + "': more than 4 dimensions");
   std::copy(ne.begin(), ne.end(), n.begin());
-  return new_tensor(type, n, std::move(name));
+  return new_tensor(type, n, name);
 }
 
 Tensor* Graph::external(const Tensor& like, void* data) {
-  Tensor* t = new_tensor(like.type, like.ne);
-  t->name.assign(like.name);
+  Tensor* t = new_tensor(like.type, like.ne, like.name);
   t->nb = like.nb;
   t->flags = like.flags;
   t->data = data;

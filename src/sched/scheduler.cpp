@@ -87,10 +87,6 @@ bool Scheduler::can_read(const Backend& b, const Tensor& owner) const {
 // previous node, and anything unsupported falls back to the host backend.
 Backend* Scheduler::assign(const Tensor& node, Backend* previous) const {
   auto supports = [&](Backend* b) { return b->supports_op(node); };
-  // One backend (the host's) takes every node it supports: no weight's home
-  // to look up (a generated token asks this of every node).
-  const bool alone = backends_.size() == 1 && node.op != Op::Cpy && !op_is_view(node.op);
-  if (alone && supports(backends_[0])) return backends_[0];
   if (op_is_view(node.op)) return home_of(node);
   if (node.op == Op::Cpy) {
     Backend* home = home_of(*node.src[1]);

@@ -97,6 +97,7 @@ class CpuBackend final : public Backend {
       const TapWork* tap;  // null: compute the node
     };
     std::vector<Item> work;
+    int64_t n_computed = 0;
     size_t per_thread = 0, shared = 0;
     size_t next_tap = 0;
     for (size_t i = 0; i < nodes.size(); ++i) {
@@ -104,6 +105,7 @@ class CpuBackend final : public Backend {
       if (!op_is_view(n->op)) {
         check_node(*n);
         work.push_back({n, nullptr});
+        ++n_computed;
         per_thread = std::max(per_thread, align_scratch(scratch_bytes(*n, nth, options_)));
         shared = std::max(shared, align_scratch(shared_scratch_bytes(*n, nth, options_)));
       }
@@ -163,7 +165,7 @@ class CpuBackend final : public Backend {
     });
     if (timed) {
       profile_.calls += 1;
-      profile_.nodes += static_cast<int64_t>(node_count(work));
+      profile_.nodes += n_computed;
       profile_.compute_s += seconds(Clock::now() - call_start);
     }
   }
@@ -177,10 +179,6 @@ class CpuBackend final : public Backend {
  private:
   using Clock = std::chrono::steady_clock;
   static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-  template <typename Items>
-  static size_t node_count(const Items& work) {
-    return static_cast<size_t>(std::count_if(work.begin(), work.end(), [](const auto& w) { return !w.tap; }));
-  }
 
   ThreadPool pool_;
   const KernelOptions options_;

@@ -191,7 +191,9 @@ void VulkanBackend::compute_async(std::span<Tensor* const> nodes, std::span<cons
         // The cheap part of supports_op: its shaders were built when the
         // scheduler asked, and record_node's dispatch names one that failed.
         const Kernel& kernel = kernel_of(node.op);
-        if (!kernel.supports || !kernel.supports(node) || !op_def(node.op).invalid(node).empty())
+        if (auto why = op_def(node.op).invalid(node); !why.empty())
+          throw Error(name() + ": " + op_name(node.op) + " '" + node.name + "': " + why);
+        if (!kernel.supports || !kernel.supports(node))
           throw Error(name() + ": cannot compute node '" + node.name + "' (" + op_name(node.op) + " " +
                       shape_string(node) + ", " + std::string(type_name(node.type)) + ")");
         kernel.record(rec, node);

@@ -73,15 +73,10 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
       const double seconds = seconds_since(t0);
       tg.push_back(opt.n_gen / seconds);
       tg_seconds += seconds;
-      const Backend::Profile p = ctx.backend().profile(/*reset=*/true);
-      tg_profile.calls += p.calls;
-      tg_profile.nodes += p.nodes;
-      tg_profile.compute_s += p.compute_s;
-      tg_profile.kernel_s += p.kernel_s;
-      tg_profile.wait_s += p.wait_s;
+      tg_profile += ctx.backend().profile(/*reset=*/true);
     }
   }
-  BenchResult r{summarize(pp), summarize(tg), ctx.backend().name(), packed_bytes};
+  BenchResult r{summarize(pp), summarize(tg), ctx.backend().name(), packed_bytes, {}};
   if (tg_profile.calls > 0 && !ctx.device()) {
     const double n = static_cast<double>(opt.n_gen) * opt.repetitions;
     r.token_time = {tg_seconds / n,
