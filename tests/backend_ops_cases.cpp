@@ -107,7 +107,12 @@ Tensor* CaseGraph::leaf(DType type, Shape ne, const std::vector<float>& values, 
   if (fresh) {
     const auto n = static_cast<int64_t>(values.size());
     drawn->second = {type, std::vector<char>(row_bytes(type, n))};
-    type_traits(type).from_float(values.data(), drawn->second.second.data(), n);
+    const TypeTraits& tt = type_traits(type);
+    if (tt.from_float) {
+      tt.from_float(values.data(), drawn->second.second.data(), n);
+    } else {  // a weight-only type (the i-quants): its quantizer, row by row
+      tt.quantize(values.data(), drawn->second.second.data(), n / ne[0], ne[0], nullptr);
+    }
   }
   auto it = drawn;
   if (values_ != Values::Drawn) {

@@ -164,10 +164,8 @@ TEST(QuantLegacy, Registry) {
     EXPECT_NE(tt.from_float, nullptr);
     EXPECT_NE(tt.quantize, nullptr);
     EXPECT_EQ(tt.vec_dot_type, expect.at(t).second);
-    EXPECT_NE(quant::legacy_functions(t), nullptr);
   }
-  EXPECT_EQ(quant::legacy_functions(DType::Q4_K), nullptr);
-  EXPECT_EQ(quant::legacy_functions(DType::F32), nullptr);
+  EXPECT_EQ(quant::legacy_bindings().size(), std::size(kTypes));
   EXPECT_EQ(sizeof(quant::BlockQ5_1), 24u);
 }
 
@@ -180,19 +178,25 @@ TEST(QuantTypes, ToFloatReadsBlocksAtTheirDataAlignment) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   for (uint32_t id = 0; id < kDTypeCount; ++id) {
     const TypeTraits* tt = find_type_traits(id);
-    if (!tt || !tt->to_float || !tt->from_float) continue;
+    if (!tt || !tt->to_float || !(tt->from_float || tt->quantize)) continue;
     SCOPED_TRACE(tt->name);
     const size_t a = tt->data_alignment;
     EXPECT_TRUE(a == 1 || a == 2 || a == 4 || a == 8);
     if (tt->is_quantized) {
-      EXPECT_EQ(a, DType(id) == DType::Q8_K ? 4u : 2u);
+      // Q8_K's float scale; blocks of bytes only (the FP4 types, IQ1_M); an fp16 field.
+      const DType t = DType(id);
+      EXPECT_EQ(a, t == DType::Q8_K ? 4u : t == DType::MXFP4 || t == DType::NVFP4 || t == DType::IQ1_M ? 1u : 2u);
     }
     const int64_t n = 512;  // two K super-blocks, sixteen legacy blocks
     std::vector<float> x(n);
     for (float& v : x) v = g(rng);
     const size_t bytes = row_bytes(DType(id), n);
     std::vector<uint64_t> aligned(bytes / 8 + 1), shifted(bytes / 8 + 2);
-    tt->from_float(x.data(), aligned.data(), n);
+    if (tt->from_float) {
+      tt->from_float(x.data(), aligned.data(), n);
+    } else {
+      tt->quantize(x.data(), aligned.data(), 1, n, nullptr);
+    }
     // a bytes past a multiple of 8: aligned to a, to nothing larger.
     char* at = reinterpret_cast<char*>(shifted.data()) + (a < 8 ? a : 0);
     std::memcpy(at, aligned.data(), bytes);

@@ -556,6 +556,61 @@ TEST(QuantizeStats, MeasuresEveryTensorAndTotals) {
   EXPECT_NE(js.str().find("\"weighted_rmse\": null"), std::string::npos);
 }
 
+// --against: a file qlens quantized is measured tensor by tensor beside
+// qlens's quantization to the same type: the same quantizer and importance
+// give ratio 1; the same file measured with an importance it was not
+// quantized with is beaten where the importance has weight.
+TEST(QuantizeStats, AgainstAFileMeasuresItsTypesBesideQlenss) {
+  const std::string dir = test::temp_dir();
+  const std::string model = synth_f32();
+  tools::Imatrix m;
+  auto& e = m.entries["blk.0.attn_q.weight"];
+  e.n_cols = 64;
+  for (int j = 0; j < 64; ++j) e.sum2.push_back(j % 5 == 0 ? 100.0 : 1.0);
+  e.counts = {1};
+  tools::save_imatrix_gguf(m, dir + "/im.gguf");
+  tools::QuantizeOptions qopt;
+  qopt.mix = "Q4_0";
+  qopt.pure = true;
+  std::ostringstream log;
+  tools::quantize_model(model, dir + "/q4_0.gguf", qopt, log);
+
+  tools::QuantizeStatsOptions opt;
+  opt.against_path = dir + "/q4_0.gguf";
+  auto same = tools::quantize_stats(model, opt);
+  ASSERT_FALSE(same.tensors.empty());
+  for (const auto& s : same.tensors) {
+    EXPECT_EQ(s.type, DType::Q4_0) << s.tensor;
+    EXPECT_NEAR(s.error_ratio, 1.0, 1e-9) << s.tensor;  // (sums in another order)
+    EXPECT_NEAR(s.against_rmse, s.rmse, 1e-9 * s.rmse) << s.tensor;
+  }
+  ASSERT_EQ(same.against.size(), 1u);
+  EXPECT_EQ(same.against[0].tensors, static_cast<int>(same.tensors.size()));
+  EXPECT_EQ(same.against[0].above_one_percent, 0);
+
+  opt.imatrix_path = dir + "/im.gguf";
+  auto weighted = tools::quantize_stats(model, opt);
+  bool seen = false;
+  for (const auto& s : weighted.tensors)
+    if (s.tensor == "blk.0.attn_q.weight") {
+      seen = true;
+      EXPECT_GE(s.against_weighted_rmse, 0);
+      EXPECT_LT(s.error_ratio, 1.0);
+    }
+  EXPECT_TRUE(seen);
+  std::ostringstream text, js;
+  tools::print_quantize_stats(weighted, text);
+  EXPECT_TRUE(test::contains(text.str(), "ERROR RATIO")) << text.str();
+  EXPECT_TRUE(test::contains(text.str(), "Q4_0    " + std::to_string(weighted.tensors.size()) + " tensors")) << text.str();
+  tools::write_quantize_stats_json(weighted, model, opt, js);
+  EXPECT_TRUE(test::contains(js.str(), "\"against\": \"" + opt.against_path + "\"")) << js.str();
+  EXPECT_TRUE(test::contains(js.str(), "\"error_ratio\"")) << js.str();
+
+  // A file with nothing to measure is refused before any work.
+  opt.against_path = model;
+  EXPECT_TRUE(test::contains(test::error_of([&] { tools::quantize_stats(model, opt); }), "has no quantized tensor"));
+}
+
 // stories260K in each legacy type: perplexity rises as bits fall, and Q8_0 is
 // within 0.5% of F32.
 TEST(QuantizeModel, StoriesPerplexityFollowsTheBits) {

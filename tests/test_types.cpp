@@ -1,8 +1,10 @@
 // The element types: every type id of ggml 0c1e570 has its row (the list in
-// src/core/types.tsv), and a file holding a type the engine can name and size
-// but not compute with (tests/data/llama-moe-mxfp4.gguf: gpt-oss's MXFP4
-// experts) is inspected, planned and copied by quantize, and refused by name
-// by every tool that would compute with it before it does any work.
+// src/core/types.tsv); a model with gpt-oss's MXFP4 experts
+// (tests/data/llama-moe-mxfp4.gguf) runs; and a file holding a type the
+// engine can name and size but not compute with (tests/data/llama-moe-f64.gguf:
+// the same model with F64 experts) is inspected, planned and copied by
+// quantize, and refused by name by every tool that would compute with it
+// before it does any work.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -20,6 +22,7 @@ namespace qlens {
 namespace {
 
 const std::string kMxfp4Model = std::string(QLENS_SOURCE_DIR) + "/tests/data/llama-moe-mxfp4.gguf";
+const std::string kF64Model = std::string(QLENS_SOURCE_DIR) + "/tests/data/llama-moe-f64.gguf";
 const char* const kExpertTensors[] = {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight",
                                       "blk.0.ffn_down_exps.weight"};
 
@@ -71,10 +74,7 @@ TEST(Types, NewTypesAreSizedAsGgmlSizesThem) {
     EXPECT_EQ(t.block_size, e.block);
     EXPECT_EQ(t.block_bytes, e.bytes);
     EXPECT_TRUE(t.is_quantized);
-    // Named and sized, not computed (yet).
-    EXPECT_EQ(t.to_float, nullptr);
-    EXPECT_EQ(t.from_float, nullptr);
-    EXPECT_EQ(t.quantize, nullptr);
+    EXPECT_NE(t.to_float, nullptr);  // read (tests/test_quant_lowbit.cpp)
   }
   EXPECT_EQ(type_from_name("mxfp4"), DType::MXFP4);
   EXPECT_EQ(row_bytes(DType::MXFP4, 64), 34u);
@@ -91,64 +91,77 @@ TEST(Types, Mxfp4FileOpensWithItsTensorsSized) {
   }
 }
 
-TEST(Types, ModelLoadRefusesAnMxfp4ModelNamingTensorAndType) {
-  const std::string err = test::error_of([] { Model::load(kMxfp4Model); });
+TEST(Types, Mxfp4ModelRuns) {
+  const std::string text = test::temp_dir() + "/letters.txt";
+  std::string letters;
+  for (int i = 0; i < 40; ++i) letters += "a b c d e f g h a b c d e f g h\n";
+  write_file_atomic(text, letters);
+  std::string out;
+  ASSERT_EQ(qlens("perplexity -m " + kMxfp4Model + " -f " + text + " -c 32", &out), 0) << out;
+  EXPECT_TRUE(test::contains(out, "Final estimate: PPL = ")) << out;
+  // Quantizing it again is refused as llama-quantize refuses it, by name.
+  ASSERT_EQ(qlens("quantize --dry-run " + kMxfp4Model + " Q8_0", &out), 1) << out;
+  EXPECT_TRUE(test::contains(out, "'blk.0.ffn_gate_exps.weight' is already MXFP4")) << out;
+}
+
+TEST(Types, ModelLoadRefusesAnF64ModelNamingTensorAndType) {
+  const std::string err = test::error_of([] { Model::load(kF64Model); });
   EXPECT_TRUE(test::contains(err, "'blk.0.ffn_gate_exps.weight'")) << err;
-  EXPECT_TRUE(test::contains(err, "MXFP4")) << err;
+  EXPECT_TRUE(test::contains(err, "F64")) << err;
   EXPECT_TRUE(test::contains(err, "cannot compute")) << err;
 }
 
 TEST(Types, QuantizeStatsRefusesBeforeMeasuringAndMeasuresWhatItCan) {
-  const std::string err = test::error_of([] { tools::quantize_stats(kMxfp4Model, {}); });
+  const std::string err = test::error_of([] { tools::quantize_stats(kF64Model, {}); });
   EXPECT_TRUE(test::contains(err, "'blk.0.ffn_gate_exps.weight'")) << err;
-  EXPECT_TRUE(test::contains(err, "MXFP4")) << err;
+  EXPECT_TRUE(test::contains(err, "F64")) << err;
   tools::QuantizeStatsOptions attention_only;
   attention_only.tensor_filter = "attn_q";
   attention_only.types = {DType::Q8_0};
-  const auto r = tools::quantize_stats(kMxfp4Model, attention_only);
+  const auto r = tools::quantize_stats(kF64Model, attention_only);
   ASSERT_EQ(r.tensors.size(), 1u);
   EXPECT_EQ(r.tensors[0].tensor, "blk.0.attn_q.weight");
 }
 
-TEST(Types, InspectNamesMxfp4) {
+TEST(Types, InspectNamesF64) {
   std::string out;
-  ASSERT_EQ(qlens("inspect " + kMxfp4Model, &out), 0) << out;
-  EXPECT_TRUE(test::contains(out, "blk.0.ffn_down_exps.weight  MXFP4  [32, 32, 2]   1088     4.25")) << out;
-  ASSERT_EQ(qlens("inspect --json " + kMxfp4Model, &out), 0) << out;
-  EXPECT_TRUE(test::contains(out, "\"type\": \"MXFP4\"")) << out;
-  ASSERT_EQ(qlens("inspect --check-tensors " + kMxfp4Model, &out), 0) << out;
+  ASSERT_EQ(qlens("inspect " + kF64Model, &out), 0) << out;
+  EXPECT_TRUE(test::contains(out, "blk.0.ffn_down_exps.weight  F64   [32, 32, 2]  16384    64.00")) << out;
+  ASSERT_EQ(qlens("inspect --json " + kF64Model, &out), 0) << out;
+  EXPECT_TRUE(test::contains(out, "\"type\": \"F64\"")) << out;
+  ASSERT_EQ(qlens("inspect --check-tensors " + kF64Model, &out), 0) << out;
   EXPECT_TRUE(test::contains(out, "every value of the 10 tensors is finite (3 more of types qlens cannot read")) << out;
 }
 
-TEST(Types, QuantizeDryRunPlansMxfp4AsCopied) {
+TEST(Types, QuantizeDryRunPlansF64AsCopied) {
   const std::string json = test::temp_dir() + "/plan.json";
   std::string out;
-  ASSERT_EQ(qlens("quantize --dry-run " + kMxfp4Model + " Q8_0 --json " + json, &out), 0) << out;
-  EXPECT_TRUE(test::contains(out, "MXFP4   MXFP4           1088  MXFP4: copied as is")) << out;
+  ASSERT_EQ(qlens("quantize --dry-run " + kF64Model + " Q8_0 --json " + json, &out), 0) << out;
+  EXPECT_TRUE(test::contains(out, "16384  F64: copied as is (qlens cannot compute with it)")) << out;
   const JsonValue plan = parse_json(read_text_file(json), json);
   int copied = 0;
   for (const JsonValue& t : plan.at("tensors").as_array()) {
-    if (t.at("source_type").as_string() != "MXFP4") continue;
-    EXPECT_EQ(t.at("type").as_string(), "MXFP4");
+    if (t.at("source_type").as_string() != "F64") continue;
+    EXPECT_EQ(t.at("type").as_string(), "F64");
     EXPECT_TRUE(test::contains(t.at("reason").as_string(), "copied as is")) << t.at("reason").as_string();
     ++copied;
   }
   EXPECT_EQ(copied, 3);
 }
 
-TEST(Types, QuantizeCopiesMxfp4TensorsByteForByte) {
+TEST(Types, QuantizeCopiesF64TensorsByteForByte) {
   const std::string quantized = test::temp_dir() + "/q8_0.gguf";
   std::string out;
   // A rule for the experts is overruled too: their values cannot be read.
-  ASSERT_EQ(qlens("quantize " + kMxfp4Model + " " + quantized + " Q8_0 --tensor-type exps=Q4_0", &out), 0) << out;
-  auto in = gguf::File::open(kMxfp4Model);
+  ASSERT_EQ(qlens("quantize " + kF64Model + " " + quantized + " Q8_0 --tensor-type exps=Q4_0", &out), 0) << out;
+  auto in = gguf::File::open(kF64Model);
   auto q = gguf::File::open(quantized);
   for (const char* name : kExpertTensors) {
     SCOPED_TRACE(name);
     const gguf::TensorInfo* a = in->find_tensor(name);
     const gguf::TensorInfo* b = q->find_tensor(name);
     ASSERT_NE(b, nullptr);
-    EXPECT_EQ(b->type, DType::MXFP4);
+    EXPECT_EQ(b->type, DType::F64);
     EXPECT_EQ(b->ne, a->ne);
     ASSERT_EQ(b->nbytes, a->nbytes);
     EXPECT_EQ(std::memcmp(in->tensor_data(*a), q->tensor_data(*b), a->nbytes), 0);
@@ -156,10 +169,10 @@ TEST(Types, QuantizeCopiesMxfp4TensorsByteForByte) {
   EXPECT_EQ(q->find_tensor("blk.0.attn_q.weight")->type, DType::Q8_0);
 }
 
-// Each tool that would compute with MXFP4 stops before any work: the text
+// Each tool that would compute with F64 stops before any work: the text
 // (which does not exist) is never opened, the error names tensor and type.
-TEST(Types, ToolsThatComputeRefuseMxfp4First) {
-  const std::string m = kMxfp4Model, text = test::temp_dir() + "/missing.txt";
+TEST(Types, ToolsThatComputeRefuseF64First) {
+  const std::string m = kF64Model, text = test::temp_dir() + "/missing.txt";
   const std::string runs[] = {
       "perplexity -m " + m + " -f " + text,
       "imatrix -m " + m + " -f " + text,
@@ -173,7 +186,7 @@ TEST(Types, ToolsThatComputeRefuseMxfp4First) {
     SCOPED_TRACE(run);
     std::string out;
     EXPECT_EQ(qlens(run, &out), 1) << out;
-    EXPECT_TRUE(test::contains(out, "tensor 'blk.0.ffn_gate_exps.weight' has type MXFP4")) << out;
+    EXPECT_TRUE(test::contains(out, "tensor 'blk.0.ffn_gate_exps.weight' has type F64")) << out;
     EXPECT_FALSE(test::contains(out, "missing.txt")) << out;
   }
 }

@@ -436,26 +436,18 @@ constexpr Functions functions() {
 }  // namespace
 }  // namespace kq
 
-const Functions* kquant_functions(DType type) {
-  static const Functions q2k = kq::functions<kq::Q2KQ>();
-  static const Functions q3k = kq::functions<kq::Q3KQ>();
-  static const Functions q4k = kq::functions<kq::Q4KQ>();
-  static const Functions q5k = kq::functions<kq::Q5KQ>();
-  static const Functions q6k = kq::functions<kq::Q6KQ>();
-  static const Functions iq4xs = kq::functions<kq::IQ4XSQ>();
+std::span<const Binding> kquant_bindings() {
   // Q8_K as a weight has no dot kernel: rows are converted to F32 (as in ggml).
-  static const Functions q8k{kq::q8k_to_float, kq::q8k_from_float, kq::q8k_quantize, DType::F32,
-                             alignof(kq::BlockQ8K)};
-  switch (type) {
-    case DType::Q2_K: return &q2k;
-    case DType::Q3_K: return &q3k;
-    case DType::Q4_K: return &q4k;
-    case DType::Q5_K: return &q5k;
-    case DType::Q6_K: return &q6k;
-    case DType::Q8_K: return &q8k;
-    case DType::IQ4_XS: return &iq4xs;
-    default: return nullptr;
-  }
+  static constexpr Binding kTable[] = {
+      {DType::Q2_K, kq::functions<kq::Q2KQ>()},
+      {DType::Q3_K, kq::functions<kq::Q3KQ>()},
+      {DType::Q4_K, kq::functions<kq::Q4KQ>()},
+      {DType::Q5_K, kq::functions<kq::Q5KQ>()},
+      {DType::Q6_K, kq::functions<kq::Q6KQ>()},
+      {DType::Q8_K, {kq::q8k_to_float, kq::q8k_from_float, kq::q8k_quantize, DType::F32, alignof(kq::BlockQ8K)}},
+      {DType::IQ4_XS, kq::functions<kq::IQ4XSQ>()},
+  };
+  return kTable;
 }
 
 }  // namespace qlens::quant

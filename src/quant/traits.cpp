@@ -70,17 +70,17 @@ struct TraitsTable {
     bind_plain(DType::BF16, bf16_to_float, bf16_from_float, quantize_plain<bf16_from_float>);
     row(DType::I32).to_float = i32_to_float;
 
-    for (uint32_t id = 0; id < kDTypeCount; ++id) {
-      const auto type = static_cast<DType>(id);
-      const quant::Functions* q = quant::legacy_functions(type);
-      if (!q) q = quant::kquant_functions(type);
-      if (!q) continue;
-      rows[id].to_float = q->to_float;
-      rows[id].from_float = q->from_float;
-      rows[id].quantize = q->quantize;
-      rows[id].vec_dot_type = q->vec_dot_type;
-      rows[id].data_alignment = q->block_alignment;
-    }
+    for (auto family : {quant::legacy_bindings, quant::kquant_bindings, quant::iquant_bindings,
+                        quant::lowbit_bindings, quant::fp4_bindings})
+      for (const quant::Binding& b : family()) {
+        TypeTraits& r = row(b.type);
+        assert(r.name && !r.to_float);  // a type of the list, bound once
+        r.to_float = b.functions.to_float;
+        r.from_float = b.functions.from_float;
+        r.quantize = b.functions.quantize;
+        r.vec_dot_type = b.functions.vec_dot_type;
+        r.data_alignment = b.functions.block_alignment;
+      }
   }
 };
 

@@ -3,9 +3,10 @@
 (one layer, two experts, n_embd 32) whose expert tensors are MXFP4, as
 gpt-oss's are, and every other weight F16 or F32.
 
-It is a complete model qlens would run but for the MXFP4 type (with
---expert-type F16 the same script writes one it runs), so the tests can see
-every tool name MXFP4 instead of failing on anything else. The weights are
+--expert-type F16 writes the same model with F16 experts, and
+--expert-type F64 (tests/data/llama-moe-f64.gguf) with F64 experts: a GGUF
+type qlens names and sizes but does not compute with, so that the tests can
+see every tool name the type instead of failing on anything else. The weights are
 exact small fractions (no random numbers, no transcendental functions), so
 the file is the same bytes on every machine; the MXFP4 blocks are gguf-py's
 reference quantization of them.
@@ -41,8 +42,8 @@ def add_vocab(w):
     w.add_eos_token_id(2)
 
 
-def add_hparams(w):
-    w.add_name("qlens-test-llama-moe-mxfp4")
+def add_hparams(w, expert_type):
+    w.add_name("qlens-test-llama-moe-" + expert_type.lower())
     w.add_context_length(64)
     w.add_embedding_length(N_EMBD)
     w.add_feed_forward_length(N_FF_EXP)
@@ -85,6 +86,8 @@ def add_tensors(w, expert_type):
             x = 1.0 + x / 8.0
         if name in f16 or (name in experts and expert_type == "F16"):
             w.add_tensor(name, x.astype(np.float16))
+        elif name in experts and expert_type == "F64":
+            w.add_tensor(name, x.astype(np.float64))
         elif name in experts:
             q = quantize(x, GGMLQuantizationType.MXFP4)
             w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=GGMLQuantizationType.MXFP4)
@@ -95,10 +98,10 @@ def add_tensors(w, expert_type):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("output")
-    p.add_argument("--expert-type", choices=["MXFP4", "F16"], default="MXFP4")
+    p.add_argument("--expert-type", choices=["MXFP4", "F16", "F64"], default="MXFP4")
     args = p.parse_args()
     w = GGUFWriter(args.output, "llama")
-    add_hparams(w)
+    add_hparams(w, args.expert_type)
     add_vocab(w)
     add_tensors(w, args.expert_type)
     w.write_header_to_file()

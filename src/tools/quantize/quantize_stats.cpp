@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <thread>
@@ -85,6 +86,23 @@ Sums measure(const float* x, int64_t n_rows, int64_t n_per_row, DType type, cons
   return total;
 }
 
+// The errors of values already dequantized (a quantized file's tensor).
+Sums error_sums(const float* x, const float* back, int64_t n, int64_t n_per_row, const std::vector<float>& importance) {
+  Sums s;
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(back[i]) - x[i];
+    s.err2 += e * e;
+    s.x2 += static_cast<double>(x[i]) * x[i];
+    s.max_err = std::max(s.max_err, std::fabs(e));
+    if (!importance.empty()) {
+      const double w = importance[i % n_per_row];
+      s.werr2 += w * e * e;
+      s.wsum += w;
+    }
+  }
+  return s;
+}
+
 QuantErrorStats to_stats(const std::string& name, DType type, int64_t n, const Sums& s, bool weighted) {
   QuantErrorStats st;
   st.tensor = name;
@@ -99,10 +117,51 @@ QuantErrorStats to_stats(const std::string& name, DType type, int64_t n, const S
   return st;
 }
 
+// The other file's quantized tensor of the same name and shape, or null
+// (absent, unquantized or of a type qlens cannot read or write).
+const gguf::TensorInfo* against_tensor(const gguf::File* against, const gguf::TensorInfo& t) {
+  if (!against) return nullptr;
+  const gguf::TensorInfo* a = against->find_tensor(t.name);
+  if (!a || a->ne != t.ne || !type_traits(a->type).is_quantized) return nullptr;
+  const TypeTraits& tt = type_traits(a->type);
+  return tt.to_float && tt.quantize ? a : nullptr;
+}
+
+void add_against(QuantizeStatsResult& r, const QuantErrorStats& s, const Sums& ours, const Sums& theirs) {
+  const bool weighted = theirs.wsum > 0;
+  const double a = weighted ? ours.werr2 : ours.err2, b = weighted ? theirs.werr2 : theirs.err2;
+  QuantErrorStats& row = r.tensors.back();
+  row.against_rmse = std::sqrt(theirs.err2 / std::max<int64_t>(s.n, 1));
+  row.against_weighted_rmse = weighted ? std::sqrt(theirs.werr2 / theirs.wsum) : -1;
+  row.error_ratio = b > 0 ? a / b : (a > 0 ? INFINITY : 1.0);
+  auto it = std::find_if(r.against.begin(), r.against.end(), [&](const auto& x) { return x.type == s.type; });
+  if (it == r.against.end()) {
+    QuantizeStatsResult::AgainstSummary first;
+    first.type = s.type;
+    it = r.against.insert(r.against.end(), first);
+  }
+  ++it->tensors;
+  it->above_one_percent += row.error_ratio > 1.01;
+  if (row.error_ratio > it->worst_ratio || it->worst_tensor.empty()) {
+    it->worst_ratio = row.error_ratio;
+    it->worst_tensor = s.tensor;
+  }
+}
+
+void add_total_against(QuantErrorStats& total, const Sums& ours, const Sums& theirs) {
+  const bool weighted = theirs.wsum > 0;
+  const double a = weighted ? ours.werr2 : ours.err2, b = weighted ? theirs.werr2 : theirs.err2;
+  total.against_rmse = std::sqrt(theirs.err2 / std::max<int64_t>(total.n, 1));
+  total.against_weighted_rmse = weighted ? std::sqrt(theirs.werr2 / theirs.wsum) : -1;
+  total.error_ratio = b > 0 ? a / b : (a > 0 ? INFINITY : 1.0);
+}
+
 }  // namespace
 
 QuantizeStatsResult quantize_stats(const std::string& model_path, const QuantizeStatsOptions& opt) {
   auto f = gguf::File::open(model_path);
+  std::unique_ptr<gguf::File> against;
+  if (!opt.against_path.empty()) against = gguf::File::open(opt.against_path);
   const std::vector<DType> types = opt.types.empty() ? default_types() : opt.types;
   for (DType t : types)
     if (!type_traits(t).quantize || !type_traits(t).to_float)
@@ -111,7 +170,11 @@ QuantizeStatsResult quantize_stats(const std::string& model_path, const Quantize
       user_regex(opt.tensor_filter.empty() ? std::string(".*") : opt.tensor_filter, "quantize-stats: --include");
   std::vector<const gguf::TensorInfo*> measured;
   for (const auto& t : f->tensors())
-    if (t.n_dims >= 2 && std::regex_search(t.name, filter)) measured.push_back(&t);
+    if (t.n_dims >= 2 && std::regex_search(t.name, filter) && (!against || against_tensor(against.get(), t)))
+      measured.push_back(&t);
+  if (against && measured.empty())
+    throw Error("quantize-stats: " + opt.against_path + " has no quantized tensor of " + model_path +
+                "'s (same name and shape, a type qlens reads and writes) to measure");
   for (const gguf::TensorInfo* t : measured) require_computable(*f, *t);  // before any long measurement
   std::optional<Imatrix> imatrix;
   if (!opt.imatrix_path.empty()) imatrix = load_imatrix(opt.imatrix_path);
@@ -119,6 +182,7 @@ QuantizeStatsResult quantize_stats(const std::string& model_path, const Quantize
 
   QuantizeStatsResult r;
   std::map<DType, std::pair<int64_t, Sums>> totals;
+  std::map<DType, Sums> against_totals;
   for (const gguf::TensorInfo* tensor : measured) {
     const gguf::TensorInfo& t = *tensor;
     const TypeTraits& from = type_traits(t.type);
@@ -126,38 +190,64 @@ QuantizeStatsResult quantize_stats(const std::string& model_path, const Quantize
     from.to_float(f->tensor_data(t), x.data(), t.nelements());
     std::vector<float> importance;
     if (imatrix) importance = imatrix->importance(t.name, t.ne[0]);
-    for (DType type : types) {
+    const gguf::TensorInfo* theirs = against_tensor(against.get(), t);
+    for (DType type : theirs ? std::vector<DType>{theirs->type} : types) {
       if (t.ne[0] % type_traits(type).block_size != 0) continue;
       const Sums s = measure(x.data(), t.nelements() / t.ne[0], t.ne[0], type, importance, n_threads);
       r.tensors.push_back(to_stats(t.name, type, t.nelements(), s, !importance.empty()));
       auto& tot = totals[type];
       tot.first += t.nelements();
       tot.second.add(s);
+      if (theirs) {
+        std::vector<float> back(t.nelements());
+        type_traits(type).to_float(against->tensor_data(*theirs), back.data(), t.nelements());
+        const Sums o = error_sums(x.data(), back.data(), t.nelements(), t.ne[0], importance);
+        add_against(r, r.tensors.back(), s, o);
+        against_totals[type].add(o);
+      }
     }
   }
-  for (const auto& [type, tot] : totals)
+  for (const auto& [type, tot] : totals) {
     r.totals.push_back(to_stats("total", type, tot.first, tot.second, tot.second.wsum > 0));
+    if (auto it = against_totals.find(type); it != against_totals.end()) add_total_against(r.totals.back(), tot.second, it->second);
+  }
   return r;
 }
 
 void print_quantize_stats(const QuantizeStatsResult& r, std::ostream& out) {
   size_t w = 6;
   for (const auto& s : r.tensors) w = std::max(w, s.tensor.size());
+  const bool against = !r.against.empty();
   char line[512];
-  std::snprintf(line, sizeof line, "%-*s %-7s %7s %12s %12s %12s %14s\n", static_cast<int>(w), "TENSOR", "TYPE", "BPW",
+  std::snprintf(line, sizeof line, "%-*s %-7s %7s %12s %12s %12s %14s", static_cast<int>(w), "TENSOR", "TYPE", "BPW",
                 "RMSE", "RMSE/RMS", "MAX ERR", "WEIGHTED RMSE");
-  out << line;
+  out << line << (against ? "   AGAINST RMSE  AGAINST WRMSE  ERROR RATIO\n" : "\n");
   auto row = [&](const QuantErrorStats& s) {
     char weighted[32] = "-";
     if (s.weighted_rmse >= 0) std::snprintf(weighted, sizeof weighted, "%.6g", s.weighted_rmse);
-    std::snprintf(line, sizeof line, "%-*s %-7s %7.3f %12.6g %12.6g %12.6g %14s\n", static_cast<int>(w),
+    std::snprintf(line, sizeof line, "%-*s %-7s %7.3f %12.6g %12.6g %12.6g %14s", static_cast<int>(w),
                   s.tensor.c_str(), std::string(type_name(s.type)).c_str(), s.bits_per_weight, s.rmse,
                   s.rms > 0 ? s.rmse / s.rms : 0.0, s.max_error, weighted);
     out << line;
+    if (against && s.error_ratio >= 0) {
+      char theirs[32] = "-";
+      if (s.against_weighted_rmse >= 0) std::snprintf(theirs, sizeof theirs, "%.6g", s.against_weighted_rmse);
+      std::snprintf(line, sizeof line, " %14.6g %14s %12.4f", s.against_rmse, theirs, s.error_ratio);
+      out << line;
+    }
+    out << "\n";
   };
   for (const auto& s : r.tensors) row(s);
   out << "\n";
   for (const auto& s : r.totals) row(s);
+  if (!against) return;
+  out << "\nerror ratio: qlens's (weighted) squared error over the file's, same type and importance\n";
+  for (const auto& a : r.against) {
+    std::snprintf(line, sizeof line, "%-7s %d tensors, %d more than 1%% above the file's; worst %.4f (%s)\n",
+                  std::string(type_name(a.type)).c_str(), a.tensors, a.above_one_percent, a.worst_ratio,
+                  a.worst_tensor.c_str());
+    out << line;
+  }
 }
 
 void write_quantize_stats_json(const QuantizeStatsResult& r, const std::string& model_path,
@@ -177,9 +267,19 @@ void write_quantize_stats_json(const QuantizeStatsResult& r, const std::string& 
       w.value(s.weighted_rmse);
     else
       w.null();
+    if (!opt.against_path.empty()) {
+      w.key("against_rmse"), w.value(s.against_rmse);
+      w.key("against_weighted_rmse");
+      if (s.against_weighted_rmse >= 0)
+        w.value(s.against_weighted_rmse);
+      else
+        w.null();
+      w.key("error_ratio"), w.value(s.error_ratio);
+    }
     w.end_object();
   };
-  write_json_header(w, "qlens quantize-stats", 2, {{"model", model_path}, {"imatrix", opt.imatrix_path}});
+  write_json_header(w, "qlens quantize-stats", 2,
+                    {{"model", model_path}, {"imatrix", opt.imatrix_path}, {"against", opt.against_path}});
   w.key("settings");
   w.begin_object();
   w.key("types");

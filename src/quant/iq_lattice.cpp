@@ -1,0 +1,173 @@
+// The lattice search of the i-quants' quantizers (iq_lattice.h).
+#include "quant/iq_lattice.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <numeric>
+
+#include "quant/iq_grids.h"
+
+namespace qlens::quant::iq {
+
+Lattice::Lattice(const uint16_t* points, int n_points, const int8_t* levels, int n_levels, int coords, int bits)
+    : coords_(coords), bits_(bits), n_levels_(n_levels), levels_(levels, levels + n_levels) {
+  for (int k = 0; k + 1 < n_levels; ++k) midpoints_.push_back(0.5f * (levels_[k] + levels_[k + 1]));
+  const int mask = (1 << bits) - 1;
+  digits_.resize(static_cast<size_t>(n_points) * coords);
+  for (int p = 0; p < n_points; ++p)
+    for (int j = 0; j < coords; ++j) digits_[p * coords + j] = static_cast<uint8_t>((points[p] >> (bits * j)) & mask);
+  const size_t n_keys = size_t{1} << (bits * coords);
+  point_of_key_.assign(n_keys, -1);
+  for (int p = 0; p < n_points; ++p) point_of_key_[points[p]] = static_cast<int16_t>(p);
+  // Every key whose digits are levels: its kNeighbours nearest points.
+  neighbours_.assign(n_keys * kNeighbours, 0);
+  std::vector<int> order(n_points);
+  std::vector<float> dist(n_points);
+  for (size_t key = 0; key < n_keys; ++key) {
+    bool valid = true;
+    for (int j = 0; j < coords; ++j) valid &= static_cast<int>((key >> (bits * j)) & mask) < n_levels;
+    if (!valid) continue;
+    for (int p = 0; p < n_points; ++p) {
+      float d2 = 0;
+      for (int j = 0; j < coords; ++j) {
+        const float diff = levels_[(key >> (bits * j)) & mask] - levels_[digits_[p * coords + j]];
+        d2 += diff * diff;
+      }
+      dist[p] = d2;
+    }
+    std::iota(order.begin(), order.end(), 0);
+    const int k = std::min(kNeighbours, n_points);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int b) { return dist[a] < dist[b] || (dist[a] == dist[b] && a < b); });
+    for (int i = 0; i < k; ++i) neighbours_[key * kNeighbours + i] = static_cast<uint16_t>(order[i]);
+  }
+}
+
+int Lattice::digit_of(float v) const {
+  int d = 0;
+  while (d < n_levels_ - 1 && v > midpoints_[d]) ++d;
+  return d;
+}
+
+double Lattice::point_error(int p, const float* t, const float* w, float s) const {
+  double err = 0;
+  for (int j = 0; j < coords_; ++j) {
+    const double e = static_cast<double>(t[j]) - static_cast<double>(s) * levels_[digits_[p * coords_ + j]];
+    err += w[j] * e * e;
+  }
+  return err;
+}
+
+int Lattice::best_point(const float* t, const float* w, float s, double* err) const {
+  assert(s > 0);
+  const float inv = 1.0f / s;
+  uint32_t key = 0;
+  for (int j = 0; j < coords_; ++j) key |= static_cast<uint32_t>(digit_of(t[j] * inv)) << (bits_ * j);
+  if (const int p = point_of_key_[key]; p >= 0) {
+    *err = point_error(p, t, w, s);
+    return p;
+  }
+  int best = neighbours_[key * kNeighbours];
+  double best_err = point_error(best, t, w, s);
+  for (int i = 1; i < kNeighbours; ++i) {
+    const int p = neighbours_[key * kNeighbours + i];
+    const double e = point_error(p, t, w, s);
+    if (e < best_err) {
+      best_err = e;
+      best = p;
+    }
+  }
+  *err = best_err;
+  return best;
+}
+
+namespace {
+
+// The points' least-squares scale and its error: sum w t g, sum w g^2 and sum w t^2.
+struct Sums {
+  double tg = 0, gg = 0, tt = 0;
+};
+
+Sums point_sums(const Lattice& lattice, const float* t, const float* w, int n, const uint16_t* points) {
+  Sums s;
+  const int c = lattice.coords();
+  for (int g = 0; g < n / c; ++g)
+    for (int j = 0; j < c; ++j) {
+      const int e = g * c + j;
+      const double level = lattice.coordinate(points[g], j);
+      s.tg += w[e] * t[e] * level;
+      s.gg += w[e] * level * level;
+      s.tt += static_cast<double>(w[e]) * t[e] * t[e];
+    }
+  return s;
+}
+
+// The refit: the least-squares scale of fit's points (kept >= 0) and its error.
+void refit_scale(const Lattice& lattice, const float* t, const float* w, int n, PointFit& fit) {
+  const Sums s = point_sums(lattice, t, w, n, fit.points);
+  const double scale = s.gg > 0 ? std::max(s.tg / s.gg, 0.0) : 0.0;
+  fit.scale = static_cast<float>(scale);
+  fit.error = s.tt - 2 * scale * s.tg + scale * scale * s.gg;
+}
+
+}  // namespace
+
+PointFit points_for_scale(const Lattice& lattice, const float* t, const float* w, int n, float s) {
+  PointFit fit;
+  fit.scale = s;
+  const int c = lattice.coords();
+  if (!(s > 0)) {  // every point dequantizes to 0
+    for (int e = 0; e < n; ++e) fit.error += static_cast<double>(w[e]) * t[e] * t[e];
+    return fit;
+  }
+  for (int g = 0; g < n / c; ++g) {
+    double err;
+    fit.points[g] = static_cast<uint16_t>(lattice.best_point(t + g * c, w + g * c, s, &err));
+    fit.error += err;
+  }
+  return fit;
+}
+
+PointFit fit_points(const Lattice& lattice, const float* t, const float* w, int n) {
+  float tmax = 0;
+  for (int e = 0; e < n; ++e) tmax = std::max(tmax, t[e]);
+  PointFit best = points_for_scale(lattice, t, w, n, 0.0f);
+  if (!(tmax > 1e-30f)) return best;
+  const float s0 = tmax / lattice.top_level();
+  for (int k = 0; k <= 14; ++k) {
+    PointFit fit = points_for_scale(lattice, t, w, n, s0 * (0.55f + 0.05f * static_cast<float>(k)));
+    refit_scale(lattice, t, w, n, fit);
+    if (fit.error < best.error) best = fit;
+  }
+  for (int round = 0; round < 4 && best.scale > 0; ++round) {
+    PointFit fit = points_for_scale(lattice, t, w, n, best.scale);
+    refit_scale(lattice, t, w, n, fit);
+    if (!(fit.error < best.error)) break;
+    best = fit;
+  }
+  return best;
+}
+
+const Lattice& iq2xxs_lattice() {
+  static const Lattice l(kIq2xxsPoints, 256, kLevels2bit, 3, 8, 2);
+  return l;
+}
+const Lattice& iq2xs_lattice() {
+  static const Lattice l(kIq2xsPoints, 512, kLevels2bit, 3, 8, 2);
+  return l;
+}
+const Lattice& iq2s_lattice() {
+  static const Lattice l(kIq2sPoints, 1024, kLevels2bit, 3, 8, 2);
+  return l;
+}
+const Lattice& iq3xxs_lattice() {
+  static const Lattice l(kIq3xxsPoints, 256, kLevelsIq3xxs, 8, 4, 3);
+  return l;
+}
+const Lattice& iq3s_lattice() {
+  static const Lattice l(kIq3sPoints, 512, kLevelsIq3s, 8, 4, 3);
+  return l;
+}
+
+}  // namespace qlens::quant::iq

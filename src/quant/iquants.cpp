@@ -1,0 +1,370 @@
+// ggml's i-quants on lattice grids: IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ3_XXS, IQ3_S (layouts: iquants.h; grids: iq_grids.h). The decoders are
+// the plain reference: each element's value is computed with ggml's float
+// operations in ggml's order, so that they equal ggml's dequantization bit
+// for bit (tests/test_quant_lowbit.cpp, against blocks and values llama.cpp
+// wrote).
+//
+// The quantizers of the signed formats (IQ2_*, IQ3_*) minimize
+// sum_j w_j (x_j - y_j)^2, w the importance (1 without an imatrix), over a
+// super-block:
+//  1. signs: each element's own; where a format keeps 7 sign bits and their
+//     parity, a group of 8 with an odd count of negatives gives up the sign of
+//     the element that costs least (smallest w |x|), whose target becomes -|x|;
+//  2. each run of elements sharing a scale: points and scale by the lattice
+//     search (iq_lattice.h), on the formats' true levels (ggml's search
+//     models the 2-bit levels 8, 25, 43 as 1, 3, 5);
+//  3. the super-block scale d: around max scale / top factor, five
+//     candidates; for each, every run's scale code l (the nearest and its two
+//     neighbours) with its points chosen again for the scale d * factor(l)
+//     that it will really have (ggml keeps the points found for the unrounded
+//     scale); the candidate with the least total error is kept.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "qlens/types.h"
+#include "quant/iq_grids.h"
+#include "quant/iq_lattice.h"
+#include "quant/iquants.h"
+#include "quant/kquants.h"
+#include "quant/block_rows.h"
+#include "quant/registry.h"
+
+namespace qlens::quant {
+namespace {
+
+using namespace iq;
+
+uint32_t load_u32(const void* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Eight elements: scale * level * sign, sign bit j of `signs` negating element j.
+template <class Word>
+void signed_point(Word point, uint8_t signs, float scale, float* y) {
+  for (int j = 0; j < 8; ++j) y[j] = scale * static_cast<float>(coordinate(point, j)) * (signs >> j & 1 ? -1.f : 1.f);
+}
+// Two half-points of the 3-bit grids (4 coordinates each), signs over all 8.
+void signed_halves(uint32_t first, uint32_t second, uint8_t signs, float scale, float* y) {
+  for (int j = 0; j < 4; ++j) {
+    y[j] = scale * static_cast<float>(coordinate(first, j)) * (signs >> j & 1 ? -1.f : 1.f);
+    y[j + 4] = scale * static_cast<float>(coordinate(second, j)) * (signs >> (j + 4) & 1 ? -1.f : 1.f);
+  }
+}
+// Eight elements of the 1-bit formats: scale * (level + delta).
+void shifted_point(uint64_t point, float delta, float scale, float* y) {
+  for (int j = 0; j < 8; ++j) y[j] = scale * (static_cast<float>(coordinate(point, j)) + delta);
+}
+
+// IQ2_XXS: a group's two 32-bit words: 4 point indices (bytes of the
+// first), 4 x 7 sign bits and the 4-bit scale (top) in the second.
+void iq2_xxs_to_float(const void* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIQ2XXS>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int g = 0; g < kQK / 32; ++g, y += 32) {
+      const uint32_t points = load_u32(b.qs + 4 * g), bits = load_u32(b.qs + 4 * g + 2);
+      const float db = d * (0.5f + static_cast<float>(bits >> 28)) * 0.25f;
+      for (int l = 0; l < 4; ++l)
+        signed_point(kIq2xxsGrid[points >> (8 * l) & 0xFF], kSigns[bits >> (7 * l) & 127], db, y + 8 * l);
+    }
+  }
+}
+
+// IQ2_XS: per 8 elements a 9-bit point index and 7 sign bits (top); the
+// scale's low nibble for the group's first 16 elements, high for the rest.
+void iq2_xs_to_float(const void* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIQ2XS>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int g = 0; g < kQK / 32; ++g, y += 32) {
+      const float db[2] = {d * (0.5f + static_cast<float>(b.scales[g] & 0xF)) * 0.25f,
+                           d * (0.5f + static_cast<float>(b.scales[g] >> 4)) * 0.25f};
+      for (int l = 0; l < 4; ++l) {
+        const uint16_t q = b.qs[4 * g + l];
+        signed_point(kIq2xsGrid[q & 511], kSigns[q >> 9], db[l / 2], y + 8 * l);
+      }
+    }
+  }
+}
+
+// IQ2_S: 10-bit point indices (low bytes in qs, 2 bits each from qh), whole
+// sign bytes after the indices.
+void iq2_s_to_float(const void* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIQ2S>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    const uint8_t* signs = b.qs + kQK / 8;
+    for (int g = 0; g < kQK / 32; ++g, y += 32) {
+      const float db[2] = {d * (0.5f + static_cast<float>(b.scales[g] & 0xF)) * 0.25f,
+                           d * (0.5f + static_cast<float>(b.scales[g] >> 4)) * 0.25f};
+      for (int l = 0; l < 4; ++l) {
+        const int index = b.qs[4 * g + l] | ((b.qh[g] << (8 - 2 * l)) & 0x300);
+        signed_point(kIq2sGrid[index], signs[4 * g + l], db[l / 2], y + 8 * l);
+      }
+    }
+  }
+}
+
+// IQ3_XXS: 64 byte indices of half-points, then per group a 32-bit word of
+// 4 x 7 sign bits and the 4-bit scale (top).
+void iq3_xxs_to_float(const void* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIQ3XXS>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int g = 0; g < kQK / 32; ++g, y += 32) {
+      const uint8_t* qs = b.qs + 8 * g;
+      const uint32_t bits = load_u32(b.qs + kQK / 4 + 4 * g);
+      const float db = d * (0.5f + static_cast<float>(bits >> 28)) * 0.5f;
+      for (int l = 0; l < 4; ++l)
+        signed_halves(kIq3xxsGrid[qs[2 * l]], kIq3xxsGrid[qs[2 * l + 1]], kSigns[bits >> (7 * l) & 127], db,
+                      y + 8 * l);
+    }
+  }
+}
+
+// IQ3_S: 9-bit half-point indices (low bytes in qs, the 9th bits in qh, one
+// byte per group), whole sign bytes, a 4-bit scale per two groups.
+void iq3_s_to_float(const void* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIQ3S>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int g = 0; g < kQK / 32; ++g, y += 32) {
+      const int s = g % 2 == 0 ? b.scales[g / 2] & 0xF : b.scales[g / 2] >> 4;
+      const float db = d * static_cast<float>(1 + 2 * s);
+      const uint8_t* qs = b.qs + 8 * g;
+      const int qh = b.qh[g];
+      for (int l = 0; l < 4; ++l) {
+        const int first = qs[2 * l] | ((qh << (8 - 2 * l)) & 256);
+        const int second = qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
+        signed_halves(kIq3sGrid[first], kIq3sGrid[second], b.signs[4 * g + l], db, y + 8 * l);
+      }
+    }
+  }
+}
+
+// IQ1_S: 11-bit point indices (low bytes in qs, 3 bits each from the group's
+// qh word), the group's scale in qh bits 12-14 and the delta's sign in bit 15.
+void iq1_s_to_float(const void* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIQ1S>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int g = 0; g < kQK / 32; ++g, y += 32) {
+      const int qh = b.qh[g];
+      const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
+      const float delta = qh & 0x8000 ? -kIq1Delta : kIq1Delta;
+      for (int l = 0; l < 4; ++l)
+        shifted_point(kIq1sGrid[b.qs[4 * g + l] | (((qh >> (3 * l)) & 7) << 8)], delta, dl, y + 8 * l);
+    }
+  }
+}
+
+// IQ1_M: per 16 elements a qh byte (two x: 3 index bits, then the delta's
+// sign in bit 3) and a 3-bit scale (four per 16-bit scale word, whose top
+// nibbles together are the fp16 super-block scale).
+void iq1_m_to_float(const void* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIQ1M>(src, i);
+    uint16_t sc[4];
+    std::memcpy(sc, b.scales, sizeof sc);
+    const uint16_t d16 = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000);
+    const float d = fp16_to_fp32(d16);
+    for (int g = 0; g < kQK / 32; ++g, y += 32) {
+      const float dl[2] = {d * static_cast<float>(2 * ((sc[g / 2] >> (6 * (g % 2))) & 7) + 1),
+                           d * static_cast<float>(2 * ((sc[g / 2] >> (6 * (g % 2) + 3)) & 7) + 1)};
+      const uint8_t* qs = b.qs + 4 * g;
+      const uint8_t* qh = b.qh + 2 * g;
+      for (int l = 0; l < 4; ++l) {
+        const int h = qh[l / 2] >> (4 * (l % 2));  // this point's nibble
+        const int index = qs[l] | ((h & 7) << 8);
+        shifted_point(kIq1sGrid[index], h & 8 ? -kIq1Delta : kIq1Delta, dl[l / 2], y + 8 * l);
+      }
+    }
+  }
+}
+
+// ---- quantizers of the signed formats ---------------------------------------------
+
+// A signed format's shape: its lattice, how many elements share a scale
+// code, whether its signs keep 7 bits and their parity, and the scale a code
+// l in 0..15 gives: d * factor(l).
+struct SignedFormat {
+  const Lattice& (*lattice)();
+  int run;
+  bool parity;
+  float (*factor)(int l);
+};
+
+float quarter_half_steps(int l) { return (0.5f + static_cast<float>(l)) * 0.25f; }  // IQ2_*
+float half_half_steps(int l) { return (0.5f + static_cast<float>(l)) * 0.5f; }      // IQ3_XXS
+float odd_steps(int l) { return static_cast<float>(1 + 2 * l); }                     // IQ3_S
+
+// What a super-block's quantization chose.
+struct SignedBlock {
+  float d = 0;
+  uint8_t signs[kQK / 8] = {};  // per group of 8, bit j negates element j (even count where parity)
+  uint8_t codes[kQK / 16] = {};  // per run, l
+  uint16_t points[kQK / 4] = {};  // per lattice point, in order
+};
+
+// Step 1: the signs and the targets t (magnitudes, -|x| where a sign was given up).
+void choose_signs(const float* x, const float* w, bool parity, SignedBlock& b, float* t) {
+  for (int g = 0; g < kQK / 8; ++g) {
+    uint8_t bits = 0;
+    for (int j = 0; j < 8; ++j) {
+      t[8 * g + j] = std::fabs(x[8 * g + j]);
+      if (x[8 * g + j] < 0) bits |= static_cast<uint8_t>(1 << j);
+    }
+    if (parity && std::popcount(static_cast<unsigned>(bits)) % 2 != 0) {
+      int cheapest = 0;
+      for (int j = 1; j < 8; ++j)
+        if (w[8 * g + j] * t[8 * g + j] < w[8 * g + cheapest] * t[8 * g + cheapest]) cheapest = j;
+      bits ^= static_cast<uint8_t>(1 << cheapest);
+      t[8 * g + cheapest] = -t[8 * g + cheapest];
+    }
+    b.signs[g] = bits;
+  }
+}
+
+// Step 3 for one candidate d: each run's code and points; the total error.
+double fit_codes(const SignedFormat& f, const Lattice& lattice, const float* t, const float* w, const PointFit* fits,
+                 float d, SignedBlock& b) {
+  const int n_runs = kQK / f.run, per_run = f.run / lattice.coords();
+  double total = 0;
+  for (int r = 0; r < n_runs; ++r) {
+    int nearest = 0;
+    for (int l = 1; l < 16; ++l)
+      if (std::fabs(d * f.factor(l) - fits[r].scale) < std::fabs(d * f.factor(nearest) - fits[r].scale)) nearest = l;
+    PointFit best;
+    best.error = INFINITY;
+    int best_l = nearest;
+    for (int l = std::max(nearest - 1, 0); l <= std::min(nearest + 1, 15); ++l) {
+      const PointFit fit = points_for_scale(lattice, t + r * f.run, w + r * f.run, f.run, d * f.factor(l));
+      if (fit.error < best.error) {
+        best = fit;
+        best_l = l;
+      }
+    }
+    b.codes[r] = static_cast<uint8_t>(best_l);
+    std::copy(best.points, best.points + per_run, b.points + r * per_run);
+    total += best.error;
+  }
+  return total;
+}
+
+SignedBlock quantize_signed(const SignedFormat& f, const float* x, const float* w) {
+  const Lattice& lattice = f.lattice();
+  SignedBlock b;
+  float t[kQK];
+  choose_signs(x, w, f.parity, b, t);
+  PointFit fits[kQK / 16];
+  float max_scale = 0;
+  for (int r = 0; r < kQK / f.run; ++r) {
+    fits[r] = fit_points(lattice, t + r * f.run, w + r * f.run, f.run);
+    max_scale = std::max(max_scale, fits[r].scale);
+  }
+  if (!(max_scale > 0)) return b;  // d = 0: every element 0
+  double best_error = INFINITY;
+  SignedBlock candidate = b;
+  for (float m : {0.9f, 0.95f, 1.0f, 1.05f, 1.1f}) {
+    const float d = fp16_to_fp32(fp32_to_fp16(std::min(max_scale / f.factor(15) * m, 65504.0f)));
+    if (!(d > 0)) continue;
+    const double error = fit_codes(f, lattice, t, w, fits, d, candidate);
+    if (error < best_error) {
+      best_error = error;
+      b = candidate;
+      b.d = d;
+    }
+  }
+  return b;
+}
+
+void pack_iq2_xxs(const SignedBlock& s, BlockIQ2XXS& b) {
+  b.d = fp32_to_fp16(s.d);
+  for (int g = 0; g < kQK / 32; ++g) {
+    uint32_t points = 0, bits = static_cast<uint32_t>(s.codes[g]) << 28;
+    for (int k = 0; k < 4; ++k) {
+      points |= static_cast<uint32_t>(s.points[4 * g + k]) << (8 * k);
+      bits |= static_cast<uint32_t>(s.signs[4 * g + k] & 127) << (7 * k);
+    }
+    std::memcpy(b.qs + 4 * g, &points, 4);
+    std::memcpy(b.qs + 4 * g + 2, &bits, 4);
+  }
+}
+void pack_iq2_xs(const SignedBlock& s, BlockIQ2XS& b) {
+  b.d = fp32_to_fp16(s.d);
+  for (int k = 0; k < kQK / 8; ++k) b.qs[k] = static_cast<uint16_t>(s.points[k] | ((s.signs[k] & 127) << 9));
+  for (int g = 0; g < kQK / 32; ++g) b.scales[g] = static_cast<uint8_t>(s.codes[2 * g] | (s.codes[2 * g + 1] << 4));
+}
+void pack_iq2_s(const SignedBlock& s, BlockIQ2S& b) {
+  b.d = fp32_to_fp16(s.d);
+  std::fill(std::begin(b.qh), std::end(b.qh), 0);
+  for (int k = 0; k < kQK / 8; ++k) {
+    b.qs[k] = static_cast<uint8_t>(s.points[k] & 0xFF);
+    b.qs[kQK / 8 + k] = s.signs[k];
+    b.qh[k / 4] |= static_cast<uint8_t>((s.points[k] >> 8) << (2 * (k % 4)));
+  }
+  for (int g = 0; g < kQK / 32; ++g) b.scales[g] = static_cast<uint8_t>(s.codes[2 * g] | (s.codes[2 * g + 1] << 4));
+}
+void pack_iq3_xxs(const SignedBlock& s, BlockIQ3XXS& b) {
+  b.d = fp32_to_fp16(s.d);
+  for (int k = 0; k < kQK / 4; ++k) b.qs[k] = static_cast<uint8_t>(s.points[k]);
+  for (int g = 0; g < kQK / 32; ++g) {
+    uint32_t bits = static_cast<uint32_t>(s.codes[g]) << 28;
+    for (int k = 0; k < 4; ++k) bits |= static_cast<uint32_t>(s.signs[4 * g + k] & 127) << (7 * k);
+    std::memcpy(b.qs + kQK / 4 + 4 * g, &bits, 4);
+  }
+}
+void pack_iq3_s(const SignedBlock& s, BlockIQ3S& b) {
+  b.d = fp32_to_fp16(s.d);
+  std::fill(std::begin(b.qh), std::end(b.qh), 0);
+  for (int k = 0; k < kQK / 4; ++k) {
+    b.qs[k] = static_cast<uint8_t>(s.points[k] & 0xFF);
+    b.qh[k / 8] |= static_cast<uint8_t>((s.points[k] >> 8) << (k % 8));
+  }
+  std::copy(s.signs, s.signs + kQK / 8, b.signs);
+  for (int r = 0; r < kQK / 64; ++r) b.scales[r] = static_cast<uint8_t>(s.codes[2 * r] | (s.codes[2 * r + 1] << 4));
+}
+
+constexpr SignedFormat kIq2xxs{iq2xxs_lattice, 32, true, quarter_half_steps};
+constexpr SignedFormat kIq2xs{iq2xs_lattice, 16, true, quarter_half_steps};
+constexpr SignedFormat kIq2s{iq2s_lattice, 16, false, quarter_half_steps};
+constexpr SignedFormat kIq3xxs{iq3xxs_lattice, 32, true, half_half_steps};
+constexpr SignedFormat kIq3s{iq3s_lattice, 32, false, odd_steps};
+
+template <const SignedFormat& kFormat, class Block, void (*kPack)(const SignedBlock&, Block&)>
+void fit_signed(const float* x, const float* w, Block& b) {
+  kPack(quantize_signed(kFormat, x, w), b);
+}
+
+// Read (and computed with through F32 rows, activations rounded through
+// Q8_K as ggml's dot products take them); the 1-bit formats have no
+// quantizer yet.
+constexpr Functions reader(ToFloatFn to_float, size_t alignment) {
+  return Functions{to_float, nullptr, nullptr, DType::Q8_K, alignment};
+}
+template <class Block, void (*kFit)(const float*, const float*, Block&)>
+constexpr Functions signed_format(ToFloatFn to_float) {
+  return Functions{to_float, nullptr, quantize_block_rows<kQK, Block, kFit>, DType::Q8_K, alignof(Block)};
+}
+
+}  // namespace
+
+std::span<const Binding> iquant_bindings() {
+  static constexpr Binding kTable[] = {
+      {DType::IQ2_XXS, signed_format<BlockIQ2XXS, fit_signed<kIq2xxs, BlockIQ2XXS, pack_iq2_xxs>>(iq2_xxs_to_float)},
+      {DType::IQ2_XS, signed_format<BlockIQ2XS, fit_signed<kIq2xs, BlockIQ2XS, pack_iq2_xs>>(iq2_xs_to_float)},
+      {DType::IQ2_S, signed_format<BlockIQ2S, fit_signed<kIq2s, BlockIQ2S, pack_iq2_s>>(iq2_s_to_float)},
+      {DType::IQ3_XXS, signed_format<BlockIQ3XXS, fit_signed<kIq3xxs, BlockIQ3XXS, pack_iq3_xxs>>(iq3_xxs_to_float)},
+      {DType::IQ3_S, signed_format<BlockIQ3S, fit_signed<kIq3s, BlockIQ3S, pack_iq3_s>>(iq3_s_to_float)},
+      {DType::IQ1_S, reader(iq1_s_to_float, alignof(BlockIQ1S))},
+      {DType::IQ1_M, reader(iq1_m_to_float, alignof(BlockIQ1M))},
+  };
+  return kTable;
+}
+
+}  // namespace qlens::quant
