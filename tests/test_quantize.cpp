@@ -2,12 +2,15 @@
 // roles, rules, fallbacks), and the written model.
 #include <gtest/gtest.h>
 
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include "backend/cpu/packed.h"
@@ -17,7 +20,9 @@
 #include "qlens/model.h"
 #include "test_util.h"
 #include "tools/imatrix/imatrix_file.h"
+#include "tools/common/tensor_names.h"
 #include "tools/quantize/quantize.h"
+#include "tools/quantize/mix_rules.h"
 #include "tools/perplexity/perplexity.h"
 #include "tools/quantize/quantize_stats.h"
 #include "tools/synth/synth.h"
@@ -168,6 +173,125 @@ TEST(QuantizePlan, RulesFlagsAndOneDimensionalTensors) {
   size_t bytes = 0;
   for (const auto& t : plan.tensors) bytes += t.bytes;
   EXPECT_EQ(bytes, plan.total_bytes);
+}
+
+// Every mix gives every tensor llama-quantize's type (tests/data/mix-types.txt:
+// its --dry-run on the synth families, the MoE synth models, Gemma 3 270M and
+// the 1.1B preset, with and without an imatrix; tests/data/README.md), and
+// what it refuses (a Q1_0 mix where rows fit no block of 128, a very-low-bit
+// type without an imatrix) qlens refuses too, before any work.
+std::vector<std::string> expand_types(const std::string& rle) {
+  std::vector<std::string> out;
+  std::istringstream in(rle);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t star = item.find('*');
+    const int count = star == std::string::npos ? 1 : std::stoi(item.substr(star + 1));
+    for (int k = 0; k < count; ++k) out.push_back(item.substr(0, star));
+  }
+  return out;
+}
+
+std::string mix_model_path(const std::string& label, const std::string& dir) {
+  if (label == "gemma-3-270m") return test::cache_path(test::kGemma3F32);
+  if (label == "1.1b") {
+    const char* slow = std::getenv("QLENS_SLOW_TESTS");
+    if (slow && std::string(slow) == "0") return "";
+    const std::string path = dir + "/1.1b.gguf";
+    if (!std::filesystem::exists(path)) {
+      tools::SynthOptions o;
+      o.preset = "1.1b";
+      o.type = DType::F16;
+      tools::synth_model(o, path);
+    }
+    return path;
+  }
+  return test::shared_path("reference/synth/" + label + ".gguf");
+}
+
+TEST(QuantizePlan, MixesGiveLlamaQuantizesTypes) {
+  const std::string dir = test::temp_dir();
+  std::istringstream lines(read_text_file(QLENS_SOURCE_DIR "/tests/data/mix-types.txt"));
+  std::string line;
+  std::set<std::string> checked, skipped;
+  int plans = 0, refusals = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream f(line);
+    std::string label, mix, with_imatrix, types;
+    std::getline(f, label, '\t');
+    std::getline(f, mix, '\t');
+    std::getline(f, with_imatrix, '\t');
+    std::getline(f, types, '\t');
+    const std::string path = mix_model_path(label, dir);
+    if (path.empty()) {
+      skipped.insert(label);
+      continue;
+    }
+    SCOPED_TRACE(label + " " + mix + (with_imatrix == "1" ? " with an imatrix" : " without"));
+    auto in = gguf::File::open(path);
+    tools::QuantizeOptions opt;
+    opt.mix = mix;
+    if (with_imatrix == "1") opt.imatrix_path = "an imatrix";  // (the plan only asks whether there is one)
+    const std::vector<std::string> want = types == "refused" ? std::vector<std::string>{} : expand_types(types);
+    std::optional<tools::QuantizePlan> plan;
+    std::string error;
+    try {
+      plan = tools::plan_quantization(*in, opt);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    if (types == "refused") {
+      EXPECT_FALSE(plan.has_value()) << "llama-quantize refuses it";
+      ++refusals;
+      continue;
+    }
+    // Without an imatrix llama-quantize's dry run lists what its real run refuses.
+    bool needs_imatrix = false;
+    for (size_t i = 0; i < want.size() && i < in->tensors().size(); ++i) {
+      const auto t = type_from_name(want[i]);
+      needs_imatrix |= t && *t != in->tensors()[i].type &&
+                       tools::requires_imatrix(tools::tensor_role(in->tensors()[i].name), *t, *tools::find_mix(mix));
+    }
+    if (with_imatrix == "0" && needs_imatrix) {
+      EXPECT_TRUE(test::contains(error, "needs an importance matrix")) << error;
+      ++refusals;
+      continue;
+    }
+    ASSERT_TRUE(plan.has_value()) << error;
+    ASSERT_EQ(plan->tensors.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(type_from_name(want[i]), plan->tensors[i].to) << plan->tensors[i].name << ": " << plan->tensors[i].reason;
+    ++plans;
+    checked.insert(label);
+  }
+  std::printf("%d plans equal llama-quantize's, %d refusals as llama-quantize's, on %zu models", plans, refusals,
+              checked.size());
+  for (const auto& s : skipped) std::printf(" (%s skipped: absent or QLENS_SLOW_TESTS=0)", s.c_str());
+  std::printf("\n");
+  if (checked.empty()) GTEST_SKIP() << "needs ../shared's synth models";
+}
+
+// A very-low-bit type needs each tensor's importance: without an imatrix the
+// plan is refused, and with one that lacks a tensor the quantization stops
+// before it writes anything, naming the tensor.
+TEST(QuantizeModel, VeryLowBitTypesNeedTheirImportance) {
+  const std::string dir = test::temp_dir();
+  const std::string model = synth_f32("gemma3-tiny");  // ffn_down rows of 256
+  tools::QuantizeOptions opt;
+  opt.mix = "IQ2_XXS";
+  EXPECT_TRUE(test::contains(test::error_of([&] { tools::plan_quantization(*gguf::File::open(model), opt); }),
+                             "needs an importance matrix"));
+  tools::Imatrix m;
+  auto& e = m.entries["blk.0.attn_q.weight"];
+  e.n_cols = 128;
+  e.sum2.assign(128, 1.0);
+  e.counts = {1};
+  tools::save_imatrix_gguf(m, dir + "/im.gguf");
+  opt.imatrix_path = dir + "/im.gguf";
+  std::ostringstream log;
+  const std::string err = test::error_of([&] { tools::quantize_model(model, dir + "/out.gguf", opt, log); });
+  EXPECT_TRUE(test::contains(err, "has no entry for tensor 'blk.0.attn_output.weight', which IQ2_XXS needs")) << err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out.gguf"));
 }
 
 TEST(QuantizePlan, BadInputsAreNamed) {

@@ -89,23 +89,25 @@ struct Sums {
   double tg = 0, gg = 0, tt = 0;
 };
 
-Sums point_sums(const Lattice& lattice, const float* t, const float* w, int n, const uint16_t* points) {
+Sums point_sums(const Lattice& lattice, const Lattice* alt, const float* t, const float* w, int n, const PointFit& fit) {
   Sums s;
   const int c = lattice.coords();
-  for (int g = 0; g < n / c; ++g)
+  for (int g = 0; g < n / c; ++g) {
+    const Lattice& l = fit.on_alt[g] ? *alt : lattice;
     for (int j = 0; j < c; ++j) {
       const int e = g * c + j;
-      const double level = lattice.coordinate(points[g], j);
+      const double level = l.coordinate(fit.points[g], j);
       s.tg += w[e] * t[e] * level;
       s.gg += w[e] * level * level;
       s.tt += static_cast<double>(w[e]) * t[e] * t[e];
     }
+  }
   return s;
 }
 
 // The refit: the least-squares scale of fit's points (kept >= 0) and its error.
-void refit_scale(const Lattice& lattice, const float* t, const float* w, int n, PointFit& fit) {
-  const Sums s = point_sums(lattice, t, w, n, fit.points);
+void refit_scale(const Lattice& lattice, const Lattice* alt, const float* t, const float* w, int n, PointFit& fit) {
+  const Sums s = point_sums(lattice, alt, t, w, n, fit);
   const double scale = s.gg > 0 ? std::max(s.tg / s.gg, 0.0) : 0.0;
   fit.scale = static_cast<float>(scale);
   fit.error = s.tt - 2 * scale * s.tg + scale * scale * s.gg;
@@ -113,7 +115,7 @@ void refit_scale(const Lattice& lattice, const float* t, const float* w, int n, 
 
 }  // namespace
 
-PointFit points_for_scale(const Lattice& lattice, const float* t, const float* w, int n, float s) {
+PointFit points_for_scale(const Lattice& lattice, const float* t, const float* w, int n, float s, const Lattice* alt) {
   PointFit fit;
   fit.scale = s;
   const int c = lattice.coords();
@@ -124,25 +126,34 @@ PointFit points_for_scale(const Lattice& lattice, const float* t, const float* w
   for (int g = 0; g < n / c; ++g) {
     double err;
     fit.points[g] = static_cast<uint16_t>(lattice.best_point(t + g * c, w + g * c, s, &err));
+    if (alt) {
+      double alt_err;
+      const int p = alt->best_point(t + g * c, w + g * c, s, &alt_err);
+      if (alt_err < err) {
+        fit.points[g] = static_cast<uint16_t>(p);
+        fit.on_alt[g] = true;
+        err = alt_err;
+      }
+    }
     fit.error += err;
   }
   return fit;
 }
 
-PointFit fit_points(const Lattice& lattice, const float* t, const float* w, int n) {
+PointFit fit_points(const Lattice& lattice, const float* t, const float* w, int n, const Lattice* alt) {
   float tmax = 0;
-  for (int e = 0; e < n; ++e) tmax = std::max(tmax, t[e]);
+  for (int e = 0; e < n; ++e) tmax = std::max(tmax, std::fabs(t[e]));
   PointFit best = points_for_scale(lattice, t, w, n, 0.0f);
   if (!(tmax > 1e-30f)) return best;
   const float s0 = tmax / lattice.top_level();
   for (int k = 0; k <= 14; ++k) {
-    PointFit fit = points_for_scale(lattice, t, w, n, s0 * (0.55f + 0.05f * static_cast<float>(k)));
-    refit_scale(lattice, t, w, n, fit);
+    PointFit fit = points_for_scale(lattice, t, w, n, s0 * (0.55f + 0.05f * static_cast<float>(k)), alt);
+    refit_scale(lattice, alt, t, w, n, fit);
     if (fit.error < best.error) best = fit;
   }
   for (int round = 0; round < 4 && best.scale > 0; ++round) {
-    PointFit fit = points_for_scale(lattice, t, w, n, best.scale);
-    refit_scale(lattice, t, w, n, fit);
+    PointFit fit = points_for_scale(lattice, t, w, n, best.scale, alt);
+    refit_scale(lattice, alt, t, w, n, fit);
     if (!(fit.error < best.error)) break;
     best = fit;
   }
@@ -167,6 +178,16 @@ const Lattice& iq3xxs_lattice() {
 }
 const Lattice& iq3s_lattice() {
   static const Lattice l(kIq3sPoints, 512, kLevelsIq3s, 8, 4, 3);
+  return l;
+}
+const Lattice& iq1_plus_lattice() {
+  static constexpr int8_t kLevels[3] = {-7, 1, 9};
+  static const Lattice l(kIq1sPoints, 2048, kLevels, 3, 8, 2);
+  return l;
+}
+const Lattice& iq1_minus_lattice() {
+  static constexpr int8_t kLevels[3] = {-9, -1, 7};
+  static const Lattice l(kIq1sPoints, 2048, kLevels, 3, 8, 2);
   return l;
 }
 

@@ -11,6 +11,8 @@
 // distance; precomputed once per grid for every rounded point).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -25,7 +27,7 @@ class Lattice {
 
   int coords() const { return coords_; }
   float level(int digit) const { return levels_[digit]; }
-  float top_level() const { return levels_.back(); }
+  float top_level() const { return std::max(std::fabs(levels_.front()), std::fabs(levels_.back())); }
   // Point p's coordinate j as a level value.
   float coordinate(int p, int j) const { return levels_[digits_[p * coords_ + j]]; }
 
@@ -51,22 +53,30 @@ const Lattice& iq2xs_lattice();
 const Lattice& iq2s_lattice();
 const Lattice& iq3xxs_lattice();
 const Lattice& iq3s_lattice();
+// IQ1_S and IQ1_M's grid, its levels -1, 0, 1 shifted by +1/8 (plus) or -1/8
+// (minus), times 8: -7, 1, 9 and -9, -1, 7 (so the scale is d * (2l + 1) / 8).
+const Lattice& iq1_plus_lattice();
+const Lattice& iq1_minus_lattice();
 
 // A run of elements (a sub-block sharing one scale) fitted by points of a
 // lattice: t and w hold n elements (n a multiple of the lattice's coords).
+// With a second lattice (alt), each point is the better of the two, and
+// on_alt says which.
 struct PointFit {
   float scale = 0;   // the least-squares scale for the points (>= 0)
   double error = 0;  // sum w (t - scale * level)^2
   uint16_t points[16] = {};
+  bool on_alt[16] = {};
 };
 
-// Searches scales around the one putting the largest target on the top
-// level (factors 0.55 .. 1.25 of it), each with its best points and their
-// least-squares scale, then alternates points and scale while the error
-// drops. A run whose targets are all ~0 gets scale 0.
-PointFit fit_points(const Lattice& lattice, const float* t, const float* w, int n);
+// Searches scales around the one putting the largest |target| on the
+// largest |level| (factors 0.55 .. 1.25 of it), each with its best points
+// and their least-squares scale, then alternates points and scale while the
+// error drops. A run whose targets are all ~0 gets scale 0.
+PointFit fit_points(const Lattice& lattice, const float* t, const float* w, int n, const Lattice* alt = nullptr);
 
 // The best points for a fixed scale s (the run's error for it).
-PointFit points_for_scale(const Lattice& lattice, const float* t, const float* w, int n, float s);
+PointFit points_for_scale(const Lattice& lattice, const float* t, const float* w, int n, float s,
+                          const Lattice* alt = nullptr);
 
 }  // namespace qlens::quant::iq

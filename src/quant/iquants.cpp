@@ -341,14 +341,111 @@ void fit_signed(const float* x, const float* w, Block& b) {
   kPack(quantize_signed(kFormat, x, w), b);
 }
 
-// Read (and computed with through F32 rows, activations rounded through
-// Q8_K as ggml's dot products take them); the 1-bit formats have no
-// quantizer yet.
-constexpr Functions reader(ToFloatFn to_float, size_t alignment) {
-  return Functions{to_float, nullptr, nullptr, DType::Q8_K, alignment};
+// ---- quantizers of the 1-bit formats -----------------------------------------------
+//
+// Their points' levels -1, 0, 1 are shifted by +-1/8 (IQ1_S: one shift per 32
+// elements; IQ1_M: one per point of 8), so the search runs on two lattices,
+// the levels times 8: the scale of a code l is d * (2l + 1) / 8. IQ1_S's run
+// tries both shifts and keeps the better; IQ1_M's points each take the
+// better. The super-block scale as for the signed formats (3-bit codes).
+
+float eighth_odd_steps(int l) { return static_cast<float>(2 * l + 1) / 8.0f; }
+
+struct ShiftedBlock {
+  float d = 0;
+  uint8_t codes[kQK / 16] = {};  // per run, l (0..7)
+  uint16_t points[kQK / 8] = {};
+  bool minus[kQK / 8] = {};  // per point, shifted by -1/8
+};
+
+// A run's points for scale s (or, s = 0, its own search): per run (IQ1_S)
+// the better lattice, per point (IQ1_M) the better of the two.
+PointFit shifted_points(const float* x, const float* w, int run, bool per_point, float s) {
+  const Lattice &plus = iq1_plus_lattice(), &minus = iq1_minus_lattice();
+  if (per_point) return s > 0 ? points_for_scale(plus, x, w, run, s, &minus) : fit_points(plus, x, w, run, &minus);
+  PointFit a = s > 0 ? points_for_scale(plus, x, w, run, s) : fit_points(plus, x, w, run);
+  PointFit b = s > 0 ? points_for_scale(minus, x, w, run, s) : fit_points(minus, x, w, run);
+  if (b.error < a.error) {
+    std::fill(b.on_alt, b.on_alt + run / 8, true);
+    return b;
+  }
+  return a;
 }
+
+ShiftedBlock quantize_shifted(const float* x, const float* w, int run, bool per_point) {
+  const int n_runs = kQK / run, per_run = run / 8;
+  PointFit fits[kQK / 16];
+  float max_scale = 0;
+  for (int r = 0; r < n_runs; ++r) {
+    fits[r] = shifted_points(x + r * run, w + r * run, run, per_point, 0.0f);
+    max_scale = std::max(max_scale, fits[r].scale);
+  }
+  ShiftedBlock best;
+  if (!(max_scale > 0)) return best;
+  double best_error = INFINITY;
+  for (float m : {0.9f, 0.95f, 1.0f, 1.05f, 1.1f}) {
+    const float d = fp16_to_fp32(fp32_to_fp16(std::min(max_scale / eighth_odd_steps(7) * m, 65504.0f)));
+    if (!(d > 0)) continue;
+    ShiftedBlock b;
+    b.d = d;
+    double total = 0;
+    for (int r = 0; r < n_runs; ++r) {
+      int nearest = 0;
+      for (int l = 1; l < 8; ++l)
+        if (std::fabs(d * eighth_odd_steps(l) - fits[r].scale) < std::fabs(d * eighth_odd_steps(nearest) - fits[r].scale))
+          nearest = l;
+      PointFit chosen;
+      chosen.error = INFINITY;
+      for (int l = std::max(nearest - 1, 0); l <= std::min(nearest + 1, 7); ++l) {
+        PointFit fit = shifted_points(x + r * run, w + r * run, run, per_point, d * eighth_odd_steps(l));
+        if (fit.error < chosen.error) {
+          chosen = fit;
+          b.codes[r] = static_cast<uint8_t>(l);
+        }
+      }
+      std::copy(chosen.points, chosen.points + per_run, b.points + r * per_run);
+      std::copy(chosen.on_alt, chosen.on_alt + per_run, b.minus + r * per_run);
+      total += chosen.error;
+    }
+    if (total < best_error) {
+      best_error = total;
+      best = b;
+    }
+  }
+  return best;
+}
+
+void fit_iq1_s(const float* x, const float* w, BlockIQ1S& b) {
+  const ShiftedBlock s = quantize_shifted(x, w, 32, false);
+  b.d = fp32_to_fp16(s.d);
+  for (int g = 0; g < kQK / 32; ++g) {
+    uint16_t qh = static_cast<uint16_t>((s.codes[g] << 12) | (s.minus[4 * g] ? 0x8000 : 0));
+    for (int k = 0; k < 4; ++k) {
+      b.qs[4 * g + k] = static_cast<uint8_t>(s.points[4 * g + k] & 0xFF);
+      qh = static_cast<uint16_t>(qh | ((s.points[4 * g + k] >> 8) << (3 * k)));
+    }
+    b.qh[g] = qh;
+  }
+}
+
+void fit_iq1_m(const float* x, const float* w, BlockIQ1M& b) {
+  const ShiftedBlock s = quantize_shifted(x, w, 16, true);
+  const uint16_t d16 = fp32_to_fp16(s.d);
+  uint16_t sc[4] = {};
+  for (int r = 0; r < kQK / 16; ++r) sc[r / 4] = static_cast<uint16_t>(sc[r / 4] | (s.codes[r] << (3 * (r % 4))));
+  for (int k = 0; k < 4; ++k) sc[k] = static_cast<uint16_t>(sc[k] | (((d16 >> (4 * k)) & 0xF) << 12));
+  std::memcpy(b.scales, sc, sizeof sc);
+  std::fill(std::begin(b.qh), std::end(b.qh), 0);
+  for (int p = 0; p < kQK / 8; ++p) {
+    b.qs[p] = static_cast<uint8_t>(s.points[p] & 0xFF);
+    const int nibble = ((s.points[p] >> 8) & 7) | (s.minus[p] ? 8 : 0);
+    b.qh[p / 2] = static_cast<uint8_t>(b.qh[p / 2] | (nibble << (4 * (p % 2))));
+  }
+}
+
+// Weight-only types (no from_float: never an activation).
 template <class Block, void (*kFit)(const float*, const float*, Block&)>
-constexpr Functions signed_format(ToFloatFn to_float) {
+constexpr Functions weight_format(ToFloatFn to_float) {
   return Functions{to_float, nullptr, quantize_block_rows<kQK, Block, kFit>, DType::Q8_K, alignof(Block)};
 }
 
@@ -356,13 +453,13 @@ constexpr Functions signed_format(ToFloatFn to_float) {
 
 std::span<const Binding> iquant_bindings() {
   static constexpr Binding kTable[] = {
-      {DType::IQ2_XXS, signed_format<BlockIQ2XXS, fit_signed<kIq2xxs, BlockIQ2XXS, pack_iq2_xxs>>(iq2_xxs_to_float)},
-      {DType::IQ2_XS, signed_format<BlockIQ2XS, fit_signed<kIq2xs, BlockIQ2XS, pack_iq2_xs>>(iq2_xs_to_float)},
-      {DType::IQ2_S, signed_format<BlockIQ2S, fit_signed<kIq2s, BlockIQ2S, pack_iq2_s>>(iq2_s_to_float)},
-      {DType::IQ3_XXS, signed_format<BlockIQ3XXS, fit_signed<kIq3xxs, BlockIQ3XXS, pack_iq3_xxs>>(iq3_xxs_to_float)},
-      {DType::IQ3_S, signed_format<BlockIQ3S, fit_signed<kIq3s, BlockIQ3S, pack_iq3_s>>(iq3_s_to_float)},
-      {DType::IQ1_S, reader(iq1_s_to_float, alignof(BlockIQ1S))},
-      {DType::IQ1_M, reader(iq1_m_to_float, alignof(BlockIQ1M))},
+      {DType::IQ2_XXS, weight_format<BlockIQ2XXS, fit_signed<kIq2xxs, BlockIQ2XXS, pack_iq2_xxs>>(iq2_xxs_to_float)},
+      {DType::IQ2_XS, weight_format<BlockIQ2XS, fit_signed<kIq2xs, BlockIQ2XS, pack_iq2_xs>>(iq2_xs_to_float)},
+      {DType::IQ2_S, weight_format<BlockIQ2S, fit_signed<kIq2s, BlockIQ2S, pack_iq2_s>>(iq2_s_to_float)},
+      {DType::IQ3_XXS, weight_format<BlockIQ3XXS, fit_signed<kIq3xxs, BlockIQ3XXS, pack_iq3_xxs>>(iq3_xxs_to_float)},
+      {DType::IQ3_S, weight_format<BlockIQ3S, fit_signed<kIq3s, BlockIQ3S, pack_iq3_s>>(iq3_s_to_float)},
+      {DType::IQ1_S, weight_format<BlockIQ1S, fit_iq1_s>(iq1_s_to_float)},
+      {DType::IQ1_M, weight_format<BlockIQ1M, fit_iq1_m>(iq1_m_to_float)},
   };
   return kTable;
 }

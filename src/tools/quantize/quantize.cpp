@@ -1,5 +1,6 @@
 #include "core/parallel.h"
 #include "tools/quantize/quantize.h"
+#include "tools/quantize/mix_rules.h"
 
 #include "core/json_writer.h"
 #include "tools/common/json_header.h"
@@ -35,6 +36,14 @@ const std::vector<QuantMix>& mixes() {
       {"Q4_K_S", DType::Q4_K, 14},  {"Q4_K_M", DType::Q4_K, 15},  {"Q5_K_S", DType::Q5_K, 16},
       {"Q5_K_M", DType::Q5_K, 17},  {"Q6_K", DType::Q6_K, 18},    {"IQ4_NL", DType::IQ4_NL, 25},
       {"IQ4_XS", DType::IQ4_XS, 30},
+      // The low-bit mixes. Their names are llama-quantize's: the IQ2_S mix is
+      // mostly IQ2_XS, IQ2_M mostly IQ2_S, IQ3_XS and IQ3_M mostly IQ3_S.
+      {"IQ2_XXS", DType::IQ2_XXS, 19}, {"IQ2_XS", DType::IQ2_XS, 20},   {"Q2_K_S", DType::Q2_K, 21},
+      {"IQ3_XS", DType::IQ3_S, 22},    {"IQ3_XXS", DType::IQ3_XXS, 23}, {"IQ1_S", DType::IQ1_S, 24},
+      {"IQ3_S", DType::IQ3_S, 26},     {"IQ3_M", DType::IQ3_S, 27},     {"IQ2_S", DType::IQ2_XS, 28},
+      {"IQ2_M", DType::IQ2_S, 29},     {"IQ1_M", DType::IQ1_M, 31},     {"TQ1_0", DType::TQ1_0, 36},
+      {"TQ2_0", DType::TQ2_0, 37},     {"MXFP4_MOE", DType::MXFP4, 38}, {"Q1_0", DType::Q1_0, 40},
+      {"Q2_0", DType::Q2_0, 41},
   };
   return all;
 }
@@ -63,128 +72,6 @@ DType parse_type(const std::string& text, const std::string& where) {
   if (!t) throw Error(where + ": unknown type '" + text + "'");
   if (!is_weight_target(*t)) throw Error(where + ": qlens cannot quantize to " + std::string(type_name(*t)));
   return *t;
-}
-
-// What a tensor is for, from llama.cpp's names: "blk.7.ffn_down.weight" ->
-// role "ffn_down", layer 7.
-struct Role {
-  std::string name;
-  int layer = -1;
-};
-
-Role role_of(const std::string& tensor) {
-  Role r;
-  std::string rest = tensor;
-  if (rest.rfind("blk.", 0) == 0) {
-    const size_t dot = rest.find('.', 4);
-    if (dot != std::string::npos) {
-      r.layer = std::atoi(rest.substr(4, dot - 4).c_str());
-      rest = rest.substr(dot + 1);
-    }
-  }
-  const size_t suffix = rest.rfind(".weight");
-  r.name = suffix == std::string::npos ? rest : rest.substr(0, suffix);
-  return r;
-}
-
-// llama.cpp's heuristic for which layers of a deep stack matter most: the first
-// and last eighth, and every third layer between.
-bool use_more_bits(int layer, int n_layer) {
-  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
-}
-
-// What llama.cpp's rules look at besides the tensor's role and layer.
-struct ModelFacts {
-  int n_layer = 0;
-  int64_t n_gqa = 1;        // query heads per KV head
-  int64_t n_expert = 0;     // a mixture of experts (llama.cpp has rules for 8: Mixtral)
-  bool tied_output = true;  // no output.weight: token_embd is also the output matrix
-};
-
-// The mix's rules for a tensor role, as llama.cpp 0c1e570's
-// llama_tensor_get_type_impl (see docs/QUANTIZATION.md), before the fallback
-// for rows that fit no block. Returns the base type when the mix has no rule.
-DType role_type(const QuantMix& mix, const Role& role, int64_t row_length, const ModelFacts& facts, bool has_imatrix,
-                std::string* reason) {
-  const std::string& m = mix.name;
-  const int i = role.layer, n_layer = facts.n_layer;
-  auto pick = [&](DType t) {
-    if (t != mix.base) *reason = "role " + role.name;
-    return t;
-  };
-  // llama.cpp matches roles by substring: the experts' ffn_down_exps is an
-  // ffn_down to its rules.
-  const bool ffn_down = role.name.rfind("ffn_down", 0) == 0;
-  const bool eight_experts = facts.n_expert == 8;
-  // A tied embedding is the output matrix too, and gets its type.
-  if (role.name == "output" || (role.name == "token_embd" && facts.tied_output)) {
-    if (row_length % type_traits(mix.base).block_size != 0) return pick(DType::Q8_0);
-    return pick(mix.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K);
-  }
-  // llama.cpp counts a fused q|k|v projection (Phi-3's attn_qkv) as attn_v.
-  // "for the 8-expert model, bumping this to Q8_0 trades just ~128MB"
-  if (eight_experts && (role.name == "attn_v" || role.name == "attn_k")) return pick(DType::Q8_0);
-  if (role.name == "attn_v" || role.name == "attn_qkv") {
-    if (m == "Q2_K") return pick(facts.n_gqa >= 4 ? DType::Q4_K : DType::Q3_K);
-    if (m == "Q3_K_M") return pick(i < 2 ? DType::Q5_K : DType::Q4_K);
-    if (m == "Q3_K_L") return pick(DType::Q5_K);
-    if ((m == "IQ4_NL" || m == "IQ4_XS") && facts.n_gqa >= 4) return pick(DType::Q5_K);
-    if ((m == "Q4_K_M" || m == "Q5_K_M") && use_more_bits(i, n_layer)) return pick(DType::Q6_K);
-    if (m == "Q4_K_S" && i < 4) return pick(DType::Q5_K);
-  }
-  if (ffn_down) {
-    if (m == "Q2_K") return pick(DType::Q3_K);
-    if (m == "Q3_K_M") return pick(i < n_layer / 16 ? DType::Q5_K : DType::Q4_K);  // Q3_K only for falcon
-    if (m == "Q3_K_L") return pick(DType::Q5_K);
-    if (m == "Q4_K_M") return pick(use_more_bits(i, n_layer) ? DType::Q6_K : mix.base);
-    if ((m == "IQ4_NL" || m == "IQ4_XS") && i < n_layer / 8 && !has_imatrix) return pick(DType::Q5_K);
-    if (m == "Q5_K_M" && use_more_bits(i, n_layer)) return pick(DType::Q6_K);
-    if (m == "Q4_K_S" && i < n_layer / 8) return pick(DType::Q5_K);
-    // Guards the first ffn_down layers of the legacy 4/5-bit types with an imatrix.
-    if ((m == "Q4_0" || m == "Q5_0") && has_imatrix && i < n_layer / 8)
-      return pick(m == "Q4_0" ? DType::Q4_1 : DType::Q5_1);
-  }
-  if (role.name == "attn_output" && eight_experts) {
-    static const char* const bumped[] = {"Q2_K", "Q3_K_S", "Q3_K_M", "IQ4_NL", "Q4_K_S", "Q4_K_M", "IQ4_XS"};
-    for (const char* b : bumped)
-      if (m == b) return pick(DType::Q5_K);
-    return mix.base;
-  }
-  if (role.name == "attn_output") {
-    if (m == "Q2_K") return pick(DType::Q3_K);
-    if (m == "Q3_K_M") return pick(DType::Q4_K);
-    if (m == "Q3_K_L") return pick(DType::Q5_K);
-  }
-  return mix.base;
-}
-
-// llama.cpp's fallback for a type whose block does not divide the row: the
-// 256-blocks to a 32-block type of about their size, then F16 when even that
-// does not fit.
-DType fallback_type(DType wanted, int64_t n) {
-  DType t = wanted;
-  switch (wanted) {
-    case DType::IQ4_XS: t = DType::IQ4_NL; break;
-    case DType::Q2_K:
-    case DType::Q3_K: t = DType::Q4_0; break;
-    case DType::Q4_K: t = DType::Q5_0; break;
-    case DType::Q5_K: t = DType::Q5_1; break;
-    case DType::Q6_K: t = DType::Q8_0; break;
-    default: break;
-  }
-  return n % type_traits(t).block_size == 0 ? t : DType::F16;
-}
-
-ModelFacts read_model_facts(const gguf::File& in) {
-  const std::string arch = in.try_string("general.architecture").value_or("llama");
-  ModelFacts facts;
-  facts.n_layer = static_cast<int>(in.try_int(arch + ".block_count").value_or(0));
-  const int64_t n_head = in.try_int(arch + ".attention.head_count").value_or(1);
-  const int64_t n_head_kv = in.try_int(arch + ".attention.head_count_kv").value_or(n_head);
-  facts.n_gqa = n_head_kv > 0 ? n_head / n_head_kv : 1;
-  facts.tied_output = in.find_tensor("output.weight") == nullptr;
-  facts.n_expert = in.try_int(arch + ".expert_count").value_or(0);
-  return facts;
 }
 
 // A --tensor-type rule, its pattern compiled.
@@ -282,6 +169,7 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
   const std::vector<TypeRule> rules = compile_rules(opt);
   const ModelFacts facts = read_model_facts(in);
   const bool has_imatrix = !opt.imatrix_path.empty();
+  MixCounters counters;
 
   for (const auto& t : in.tensors()) {
     TensorPlan p;
@@ -329,15 +217,18 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
         plan.from_mix = plan.from_mix || type_traits(mix.base).is_quantized;
         // As llama.cpp: the mixes' rules are for quantized types only.
         if (!opt.pure && type_traits(mix.base).is_quantized)
-          want = role_type(mix, role, t.ne[0], facts, has_imatrix, &p.reason);
+          want = role_type(mix, role, t.ne, facts, has_imatrix, counters, &p.reason);
       }
       if (t.ne[0] % type_traits(want).block_size != 0) {
-        const DType fb = fallback_type(want, t.ne[0]);
+        const DType fb = fallback_type(want, t.ne[0], t.name);
         p.reason = "fallback from " + std::string(type_name(want)) + ": row length " + std::to_string(t.ne[0]) +
                    " is not a multiple of " + std::to_string(type_traits(want).block_size);
         want = fb;
       }
       if (want == t.type) p.reason += ": kept";
+      if (!has_imatrix && want != t.type && requires_imatrix(role.name, want, mix))
+        throw Error(in.path() + ": tensor '" + t.name + "' would be " + std::string(type_name(want)) +
+                    ", which needs an importance matrix (--imatrix), as llama-quantize requires");
       if (type_traits(t.type).is_quantized && want != t.type && !opt.allow_requantize)
         throw Error(in.path() + ": tensor '" + t.name + "' is already " + std::string(type_name(t.type)) +
                     "; quantizing it again loses quality (use --allow-requantize to do it anyway)");
@@ -610,6 +501,13 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
     plan.imatrix_coverage = quantize_imatrix_coverage(*in, plan, *imatrix);
     print_imatrix_coverage(log, *plan.imatrix_coverage);
     set_imatrix_metadata(w, opt.imatrix_path, *imatrix);
+    // As llama-quantize, before any work: the very-low-bit types need each
+    // tensor's own importance.
+    for (const TensorPlan& p : plan.tensors)
+      if (p.to != p.from && requires_imatrix(tensor_role(p.name), p.to, plan.mix) &&
+          imatrix->tensor_importance(p.name, p.ne[0], p.ne[2]).empty())
+        throw Error(opt.imatrix_path + " has no entry for tensor '" + p.name + "', which " +
+                    std::string(type_name(p.to)) + " needs (an importance matrix of this model)");
   }
 
   std::vector<std::unique_ptr<uint8_t[]>> buffers;  // quantized data lives until write()
