@@ -13,10 +13,15 @@ namespace qlens::quant::iq {
 Lattice::Lattice(const uint16_t* points, int n_points, const int8_t* levels, int n_levels, int coords, int bits)
     : coords_(coords), bits_(bits), n_levels_(n_levels), levels_(levels, levels + n_levels) {
   for (int k = 0; k + 1 < n_levels; ++k) midpoints_.push_back(0.5f * (levels_[k] + levels_[k + 1]));
+  midpoints_.resize(7, INFINITY);
   const int mask = (1 << bits) - 1;
   digits_.resize(static_cast<size_t>(n_points) * coords);
+  values_.resize(digits_.size());
   for (int p = 0; p < n_points; ++p)
-    for (int j = 0; j < coords; ++j) digits_[p * coords + j] = static_cast<uint8_t>((points[p] >> (bits * j)) & mask);
+    for (int j = 0; j < coords; ++j) {
+      digits_[p * coords + j] = static_cast<uint8_t>((points[p] >> (bits * j)) & mask);
+      values_[p * coords + j] = levels_[digits_[p * coords + j]];
+    }
   const size_t n_keys = size_t{1} << (bits * coords);
   point_of_key_.assign(n_keys, -1);
   for (int p = 0; p < n_points; ++p) point_of_key_[points[p]] = static_cast<int16_t>(p);
@@ -45,41 +50,59 @@ Lattice::Lattice(const uint16_t* points, int n_points, const int8_t* levels, int
 }
 
 int Lattice::digit_of(float v) const {
+  // The count of midpoints below v (padded with +inf to 7): branch-free.
   int d = 0;
-  while (d < n_levels_ - 1 && v > midpoints_[d]) ++d;
+  for (int k = 0; k < 7; ++k) d += v > midpoints_[k];
   return d;
 }
 
-double Lattice::point_error(int p, const float* t, const float* w, float s) const {
-  double err = 0;
-  for (int j = 0; j < coords_; ++j) {
-    const double e = static_cast<double>(t[j]) - static_cast<double>(s) * levels_[digits_[p * coords_ + j]];
-    err += w[j] * e * e;
+template <int kCoords>
+int Lattice::best_point_of(const float* t, const float* w, float s, double* err) const {
+  const float inv = 1.0f / s;
+  uint32_t key = 0;
+  // sum w (t - s c)^2 = sum w t^2 - 2 s sum (w t) c + s^2 sum w c^2: the
+  // candidates compare by two short dot products each.
+  float wt[kCoords];
+  for (int j = 0; j < kCoords; ++j) {
+    key |= static_cast<uint32_t>(digit_of(t[j] * inv)) << (bits_ * j);
+    wt[j] = w[j] * t[j];
   }
-  return err;
+  auto cost = [&](int p) {
+    const float* c = values_.data() + static_cast<size_t>(p) * kCoords;
+    float a = 0, b = 0;
+    for (int j = 0; j < kCoords; ++j) {
+      a += wt[j] * c[j];
+      b += w[j] * c[j] * c[j];
+    }
+    return s * (s * b - 2 * a);
+  };
+  int best = point_of_key_[key];
+  if (best < 0) {
+    const uint16_t* near = neighbours_.data() + static_cast<size_t>(key) * kNeighbours;
+    best = near[0];
+    float best_cost = cost(best);
+    for (int i = 1; i < kNeighbours; ++i) {
+      const float c = cost(near[i]);
+      if (c < best_cost) {
+        best_cost = c;
+        best = near[i];
+      }
+    }
+  }
+  // The chosen point's error in double: the runs' sums compare scales by it.
+  double e = 0;
+  const float* c = values_.data() + static_cast<size_t>(best) * kCoords;
+  for (int j = 0; j < kCoords; ++j) {
+    const double d = static_cast<double>(t[j]) - static_cast<double>(s) * c[j];
+    e += w[j] * d * d;
+  }
+  *err = e;
+  return best;
 }
 
 int Lattice::best_point(const float* t, const float* w, float s, double* err) const {
-  assert(s > 0);
-  const float inv = 1.0f / s;
-  uint32_t key = 0;
-  for (int j = 0; j < coords_; ++j) key |= static_cast<uint32_t>(digit_of(t[j] * inv)) << (bits_ * j);
-  if (const int p = point_of_key_[key]; p >= 0) {
-    *err = point_error(p, t, w, s);
-    return p;
-  }
-  int best = neighbours_[key * kNeighbours];
-  double best_err = point_error(best, t, w, s);
-  for (int i = 1; i < kNeighbours; ++i) {
-    const int p = neighbours_[key * kNeighbours + i];
-    const double e = point_error(p, t, w, s);
-    if (e < best_err) {
-      best_err = e;
-      best = p;
-    }
-  }
-  *err = best_err;
-  return best;
+  assert(s > 0 && (coords_ == 4 || coords_ == 8));
+  return coords_ == 8 ? best_point_of<8>(t, w, s, err) : best_point_of<4>(t, w, s, err);
 }
 
 namespace {
@@ -146,8 +169,8 @@ PointFit fit_points(const Lattice& lattice, const float* t, const float* w, int 
   PointFit best = points_for_scale(lattice, t, w, n, 0.0f);
   if (!(tmax > 1e-30f)) return best;
   const float s0 = tmax / lattice.top_level();
-  for (int k = 0; k <= 14; ++k) {
-    PointFit fit = points_for_scale(lattice, t, w, n, s0 * (0.55f + 0.05f * static_cast<float>(k)), alt);
+  for (int k = 0; k <= 8; ++k) {
+    PointFit fit = points_for_scale(lattice, t, w, n, s0 * (0.6f + 0.075f * static_cast<float>(k)), alt);
     refit_scale(lattice, alt, t, w, n, fit);
     if (fit.error < best.error) best = fit;
   }

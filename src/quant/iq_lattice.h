@@ -29,7 +29,7 @@ class Lattice {
   float level(int digit) const { return levels_[digit]; }
   float top_level() const { return std::max(std::fabs(levels_.front()), std::fabs(levels_.back())); }
   // Point p's coordinate j as a level value.
-  float coordinate(int p, int j) const { return levels_[digits_[p * coords_ + j]]; }
+  float coordinate(int p, int j) const { return values_[p * coords_ + j]; }
 
   // The best point for coords_ targets at t with weights w and scale s > 0;
   // its error sum_j w_j (t_j - s level_j)^2 in *err.
@@ -37,12 +37,14 @@ class Lattice {
 
  private:
   int digit_of(float v) const;  // the nearest level's index (v in level units)
-  double point_error(int p, const float* t, const float* w, float s) const;
+  template <int kCoords>
+  int best_point_of(const float* t, const float* w, float s, double* err) const;
 
   int coords_, bits_, n_levels_;
   std::vector<float> levels_;
-  std::vector<float> midpoints_;       // between consecutive levels
+  std::vector<float> midpoints_;       // between consecutive levels (then +inf, 7 in all)
   std::vector<uint8_t> digits_;        // per point, its coords_ digits
+  std::vector<float> values_;          // per point, its coords_ levels
   std::vector<int16_t> point_of_key_;  // rounded point (digits packed by bits_) -> point, or -1
   std::vector<uint16_t> neighbours_;   // per key, kNeighbours points, nearest first
 };
@@ -70,7 +72,7 @@ struct PointFit {
 };
 
 // Searches scales around the one putting the largest |target| on the
-// largest |level| (factors 0.55 .. 1.25 of it), each with its best points
+// largest |level| (9 factors, 0.6 .. 1.2 of it), each with its best points
 // and their least-squares scale, then alternates points and scale while the
 // error drops. A run whose targets are all ~0 gets scale 0.
 PointFit fit_points(const Lattice& lattice, const float* t, const float* w, int n, const Lattice* alt = nullptr);

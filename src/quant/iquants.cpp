@@ -14,8 +14,8 @@
 //  2. each run of elements sharing a scale: points and scale by the lattice
 //     search (iq_lattice.h), on the formats' true levels (ggml's search
 //     models the 2-bit levels 8, 25, 43 as 1, 3, 5);
-//  3. the super-block scale d: around max scale / top factor, five
-//     candidates; for each, every run's scale code l (the nearest and its two
+//  3. the super-block scale d: 0.94, 1 and 1.06 times max scale / top factor;
+//     for each, every run's scale code l (the nearest and its two
 //     neighbours) with its points chosen again for the scale d * factor(l)
 //     that it will really have (ggml keeps the points found for the unrounded
 //     scale); the candidate with the least total error is kept.
@@ -270,7 +270,7 @@ SignedBlock quantize_signed(const SignedFormat& f, const float* x, const float* 
   if (!(max_scale > 0)) return b;  // d = 0: every element 0
   double best_error = INFINITY;
   SignedBlock candidate = b;
-  for (float m : {0.9f, 0.95f, 1.0f, 1.05f, 1.1f}) {
+  for (float m : {0.94f, 1.0f, 1.06f}) {
     const float d = fp16_to_fp32(fp32_to_fp16(std::min(max_scale / f.factor(15) * m, 65504.0f)));
     if (!(d > 0)) continue;
     const double error = fit_codes(f, lattice, t, w, fits, d, candidate);
@@ -383,7 +383,7 @@ ShiftedBlock quantize_shifted(const float* x, const float* w, int run, bool per_
   ShiftedBlock best;
   if (!(max_scale > 0)) return best;
   double best_error = INFINITY;
-  for (float m : {0.9f, 0.95f, 1.0f, 1.05f, 1.1f}) {
+  for (float m : {0.94f, 1.0f, 1.06f}) {
     const float d = fp16_to_fp32(fp32_to_fp16(std::min(max_scale / eighth_odd_steps(7) * m, 65504.0f)));
     if (!(d > 0)) continue;
     ShiftedBlock b;
