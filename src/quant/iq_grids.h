@@ -66,6 +66,23 @@ constexpr std::array<uint8_t, 128> make_signs() {
 }
 inline constexpr std::array<uint8_t, 128> kSigns = make_signs();
 
+// A sign byte as a mask of 8 bytes (0xFF where the element is negated), so
+// that 8 levels are signed at once: (levels ^ mask) + (mask & 0x01..01),
+// each byte its own two's complement negation (levels below 128: no carry).
+constexpr std::array<uint64_t, 256> make_sign_masks() {
+  std::array<uint64_t, 256> m{};
+  for (int s = 0; s < 256; ++s)
+    for (int j = 0; j < 8; ++j)
+      if (s >> j & 1) m[s] |= uint64_t{0xFF} << (8 * j);
+  return m;
+}
+inline constexpr std::array<uint64_t, 256> kSignMasks = make_sign_masks();
+
+constexpr uint64_t signed_bytes(uint64_t levels, uint8_t signs) {
+  const uint64_t mask = kSignMasks[signs];
+  return (levels ^ mask) + (mask & 0x0101010101010101ull);
+}
+
 // Coordinate j of a point of an expanded grid.
 template <class Word>
 constexpr int coordinate(Word point, int j) {

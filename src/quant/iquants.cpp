@@ -28,6 +28,8 @@
 #include "quant/iq_grids.h"
 #include "quant/iq_lattice.h"
 #include "quant/iquants.h"
+#include "quant/levels.h"
+#include "quant/lowbit.h"
 #include "quant/kquants.h"
 #include "quant/block_rows.h"
 #include "quant/registry.h"
@@ -43,149 +45,138 @@ uint32_t load_u32(const void* p) {
   return v;
 }
 
-// Eight elements: scale * level * sign, sign bit j of `signs` negating element j.
-template <class Word>
-void signed_point(Word point, uint8_t signs, float scale, float* y) {
-  for (int j = 0; j < 8; ++j) y[j] = scale * static_cast<float>(coordinate(point, j)) * (signs >> j & 1 ? -1.f : 1.f);
+// Eight signed levels: the point's coordinates, element j negated by sign bit j.
+void signed_levels(uint64_t point, uint8_t signs, int8_t* v) {
+  const uint64_t bytes = signed_bytes(point, signs);
+  std::memcpy(v, &bytes, 8);
 }
 // Two half-points of the 3-bit grids (4 coordinates each), signs over all 8.
-void signed_halves(uint32_t first, uint32_t second, uint8_t signs, float scale, float* y) {
-  for (int j = 0; j < 4; ++j) {
-    y[j] = scale * static_cast<float>(coordinate(first, j)) * (signs >> j & 1 ? -1.f : 1.f);
-    y[j + 4] = scale * static_cast<float>(coordinate(second, j)) * (signs >> (j + 4) & 1 ? -1.f : 1.f);
-  }
+void signed_halves(uint32_t first, uint32_t second, uint8_t signs, int8_t* v) {
+  signed_levels(first | static_cast<uint64_t>(second) << 32, signs, v);
 }
-// Eight elements of the 1-bit formats: scale * (level + delta).
-void shifted_point(uint64_t point, float delta, float scale, float* y) {
-  for (int j = 0; j < 8; ++j) y[j] = scale * (static_cast<float>(coordinate(point, j)) + delta);
+// Eight levels of the 1-bit grid, times 8, plus the shift's sign: 8 l +- 1.
+void shifted_levels(uint64_t point, bool minus, int8_t* v) {
+  for (int j = 0; j < 8; ++j) v[j] = static_cast<int8_t>(8 * coordinate(point, j) + (minus ? -1 : 1));
 }
 
 // IQ2_XXS: a group's two 32-bit words: 4 point indices (bytes of the
 // first), 4 x 7 sign bits and the 4-bit scale (top) in the second.
-void iq2_xxs_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const auto b = load_block<BlockIQ2XXS>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    for (int g = 0; g < kQK / 32; ++g, y += 32) {
-      const uint32_t points = load_u32(b.qs + 4 * g), bits = load_u32(b.qs + 4 * g + 2);
-      const float db = d * (0.5f + static_cast<float>(bits >> 28)) * 0.25f;
-      for (int l = 0; l < 4; ++l)
-        signed_point(kIq2xxsGrid[points >> (8 * l) & 0xFF], kSigns[bits >> (7 * l) & 127], db, y + 8 * l);
-    }
+void decode_iq2_xxs(const void* block, Levels& L) {
+  BlockIQ2XXS b;
+  std::memcpy(&b, block, sizeof b);
+  L.d = fp16_to_fp32(b.d);
+  for (int g = 0; g < kQK / 32; ++g) {
+    const uint32_t points = load_u32(b.qs + 4 * g), bits = load_u32(b.qs + 4 * g + 2);
+    L.l[g] = static_cast<uint8_t>(bits >> 28);
+    for (int k = 0; k < 4; ++k)
+      signed_levels(kIq2xxsGrid[points >> (8 * k) & 0xFF], kSigns[bits >> (7 * k) & 127], L.v + 32 * g + 8 * k);
   }
 }
 
-// IQ2_XS: per 8 elements a 9-bit point index and 7 sign bits (top); the
-// scale's low nibble for the group's first 16 elements, high for the rest.
-void iq2_xs_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const auto b = load_block<BlockIQ2XS>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    for (int g = 0; g < kQK / 32; ++g, y += 32) {
-      const float db[2] = {d * (0.5f + static_cast<float>(b.scales[g] & 0xF)) * 0.25f,
-                           d * (0.5f + static_cast<float>(b.scales[g] >> 4)) * 0.25f};
-      for (int l = 0; l < 4; ++l) {
-        const uint16_t q = b.qs[4 * g + l];
-        signed_point(kIq2xsGrid[q & 511], kSigns[q >> 9], db[l / 2], y + 8 * l);
-      }
-    }
+// IQ2_XS: per 8 elements a 9-bit point index and 7 sign bits (top); per group
+// two 4-bit scales (low nibble: its first 16 elements).
+void decode_iq2_xs(const void* block, Levels& L) {
+  BlockIQ2XS b;
+  std::memcpy(&b, block, sizeof b);
+  L.d = fp16_to_fp32(b.d);
+  for (int g = 0; g < kQK / 32; ++g) {
+    L.l[2 * g] = b.scales[g] & 0xF;
+    L.l[2 * g + 1] = b.scales[g] >> 4;
   }
+  for (int k = 0; k < kQK / 8; ++k) signed_levels(kIq2xsGrid[b.qs[k] & 511], kSigns[b.qs[k] >> 9], L.v + 8 * k);
 }
 
-// IQ2_S: 10-bit point indices (low bytes in qs, 2 bits each from qh), whole
-// sign bytes after the indices.
-void iq2_s_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const auto b = load_block<BlockIQ2S>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    const uint8_t* signs = b.qs + kQK / 8;
-    for (int g = 0; g < kQK / 32; ++g, y += 32) {
-      const float db[2] = {d * (0.5f + static_cast<float>(b.scales[g] & 0xF)) * 0.25f,
-                           d * (0.5f + static_cast<float>(b.scales[g] >> 4)) * 0.25f};
-      for (int l = 0; l < 4; ++l) {
-        const int index = b.qs[4 * g + l] | ((b.qh[g] << (8 - 2 * l)) & 0x300);
-        signed_point(kIq2sGrid[index], signs[4 * g + l], db[l / 2], y + 8 * l);
-      }
-    }
+// IQ2_S: 10-bit point indices (low bytes in qs, 2 bits each from the group's
+// qh byte), whole sign bytes after the indices, scales as IQ2_XS.
+void decode_iq2_s(const void* block, Levels& L) {
+  BlockIQ2S b;
+  std::memcpy(&b, block, sizeof b);
+  L.d = fp16_to_fp32(b.d);
+  for (int g = 0; g < kQK / 32; ++g) {
+    L.l[2 * g] = b.scales[g] & 0xF;
+    L.l[2 * g + 1] = b.scales[g] >> 4;
+  }
+  for (int k = 0; k < kQK / 8; ++k) {
+    const int index = b.qs[k] | ((b.qh[k / 4] << (8 - 2 * (k % 4))) & 0x300);
+    signed_levels(kIq2sGrid[index], b.qs[kQK / 8 + k], L.v + 8 * k);
   }
 }
 
 // IQ3_XXS: 64 byte indices of half-points, then per group a 32-bit word of
 // 4 x 7 sign bits and the 4-bit scale (top).
-void iq3_xxs_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const auto b = load_block<BlockIQ3XXS>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    for (int g = 0; g < kQK / 32; ++g, y += 32) {
-      const uint8_t* qs = b.qs + 8 * g;
-      const uint32_t bits = load_u32(b.qs + kQK / 4 + 4 * g);
-      const float db = d * (0.5f + static_cast<float>(bits >> 28)) * 0.5f;
-      for (int l = 0; l < 4; ++l)
-        signed_halves(kIq3xxsGrid[qs[2 * l]], kIq3xxsGrid[qs[2 * l + 1]], kSigns[bits >> (7 * l) & 127], db,
-                      y + 8 * l);
-    }
+void decode_iq3_xxs(const void* block, Levels& L) {
+  BlockIQ3XXS b;
+  std::memcpy(&b, block, sizeof b);
+  L.d = fp16_to_fp32(b.d);
+  for (int g = 0; g < kQK / 32; ++g) {
+    const uint8_t* qs = b.qs + 8 * g;
+    const uint32_t bits = load_u32(b.qs + kQK / 4 + 4 * g);
+    L.l[g] = static_cast<uint8_t>(bits >> 28);
+    for (int k = 0; k < 4; ++k)
+      signed_halves(kIq3xxsGrid[qs[2 * k]], kIq3xxsGrid[qs[2 * k + 1]], kSigns[bits >> (7 * k) & 127],
+                    L.v + 32 * g + 8 * k);
   }
 }
 
-// IQ3_S: 9-bit half-point indices (low bytes in qs, the 9th bits in qh, one
-// byte per group), whole sign bytes, a 4-bit scale per two groups.
-void iq3_s_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const auto b = load_block<BlockIQ3S>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    for (int g = 0; g < kQK / 32; ++g, y += 32) {
-      const int s = g % 2 == 0 ? b.scales[g / 2] & 0xF : b.scales[g / 2] >> 4;
-      const float db = d * static_cast<float>(1 + 2 * s);
-      const uint8_t* qs = b.qs + 8 * g;
-      const int qh = b.qh[g];
-      for (int l = 0; l < 4; ++l) {
-        const int first = qs[2 * l] | ((qh << (8 - 2 * l)) & 256);
-        const int second = qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
-        signed_halves(kIq3sGrid[first], kIq3sGrid[second], b.signs[4 * g + l], db, y + 8 * l);
-      }
+// IQ3_S: 9-bit half-point indices (low bytes in qs, the 9th bits in the
+// group's qh byte), whole sign bytes, a 4-bit scale per group (two a byte).
+void decode_iq3_s(const void* block, Levels& L) {
+  BlockIQ3S b;
+  std::memcpy(&b, block, sizeof b);
+  L.d = fp16_to_fp32(b.d);
+  for (int g = 0; g < kQK / 32; ++g) {
+    L.l[g] = static_cast<uint8_t>(g % 2 == 0 ? b.scales[g / 2] & 0xF : b.scales[g / 2] >> 4);
+    const uint8_t* qs = b.qs + 8 * g;
+    const int qh = b.qh[g];
+    for (int k = 0; k < 4; ++k) {
+      const int first = qs[2 * k] | ((qh << (8 - 2 * k)) & 256);
+      const int second = qs[2 * k + 1] | ((qh << (7 - 2 * k)) & 256);
+      signed_halves(kIq3sGrid[first], kIq3sGrid[second], b.signs[4 * g + k], L.v + 32 * g + 8 * k);
     }
   }
 }
 
 // IQ1_S: 11-bit point indices (low bytes in qs, 3 bits each from the group's
-// qh word), the group's scale in qh bits 12-14 and the delta's sign in bit 15.
-void iq1_s_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const auto b = load_block<BlockIQ1S>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    for (int g = 0; g < kQK / 32; ++g, y += 32) {
-      const int qh = b.qh[g];
-      const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
-      const float delta = qh & 0x8000 ? -kIq1Delta : kIq1Delta;
-      for (int l = 0; l < 4; ++l)
-        shifted_point(kIq1sGrid[b.qs[4 * g + l] | (((qh >> (3 * l)) & 7) << 8)], delta, dl, y + 8 * l);
-    }
+// qh word), the group's scale in qh bits 12-14 and the shift's sign in bit 15.
+void decode_iq1_s(const void* block, Levels& L) {
+  BlockIQ1S b;
+  std::memcpy(&b, block, sizeof b);
+  L.d = fp16_to_fp32(b.d);
+  for (int g = 0; g < kQK / 32; ++g) {
+    const int qh = b.qh[g];
+    L.l[g] = static_cast<uint8_t>((qh >> 12) & 7);
+    for (int k = 0; k < 4; ++k)
+      shifted_levels(kIq1sGrid[b.qs[4 * g + k] | (((qh >> (3 * k)) & 7) << 8)], qh & 0x8000, L.v + 32 * g + 8 * k);
   }
 }
 
-// IQ1_M: per 16 elements a qh byte (two x: 3 index bits, then the delta's
-// sign in bit 3) and a 3-bit scale (four per 16-bit scale word, whose top
+// IQ1_M: per 16 elements a qh byte (two nibbles: 3 index bits, then the
+// shift's sign) and a 3-bit scale (four per 16-bit scale word, whose top
 // nibbles together are the fp16 super-block scale).
-void iq1_m_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const auto b = load_block<BlockIQ1M>(src, i);
-    uint16_t sc[4];
-    std::memcpy(sc, b.scales, sizeof sc);
-    const uint16_t d16 = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000);
-    const float d = fp16_to_fp32(d16);
-    for (int g = 0; g < kQK / 32; ++g, y += 32) {
-      const float dl[2] = {d * static_cast<float>(2 * ((sc[g / 2] >> (6 * (g % 2))) & 7) + 1),
-                           d * static_cast<float>(2 * ((sc[g / 2] >> (6 * (g % 2) + 3)) & 7) + 1)};
-      const uint8_t* qs = b.qs + 4 * g;
-      const uint8_t* qh = b.qh + 2 * g;
-      for (int l = 0; l < 4; ++l) {
-        const int h = qh[l / 2] >> (4 * (l % 2));  // this point's nibble
-        const int index = qs[l] | ((h & 7) << 8);
-        shifted_point(kIq1sGrid[index], h & 8 ? -kIq1Delta : kIq1Delta, dl[l / 2], y + 8 * l);
-      }
-    }
+void decode_iq1_m(const void* block, Levels& L) {
+  BlockIQ1M b;
+  std::memcpy(&b, block, sizeof b);
+  uint16_t sc[4];
+  std::memcpy(sc, b.scales, sizeof sc);
+  L.d = fp16_to_fp32((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+  for (int r = 0; r < kQK / 16; ++r) L.l[r] = static_cast<uint8_t>((sc[r / 4] >> (3 * (r % 4))) & 7);
+  for (int p = 0; p < kQK / 8; ++p) {
+    const int h = b.qh[p / 2] >> (4 * (p % 2));  // this point's nibble
+    shifted_levels(kIq1sGrid[b.qs[p] | ((h & 7) << 8)], h & 8, L.v + 8 * p);
   }
 }
+
+float quarter_half_steps(float d, int l) { return d * (0.5f + static_cast<float>(l)) * 0.25f; }  // IQ2_*
+float half_half_steps(float d, int l) { return d * (0.5f + static_cast<float>(l)) * 0.5f; }      // IQ3_XXS
+float odd_steps(float d, int l) { return d * static_cast<float>(1 + 2 * l); }                   // IQ3_S, IQ1_*
+
+constexpr LevelFormat kIq2xxsLevels{decode_iq2_xxs, 32, 0.125f, quarter_half_steps, 1.0f};
+constexpr LevelFormat kIq2xsLevels{decode_iq2_xs, 16, 0.125f, quarter_half_steps, 1.0f};
+constexpr LevelFormat kIq2sLevels{decode_iq2_s, 16, 0.125f, quarter_half_steps, 1.0f};
+constexpr LevelFormat kIq3xxsLevels{decode_iq3_xxs, 32, 0.25f, half_half_steps, 1.0f};
+constexpr LevelFormat kIq3sLevels{decode_iq3_s, 32, 1.0f, odd_steps, 1.0f};
+constexpr LevelFormat kIq1sLevels{decode_iq1_s, 32, 0.125f, odd_steps, 0.125f};
+constexpr LevelFormat kIq1mLevels{decode_iq1_m, 16, 0.125f, odd_steps, 0.125f};
 
 // ---- quantizers of the signed formats ---------------------------------------------
 
@@ -199,9 +190,10 @@ struct SignedFormat {
   float (*factor)(int l);
 };
 
-float quarter_half_steps(int l) { return (0.5f + static_cast<float>(l)) * 0.25f; }  // IQ2_*
-float half_half_steps(int l) { return (0.5f + static_cast<float>(l)) * 0.5f; }      // IQ3_XXS
-float odd_steps(int l) { return static_cast<float>(1 + 2 * l); }                     // IQ3_S
+// The scale of code l for d = 1.
+float iq2_factor(int l) { return quarter_half_steps(1.0f, l); }
+float iq3_xxs_factor(int l) { return half_half_steps(1.0f, l); }
+float iq3_s_factor(int l) { return odd_steps(1.0f, l); }
 
 // What a super-block's quantization chose.
 struct SignedBlock {
@@ -330,11 +322,11 @@ void pack_iq3_s(const SignedBlock& s, BlockIQ3S& b) {
   for (int r = 0; r < kQK / 64; ++r) b.scales[r] = static_cast<uint8_t>(s.codes[2 * r] | (s.codes[2 * r + 1] << 4));
 }
 
-constexpr SignedFormat kIq2xxs{iq2xxs_lattice, 32, true, quarter_half_steps};
-constexpr SignedFormat kIq2xs{iq2xs_lattice, 16, true, quarter_half_steps};
-constexpr SignedFormat kIq2s{iq2s_lattice, 16, false, quarter_half_steps};
-constexpr SignedFormat kIq3xxs{iq3xxs_lattice, 32, true, half_half_steps};
-constexpr SignedFormat kIq3s{iq3s_lattice, 32, false, odd_steps};
+constexpr SignedFormat kIq2xxs{iq2xxs_lattice, 32, true, iq2_factor};
+constexpr SignedFormat kIq2xs{iq2xs_lattice, 16, true, iq2_factor};
+constexpr SignedFormat kIq2s{iq2s_lattice, 16, false, iq2_factor};
+constexpr SignedFormat kIq3xxs{iq3xxs_lattice, 32, true, iq3_xxs_factor};
+constexpr SignedFormat kIq3s{iq3s_lattice, 32, false, iq3_s_factor};
 
 template <const SignedFormat& kFormat, class Block, void (*kPack)(const SignedBlock&, Block&)>
 void fit_signed(const float* x, const float* w, Block& b) {
@@ -451,15 +443,28 @@ constexpr Functions weight_format(ToFloatFn to_float) {
 
 }  // namespace
 
+const LevelFormat* level_format(DType type) {
+  switch (type) {
+    case DType::IQ2_XXS: return &kIq2xxsLevels;
+    case DType::IQ2_XS: return &kIq2xsLevels;
+    case DType::IQ2_S: return &kIq2sLevels;
+    case DType::IQ3_XXS: return &kIq3xxsLevels;
+    case DType::IQ3_S: return &kIq3sLevels;
+    case DType::IQ1_S: return &kIq1sLevels;
+    case DType::IQ1_M: return &kIq1mLevels;
+    default: return lowbit_level_format(type);
+  }
+}
+
 std::span<const Binding> iquant_bindings() {
   static constexpr Binding kTable[] = {
-      {DType::IQ2_XXS, weight_format<BlockIQ2XXS, fit_signed<kIq2xxs, BlockIQ2XXS, pack_iq2_xxs>>(iq2_xxs_to_float)},
-      {DType::IQ2_XS, weight_format<BlockIQ2XS, fit_signed<kIq2xs, BlockIQ2XS, pack_iq2_xs>>(iq2_xs_to_float)},
-      {DType::IQ2_S, weight_format<BlockIQ2S, fit_signed<kIq2s, BlockIQ2S, pack_iq2_s>>(iq2_s_to_float)},
-      {DType::IQ3_XXS, weight_format<BlockIQ3XXS, fit_signed<kIq3xxs, BlockIQ3XXS, pack_iq3_xxs>>(iq3_xxs_to_float)},
-      {DType::IQ3_S, weight_format<BlockIQ3S, fit_signed<kIq3s, BlockIQ3S, pack_iq3_s>>(iq3_s_to_float)},
-      {DType::IQ1_S, weight_format<BlockIQ1S, fit_iq1_s>(iq1_s_to_float)},
-      {DType::IQ1_M, weight_format<BlockIQ1M, fit_iq1_m>(iq1_m_to_float)},
+      {DType::IQ2_XXS, weight_format<BlockIQ2XXS, fit_signed<kIq2xxs, BlockIQ2XXS, pack_iq2_xxs>>(levels_to_float<kIq2xxsLevels, sizeof(BlockIQ2XXS)>)},
+      {DType::IQ2_XS, weight_format<BlockIQ2XS, fit_signed<kIq2xs, BlockIQ2XS, pack_iq2_xs>>(levels_to_float<kIq2xsLevels, sizeof(BlockIQ2XS)>)},
+      {DType::IQ2_S, weight_format<BlockIQ2S, fit_signed<kIq2s, BlockIQ2S, pack_iq2_s>>(levels_to_float<kIq2sLevels, sizeof(BlockIQ2S)>)},
+      {DType::IQ3_XXS, weight_format<BlockIQ3XXS, fit_signed<kIq3xxs, BlockIQ3XXS, pack_iq3_xxs>>(levels_to_float<kIq3xxsLevels, sizeof(BlockIQ3XXS)>)},
+      {DType::IQ3_S, weight_format<BlockIQ3S, fit_signed<kIq3s, BlockIQ3S, pack_iq3_s>>(levels_to_float<kIq3sLevels, sizeof(BlockIQ3S)>)},
+      {DType::IQ1_S, weight_format<BlockIQ1S, fit_iq1_s>(levels_to_float<kIq1sLevels, sizeof(BlockIQ1S)>)},
+      {DType::IQ1_M, weight_format<BlockIQ1M, fit_iq1_m>(levels_to_float<kIq1mLevels, sizeof(BlockIQ1M)>)},
   };
   return kTable;
 }

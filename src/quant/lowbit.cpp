@@ -47,14 +47,12 @@ void q2_0_to_float(const void* src, float* y, int64_t n) {
   }
 }
 
-void tq2_0_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / 256; ++i) {
-    const auto b = load_block<BlockTQ2_0>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    for (int j = 0; j < 64; j += 32)
-      for (int l = 0; l < 4; ++l)
-        for (int m = 0; m < 32; ++m) *y++ = static_cast<float>((b.qs[j + m] >> (2 * l) & 3) - 1) * d;
-  }
+// TQ2_0: byte 32 (e / 128) + e % 32, bits 2 ((e / 32) % 4) hold c, level c - 1.
+void decode_tq2_0(const void* block, Levels& L) {
+  BlockTQ2_0 b;
+  std::memcpy(&b, block, sizeof b);
+  L.d = fp16_to_fp32(b.d);
+  for (int e = 0; e < 256; ++e) L.v[e] = static_cast<int8_t>((b.qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4)) & 3) - 1);
 }
 
 // Base-3 digit n of a TQ1_0 byte, 0..2.
@@ -64,19 +62,24 @@ int ternary_digit(uint8_t byte, int n) {
   return (shifted * 3) >> 8;
 }
 
-void tq1_0_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / 256; ++i) {
-    const auto b = load_block<BlockTQ1_0>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    auto put = [&](const uint8_t* bytes, int count, int digits) {
-      for (int n = 0; n < digits; ++n)
-        for (int m = 0; m < count; ++m) *y++ = static_cast<float>(ternary_digit(bytes[m], n) - 1) * d;
-    };
-    put(b.qs, 32, 5);
-    put(b.qs + 32, 16, 5);
-    put(b.qh, 4, 4);
-  }
+void decode_tq1_0(const void* block, Levels& L) {
+  BlockTQ1_0 b;
+  std::memcpy(&b, block, sizeof b);
+  L.d = fp16_to_fp32(b.d);
+  int8_t* v = L.v;
+  auto put = [&](const uint8_t* bytes, int count, int digits) {
+    for (int n = 0; n < digits; ++n)
+      for (int m = 0; m < count; ++m) *v++ = static_cast<int8_t>(ternary_digit(bytes[m], n) - 1);
+  };
+  put(b.qs, 32, 5);
+  put(b.qs + 32, 16, 5);
+  put(b.qh, 4, 4);
 }
+
+float whole(float d, int) { return d; }
+
+constexpr LevelFormat kTq1Levels{decode_tq1_0, 256, 1.0f, whole, 1.0f};
+constexpr LevelFormat kTq2Levels{decode_tq2_0, 256, 1.0f, whole, 1.0f};
 
 // ---- ggml's reference quantizers (from_float) ---------------------------------
 
@@ -245,16 +248,22 @@ void fit_ternary(const float* x, const float* w, Block& b) {
 
 }  // namespace
 
+const LevelFormat* lowbit_level_format(DType type) {
+  if (type == DType::TQ1_0) return &kTq1Levels;
+  if (type == DType::TQ2_0) return &kTq2Levels;
+  return nullptr;
+}
+
 std::span<const Binding> lowbit_bindings() {
   static constexpr Binding kTable[] = {
       {DType::Q1_0, {q1_0_to_float, q1_0_from_float, quantize_block_rows<128, BlockQ1_0, fit_q1_0>, DType::Q8_0,
                      alignof(BlockQ1_0)}},
       {DType::Q2_0, {q2_0_to_float, q2_0_from_float, quantize_block_rows<64, BlockQ2_0, fit_q2_0>, DType::Q8_0,
                      alignof(BlockQ2_0)}},
-      {DType::TQ1_0, {tq1_0_to_float, ternary_from_float<BlockTQ1_0, pack_tq1_0>,
+      {DType::TQ1_0, {levels_to_float<kTq1Levels, sizeof(BlockTQ1_0)>, ternary_from_float<BlockTQ1_0, pack_tq1_0>,
                       quantize_block_rows<256, BlockTQ1_0, fit_ternary<BlockTQ1_0, pack_tq1_0>>, DType::Q8_K,
                       alignof(BlockTQ1_0)}},
-      {DType::TQ2_0, {tq2_0_to_float, ternary_from_float<BlockTQ2_0, pack_tq2_0>,
+      {DType::TQ2_0, {levels_to_float<kTq2Levels, sizeof(BlockTQ2_0)>, ternary_from_float<BlockTQ2_0, pack_tq2_0>,
                       quantize_block_rows<256, BlockTQ2_0, fit_ternary<BlockTQ2_0, pack_tq2_0>>, DType::Q8_K,
                       alignof(BlockTQ2_0)}},
   };

@@ -14,6 +14,13 @@
 
 #include <cstdint>
 
+#include "quant/levels.h"
+
+namespace qlens::quant {
+// TQ1_0's and TQ2_0's integer view (levels.h), or nullptr for other types.
+const LevelFormat* lowbit_level_format(DType type);
+}  // namespace qlens::quant
+
 namespace qlens::quant::lowbit {
 
 struct BlockQ1_0 {

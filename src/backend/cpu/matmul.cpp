@@ -12,6 +12,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/qdot.h"
 #include "backend/cpu/qdot_k.h"
+#include "backend/cpu/qdot_levels.h"
 #include "backend/cpu/vec.h"
 
 namespace qlens::cpu {
@@ -55,9 +56,10 @@ GemmKernels make_scalar() {
   g.dot_same_x[static_cast<int>(DType::F16)] = dot_scalar<DType::F16, DType::F16>;
   g.dot_same_x[static_cast<int>(DType::BF16)] = dot_scalar<DType::BF16, DType::BF16>;
   // The quantized types: integer dots with Q8_0 / Q8_1 (legacy) or Q8_K
-  // (K types) activations.
+  // (K types, i-quants, ternary) activations.
   for_each_legacy_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scalar<T>; });
   for_each_k_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_k_scalar<T>; });
+  for_each_level_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_levels<T>; });
   for (uint32_t t = 0; t < kDTypeCount; ++t) g.packed_dot[t] = packed_dot_scalar(static_cast<DType>(t));
   return g;
 }

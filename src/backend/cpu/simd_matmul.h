@@ -14,6 +14,7 @@
 #include "backend/cpu/simd_packed.h"
 #include "backend/cpu/simd_qdot.h"
 #include "backend/cpu/simd_qdot_k.h"
+#include "backend/cpu/qdot_levels.h"
 #include "qlens/types.h"
 
 namespace qlens::cpu {
@@ -260,6 +261,9 @@ GemmKernels make_gemm_kernels(bool allow_vnni) {
   g.pack_act_f16 = pack_act_panel<V::kMr, true>;
   add_quant_kernels<NR>(g);
   add_kquant_kernels<NR>(g);
+  // The i-quants and ternary types: the plain kernel, vectorized by this
+  // instruction set's compilation.
+  for_each_level_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_levels<T>; });
   add_int8_kernels(g, allow_vnni);
   add_packed_kernels(g, allow_vnni);
   return g;
