@@ -16,6 +16,7 @@
 
 #include "qlens/types.h"
 #include "quant/fp4.h"
+#include "quant/levels.h"
 #include "quant/block_rows.h"
 #include "quant/registry.h"
 
@@ -61,27 +62,30 @@ namespace {
 
 using namespace fp4;
 
-// 32 elements from 16 code bytes (low nibbles first) times d.
-void decode_codes(const uint8_t* qs, int half, float d, float* y) {
-  for (int j = 0; j < half; ++j) {
-    y[j] = static_cast<float>(kE2M1Doubled[qs[j] & 0xF]) * d;
-    y[j + half] = static_cast<float>(kE2M1Doubled[qs[j] >> 4]) * d;
+void decode_mxfp4(const void* block, ScaledLevels& L) {
+  BlockMXFP4 b;
+  std::memcpy(&b, block, sizeof b);
+  L.scale[0] = e8m0_half(b.e);
+  for (int j = 0; j < 16; ++j) {
+    L.v[j] = kE2M1Doubled[b.qs[j] & 0xF];
+    L.v[j + 16] = kE2M1Doubled[b.qs[j] >> 4];
   }
 }
 
-void mxfp4_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / 32; ++i, y += 32) {
-    const auto b = load_block<BlockMXFP4>(src, i);
-    decode_codes(b.qs, 16, e8m0_half(b.e), y);
+void decode_nvfp4(const void* block, ScaledLevels& L) {
+  BlockNVFP4 b;
+  std::memcpy(&b, block, sizeof b);
+  for (int s = 0; s < 4; ++s) {
+    L.scale[s] = ue4m3_half(b.d[s]);
+    for (int j = 0; j < 8; ++j) {
+      L.v[16 * s + j] = kE2M1Doubled[b.qs[8 * s + j] & 0xF];
+      L.v[16 * s + j + 8] = kE2M1Doubled[b.qs[8 * s + j] >> 4];
+    }
   }
 }
 
-void nvfp4_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / 64; ++i) {
-    const auto b = load_block<BlockNVFP4>(src, i);
-    for (int s = 0; s < 4; ++s, y += 16) decode_codes(b.qs + 8 * s, 8, ue4m3_half(b.d[s]), y);
-  }
-}
+constexpr ScaledFormat kMxfp4Levels{decode_mxfp4, 32, 32, sizeof(BlockMXFP4)};
+constexpr ScaledFormat kNvfp4Levels{decode_nvfp4, 64, 16, sizeof(BlockNVFP4)};
 
 // The code of x nearest to value * d, the first of equals (ggml's order:
 // +0 before -0, smaller magnitudes first).
@@ -174,11 +178,17 @@ void fit_nvfp4(const float* x, const float* w, BlockNVFP4& b) {
 
 }  // namespace
 
+const ScaledFormat* fp4_scaled_format(DType type) {
+  if (type == DType::MXFP4) return &kMxfp4Levels;
+  if (type == DType::NVFP4) return &kNvfp4Levels;
+  return nullptr;
+}
+
 std::span<const Binding> fp4_bindings() {
   static constexpr Binding kTable[] = {
-      {DType::MXFP4, {mxfp4_to_float, mxfp4_from_float, quantize_block_rows<32, BlockMXFP4, fit_mxfp4>, DType::Q8_0,
+      {DType::MXFP4, {scaled_to_float<kMxfp4Levels>, mxfp4_from_float, quantize_block_rows<32, BlockMXFP4, fit_mxfp4>, DType::Q8_0,
                       alignof(BlockMXFP4)}},
-      {DType::NVFP4, {nvfp4_to_float, nvfp4_from_float, quantize_block_rows<64, BlockNVFP4, fit_nvfp4>, DType::Q8_0,
+      {DType::NVFP4, {scaled_to_float<kNvfp4Levels>, nvfp4_from_float, quantize_block_rows<64, BlockNVFP4, fit_nvfp4>, DType::Q8_0,
                       alignof(BlockNVFP4)}},
   };
   return kTable;

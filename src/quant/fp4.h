@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "qlens/types.h"
+
 namespace qlens::quant::fp4 {
 
 // E2M1 code c's value times 2.
@@ -40,3 +42,9 @@ float ue4m3_half(uint8_t x);
 uint8_t ue4m3_from_float(float x);
 
 }  // namespace qlens::quant::fp4
+
+namespace qlens::quant {
+struct ScaledFormat;
+// MXFP4's and NVFP4's integer view (levels.h), or nullptr.
+const ScaledFormat* fp4_scaled_format(DType type);
+}  // namespace qlens::quant

@@ -30,6 +30,7 @@
 #include "quant/iquants.h"
 #include "quant/levels.h"
 #include "quant/lowbit.h"
+#include "quant/fp4.h"
 #include "quant/kquants.h"
 #include "quant/block_rows.h"
 #include "quant/registry.h"
@@ -442,6 +443,11 @@ constexpr Functions weight_format(ToFloatFn to_float) {
 }
 
 }  // namespace
+
+const ScaledFormat* scaled_format(DType type) {
+  if (const ScaledFormat* f = lowbit_scaled_format(type)) return f;
+  return fp4_scaled_format(type);
+}
 
 const LevelFormat* level_format(DType type) {
   switch (type) {

@@ -51,4 +51,33 @@ void levels_to_float(const void* src, float* y, int64_t n) {
   }
 }
 
+// The types whose dot products take Q8_0 activations and whose blocks are
+// small integer levels times float scales (Q1_0, Q2_0, MXFP4, NVFP4): a block
+// of `block` elements decodes to its levels v (Q1_0's -1, +1; Q2_0's -1..2;
+// the FP4 types' E2M1 values times 2) and a scale per `sub` elements, the
+// value scale * v as ggml computes it (so to_float is ggml's bit for bit).
+struct ScaledLevels {
+  float scale[8];
+  int8_t v[128];
+};
+
+struct ScaledFormat {
+  void (*decode)(const void* block, ScaledLevels& out);
+  int block;         // elements per block (32, 64 or 128)
+  int sub;           // elements per scale (16 or 32; one Q8_0 block holds whole ones)
+  size_t bytes;      // bytes per block
+};
+
+// The format of such a type, or nullptr.
+const ScaledFormat* scaled_format(DType type);
+
+template <const ScaledFormat& kFormat>
+void scaled_to_float(const void* src, float* y, int64_t n) {
+  ScaledLevels L;
+  for (int64_t i = 0; i < n / kFormat.block; ++i) {
+    kFormat.decode(static_cast<const char*>(src) + i * kFormat.bytes, L);
+    for (int e = 0; e < kFormat.block; ++e) *y++ = static_cast<float>(L.v[e]) * L.scale[e / kFormat.sub];
+  }
+}
+
 }  // namespace qlens::quant

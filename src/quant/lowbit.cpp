@@ -31,21 +31,22 @@ namespace {
 
 using namespace lowbit;
 
-void q1_0_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / 128; ++i, y += 128) {
-    const auto b = load_block<BlockQ1_0>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    for (int j = 0; j < 128; ++j) y[j] = b.qs[j / 8] >> (j % 8) & 1 ? d : -d;
-  }
+void decode_q1_0(const void* block, ScaledLevels& L) {
+  BlockQ1_0 b;
+  std::memcpy(&b, block, sizeof b);
+  std::fill(L.scale, L.scale + 4, fp16_to_fp32(b.d));
+  for (int j = 0; j < 128; ++j) L.v[j] = static_cast<int8_t>(b.qs[j / 8] >> (j % 8) & 1 ? 1 : -1);
 }
 
-void q2_0_to_float(const void* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / 64; ++i, y += 64) {
-    const auto b = load_block<BlockQ2_0>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    for (int j = 0; j < 64; ++j) y[j] = static_cast<float>((b.qs[j / 4] >> (2 * (j % 4)) & 3) - 1) * d;
-  }
+void decode_q2_0(const void* block, ScaledLevels& L) {
+  BlockQ2_0 b;
+  std::memcpy(&b, block, sizeof b);
+  std::fill(L.scale, L.scale + 2, fp16_to_fp32(b.d));
+  for (int j = 0; j < 64; ++j) L.v[j] = static_cast<int8_t>((b.qs[j / 4] >> (2 * (j % 4)) & 3) - 1);
 }
+
+constexpr ScaledFormat kQ1_0Levels{decode_q1_0, 128, 32, sizeof(BlockQ1_0)};
+constexpr ScaledFormat kQ2_0Levels{decode_q2_0, 64, 32, sizeof(BlockQ2_0)};
 
 // TQ2_0: byte 32 (e / 128) + e % 32, bits 2 ((e / 32) % 4) hold c, level c - 1.
 void decode_tq2_0(const void* block, Levels& L) {
@@ -248,6 +249,12 @@ void fit_ternary(const float* x, const float* w, Block& b) {
 
 }  // namespace
 
+const ScaledFormat* lowbit_scaled_format(DType type) {
+  if (type == DType::Q1_0) return &kQ1_0Levels;
+  if (type == DType::Q2_0) return &kQ2_0Levels;
+  return nullptr;
+}
+
 const LevelFormat* lowbit_level_format(DType type) {
   if (type == DType::TQ1_0) return &kTq1Levels;
   if (type == DType::TQ2_0) return &kTq2Levels;
@@ -256,9 +263,9 @@ const LevelFormat* lowbit_level_format(DType type) {
 
 std::span<const Binding> lowbit_bindings() {
   static constexpr Binding kTable[] = {
-      {DType::Q1_0, {q1_0_to_float, q1_0_from_float, quantize_block_rows<128, BlockQ1_0, fit_q1_0>, DType::Q8_0,
+      {DType::Q1_0, {scaled_to_float<kQ1_0Levels>, q1_0_from_float, quantize_block_rows<128, BlockQ1_0, fit_q1_0>, DType::Q8_0,
                      alignof(BlockQ1_0)}},
-      {DType::Q2_0, {q2_0_to_float, q2_0_from_float, quantize_block_rows<64, BlockQ2_0, fit_q2_0>, DType::Q8_0,
+      {DType::Q2_0, {scaled_to_float<kQ2_0Levels>, q2_0_from_float, quantize_block_rows<64, BlockQ2_0, fit_q2_0>, DType::Q8_0,
                      alignof(BlockQ2_0)}},
       {DType::TQ1_0, {levels_to_float<kTq1Levels, sizeof(BlockTQ1_0)>, ternary_from_float<BlockTQ1_0, pack_tq1_0>,
                       quantize_block_rows<256, BlockTQ1_0, fit_ternary<BlockTQ1_0, pack_tq1_0>>, DType::Q8_K,

@@ -19,6 +19,8 @@
 namespace qlens::quant {
 // TQ1_0's and TQ2_0's integer view (levels.h), or nullptr for other types.
 const LevelFormat* lowbit_level_format(DType type);
+// Q1_0's and Q2_0's (levels.h), or nullptr.
+const ScaledFormat* lowbit_scaled_format(DType type);
 }  // namespace qlens::quant
 
 namespace qlens::quant::lowbit {

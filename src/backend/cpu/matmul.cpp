@@ -60,6 +60,7 @@ GemmKernels make_scalar() {
   for_each_legacy_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scalar<T>; });
   for_each_k_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_k_scalar<T>; });
   for_each_level_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_levels<T>; });
+  for_each_scaled_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scaled<T>; });
   for (uint32_t t = 0; t < kDTypeCount; ++t) g.packed_dot[t] = packed_dot_scalar(static_cast<DType>(t));
   return g;
 }

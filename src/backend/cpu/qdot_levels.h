@@ -1,9 +1,10 @@
-// Dot products of the weight types that decode to small integer levels (the
-// i-quants IQ1_S .. IQ3_S, TQ1_0, TQ2_0: src/quant/levels.h) with activation
-// rows quantized to Q8_K: per super-block the integer sums of each run,
-// exact, then one float product,
-//   d_x * (d_w * factor) * sum over runs (2 l + 1) * sum v q,
-// ggml's math. Internal linkage: included by the scalar table (matmul.cpp)
+// Dot products of the weight types that decode to small integer levels
+// (src/quant/levels.h): the i-quants IQ1_S .. IQ3_S, TQ1_0 and TQ2_0 with
+// activation rows quantized to Q8_K, per super-block the integer sums of
+// each run, exact, then one float product,
+//   d_x * (d_w * factor) * sum over runs (2 l + 1) * sum v q;
+// Q1_0, Q2_0, MXFP4 and NVFP4 with Q8_0 activations, per activation block
+// of 32 and weight scale, (scale * d_x) * sum v q. ggml's math. Internal linkage: included by the scalar table (matmul.cpp)
 // and by the instruction sets' tables (simd_matmul.h), where the compiler
 // vectorizes the int8 sums.
 #pragma once
@@ -14,6 +15,7 @@
 
 #include "qlens/types.h"
 #include "quant/kquants.h"
+#include "quant/legacy.h"
 #include "quant/levels.h"
 
 namespace qlens::cpu {
@@ -47,8 +49,42 @@ void qdot_levels(int64_t k, const void* w, const void* x, size_t x_stride, int n
   for (int c = 0; c < nc; ++c) out[c] = sum[c];
 }
 
-// Calls f.template operator()<T>() for every such type: the one list every
+template <DType T>
+void qdot_scaled(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out) {
+  static const quant::ScaledFormat& f = *quant::scaled_format(T);
+  using XB = quant::BlockQ8_0;
+  const int64_t nb = k / f.block;
+  const int per_x = 32 / f.sub;  // weight scales per activation block
+  float sum[4] = {};
+  quant::ScaledLevels L;
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    f.decode(static_cast<const char*>(w) + ib * f.bytes, L);
+    for (int c = 0; c < nc; ++c) {
+      const char* xr = static_cast<const char*>(x) + c * x_stride;
+      for (int j = 0; j < f.block / 32; ++j) {
+        XB xb;
+        std::memcpy(&xb, xr + (ib * f.block / 32 + j) * sizeof(XB), sizeof xb);
+        const float dx = fp16_to_fp32(xb.d);
+        for (int u = 0; u < per_x; ++u) {
+          int32_t s = 0;
+          for (int e = 0; e < f.sub; ++e) s += L.v[32 * j + f.sub * u + e] * xb.qs[f.sub * u + e];
+          sum[c] += (L.scale[j * per_x + u] * dx) * static_cast<float>(s);
+        }
+      }
+    }
+  }
+  for (int c = 0; c < nc; ++c) out[c] = sum[c];
+}
+
+// Calls f.template operator()<T>() for every such type: the lists every
 // kernel table registers them from.
+template <class F>
+void for_each_scaled_qtype(F&& f) {
+  f.template operator()<DType::Q1_0>();
+  f.template operator()<DType::Q2_0>();
+  f.template operator()<DType::MXFP4>();
+  f.template operator()<DType::NVFP4>();
+}
 template <class F>
 void for_each_level_qtype(F&& f) {
   f.template operator()<DType::IQ1_S>();
