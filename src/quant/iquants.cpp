@@ -74,16 +74,21 @@ void decode_iq2_xxs(const void* block, Levels& L) {
   }
 }
 
+// Two 4-bit run codes a byte, the low nibble first (IQ2_XS, IQ2_S: runs of 16).
+void nibble_codes(const uint8_t* scales, Levels& L) {
+  for (int g = 0; g < kQK / 32; ++g) {
+    L.l[2 * g] = scales[g] & 0xF;
+    L.l[2 * g + 1] = scales[g] >> 4;
+  }
+}
+
 // IQ2_XS: per 8 elements a 9-bit point index and 7 sign bits (top); per group
 // two 4-bit scales (low nibble: its first 16 elements).
 void decode_iq2_xs(const void* block, Levels& L) {
   BlockIQ2XS b;
   std::memcpy(&b, block, sizeof b);
   L.d = fp16_to_fp32(b.d);
-  for (int g = 0; g < kQK / 32; ++g) {
-    L.l[2 * g] = b.scales[g] & 0xF;
-    L.l[2 * g + 1] = b.scales[g] >> 4;
-  }
+  nibble_codes(b.scales, L);
   for (int k = 0; k < kQK / 8; ++k) signed_levels(kIq2xsGrid[b.qs[k] & 511], kSigns[b.qs[k] >> 9], L.v + 8 * k);
 }
 
@@ -93,10 +98,7 @@ void decode_iq2_s(const void* block, Levels& L) {
   BlockIQ2S b;
   std::memcpy(&b, block, sizeof b);
   L.d = fp16_to_fp32(b.d);
-  for (int g = 0; g < kQK / 32; ++g) {
-    L.l[2 * g] = b.scales[g] & 0xF;
-    L.l[2 * g + 1] = b.scales[g] >> 4;
-  }
+  nibble_codes(b.scales, L);
   for (int k = 0; k < kQK / 8; ++k) {
     const int index = b.qs[k] | ((b.qh[k / 4] << (8 - 2 * (k % 4))) & 0x300);
     signed_levels(kIq2sGrid[index], b.qs[kQK / 8 + k], L.v + 8 * k);

@@ -89,6 +89,19 @@ std::vector<TypeRule> compile_rules(const QuantizeOptions& opt) {
   return rules;
 }
 
+// What llama-quantize refuses for a tensor's chosen type: a very-low-bit
+// type without an imatrix, quantizing a quantized tensor again unasked.
+void check_target(const gguf::File& in, const gguf::TensorInfo& t, DType want, const QuantMix& mix,
+                  const QuantizeOptions& opt) {
+  if (want == t.type) return;
+  if (opt.imatrix_path.empty() && requires_imatrix(role_of(t.name).name, want, mix))
+    throw Error(in.path() + ": tensor '" + t.name + "' would be " + std::string(type_name(want)) +
+                ", which needs an importance matrix (--imatrix), as llama-quantize requires");
+  if (type_traits(t.type).is_quantized && !opt.allow_requantize)
+    throw Error(in.path() + ": tensor '" + t.name + "' is already " + std::string(type_name(t.type)) +
+                "; quantizing it again loses quality (use --allow-requantize to do it anyway)");
+}
+
 std::string shape_text(const std::array<int64_t, 4>& ne, int n_dims) {
   std::string s = "[";
   for (int i = 0; i < n_dims; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
@@ -226,12 +239,7 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
         want = fb;
       }
       if (want == t.type) p.reason += ": kept";
-      if (!has_imatrix && want != t.type && requires_imatrix(role.name, want, mix))
-        throw Error(in.path() + ": tensor '" + t.name + "' would be " + std::string(type_name(want)) +
-                    ", which needs an importance matrix (--imatrix), as llama-quantize requires");
-      if (type_traits(t.type).is_quantized && want != t.type && !opt.allow_requantize)
-        throw Error(in.path() + ": tensor '" + t.name + "' is already " + std::string(type_name(t.type)) +
-                    "; quantizing it again loses quality (use --allow-requantize to do it anyway)");
+      check_target(in, t, want, mix, opt);
       p.to = want;
     }
     p.bytes = static_cast<size_t>(t.nelements() / type_traits(p.to).block_size) * type_traits(p.to).block_bytes;

@@ -46,6 +46,23 @@ struct Sums {
   }
 };
 
+// The errors of values already dequantized (a quantized file's tensor).
+Sums error_sums(const float* x, const float* back, int64_t n, int64_t n_per_row, const std::vector<float>& importance) {
+  Sums s;
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(back[i]) - x[i];
+    s.err2 += e * e;
+    s.x2 += static_cast<double>(x[i]) * x[i];
+    s.max_err = std::max(s.max_err, std::fabs(e));
+    if (!importance.empty()) {
+      const double w = importance[i % n_per_row];
+      s.werr2 += w * e * e;
+      s.wsum += w;
+    }
+  }
+  return s;
+}
+
 Sums measure(const float* x, int64_t n_rows, int64_t n_per_row, DType type, const std::vector<float>& importance,
              int n_threads) {
   const TypeTraits& tt = type_traits(type);
@@ -64,17 +81,7 @@ Sums measure(const float* x, int64_t n_rows, int64_t n_per_row, DType type, cons
       const float* src = x + r0 * n_per_row;
       tt.quantize(src, q.data(), nr, n_per_row, importance.empty() ? nullptr : importance.data());
       tt.to_float(q.data(), back.data(), nr * n_per_row);
-      for (int64_t i = 0; i < nr * n_per_row; ++i) {
-        const double e = static_cast<double>(back[i]) - src[i];
-        s.err2 += e * e;
-        s.x2 += static_cast<double>(src[i]) * src[i];
-        s.max_err = std::max(s.max_err, std::fabs(e));
-        if (!importance.empty()) {
-          const double w = importance[i % n_per_row];
-          s.werr2 += w * e * e;
-          s.wsum += w;
-        }
-      }
+      s.add(error_sums(src, back.data(), nr * n_per_row, n_per_row, importance));
     }
   };
   std::vector<std::thread> pool;
@@ -86,22 +93,6 @@ Sums measure(const float* x, int64_t n_rows, int64_t n_per_row, DType type, cons
   return total;
 }
 
-// The errors of values already dequantized (a quantized file's tensor).
-Sums error_sums(const float* x, const float* back, int64_t n, int64_t n_per_row, const std::vector<float>& importance) {
-  Sums s;
-  for (int64_t i = 0; i < n; ++i) {
-    const double e = static_cast<double>(back[i]) - x[i];
-    s.err2 += e * e;
-    s.x2 += static_cast<double>(x[i]) * x[i];
-    s.max_err = std::max(s.max_err, std::fabs(e));
-    if (!importance.empty()) {
-      const double w = importance[i % n_per_row];
-      s.werr2 += w * e * e;
-      s.wsum += w;
-    }
-  }
-  return s;
-}
 
 QuantErrorStats to_stats(const std::string& name, DType type, int64_t n, const Sums& s, bool weighted) {
   QuantErrorStats st;
