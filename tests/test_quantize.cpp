@@ -281,6 +281,12 @@ TEST(QuantizeModel, VeryLowBitTypesNeedTheirImportance) {
   opt.mix = "IQ2_XXS";
   EXPECT_TRUE(test::contains(test::error_of([&] { tools::plan_quantization(*gguf::File::open(model), opt); }),
                              "needs an importance matrix"));
+  // A dry run shows the plan, marked.
+  std::string out;
+  ASSERT_EQ(test::run_command(std::string(QLENS_BINARY) + " quantize " + model + " IQ2_XXS --dry-run", &out), 0) << out;
+  EXPECT_TRUE(test::contains(out, "blk.0.ffn_down.weight")) << out;
+  EXPECT_TRUE(test::contains(out, "(needs --imatrix)")) << out;
+  EXPECT_TRUE(test::contains(out, "note: a real run needs --imatrix")) << out;
   tools::Imatrix m;
   auto& e = m.entries["blk.0.attn_q.weight"];
   e.n_cols = 128;

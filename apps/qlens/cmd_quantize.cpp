@@ -98,12 +98,20 @@ void settle_quantize_options(QuantizeFlags& f) {
 // --dry-run: the plan (and how the imatrix covers it), nothing written but --json.
 int dry_run(const QuantizeFlags& f) {
   auto in = gguf::File::open(f.in_path);
-  auto plan = tools::plan_quantization(*in, f.opt);
+  tools::QuantizeOptions opt = f.opt;
+  opt.plan_only = true;
+  auto plan = tools::plan_quantization(*in, opt);
   if (!f.opt.imatrix_path.empty()) {
     plan.imatrix_coverage = tools::quantize_imatrix_coverage(*in, plan, tools::load_imatrix(f.opt.imatrix_path));
     tools::print_imatrix_coverage(std::cerr, *plan.imatrix_coverage);
   }
   tools::print_plan(plan, std::cout);
+  for (const auto& t : plan.tensors)
+    if (t.reason.find("(needs --imatrix)") != std::string::npos) {
+      std::cerr << "note: a real run needs --imatrix: tensors marked (needs --imatrix) get types llama-quantize "
+                   "writes only with an importance matrix\n";
+      break;
+    }
   if (!f.json_path.empty()) write_file_atomic(f.json_path, tools::quantize_plan_json(plan, f.in_path, "", f.opt));
   return 0;
 }

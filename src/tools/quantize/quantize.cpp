@@ -90,13 +90,17 @@ std::vector<TypeRule> compile_rules(const QuantizeOptions& opt) {
 }
 
 // What llama-quantize refuses for a tensor's chosen type: a very-low-bit
-// type without an imatrix, quantizing a quantized tensor again unasked.
+// type without an imatrix (a dry run notes it in the reason instead),
+// quantizing a quantized tensor again unasked.
 void check_target(const gguf::File& in, const gguf::TensorInfo& t, DType want, const QuantMix& mix,
-                  const QuantizeOptions& opt) {
+                  const QuantizeOptions& opt, std::string& reason) {
   if (want == t.type) return;
-  if (opt.imatrix_path.empty() && requires_imatrix(role_of(t.name).name, want, mix))
-    throw Error(in.path() + ": tensor '" + t.name + "' would be " + std::string(type_name(want)) +
-                ", which needs an importance matrix (--imatrix), as llama-quantize requires");
+  if (opt.imatrix_path.empty() && requires_imatrix(role_of(t.name).name, want, mix)) {
+    if (!opt.plan_only)
+      throw Error(in.path() + ": tensor '" + t.name + "' would be " + std::string(type_name(want)) +
+                  ", which needs an importance matrix (--imatrix), as llama-quantize requires");
+    reason += " (needs --imatrix)";
+  }
   if (type_traits(t.type).is_quantized && !opt.allow_requantize)
     throw Error(in.path() + ": tensor '" + t.name + "' is already " + std::string(type_name(t.type)) +
                 "; quantizing it again loses quality (use --allow-requantize to do it anyway)");
@@ -239,7 +243,7 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
         want = fb;
       }
       if (want == t.type) p.reason += ": kept";
-      check_target(in, t, want, mix, opt);
+      check_target(in, t, want, mix, opt, p.reason);
       p.to = want;
     }
     p.bytes = static_cast<size_t>(t.nelements() / type_traits(p.to).block_size) * type_traits(p.to).block_bytes;

@@ -40,6 +40,9 @@ struct QuantizeOptions {
   bool allow_requantize = false;  // quantized inputs may be quantized again
   double clip_sigma = 0;          // > 0: clip weights beyond K standard deviations per block
   int n_threads = 0;
+  // A dry run's plan: a type that needs an imatrix is planned without one,
+  // and its reason says so (a real run refuses it, as llama-quantize does).
+  bool plan_only = false;
 };
 
 // Parses "REGEX=TYPE" lines (blank lines and '#' comments skipped).
