@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "backend/cpu/elem.h"
@@ -59,7 +60,11 @@ GemmKernels make_scalar() {
   // (K types, i-quants, ternary) activations.
   for_each_legacy_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scalar<T>; });
   for_each_k_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_k_scalar<T>; });
-  for_each_level_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_levels<T>; });
+  for_each_level_qtype([&]<DType T>() {
+    if (quant::level_format(T)->run != kLevelRun<T>)  // (the kernels' compile-time copy of the format table's)
+      throw std::logic_error("qdot_levels: the run length of " + std::string(type_name(T)) + " disagrees");
+    g.dot[static_cast<int>(T)] = qdot_levels<T>;
+  });
   for_each_scaled_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scaled<T>; });
   for (uint32_t t = 0; t < kDTypeCount; ++t) g.packed_dot[t] = packed_dot_scalar(static_cast<DType>(t));
   return g;

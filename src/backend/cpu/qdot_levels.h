@@ -21,29 +21,37 @@
 namespace qlens::cpu {
 namespace {
 
+// The run length of T, known when compiling (so that the int8 sums unroll):
+// the format table's, checked against it once.
+template <DType T>
+constexpr int kLevelRun = T == DType::IQ2_XS || T == DType::IQ2_S || T == DType::IQ1_M ? 16
+                          : T == DType::TQ1_0 || T == DType::TQ2_0                       ? 256
+                                                                                         : 32;
+
 template <DType T>
 void qdot_levels(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out) {
   static const quant::LevelFormat& f = *quant::level_format(T);
+  constexpr int kRun = kLevelRun<T>;
   constexpr size_t kBlockBytes = kTypeFormats[static_cast<int>(T)].block_bytes;
   using XB = quant::kq::BlockQ8K;
   const int64_t nb = k / 256;
-  const int runs = 256 / f.run;
   float sum[4] = {};
   quant::Levels L;
   for (int64_t ib = 0; ib < nb; ++ib) {
     f.decode(static_cast<const char*>(w) + ib * kBlockBytes, L);
+    const float dw = L.d * f.factor;
     for (int c = 0; c < nc; ++c) {
       const char* xb = static_cast<const char*>(x) + c * x_stride + ib * sizeof(XB);
       float dx;
       std::memcpy(&dx, xb + offsetof(XB, d), sizeof dx);
       const auto* q = reinterpret_cast<const int8_t*>(xb + offsetof(XB, qs));
       int32_t isum = 0;
-      for (int r = 0; r < runs; ++r) {
+      for (int r = 0; r < 256 / kRun; ++r) {
         int32_t s = 0;
-        for (int e = r * f.run; e < (r + 1) * f.run; ++e) s += L.v[e] * q[e];
+        for (int e = 0; e < kRun; ++e) s += L.v[r * kRun + e] * q[r * kRun + e];
         isum += (2 * L.l[r] + 1) * s;
       }
-      sum[c] += dx * (L.d * f.factor) * static_cast<float>(isum);
+      sum[c] += dx * dw * static_cast<float>(isum);
     }
   }
   for (int c = 0; c < nc; ++c) out[c] = sum[c];
