@@ -1,6 +1,7 @@
-// The 4-bit float formats MXFP4 and NVFP4 (layouts: fp4.h). The decoders and
-// from_float are the plain reference, with ggml's float operations, so that
-// they equal its dequantization and reference quantization bit for bit
+// The 4-bit float formats MXFP4 and NVFP4 (layouts: fp4.h). Blocks decode to
+// integer levels and scales (levels.h), and to_float and from_float are the
+// plain reference, with ggml's float operations, so that they equal its
+// dequantization and reference quantization bit for bit
 // (tests/test_quant_lowbit.cpp). ggml's quantizers ignore importance and take
 // the scale from the block's largest magnitude; the weighted quantizers here
 // try the scales around that one (E8M0: 2^-2 .. 2^2 times it; UE4M3: 8 codes

@@ -1,9 +1,9 @@
 // ggml's i-quants on lattice grids: IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
-// IQ3_XXS, IQ3_S (layouts: iquants.h; grids: iq_grids.h). The decoders are
-// the plain reference: each element's value is computed with ggml's float
-// operations in ggml's order, so that they equal ggml's dequantization bit
-// for bit (tests/test_quant_lowbit.cpp, against blocks and values llama.cpp
-// wrote).
+// IQ3_XXS, IQ3_S (layouts: iquants.h; grids: iq_grids.h). Each block decodes
+// to its integer levels (levels.h: the dot kernels' input); to_float computes
+// each value from them with ggml's float operations in ggml's order, so that
+// it equals ggml's dequantization bit for bit (tests/test_quant_lowbit.cpp,
+// against blocks and values llama.cpp wrote).
 //
 // The quantizers of the signed formats (IQ2_*, IQ3_*) minimize
 // sum_j w_j (x_j - y_j)^2, w the importance (1 without an imatrix), over a
@@ -25,14 +25,14 @@
 #include <cstring>
 
 #include "qlens/types.h"
+#include "quant/block_rows.h"
+#include "quant/fp4.h"
 #include "quant/iq_grids.h"
 #include "quant/iq_lattice.h"
 #include "quant/iquants.h"
+#include "quant/kquants.h"
 #include "quant/levels.h"
 #include "quant/lowbit.h"
-#include "quant/fp4.h"
-#include "quant/kquants.h"
-#include "quant/block_rows.h"
 #include "quant/registry.h"
 
 namespace qlens::quant {

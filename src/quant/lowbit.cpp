@@ -1,7 +1,8 @@
 // ggml's one-scale low-bit formats: Q1_0, Q2_0 and the ternary TQ1_0 and
-// TQ2_0 (layouts: lowbit.h). The decoders and from_float are the plain
-// reference, with ggml's float operations, so that they equal its
-// dequantization and its reference quantization bit for bit
+// TQ2_0 (layouts: lowbit.h). Blocks decode to integer levels (levels.h) and
+// to_float and from_float are the plain reference, with ggml's float
+// operations, so that they equal its dequantization and its reference
+// quantization bit for bit
 // (tests/test_quant_lowbit.cpp). The weighted quantizers minimize
 // sum_j w_j (x_j - y_j)^2 with w the importance (1 without an imatrix),
 // which ggml's quantizers for these types ignore:
