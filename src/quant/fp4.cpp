@@ -64,8 +64,7 @@ namespace {
 using namespace fp4;
 
 void decode_mxfp4(const void* block, ScaledLevels& L) {
-  BlockMXFP4 b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockMXFP4>(block, 0);
   L.scale[0] = e8m0_half(b.e);
   for (int j = 0; j < 16; ++j) {
     L.v[j] = kE2M1Doubled[b.qs[j] & 0xF];
@@ -74,8 +73,7 @@ void decode_mxfp4(const void* block, ScaledLevels& L) {
 }
 
 void decode_nvfp4(const void* block, ScaledLevels& L) {
-  BlockNVFP4 b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockNVFP4>(block, 0);
   for (int s = 0; s < 4; ++s) {
     L.scale[s] = ue4m3_half(b.d[s]);
     for (int j = 0; j < 8; ++j) {

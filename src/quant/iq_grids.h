@@ -6,7 +6,7 @@
 // coordinate); a coordinate's value is its digit's level:
 //   2-bit grids (IQ2_*)   levels 8, 25, 43 (digits 0..2; every point's digits
 //                          sum to an even number)
-//   1-bit grid (IQ1_*)    levels -1, 0, 1 (the format adds +-1/8)
+//   1-bit grid (IQ1_*)    levels -1, 0, 1 (the format adds +-1/8 per run or point)
 //   3-bit grids (IQ3_*)   IQ3_XXS 4, 12, ..., 52, 62; IQ3_S 1, 3, ..., 15
 // The expanded tables hold, for point i, coordinate j in byte j (the 2- and
 // 1-bit grids in a uint64, the 3-bit grids in a uint32), as ggml's
@@ -31,9 +31,6 @@ inline constexpr int8_t kLevels2bit[3] = {8, 25, 43};
 inline constexpr int8_t kLevels1bit[3] = {-1, 0, 1};
 inline constexpr int8_t kLevelsIq3xxs[8] = {4, 12, 20, 28, 36, 44, 52, 62};
 inline constexpr int8_t kLevelsIq3s[8] = {1, 3, 5, 7, 9, 11, 13, 15};
-
-// IQ1_S and IQ1_M add +-kIq1Delta to every coordinate of a point.
-inline constexpr float kIq1Delta = 0.125f;
 
 // Each point's coordinates as bytes (two's complement for negative levels),
 // coordinate j in byte j.

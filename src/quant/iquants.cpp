@@ -63,8 +63,7 @@ void shifted_levels(uint64_t point, bool minus, int8_t* v) {
 // IQ2_XXS: a group's two 32-bit words: 4 point indices (bytes of the
 // first), 4 x 7 sign bits and the 4-bit scale (top) in the second.
 void decode_iq2_xxs(const void* block, Levels& L) {
-  BlockIQ2XXS b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockIQ2XXS>(block, 0);
   L.d = fp16_to_fp32(b.d);
   for (int g = 0; g < kQK / 32; ++g) {
     const uint32_t points = load_u32(b.qs + 4 * g), bits = load_u32(b.qs + 4 * g + 2);
@@ -85,8 +84,7 @@ void nibble_codes(const uint8_t* scales, Levels& L) {
 // IQ2_XS: per 8 elements a 9-bit point index and 7 sign bits (top); per group
 // two 4-bit scales (low nibble: its first 16 elements).
 void decode_iq2_xs(const void* block, Levels& L) {
-  BlockIQ2XS b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockIQ2XS>(block, 0);
   L.d = fp16_to_fp32(b.d);
   nibble_codes(b.scales, L);
   for (int k = 0; k < kQK / 8; ++k) signed_levels(kIq2xsGrid[b.qs[k] & 511], kSigns[b.qs[k] >> 9], L.v + 8 * k);
@@ -95,8 +93,7 @@ void decode_iq2_xs(const void* block, Levels& L) {
 // IQ2_S: 10-bit point indices (low bytes in qs, 2 bits each from the group's
 // qh byte), whole sign bytes after the indices, scales as IQ2_XS.
 void decode_iq2_s(const void* block, Levels& L) {
-  BlockIQ2S b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockIQ2S>(block, 0);
   L.d = fp16_to_fp32(b.d);
   nibble_codes(b.scales, L);
   for (int k = 0; k < kQK / 8; ++k) {
@@ -108,8 +105,7 @@ void decode_iq2_s(const void* block, Levels& L) {
 // IQ3_XXS: 64 byte indices of half-points, then per group a 32-bit word of
 // 4 x 7 sign bits and the 4-bit scale (top).
 void decode_iq3_xxs(const void* block, Levels& L) {
-  BlockIQ3XXS b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockIQ3XXS>(block, 0);
   L.d = fp16_to_fp32(b.d);
   for (int g = 0; g < kQK / 32; ++g) {
     const uint8_t* qs = b.qs + 8 * g;
@@ -124,8 +120,7 @@ void decode_iq3_xxs(const void* block, Levels& L) {
 // IQ3_S: 9-bit half-point indices (low bytes in qs, the 9th bits in the
 // group's qh byte), whole sign bytes, a 4-bit scale per group (two a byte).
 void decode_iq3_s(const void* block, Levels& L) {
-  BlockIQ3S b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockIQ3S>(block, 0);
   L.d = fp16_to_fp32(b.d);
   for (int g = 0; g < kQK / 32; ++g) {
     L.l[g] = static_cast<uint8_t>(g % 2 == 0 ? b.scales[g / 2] & 0xF : b.scales[g / 2] >> 4);
@@ -142,8 +137,7 @@ void decode_iq3_s(const void* block, Levels& L) {
 // IQ1_S: 11-bit point indices (low bytes in qs, 3 bits each from the group's
 // qh word), the group's scale in qh bits 12-14 and the shift's sign in bit 15.
 void decode_iq1_s(const void* block, Levels& L) {
-  BlockIQ1S b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockIQ1S>(block, 0);
   L.d = fp16_to_fp32(b.d);
   for (int g = 0; g < kQK / 32; ++g) {
     const int qh = b.qh[g];
@@ -157,8 +151,7 @@ void decode_iq1_s(const void* block, Levels& L) {
 // shift's sign) and a 3-bit scale (four per 16-bit scale word, whose top
 // nibbles together are the fp16 super-block scale).
 void decode_iq1_m(const void* block, Levels& L) {
-  BlockIQ1M b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockIQ1M>(block, 0);
   uint16_t sc[4];
   std::memcpy(sc, b.scales, sizeof sc);
   L.d = fp16_to_fp32((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
@@ -225,30 +218,52 @@ void choose_signs(const float* x, const float* w, bool parity, SignedBlock& b, f
   }
 }
 
-// Step 3 for one candidate d: each run's code and points; the total error.
-double fit_codes(const SignedFormat& f, const Lattice& lattice, const float* t, const float* w, const PointFit* fits,
-                 float d, SignedBlock& b) {
-  const int n_runs = kQK / f.run, per_run = f.run / lattice.coords();
-  double total = 0;
-  for (int r = 0; r < n_runs; ++r) {
-    int nearest = 0;
-    for (int l = 1; l < 16; ++l)
-      if (std::fabs(d * f.factor(l) - fits[r].scale) < std::fabs(d * f.factor(nearest) - fits[r].scale)) nearest = l;
-    PointFit best;
-    best.error = INFINITY;
-    int best_l = nearest;
-    for (int l = std::max(nearest - 1, 0); l <= std::min(nearest + 1, 15); ++l) {
-      const PointFit fit = points_for_scale(lattice, t + r * f.run, w + r * f.run, f.run, d * f.factor(l));
-      if (fit.error < best.error) {
-        best = fit;
-        best_l = l;
+// Step 3, shared with the 1-bit formats: the super-block scale d (0.94, 1
+// and 1.06 times the largest run scale over the top code's factor, rounded
+// to fp16) and, for each, every run's code (the one whose scale is nearest
+// the run's own, and its two neighbours) with its points chosen again for
+// the scale d * factor(l) it will have; the d with the least total error
+// wins. points(r, s): run r's points for scale s. d = 0 when every run's
+// scale is 0.
+struct CodedRuns {
+  float d = 0;
+  uint8_t codes[kQK / 16] = {};
+  PointFit fits[kQK / 16];
+};
+
+template <class Points>
+CodedRuns choose_codes(const PointFit* fits, int n_runs, int top_code, float (*factor)(int), Points points) {
+  float max_scale = 0;
+  for (int r = 0; r < n_runs; ++r) max_scale = std::max(max_scale, fits[r].scale);
+  CodedRuns best;
+  if (!(max_scale > 0)) return best;
+  double best_error = INFINITY;
+  for (float m : {0.94f, 1.0f, 1.06f}) {
+    CodedRuns c;
+    c.d = fp16_to_fp32(fp32_to_fp16(std::min(max_scale / factor(top_code) * m, 65504.0f)));
+    if (!(c.d > 0)) continue;
+    double total = 0;
+    for (int r = 0; r < n_runs; ++r) {
+      int nearest = 0;
+      for (int l = 1; l <= top_code; ++l)
+        if (std::fabs(c.d * factor(l) - fits[r].scale) < std::fabs(c.d * factor(nearest) - fits[r].scale)) nearest = l;
+      c.fits[r].error = INFINITY;
+      c.codes[r] = static_cast<uint8_t>(nearest);
+      for (int l = std::max(nearest - 1, 0); l <= std::min(nearest + 1, top_code); ++l) {
+        const PointFit fit = points(r, c.d * factor(l));
+        if (fit.error < c.fits[r].error) {
+          c.fits[r] = fit;
+          c.codes[r] = static_cast<uint8_t>(l);
+        }
       }
+      total += c.fits[r].error;
     }
-    b.codes[r] = static_cast<uint8_t>(best_l);
-    std::copy(best.points, best.points + per_run, b.points + r * per_run);
-    total += best.error;
+    if (total < best_error) {
+      best_error = total;
+      best = c;
+    }
   }
-  return total;
+  return best;
 }
 
 SignedBlock quantize_signed(const SignedFormat& f, const float* x, const float* w) {
@@ -256,24 +271,16 @@ SignedBlock quantize_signed(const SignedFormat& f, const float* x, const float* 
   SignedBlock b;
   float t[kQK];
   choose_signs(x, w, f.parity, b, t);
+  const int n_runs = kQK / f.run, per_run = f.run / lattice.coords();
   PointFit fits[kQK / 16];
-  float max_scale = 0;
-  for (int r = 0; r < kQK / f.run; ++r) {
-    fits[r] = fit_points(lattice, t + r * f.run, w + r * f.run, f.run);
-    max_scale = std::max(max_scale, fits[r].scale);
-  }
-  if (!(max_scale > 0)) return b;  // d = 0: every element 0
-  double best_error = INFINITY;
-  SignedBlock candidate = b;
-  for (float m : {0.94f, 1.0f, 1.06f}) {
-    const float d = fp16_to_fp32(fp32_to_fp16(std::min(max_scale / f.factor(15) * m, 65504.0f)));
-    if (!(d > 0)) continue;
-    const double error = fit_codes(f, lattice, t, w, fits, d, candidate);
-    if (error < best_error) {
-      best_error = error;
-      b = candidate;
-      b.d = d;
-    }
+  for (int r = 0; r < n_runs; ++r) fits[r] = fit_points(lattice, t + r * f.run, w + r * f.run, f.run);
+  const CodedRuns c = choose_codes(fits, n_runs, 15, f.factor, [&](int r, float s) {
+    return points_for_scale(lattice, t + r * f.run, w + r * f.run, f.run, s);
+  });
+  b.d = c.d;
+  for (int r = 0; r < n_runs && c.d > 0; ++r) {
+    b.codes[r] = c.codes[r];
+    std::copy(c.fits[r].points, c.fits[r].points + per_run, b.points + r * per_run);
   }
   return b;
 }
@@ -370,44 +377,18 @@ PointFit shifted_points(const float* x, const float* w, int run, bool per_point,
 ShiftedBlock quantize_shifted(const float* x, const float* w, int run, bool per_point) {
   const int n_runs = kQK / run, per_run = run / 8;
   PointFit fits[kQK / 16];
-  float max_scale = 0;
-  for (int r = 0; r < n_runs; ++r) {
-    fits[r] = shifted_points(x + r * run, w + r * run, run, per_point, 0.0f);
-    max_scale = std::max(max_scale, fits[r].scale);
+  for (int r = 0; r < n_runs; ++r) fits[r] = shifted_points(x + r * run, w + r * run, run, per_point, 0.0f);
+  const CodedRuns c = choose_codes(fits, n_runs, 7, eighth_odd_steps, [&](int r, float s) {
+    return shifted_points(x + r * run, w + r * run, run, per_point, s);
+  });
+  ShiftedBlock b;
+  b.d = c.d;
+  for (int r = 0; r < n_runs && c.d > 0; ++r) {
+    b.codes[r] = c.codes[r];
+    std::copy(c.fits[r].points, c.fits[r].points + per_run, b.points + r * per_run);
+    std::copy(c.fits[r].on_alt, c.fits[r].on_alt + per_run, b.minus + r * per_run);
   }
-  ShiftedBlock best;
-  if (!(max_scale > 0)) return best;
-  double best_error = INFINITY;
-  for (float m : {0.94f, 1.0f, 1.06f}) {
-    const float d = fp16_to_fp32(fp32_to_fp16(std::min(max_scale / eighth_odd_steps(7) * m, 65504.0f)));
-    if (!(d > 0)) continue;
-    ShiftedBlock b;
-    b.d = d;
-    double total = 0;
-    for (int r = 0; r < n_runs; ++r) {
-      int nearest = 0;
-      for (int l = 1; l < 8; ++l)
-        if (std::fabs(d * eighth_odd_steps(l) - fits[r].scale) < std::fabs(d * eighth_odd_steps(nearest) - fits[r].scale))
-          nearest = l;
-      PointFit chosen;
-      chosen.error = INFINITY;
-      for (int l = std::max(nearest - 1, 0); l <= std::min(nearest + 1, 7); ++l) {
-        PointFit fit = shifted_points(x + r * run, w + r * run, run, per_point, d * eighth_odd_steps(l));
-        if (fit.error < chosen.error) {
-          chosen = fit;
-          b.codes[r] = static_cast<uint8_t>(l);
-        }
-      }
-      std::copy(chosen.points, chosen.points + per_run, b.points + r * per_run);
-      std::copy(chosen.on_alt, chosen.on_alt + per_run, b.minus + r * per_run);
-      total += chosen.error;
-    }
-    if (total < best_error) {
-      best_error = total;
-      best = b;
-    }
-  }
-  return best;
+  return b;
 }
 
 void fit_iq1_s(const float* x, const float* w, BlockIQ1S& b) {

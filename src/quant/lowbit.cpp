@@ -33,15 +33,13 @@ namespace {
 using namespace lowbit;
 
 void decode_q1_0(const void* block, ScaledLevels& L) {
-  BlockQ1_0 b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockQ1_0>(block, 0);
   std::fill(L.scale, L.scale + 4, fp16_to_fp32(b.d));
   for (int j = 0; j < 128; ++j) L.v[j] = static_cast<int8_t>(b.qs[j / 8] >> (j % 8) & 1 ? 1 : -1);
 }
 
 void decode_q2_0(const void* block, ScaledLevels& L) {
-  BlockQ2_0 b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockQ2_0>(block, 0);
   std::fill(L.scale, L.scale + 2, fp16_to_fp32(b.d));
   for (int j = 0; j < 64; ++j) L.v[j] = static_cast<int8_t>((b.qs[j / 4] >> (2 * (j % 4)) & 3) - 1);
 }
@@ -51,8 +49,7 @@ constexpr ScaledFormat kQ2_0Levels{decode_q2_0, 64, 32, sizeof(BlockQ2_0)};
 
 // TQ2_0: byte 32 (e / 128) + e % 32, bits 2 ((e / 32) % 4) hold c, level c - 1.
 void decode_tq2_0(const void* block, Levels& L) {
-  BlockTQ2_0 b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockTQ2_0>(block, 0);
   L.d = fp16_to_fp32(b.d);
   for (int e = 0; e < 256; ++e) L.v[e] = static_cast<int8_t>((b.qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4)) & 3) - 1);
 }
@@ -65,8 +62,7 @@ int ternary_digit(uint8_t byte, int n) {
 }
 
 void decode_tq1_0(const void* block, Levels& L) {
-  BlockTQ1_0 b;
-  std::memcpy(&b, block, sizeof b);
+  const auto b = load_block<BlockTQ1_0>(block, 0);
   L.d = fp16_to_fp32(b.d);
   int8_t* v = L.v;
   auto put = [&](const uint8_t* bytes, int count, int digits) {
