@@ -59,7 +59,11 @@ const std::vector<char>& quantized_tile(DType type, int64_t k) {
     std::vector<float> f(64 * k);
     for (float& v : f) v = u(rng);
     q.resize(row_bytes(type, k) * 64);
-    type_traits(type).from_float(f.data(), q.data(), 64 * k);
+    // (The i-quants have only the weighted quantizer.)
+    if (const TypeTraits& t = type_traits(type); t.from_float)
+      t.from_float(f.data(), q.data(), 64 * k);
+    else
+      t.quantize(f.data(), q.data(), 64, k, nullptr);
   }
   return q;
 }
@@ -201,7 +205,9 @@ void BM_MulMatVec(benchmark::State& state) {
 }
 void MulMatVecArgs(benchmark::internal::Benchmark* bm) {
   bm->ArgNames({"type", "K", "M", "packed", "cached"});
-  for (DType t : {DType::F16, DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
+  for (DType t : {DType::F16, DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
+                  DType::IQ1_S, DType::IQ1_M, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S,
+                  DType::TQ1_0, DType::TQ2_0, DType::MXFP4, DType::NVFP4, DType::Q1_0, DType::Q2_0})
     for (auto [k, m] : {std::pair<int64_t, int64_t>{2048, 5632}, {5632, 2048}})
       for (int64_t packed : {0, 1})
         for (int64_t cached : {0, 1})
@@ -226,14 +232,20 @@ void MulMatPathArgs(benchmark::internal::Benchmark* bm) {
 }
 BENCHMARK(BM_MulMatPath)->Apply(MulMatPathArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// The quantized types with int8 GEMM kernels.
+constexpr DType kInt8Types[] = {DType::Q4_0,  DType::Q4_1,   DType::Q5_0,   DType::Q5_1,    DType::Q8_0,   DType::IQ4_NL,
+                                DType::Q2_K,  DType::Q3_K,   DType::Q4_K,   DType::Q5_K,    DType::Q6_K,   DType::IQ4_XS,
+                                DType::IQ1_S, DType::IQ1_M,  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,  DType::IQ3_XXS,
+                                DType::IQ3_S, DType::TQ1_0,  DType::TQ2_0,  DType::MXFP4,   DType::NVFP4,  DType::Q1_0,
+                                DType::Q2_0};
+
 // The GEMM path for quantized weights at N = 512 and the 1.1B shapes, on the
 // int8 panels (path 1, where the instruction set has them: VNNI) or on the
 // dequantized F32 panels (path 0): args type, K, M, N, path.
 void BM_MulMatInt8(benchmark::State& state) { mul_mat_bench(state, state.range(4) != 0); }
 void MulMatInt8Args(benchmark::internal::Benchmark* bm) {
   bm->ArgNames({"type", "K", "M", "N", "int8"});
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL, DType::Q2_K,
-                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
+  for (DType t : kInt8Types)
     for (auto [k, m] : {std::pair<int64_t, int64_t>{2048, 5632}, {5632, 2048}})
       for (int64_t path : {0, 1}) bm->Args({static_cast<int64_t>(t), k, m, 512, path});
 }
@@ -277,9 +289,7 @@ void BM_Int8Micro(benchmark::State& state) {
 }
 void Int8MicroArgs(benchmark::internal::Benchmark* bm) {
   bm->ArgNames({"type", "K"});
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL, DType::Q2_K,
-                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
-    bm->Args({static_cast<int64_t>(t), 2048});
+  for (DType t : kInt8Types) bm->Args({static_cast<int64_t>(t), 2048});
 }
 BENCHMARK(BM_Int8Micro)->Apply(Int8MicroArgs)->Unit(benchmark::kMicrosecond);
 

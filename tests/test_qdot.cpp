@@ -34,8 +34,8 @@
 //    N >= 64 must take it where it exists. Where the CPU has VNNI, every
 //    product runs again on a backend made without it (CpuOptions::vnni off:
 //    the kernels of a CPU without VNNI).
-//  - The K types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; QdotK.*) with Q8_K
-//    activations: the same three checks, the dot bound being (nb + 8) * 2^-23
+//  - The K types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; QdotK.*) and the
+//    level types (IQ1_S .. IQ3_S, TQ1_0, TQ2_0) with Q8_K activations: the same three checks, the dot bound being (nb + 8) * 2^-23
 //    * S with nb = K / 256 and S = sum_e |x_e| (|w_e| + 2 |dmin m_j|) (see
 //    ref_dot_k); K = 256 .. 8192, mul_mat with N = 1, 5 (dot) and 13, 64, 100
 //    (GEMM), K = 256, 768, 4096.
@@ -56,8 +56,10 @@
 #include "qlens/backend.h"
 #include "qlens/tensor.h"
 #include "qlens/types.h"
+#include "quant/iquants.h"
 #include "quant/kquants.h"
 #include "quant/legacy.h"
+#include "quant/lowbit.h"
 #include "test_util.h"
 
 namespace qlens {
@@ -334,7 +336,11 @@ TEST(Qdot, SameTypeRowKernelsEqualDotKernels) {
 
 // ---- K types: dot kernels ---------------------------------------------------------------
 
-constexpr DType kKTypes[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+// With them, the level types (the i-quants and ternary types, whose kernels
+// are the K ones: simd_qdot_levels.h).
+constexpr DType kKTypes[] = {DType::Q2_K,   DType::Q3_K,   DType::Q4_K,    DType::Q5_K,    DType::Q6_K,
+                             DType::IQ4_XS, DType::IQ1_S,  DType::IQ1_M,   DType::IQ2_XXS, DType::IQ2_XS,
+                             DType::IQ2_S,  DType::IQ3_XXS, DType::IQ3_S,  DType::TQ1_0,   DType::TQ2_0};
 constexpr int64_t kQK = quant::kq::kQK;
 
 // Byte offsets of a K block's fp16 d and dmin (-1: none), and the byte ranges
@@ -352,8 +358,27 @@ KLayout k_layout(DType t) {
     case DType::Q5_K:
       return {offsetof(BlockQ5K, d), offsetof(BlockQ5K, dmin), {{offsetof(BlockQ5K, qs), 128}, {offsetof(BlockQ5K, qh), 32}}};
     case DType::Q6_K: return {offsetof(BlockQ6K, d), -1, {}};
-    default: return {offsetof(BlockIQ4XS, d), -1, {}};
+    case DType::IQ4_XS: return {offsetof(BlockIQ4XS, d), -1, {}};
+    case DType::IQ1_M: return {-1, -1, {}};  // its scale: the top nibbles of its 4 scale words (set_k_scale)
+    case DType::TQ1_0: return {offsetof(quant::lowbit::BlockTQ1_0, d), -1, {}};
+    case DType::TQ2_0: return {offsetof(quant::lowbit::BlockTQ2_0, d), -1, {}};
+    default: return {0, -1, {}};  // the other i-quants: d first
   }
+}
+
+// Stores the fp16 super-block scale h of a block of type t.
+void set_k_scale(DType t, uint8_t* blk, uint16_t h) {
+  if (t == DType::IQ1_M) {
+    uint8_t* words = blk + offsetof(quant::iq::BlockIQ1M, scales);
+    for (int i = 0; i < 4; ++i) {
+      uint16_t w;
+      std::memcpy(&w, words + 2 * i, 2);
+      w = static_cast<uint16_t>((w & 0x0fff) | ((h >> (4 * i)) & 0xf) << 12);
+      std::memcpy(words + 2 * i, &w, 2);
+    }
+    return;
+  }
+  store16(blk + k_layout(t).d, h);
 }
 
 // K / 256 random super-blocks of type t: random bytes, all 0x00 or all 0xff
@@ -367,7 +392,7 @@ std::vector<uint8_t> random_k_weights(std::mt19937& rng, DType t, int64_t K) {
     uint8_t* p = w.data() + b * bb;
     const int pattern = static_cast<int>(rng() % 8);
     for (size_t i = 0; i < bb; ++i) p[i] = pattern == 0 ? 0xff : pattern == 1 ? 0x00 : static_cast<uint8_t>(rng());
-    store16(p + l.d, random_scale(rng));
+    set_k_scale(t, p, random_scale(rng));
     if (l.dmin >= 0) store16(p + l.dmin, random_scale(rng));
   }
   return w;

@@ -35,9 +35,11 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/qdot.h"
 #include "backend/cpu/qdot_k.h"
+#include "backend/cpu/qdot_levels.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/simd_qdot.h"
 #include "backend/cpu/simd_qdot_k.h"
+#include "backend/cpu/simd_qdot_levels.h"
 
 namespace qlens::cpu {
 namespace {
@@ -79,7 +81,7 @@ constexpr I8Format i8_format() {
     const bool wide = K::kSigned && signed_codes;
     // Unsigned codes: 2 bits (Q2_K), 3 (Q3_K), 4 (Q4_K), 5 (Q5_K), 6 (Q6_K).
     const int bits = T == DType::Q2_K ? 2 : T == DType::Q3_K ? 3 : T == DType::Q4_K ? 4 : T == DType::Q5_K ? 5 : 6;
-    return {false, quant::kq::kQK, KCodec<T>::type::kSub, K::kMins && !K::kFold,
+    return {false, quant::kq::kQK, sub_block_size<T>(), K::kMins && !K::kFold,
             K::kSigned ? (wide ? 0 : 128) : K::kLevel, wide, K::kSigned ? 128 : (1 << bits) - 1};
   }
 }
@@ -213,7 +215,6 @@ void i8_pack_k(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, i
   constexpr I8Format f = i8_format<T, SC>();
   constexpr int G = f.groups();
   using K = KBlock<T>;
-  using B = typename KCodec<T>::type::Block;
   const float* f16 = fp16_table();
   for (int64_t u = 0; u < nu; ++u, out += i8_w_unit_bytes(f, NR)) {
     float* scale = reinterpret_cast<float*>(out + f.code_bytes() * NR);
@@ -232,7 +233,7 @@ void i8_pack_k(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, i
           }
           continue;
         }
-        const K kb(row0 + i * row_stride + (u0 + u) * sizeof(B), f16);
+        const K kb(row0 + i * row_stride + (u0 + u) * kSuperBlockBytes<T>, f16);
 #pragma GCC unroll 8
         for (int c = 0; c < 8; ++c) codes[c][t] = K::kSigned && !f.wide ? flip_sign(kb.codes(c)) : kb.codes(c);
         alignas(32) float dl[16], ml[16];
@@ -657,6 +658,7 @@ void add_int8_kernels_of(GemmKernels& g, int min_n_legacy, int min_n_k) {
   };
   for_each_legacy_qtype(add);
   for_each_k_qtype(add);
+  for_each_level_qtype(add);
 }
 
 // Fills g.i8 for every quantized type: with the dot instruction where the CPU

@@ -261,9 +261,13 @@ GemmKernels make_gemm_kernels(bool allow_vnni) {
   g.pack_act_f16 = pack_act_panel<V::kMr, true>;
   add_quant_kernels<NR>(g);
   add_kquant_kernels<NR>(g);
-  // The i-quants, ternary, FP4, Q1_0 and Q2_0 types: the plain kernels,
-  // vectorized by this instruction set's compilation.
-  for_each_level_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_levels<T>; });
+  // The i-quants and ternary types through the K kernels (their
+  // super-blocks: simd_qdot_levels.h); FP4, Q1_0 and Q2_0: the plain
+  // kernels, vectorized by this instruction set's compilation.
+  for_each_level_qtype([&]<DType T>() {
+    g.dot[static_cast<int>(T)] = qdot_k_simd<T>;
+    g.pack[static_cast<int>(T)] = pack_k_panel<T, NR>;
+  });
   for_each_scaled_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scaled<T>; });
   add_int8_kernels(g, allow_vnni);
   add_packed_kernels(g, allow_vnni);

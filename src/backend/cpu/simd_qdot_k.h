@@ -70,6 +70,19 @@ inline void scaled_floats(__m128i v, float mul, float* out) {
 template <DType T>
 struct KBlock;
 
+// Bytes per super-block of such a type, and elements per sub-block scale
+// (the K types' codec's; the level types' runs, simd_qdot_levels.h).
+template <DType T>
+inline constexpr size_t kSuperBlockBytes = kTypeFormats[static_cast<int>(T)].block_bytes;
+template <DType T>
+constexpr int sub_block_size() {
+  if constexpr (requires { KBlock<T>::kSub; }) {
+    return KBlock<T>::kSub;
+  } else {
+    return KCodec<T>::type::kSub;
+  }
+}
+
 // Q4_K and Q5_K: 8 sub-blocks of 32, 6-bit scales and mins.
 template <DType T>
 struct KBlock4 {
@@ -273,7 +286,7 @@ inline constexpr int64_t kPrefetchBlocks = 8;
 template <DType T, int NC>
 void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out) {
   using K = KBlock<T>;
-  using B = typename KCodec<T>::type::Block;
+  constexpr size_t kBytes = kSuperBlockBytes<T>;
   using XB = quant::kq::BlockQ8K;
   const int64_t nb = k / quant::kq::kQK;
   const float* f16 = fp16_table();
@@ -282,10 +295,10 @@ void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out)
   for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
     {
-      const char* pf = w + (ib + kPrefetchBlocks) * sizeof(B);
-      for (size_t o = 0; o < sizeof(B); o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+      const char* pf = w + (ib + kPrefetchBlocks) * kBytes;
+      for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
     }
-    const K blk(w + ib * sizeof(B), f16);
+    const K blk(w + ib * kBytes, f16);
     const char* xb = x + ib * sizeof(XB);
     __m256i isum[NC];
 #pragma GCC unroll 4
@@ -344,7 +357,7 @@ void qdot_k_simd(int64_t k, const void* w, const void* x, size_t x_stride, int n
 template <DType T>
 void dequantize_k_block(const char* blk, const float* f16, float* y) {
   using K = KBlock<T>;
-  constexpr int kSub = KCodec<T>::type::kSub;
+  constexpr int kSub = sub_block_size<T>();
   const K kb(blk, f16);
   alignas(32) float dl[16], ml[16];
   kb.sub_scales(dl, ml);
@@ -370,7 +383,6 @@ void dequantize_k_block(const char* blk, const float* f16, float* y) {
 template <DType T, int NR>
 void pack_k_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t k0, int64_t kc, float* panel) {
   static_assert(NR % 8 == 0);
-  using B = typename KCodec<T>::type::Block;
   constexpr int kQK = quant::kq::kQK;
   const float* f16 = fp16_table();
   alignas(32) float buf[NR][kQK];
@@ -378,7 +390,7 @@ void pack_k_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t k0
   for (int64_t b = 0; b < kc / kQK; ++b) {
     for (int i = 0; i < NR; ++i) {
       if (i < nrows) {
-        dequantize_k_block<T>(row0 + i * row_stride + (b0 + b) * sizeof(B), f16, buf[i]);
+        dequantize_k_block<T>(row0 + i * row_stride + (b0 + b) * kSuperBlockBytes<T>, f16, buf[i]);
       } else {
         for (int q = 0; q < kQK / 8; ++q) _mm256_store_ps(buf[i] + 8 * q, _mm256_setzero_ps());
       }

@@ -1,0 +1,314 @@
+// The level types (the i-quants IQ1_S .. IQ3_S, TQ1_0, TQ2_0; their integer
+// view: src/quant/levels.h) as K super-blocks for the K kernels of
+// simd_qdot_k.h (dot with Q8_K activations, F32 panels) and
+// simd_gemm_int8.h (int8 panels): each decodes a chunk of 32 elements into
+// its signed integer levels v in one vector, and gives the chunk's run
+// multipliers 2l + 1 as the int16 scales of madd, with d = d_w * factor. So
+//   sum over runs (2l + 1) * sum v q  = sum over chunks madd(maddubs(|v|, sign(q, v)), 2l + 1)
+// and the float math is the K types' (the sub-block scales d * (2l + 1),
+// exact, equal to to_float's run scales times the format's unit).
+//
+// No int16 or int32 sum overflows: |v| <= 62, |q| <= 127, so a maddubs pair
+// is at most 2 * 62 * 127; times 2l + 1 <= 31, and summed over 128 pairs,
+// under 2^27.
+//
+// A chunk's points come from the grid tables (iq_grids.h) by scalar
+// lookups, 4 or 8 per chunk, as ggml's kernels read them; the signs are
+// applied as byte masks, v = (g ^ m) - m. TQ1_0's base-3 digits decode
+// through the scalar decoder (levels.h) once per super-block.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/simd_qdot_k.h"
+#include "quant/iq_grids.h"
+#include "quant/iquants.h"
+#include "quant/levels.h"
+#include "quant/lowbit.h"
+
+namespace qlens::cpu {
+namespace {
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+inline uint32_t load_u32_at(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// The byte mask of a 7-bit sign field (its parity bit added): kSignMasks of kSigns.
+constexpr std::array<uint64_t, 128> make_sign_masks7() {
+  std::array<uint64_t, 128> m{};
+  for (int i = 0; i < 128; ++i) m[i] = quant::iq::kSignMasks[quant::iq::kSigns[i]];
+  return m;
+}
+inline constexpr std::array<uint64_t, 128> kSignMasks7 = make_sign_masks7();
+
+// Levels g (unsigned, per byte) negated where the mask m is 0xFF.
+inline __m256i apply_signs(__m256i g, __m256i m) { return _mm256_sub_epi8(_mm256_xor_si256(g, m), m); }
+
+// Four 8-element points of a 64-bit grid with their sign masks.
+inline __m256i signed_points(const uint64_t* grid, const int idx[4], const uint64_t m[4]) {
+  const __m256i g = _mm256_setr_epi64x(static_cast<long long>(grid[idx[0]]), static_cast<long long>(grid[idx[1]]),
+                                       static_cast<long long>(grid[idx[2]]), static_cast<long long>(grid[idx[3]]));
+  return apply_signs(g, _mm256_setr_epi64x(static_cast<long long>(m[0]), static_cast<long long>(m[1]),
+                                           static_cast<long long>(m[2]), static_cast<long long>(m[3])));
+}
+// Eight 4-element half-points of a 32-bit grid with the sign masks of four 8s.
+inline __m256i signed_halves(const uint32_t* grid, const uint8_t* idx, const int hi[8], const uint64_t m[4]) {
+  auto at = [&](int j) { return static_cast<int>(grid[idx[j] | hi[j]]); };
+  const __m256i g = _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
+  return apply_signs(g, _mm256_setr_epi64x(static_cast<long long>(m[0]), static_cast<long long>(m[1]),
+                                           static_cast<long long>(m[2]), static_cast<long long>(m[3])));
+}
+
+// What every level block shares: d (d_w * factor), the multipliers 2l + 1
+// per run of kRun (32: 8 of them in both lanes; 16: even runs in the low
+// lane, odd in the high, as the K types' sub-blocks of 16; 256: one, 1).
+template <int kRun>
+struct LevelBlock {
+  static constexpr bool kSigned = true, kMins = false, kFold = false;
+  static constexpr int kLevel = 0, kSub = kRun;
+  float d = 0.0f, dmin = 0.0f;
+  __m256i sc = _mm256_set1_epi16(1);
+  __m128i odd = _mm_setzero_si128();  // 2l + 1 per run, as bytes
+  // l: the run codes as bytes, in run order.
+  void set_runs(__m128i l) {
+    odd = _mm_add_epi8(_mm_add_epi8(l, l), _mm_set1_epi8(1));
+    if constexpr (kRun == 32) {
+      sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(odd));
+    } else if constexpr (kRun == 16) {
+      sc = even_odd_scales(odd);
+    }
+  }
+  __m256i scales(int i) const {
+    if constexpr (kRun == 256) return sc;
+    return int16_at(sc, i);
+  }
+  __m256i mins() const { return _mm256_setzero_si256(); }
+  void sub_scales(float* dl, float*) const {
+    if constexpr (kRun == 256) {
+      dl[0] = d;
+    } else {
+      scaled_floats(_mm_cvtepu8_epi16(odd), d, dl);
+      if constexpr (kRun == 16) scaled_floats(_mm_cvtepu8_epi16(_mm_srli_si128(odd, 8)), d, dl + 8);
+    }
+  }
+};
+
+// IQ2_XXS: per group of 32, 4 index bytes and a word of 4 x 7 sign bits and
+// the scale (top 4 bits).
+template <>
+struct KBlock<DType::IQ2_XXS> : LevelBlock<32> {
+  const uint8_t* q;
+  KBlock(const char* b, const float* f16) : q(reinterpret_cast<const uint8_t*>(b) + 2) {
+    d = f16[load_u16(b)] * 0.125f;
+    alignas(16) uint8_t l[16] = {};
+    for (int g = 0; g < 8; ++g) l[g] = static_cast<uint8_t>(load_u32_at(q + 8 * g + 4) >> 28);
+    set_runs(_mm_load_si128(reinterpret_cast<const __m128i*>(l)));
+  }
+  __m256i codes(int i) const {
+    const uint8_t* g = q + 8 * i;
+    const uint32_t s = load_u32_at(g + 4);
+    const int idx[4] = {g[0], g[1], g[2], g[3]};
+    const uint64_t m[4] = {kSignMasks7[s & 127], kSignMasks7[s >> 7 & 127], kSignMasks7[s >> 14 & 127],
+                           kSignMasks7[s >> 21 & 127]};
+    return signed_points(quant::iq::kIq2xxsGrid.data(), idx, m);
+  }
+};
+
+// The 4-bit run codes of IQ2_XS and IQ2_S: two per byte, low nibble first.
+inline __m128i nibble_runs(const char* scales) {
+  const __m128i s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales));
+  const __m128i lo = _mm_and_si128(s, _mm_set1_epi8(0x0f));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0f));
+  return _mm_unpacklo_epi8(lo, hi);
+}
+
+// IQ2_XS: per 8 elements a 16-bit word, a 9-bit index and 7 sign bits.
+template <>
+struct KBlock<DType::IQ2_XS> : LevelBlock<16> {
+  const uint8_t* q;
+  KBlock(const char* b, const float* f16) : q(reinterpret_cast<const uint8_t*>(b) + 2) {
+    d = f16[load_u16(b)] * 0.125f;
+    set_runs(nibble_runs(b + offsetof(quant::iq::BlockIQ2XS, scales)));
+  }
+  __m256i codes(int i) const {
+    uint16_t w[4];
+    std::memcpy(w, q + 8 * i, sizeof w);
+    const int idx[4] = {w[0] & 511, w[1] & 511, w[2] & 511, w[3] & 511};
+    const uint64_t m[4] = {kSignMasks7[w[0] >> 9], kSignMasks7[w[1] >> 9], kSignMasks7[w[2] >> 9],
+                           kSignMasks7[w[3] >> 9]};
+    return signed_points(quant::iq::kIq2xsGrid.data(), idx, m);
+  }
+};
+
+// IQ2_S: 10-bit indices (low bytes, then 2 bits each from the group's qh
+// byte), whole sign bytes.
+template <>
+struct KBlock<DType::IQ2_S> : LevelBlock<16> {
+  using B = quant::iq::BlockIQ2S;
+  const uint8_t* q;
+  const uint8_t* qh;
+  KBlock(const char* b, const float* f16)
+      : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))),
+        qh(reinterpret_cast<const uint8_t*>(b + offsetof(B, qh))) {
+    d = f16[load_u16(b)] * 0.125f;
+    set_runs(nibble_runs(b + offsetof(B, scales)));
+  }
+  __m256i codes(int i) const {
+    const int h = qh[i];
+    const uint8_t* lo = q + 4 * i;
+    const int idx[4] = {lo[0] | (h << 8 & 0x300), lo[1] | (h << 6 & 0x300), lo[2] | (h << 4 & 0x300),
+                        lo[3] | (h << 2 & 0x300)};
+    const uint8_t* s = q + 32 + 4 * i;
+    using quant::iq::kSignMasks;
+    const uint64_t m[4] = {kSignMasks[s[0]], kSignMasks[s[1]], kSignMasks[s[2]], kSignMasks[s[3]]};
+    return signed_points(quant::iq::kIq2sGrid.data(), idx, m);
+  }
+};
+
+// IQ3_XXS: 64 index bytes of half-points, then per group a word of 4 x 7
+// sign bits and the scale.
+template <>
+struct KBlock<DType::IQ3_XXS> : LevelBlock<32> {
+  const uint8_t* q;
+  KBlock(const char* b, const float* f16) : q(reinterpret_cast<const uint8_t*>(b) + 2) {
+    d = f16[load_u16(b)] * 0.25f;
+    alignas(16) uint8_t l[16] = {};
+    for (int g = 0; g < 8; ++g) l[g] = static_cast<uint8_t>(load_u32_at(q + 64 + 4 * g) >> 28);
+    set_runs(_mm_load_si128(reinterpret_cast<const __m128i*>(l)));
+  }
+  __m256i codes(int i) const {
+    const uint32_t s = load_u32_at(q + 64 + 4 * i);
+    static constexpr int kNoHigh[8] = {};
+    const uint64_t m[4] = {kSignMasks7[s & 127], kSignMasks7[s >> 7 & 127], kSignMasks7[s >> 14 & 127],
+                           kSignMasks7[s >> 21 & 127]};
+    return signed_halves(quant::iq::kIq3xxsGrid.data(), q + 8 * i, kNoHigh, m);
+  }
+};
+
+// IQ3_S: 9-bit half-point indices (low bytes, the 9th bits in the group's qh
+// byte), whole sign bytes, 4-bit scales two a byte.
+template <>
+struct KBlock<DType::IQ3_S> : LevelBlock<32> {
+  using B = quant::iq::BlockIQ3S;
+  const uint8_t* q;
+  const uint8_t* qh;
+  const uint8_t* signs;
+  KBlock(const char* b, const float* f16)
+      : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))),
+        qh(reinterpret_cast<const uint8_t*>(b + offsetof(B, qh))),
+        signs(reinterpret_cast<const uint8_t*>(b + offsetof(B, signs))) {
+    d = f16[load_u16(b)];
+    uint32_t sc;
+    std::memcpy(&sc, b + offsetof(B, scales), sizeof sc);
+    const __m128i s = _mm_cvtsi32_si128(static_cast<int>(sc));
+    set_runs(_mm_unpacklo_epi8(_mm_and_si128(s, _mm_set1_epi8(0x0f)),
+                               _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0f))));
+  }
+  __m256i codes(int i) const {
+    const int h = qh[i];
+    const int hi[8] = {h << 8 & 256, h << 7 & 256, h << 6 & 256, h << 5 & 256,
+                       h << 4 & 256, h << 3 & 256, h << 2 & 256, h << 1 & 256};
+    const uint8_t* s = signs + 4 * i;
+    using quant::iq::kSignMasks;
+    const uint64_t m[4] = {kSignMasks[s[0]], kSignMasks[s[1]], kSignMasks[s[2]], kSignMasks[s[3]]};
+    return signed_halves(quant::iq::kIq3sGrid.data(), q + 8 * i, hi, m);
+  }
+};
+
+// The IQ1 levels 8 g + delta of four points of the 1-bit grid (coordinates
+// g in -1..1), delta +-1 per point (masks: 0xFF bytes where -1).
+inline __m256i shifted_points(const int idx[4], __m256i minus) {
+  const uint64_t* grid = quant::iq::kIq1sGrid.data();
+  const __m256i g = _mm256_setr_epi64x(static_cast<long long>(grid[idx[0]]), static_cast<long long>(grid[idx[1]]),
+                                       static_cast<long long>(grid[idx[2]]), static_cast<long long>(grid[idx[3]]));
+  const __m256i eight_g = _mm256_sign_epi8(_mm256_set1_epi8(8), g);
+  return _mm256_add_epi8(eight_g, _mm256_or_si256(minus, _mm256_set1_epi8(1)));
+}
+
+// IQ1_S: 11-bit indices (low bytes, 3 bits each from the group's qh word),
+// the scale in qh bits 12-14 and the shift's sign in bit 15.
+template <>
+struct KBlock<DType::IQ1_S> : LevelBlock<32> {
+  using B = quant::iq::BlockIQ1S;
+  const uint8_t* q;
+  uint16_t qh[8];
+  KBlock(const char* b, const float* f16) : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))) {
+    d = f16[load_u16(b)] * 0.125f;
+    std::memcpy(qh, b + offsetof(B, qh), sizeof qh);
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh));
+    const __m128i l16 = _mm_and_si128(_mm_srli_epi16(h, 12), _mm_set1_epi16(7));
+    set_runs(_mm_packus_epi16(l16, _mm_setzero_si128()));
+  }
+  __m256i codes(int i) const {
+    const int h = qh[i];
+    const uint8_t* lo = q + 4 * i;
+    const int idx[4] = {lo[0] | (h << 8 & 0x700), lo[1] | (h << 5 & 0x700), lo[2] | (h << 2 & 0x700),
+                        lo[3] | (h >> 1 & 0x700)};
+    return shifted_points(idx, _mm256_set1_epi8(h & 0x8000 ? -1 : 0));
+  }
+};
+
+// IQ1_M: per 16 elements a qh byte (two nibbles: 3 index bits, the shift's
+// sign), 3-bit scales (four per 16-bit word, whose top nibbles together are
+// the fp16 super-block scale).
+template <>
+struct KBlock<DType::IQ1_M> : LevelBlock<16> {
+  using B = quant::iq::BlockIQ1M;
+  const uint8_t* q;
+  const uint8_t* qh;
+  KBlock(const char* b, const float* f16)
+      : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))),
+        qh(reinterpret_cast<const uint8_t*>(b + offsetof(B, qh))) {
+    uint16_t sc[4];
+    std::memcpy(sc, b + offsetof(B, scales), sizeof sc);
+    d = f16[(sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)] * 0.125f;
+    alignas(16) uint8_t l[16];
+    for (int r = 0; r < 16; ++r) l[r] = static_cast<uint8_t>((sc[r / 4] >> (3 * (r % 4))) & 7);
+    set_runs(_mm_load_si128(reinterpret_cast<const __m128i*>(l)));
+  }
+  __m256i codes(int i) const {
+    const int h0 = qh[2 * i], h1 = qh[2 * i + 1];
+    const int nib[4] = {h0 & 15, h0 >> 4, h1 & 15, h1 >> 4};
+    const uint8_t* lo = q + 4 * i;
+    const int idx[4] = {lo[0] | (nib[0] & 7) << 8, lo[1] | (nib[1] & 7) << 8, lo[2] | (nib[2] & 7) << 8,
+                        lo[3] | (nib[3] & 7) << 8};
+    const __m256i minus = _mm256_setr_epi64x(nib[0] & 8 ? -1 : 0, nib[1] & 8 ? -1 : 0, nib[2] & 8 ? -1 : 0,
+                                             nib[3] & 8 ? -1 : 0);
+    return shifted_points(idx, minus);
+  }
+};
+
+// TQ2_0: element e's 2-bit code at bits 2 ((e / 32) % 4) of byte
+// 32 (e / 128) + e % 32; level = code - 1.
+template <>
+struct KBlock<DType::TQ2_0> : LevelBlock<256> {
+  const char* q;
+  KBlock(const char* b, const float* f16) : q(b) { d = f16[load_u16(b + offsetof(quant::lowbit::BlockTQ2_0, d))]; }
+  __m256i codes(int i) const {
+    return _mm256_sub_epi8(bits_at(load256(q + 32 * (i / 4)), 2 * (i % 4), 3), _mm256_set1_epi8(1));
+  }
+};
+
+// TQ1_0: base-3 digits in three layouts; the scalar decoder's levels.
+template <>
+struct KBlock<DType::TQ1_0> : LevelBlock<256> {
+  quant::Levels levels;
+  KBlock(const char* b, const float*) {
+    static const quant::LevelFormat& f = *quant::level_format(DType::TQ1_0);
+    f.decode(b, levels);
+    d = levels.d;
+  }
+  __m256i codes(int i) const { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels.v + 32 * i)); }
+};
+
+#endif
+
+}  // namespace
+}  // namespace qlens::cpu
