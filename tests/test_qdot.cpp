@@ -68,6 +68,9 @@ namespace {
 using cpu::Isa;
 
 constexpr DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL};
+// The types of integer levels times float scales, also with Q8_0 activations
+// (blocks of 128, 64, 32 and 64; simd_qdot_scaled.h).
+constexpr DType kScaledTypes[] = {DType::Q1_0, DType::Q2_0, DType::MXFP4, DType::NVFP4};
 
 std::string name_of(DType t) { return std::string(type_name(t)); }
 
@@ -121,16 +124,23 @@ uint16_t random_scale(std::mt19937& rng) {
   return fp32_to_fp16(n(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 15) - 10));
 }
 
-// K / 32 random weight blocks of type t (random codes, all-max or all-min codes).
+// K / block random weight blocks of type t (random codes, all-max or all-min
+// codes). The scales: fp16 (random_scale) at the start of the block; MXFP4's
+// E8M0 exponent mostly 2^-28 .. 2^22, sometimes subnormal; NVFP4's 4 UE4M3
+// bytes random (every one is finite).
 std::vector<uint8_t> random_weights(std::mt19937& rng, DType t, int64_t K) {
   const size_t bb = type_traits(t).block_bytes;
   std::vector<uint8_t> w(row_bytes(t, K));
-  for (int64_t b = 0; b < K / 32; ++b) {
+  for (int64_t b = 0; b < K / type_traits(t).block_size; ++b) {
     uint8_t* p = w.data() + b * bb;
     const int pattern = static_cast<int>(rng() % 8);
     for (size_t i = 0; i < bb; ++i)
       p[i] = pattern == 0 ? 0xff : pattern == 1 ? (t == DType::Q8_0 ? 0x80 : 0x00) : static_cast<uint8_t>(rng());
-    store16(p, random_scale(rng));
+    if (t == DType::MXFP4) {
+      p[0] = static_cast<uint8_t>(rng() % 10 == 0 ? rng() % 2 : 100 + rng() % 51);
+    } else if (t != DType::NVFP4) {
+      store16(p, random_scale(rng));
+    }
     if (has_offset(t)) store16(p + 2, random_scale(rng));
   }
   return w;
@@ -212,9 +222,12 @@ RefDot ref_dot(DType t, const uint8_t* w, const uint8_t* x, int64_t K) {
 TEST(Qdot, DotKernelsMatchDoubleReference) {
   std::mt19937 rng(7);
   double worst = 0;
-  for (DType t : kTypes) {
+  std::vector<DType> types(std::begin(kTypes), std::end(kTypes));
+  types.insert(types.end(), std::begin(kScaledTypes), std::end(kScaledTypes));
+  for (DType t : types) {
     const DType xt = type_traits(t).vec_dot_type;
-    for (int64_t K : {32, 64, 96, 160, 256, 1024, 4096, 8192}) {
+    for (int64_t K : {32, 64, 96, 160, 256, 384, 1024, 4096, 8192}) {
+      if (K % type_traits(t).block_size != 0) continue;
       const size_t xrow = row_bytes(xt, K);
       for (size_t pad : {size_t{0}, size_t{1}, size_t{34}, size_t{101}}) {
         const std::vector<uint8_t> wrow = random_weights(rng, t, K);
@@ -794,6 +807,8 @@ TEST(Qdot, MulMatMatchesReferences) {
   std::mt19937 rng(23);
   check_mul_mat(rng, std::vector<DType>(std::begin(kTypes), std::end(kTypes)), {32, 96, 4096}, {1, 5, 13, 64, 100},
                 ref_dot);
+  check_mul_mat(rng, std::vector<DType>(std::begin(kScaledTypes), std::end(kScaledTypes)), {128, 384, 4096},
+                {1, 5, 13, 64, 100}, ref_dot);
 }
 
 // The K types: Q8_K activations on the dot path (N = 1, 5), the GEMM path
@@ -812,6 +827,7 @@ TEST(QdotK, MulMatMatchesReferences) {
 TEST(Int8Gemm, ManyRowsMatchReferencesAndThreadCounts) {
   std::mt19937 rng(31);
   check_mul_mat(rng, std::vector<DType>(std::begin(kTypes), std::end(kTypes)), {512}, {70}, ref_dot, 300);
+  check_mul_mat(rng, std::vector<DType>(std::begin(kScaledTypes), std::end(kScaledTypes)), {512}, {70}, ref_dot, 300);
   check_mul_mat(rng, std::vector<DType>(std::begin(kKTypes), std::end(kKTypes)), {512}, {70}, ref_dot_k, 300);
 }
 

@@ -20,7 +20,8 @@
 // the thread count or chunking (edge tiles run the same kernel through a
 // buffer with accumulation), so results do not depend on the thread count.
 //
-// Panels are made of units (a legacy block of 32 or a K super-block of 256):
+// Panels are made of units (a legacy block of 32, 32 elements of a scaled
+// type's block, or a K or level type's super-block of 256):
 // interleaved codes, 4 per row at a time ([unit/4][rows][4] bytes; the signed
 // types on plain AVX2: int16 pairs, [unit/2][rows][2]), then the unit's
 // scales, integer group starts and min terms (simd_gemm_int8.h). The

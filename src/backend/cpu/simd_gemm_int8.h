@@ -16,6 +16,8 @@
 // Per group (a legacy block, or a K sub-block of 16 / 32) the int32 sums are
 // converted once to float and scaled:
 //   legacy: acc += (float(isum) * d_w) * d_x  (+ m_w * s_x for Q4_1 / Q5_1)
+//           (the scaled types, Q1_0 .. NVFP4, as legacy units of 32 with a
+//           weight scale per group: NVFP4's groups of 16, one otherwise)
 //   K:      sb  += float(isum) * (d * s_j)
 //           and once per super-block  c += (sb - dmin * float(sum_j m_j B_j)) * d_x
 // with d * s_j computed as to_float computes it, and the mins' sum (Q2_K,
@@ -40,6 +42,7 @@
 #include "backend/cpu/simd_qdot.h"
 #include "backend/cpu/simd_qdot_k.h"
 #include "backend/cpu/simd_qdot_levels.h"
+#include "backend/cpu/simd_qdot_scaled.h"
 
 namespace qlens::cpu {
 namespace {
@@ -76,6 +79,10 @@ constexpr I8Format i8_format() {
     const bool wide = is_signed && signed_codes;
     return {true,  quant::kLegacyBlock, quant::kLegacyBlock, F::kOffset, is_signed ? (wide ? 0 : 128) : F::kBias,
             wide,  is_signed ? 128 : (1 << F::kBits) - 1};
+  } else if constexpr (is_scaled_qtype<T>()) {
+    // Units of one Q8_0 block, a scale per 32 elements (NVFP4: per 16).
+    constexpr int group = SBlock<T>::kGroup < 32 ? SBlock<T>::kGroup : 32;
+    return {true, 32, group, false, signed_codes ? 0 : 128, signed_codes, 128};
   } else {
     using K = KBlock<T>;
     const bool wide = K::kSigned && signed_codes;
@@ -267,23 +274,56 @@ inline void pack_x_codes(const int8_t* q, int r, uint8_t* out) {
   }
 }
 
-// I8PackXFn for a legacy type: one Q8_0 / Q8_1 row (nu blocks) into slot r of
-// an activation panel of MR rows (the other slots untouched).
-template <DType T, int MR, bool SC>
+// I8PackXFn for a legacy or scaled type: one row of XB (Q8_0 / Q8_1) blocks
+// (nu) into slot r of an activation panel of MR rows (the other slots
+// untouched); a group start per group of the unit (NVFP4: two).
+template <DType T, class XB, int MR, bool SC>
 void i8_pack_x_legacy(const char* xrow, int r, int64_t nu, uint8_t* out) {
   constexpr I8Format f = i8_format<T, SC>();
-  using XB = typename QFormat<T>::XBlock;
+  constexpr int G = f.groups();
   const float* f16 = fp16_table();
   for (int64_t u = 0; u < nu; ++u, out += i8_x_unit_bytes(f, MR)) {
     const char* xb = xrow + u * sizeof(XB);
     const auto* q = reinterpret_cast<const int8_t*>(xb + qs_offset<XB>());
-    int sum = 0;
-    for (int k = 0; k < 32; ++k) sum += q[k];
     pack_x_codes<f, MR>(q, r, out);
     float* dx = reinterpret_cast<float*>(out + f.code_bytes() * MR);
     dx[r] = f16[load_u16(xb + offsetof(XB, d))];
-    reinterpret_cast<int32_t*>(dx + MR)[r] = -f.bias * sum;
-    if constexpr (f.mins) dx[2 * MR + r] = f16[load_u16(xb + offsetof(XB, s))];
+    for (int g = 0; g < G; ++g) {
+      int sum = 0;
+      for (int k = g * f.group; k < (g + 1) * f.group; ++k) sum += q[k];
+      reinterpret_cast<int32_t*>(dx + MR)[g * MR + r] = -f.bias * sum;
+    }
+    if constexpr (f.mins) dx[(1 + G) * MR + r] = f16[load_u16(xb + offsetof(XB, s))];
+  }
+}
+
+// I8PackWFn for a scaled type: units (chunks of 32 of its blocks) [u0, u0 + nu).
+template <DType T, int NR, bool SC>
+void i8_pack_scaled(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, int64_t nu, uint8_t* out) {
+  constexpr I8Format f = i8_format<T, SC>();
+  constexpr int G = f.groups();
+  using S = SBlock<T>;
+  constexpr int kChunks = S::kElems / 32;
+  const float* f16 = fp16_table();
+  for (int64_t u = 0; u < nu; ++u, out += i8_w_unit_bytes(f, NR)) {
+    float* scale = reinterpret_cast<float*>(out + f.code_bytes() * NR);
+    const int64_t block = (u0 + u) / kChunks;
+    const int j = static_cast<int>((u0 + u) % kChunks);
+    for (int g8 = 0; g8 < NR; g8 += 8) {
+      __m256i r[8];
+      for (int t = 0; t < 8; ++t) {
+        const int64_t i = g8 + t;
+        if (i >= nrows) {
+          r[t] = _mm256_setzero_si256();
+          for (int g = 0; g < G; ++g) scale[g * NR + i] = 0.0f;
+          continue;
+        }
+        const S sb(row0 + i * row_stride + block * S::kBytes, f16);
+        r[t] = f.wide ? sb.chunk(j) : flip_sign(sb.chunk(j));
+        for (int g = 0; g < G; ++g) scale[g * NR + i] = sb.scale((32 * j + f.group * g) / S::kGroup);
+      }
+      interleave8_codes<f, NR>(r, out, g8);
+    }
   }
 }
 
@@ -633,9 +673,12 @@ Int8Gemm int8_entry() {
   using Q = typename TileOf<Q0, f.wide>::type;
   constexpr int MR = Q::kMr, NR = Q::kNv * Q::L;
   Int8Gemm e{};
-  if constexpr (f.legacy) {
+  if constexpr (is_scaled_qtype<T>()) {
+    e.pack_w = i8_pack_scaled<T, NR, SC>;
+    e.pack_x = i8_pack_x_legacy<T, quant::BlockQ8_0, MR, SC>;
+  } else if constexpr (f.legacy) {
     e.pack_w = i8_pack_legacy<T, NR, SC>;
-    e.pack_x = i8_pack_x_legacy<T, MR, SC>;
+    e.pack_x = i8_pack_x_legacy<T, typename QFormat<T>::XBlock, MR, SC>;
   } else {
     e.pack_w = i8_pack_k<T, NR, SC>;
     e.pack_x = i8_pack_x_k<T, MR, SC>;
@@ -659,6 +702,7 @@ void add_int8_kernels_of(GemmKernels& g, int min_n_legacy, int min_n_k) {
   for_each_legacy_qtype(add);
   for_each_k_qtype(add);
   for_each_level_qtype(add);
+  for_each_scaled_qtype(add);
 }
 
 // Fills g.i8 for every quantized type: with the dot instruction where the CPU

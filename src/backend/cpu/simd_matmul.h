@@ -14,6 +14,7 @@
 #include "backend/cpu/simd_packed.h"
 #include "backend/cpu/simd_qdot.h"
 #include "backend/cpu/simd_qdot_k.h"
+#include "backend/cpu/simd_qdot_scaled.h"
 #include "backend/cpu/qdot_levels.h"
 #include "qlens/types.h"
 
@@ -262,13 +263,12 @@ GemmKernels make_gemm_kernels(bool allow_vnni) {
   add_quant_kernels<NR>(g);
   add_kquant_kernels<NR>(g);
   // The i-quants and ternary types through the K kernels (their
-  // super-blocks: simd_qdot_levels.h); FP4, Q1_0 and Q2_0: the plain
-  // kernels, vectorized by this instruction set's compilation.
+  // super-blocks: simd_qdot_levels.h); FP4, Q1_0 and Q2_0: simd_qdot_scaled.h.
   for_each_level_qtype([&]<DType T>() {
     g.dot[static_cast<int>(T)] = qdot_k_simd<T>;
     g.pack[static_cast<int>(T)] = pack_k_panel<T, NR>;
   });
-  for_each_scaled_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scaled<T>; });
+  for_each_scaled_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scaled_simd<T>; });
   add_int8_kernels(g, allow_vnni);
   add_packed_kernels(g, allow_vnni);
   return g;

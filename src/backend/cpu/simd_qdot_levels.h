@@ -40,30 +40,43 @@ inline uint32_t load_u32_at(const uint8_t* p) {
   return v;
 }
 
-// The byte mask of a 7-bit sign field (its parity bit added): kSignMasks of kSigns.
-constexpr std::array<uint64_t, 128> make_sign_masks7() {
-  std::array<uint64_t, 128> m{};
-  for (int i = 0; i < 128; ++i) m[i] = quant::iq::kSignMasks[quant::iq::kSigns[i]];
+// Signs as bytes of +1 and -1 (the second operand of vpsignb): of a sign
+// byte, and of a 7-bit sign field with its parity bit added (kSigns).
+constexpr std::array<uint64_t, 256> make_sign_bytes() {
+  std::array<uint64_t, 256> m{};
+  for (int i = 0; i < 256; ++i) m[i] = quant::iq::kSignMasks[i] | 0x0101010101010101ull;
   return m;
 }
-inline constexpr std::array<uint64_t, 128> kSignMasks7 = make_sign_masks7();
-
-// Levels g (unsigned, per byte) negated where the mask m is 0xFF.
-inline __m256i apply_signs(__m256i g, __m256i m) { return _mm256_sub_epi8(_mm256_xor_si256(g, m), m); }
-
-// Four 8-element points of a 64-bit grid with their sign masks.
-inline __m256i signed_points(const uint64_t* grid, const int idx[4], const uint64_t m[4]) {
-  const __m256i g = _mm256_setr_epi64x(static_cast<long long>(grid[idx[0]]), static_cast<long long>(grid[idx[1]]),
-                                       static_cast<long long>(grid[idx[2]]), static_cast<long long>(grid[idx[3]]));
-  return apply_signs(g, _mm256_setr_epi64x(static_cast<long long>(m[0]), static_cast<long long>(m[1]),
-                                           static_cast<long long>(m[2]), static_cast<long long>(m[3])));
+constexpr std::array<uint64_t, 128> make_sign_bytes7() {
+  std::array<uint64_t, 128> m{};
+  for (int i = 0; i < 128; ++i) m[i] = make_sign_bytes()[quant::iq::kSigns[i]];
+  return m;
 }
-// Eight 4-element half-points of a 32-bit grid with the sign masks of four 8s.
-inline __m256i signed_halves(const uint32_t* grid, const uint8_t* idx, const int hi[8], const uint64_t m[4]) {
+inline constexpr std::array<uint64_t, 256> kSignBytes = make_sign_bytes();
+inline constexpr std::array<uint64_t, 128> kSignBytes7 = make_sign_bytes7();
+
+inline __m256i set4(const uint64_t (&w)[4]) {
+  return _mm256_setr_epi64x(static_cast<long long>(w[0]), static_cast<long long>(w[1]),
+                            static_cast<long long>(w[2]), static_cast<long long>(w[3]));
+}
+
+// A chunk of the signed grids as its points' levels (unsigned magnitudes)
+// and their signs (+-1 bytes): v = sign(g, s). The dot kernels apply the
+// signs to the activations instead, sum g sign(q, s), as ggml's do.
+struct SignedChunk {
+  __m256i g, s;
+  __m256i levels() const { return _mm256_sign_epi8(g, s); }
+};
+// Four 8-element points of a 64-bit grid.
+inline SignedChunk grid_points(const uint64_t* grid, const int (&idx)[4], const uint64_t (&signs)[4]) {
+  const uint64_t p[4] = {grid[idx[0]], grid[idx[1]], grid[idx[2]], grid[idx[3]]};
+  return {set4(p), set4(signs)};
+}
+// Eight 4-element half-points of a 32-bit grid (index j: idx[j] | hi[j]).
+inline SignedChunk grid_halves(const uint32_t* grid, const uint8_t* idx, const int (&hi)[8],
+                               const uint64_t (&signs)[4]) {
   auto at = [&](int j) { return static_cast<int>(grid[idx[j] | hi[j]]); };
-  const __m256i g = _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
-  return apply_signs(g, _mm256_setr_epi64x(static_cast<long long>(m[0]), static_cast<long long>(m[1]),
-                                           static_cast<long long>(m[2]), static_cast<long long>(m[3])));
+  return {_mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7)), set4(signs)};
 }
 
 // What every level block shares: d (d_w * factor), the multipliers 2l + 1
@@ -100,24 +113,46 @@ struct LevelBlock {
   }
 };
 
+// The blocks whose run codes sit beside their points (IQ2_XXS, IQ3_XXS,
+// IQ1_S, IQ1_M): each chunk's multipliers from Derived::run_code(r), read
+// when the chunk is (gathered into a vector once per super-block, the codes
+// made GCC store bytes and load them back as a vector, a stall that cost a
+// fifth of IQ2_XXS's generation time).
+template <class Derived, int kRun>
+struct ChunkRunBlock : LevelBlock<kRun> {
+  static_assert(kRun == 16 || kRun == 32);
+  __m256i scales(int i) const {
+    const Derived& b = static_cast<const Derived&>(*this);
+    if constexpr (kRun == 32) {
+      return _mm256_set1_epi16(static_cast<short>(2 * b.run_code(i) + 1));
+    } else {
+      return _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>(2 * b.run_code(2 * i) + 1)),
+                               _mm_set1_epi16(static_cast<short>(2 * b.run_code(2 * i + 1) + 1)));
+    }
+  }
+  void sub_scales(float* dl, float*) const {
+    const Derived& b = static_cast<const Derived&>(*this);
+    for (int r = 0; r < 256 / kRun; ++r) dl[r] = this->d * static_cast<float>(2 * b.run_code(r) + 1);
+  }
+};
+
 // IQ2_XXS: per group of 32, 4 index bytes and a word of 4 x 7 sign bits and
 // the scale (top 4 bits).
 template <>
-struct KBlock<DType::IQ2_XXS> : LevelBlock<32> {
+struct KBlock<DType::IQ2_XXS> : ChunkRunBlock<KBlock<DType::IQ2_XXS>, 32> {
   const uint8_t* q;
   KBlock(const char* b, const float* f16) : q(reinterpret_cast<const uint8_t*>(b) + 2) {
     d = f16[load_u16(b)] * 0.125f;
-    alignas(16) uint8_t l[16] = {};
-    for (int g = 0; g < 8; ++g) l[g] = static_cast<uint8_t>(load_u32_at(q + 8 * g + 4) >> 28);
-    set_runs(_mm_load_si128(reinterpret_cast<const __m128i*>(l)));
   }
-  __m256i codes(int i) const {
+  int run_code(int g) const { return static_cast<int>(load_u32_at(q + 8 * g + 4) >> 28); }
+  __m256i codes(int i) const { return chunk(i).levels(); }
+  SignedChunk chunk(int i) const {
     const uint8_t* g = q + 8 * i;
     const uint32_t s = load_u32_at(g + 4);
     const int idx[4] = {g[0], g[1], g[2], g[3]};
-    const uint64_t m[4] = {kSignMasks7[s & 127], kSignMasks7[s >> 7 & 127], kSignMasks7[s >> 14 & 127],
-                           kSignMasks7[s >> 21 & 127]};
-    return signed_points(quant::iq::kIq2xxsGrid.data(), idx, m);
+    const uint64_t m[4] = {kSignBytes7[s & 127], kSignBytes7[s >> 7 & 127], kSignBytes7[s >> 14 & 127],
+                           kSignBytes7[s >> 21 & 127]};
+    return grid_points(quant::iq::kIq2xxsGrid.data(), idx, m);
   }
 };
 
@@ -137,13 +172,14 @@ struct KBlock<DType::IQ2_XS> : LevelBlock<16> {
     d = f16[load_u16(b)] * 0.125f;
     set_runs(nibble_runs(b + offsetof(quant::iq::BlockIQ2XS, scales)));
   }
-  __m256i codes(int i) const {
+  __m256i codes(int i) const { return chunk(i).levels(); }
+  SignedChunk chunk(int i) const {
     uint16_t w[4];
     std::memcpy(w, q + 8 * i, sizeof w);
     const int idx[4] = {w[0] & 511, w[1] & 511, w[2] & 511, w[3] & 511};
-    const uint64_t m[4] = {kSignMasks7[w[0] >> 9], kSignMasks7[w[1] >> 9], kSignMasks7[w[2] >> 9],
-                           kSignMasks7[w[3] >> 9]};
-    return signed_points(quant::iq::kIq2xsGrid.data(), idx, m);
+    const uint64_t m[4] = {kSignBytes7[w[0] >> 9], kSignBytes7[w[1] >> 9], kSignBytes7[w[2] >> 9],
+                           kSignBytes7[w[3] >> 9]};
+    return grid_points(quant::iq::kIq2xsGrid.data(), idx, m);
   }
 };
 
@@ -160,35 +196,34 @@ struct KBlock<DType::IQ2_S> : LevelBlock<16> {
     d = f16[load_u16(b)] * 0.125f;
     set_runs(nibble_runs(b + offsetof(B, scales)));
   }
-  __m256i codes(int i) const {
+  __m256i codes(int i) const { return chunk(i).levels(); }
+  SignedChunk chunk(int i) const {
     const int h = qh[i];
     const uint8_t* lo = q + 4 * i;
     const int idx[4] = {lo[0] | (h << 8 & 0x300), lo[1] | (h << 6 & 0x300), lo[2] | (h << 4 & 0x300),
                         lo[3] | (h << 2 & 0x300)};
     const uint8_t* s = q + 32 + 4 * i;
-    using quant::iq::kSignMasks;
-    const uint64_t m[4] = {kSignMasks[s[0]], kSignMasks[s[1]], kSignMasks[s[2]], kSignMasks[s[3]]};
-    return signed_points(quant::iq::kIq2sGrid.data(), idx, m);
+    const uint64_t m[4] = {kSignBytes[s[0]], kSignBytes[s[1]], kSignBytes[s[2]], kSignBytes[s[3]]};
+    return grid_points(quant::iq::kIq2sGrid.data(), idx, m);
   }
 };
 
 // IQ3_XXS: 64 index bytes of half-points, then per group a word of 4 x 7
 // sign bits and the scale.
 template <>
-struct KBlock<DType::IQ3_XXS> : LevelBlock<32> {
+struct KBlock<DType::IQ3_XXS> : ChunkRunBlock<KBlock<DType::IQ3_XXS>, 32> {
   const uint8_t* q;
   KBlock(const char* b, const float* f16) : q(reinterpret_cast<const uint8_t*>(b) + 2) {
     d = f16[load_u16(b)] * 0.25f;
-    alignas(16) uint8_t l[16] = {};
-    for (int g = 0; g < 8; ++g) l[g] = static_cast<uint8_t>(load_u32_at(q + 64 + 4 * g) >> 28);
-    set_runs(_mm_load_si128(reinterpret_cast<const __m128i*>(l)));
   }
-  __m256i codes(int i) const {
+  int run_code(int g) const { return static_cast<int>(load_u32_at(q + 64 + 4 * g) >> 28); }
+  __m256i codes(int i) const { return chunk(i).levels(); }
+  SignedChunk chunk(int i) const {
     const uint32_t s = load_u32_at(q + 64 + 4 * i);
     static constexpr int kNoHigh[8] = {};
-    const uint64_t m[4] = {kSignMasks7[s & 127], kSignMasks7[s >> 7 & 127], kSignMasks7[s >> 14 & 127],
-                           kSignMasks7[s >> 21 & 127]};
-    return signed_halves(quant::iq::kIq3xxsGrid.data(), q + 8 * i, kNoHigh, m);
+    const uint64_t m[4] = {kSignBytes7[s & 127], kSignBytes7[s >> 7 & 127], kSignBytes7[s >> 14 & 127],
+                           kSignBytes7[s >> 21 & 127]};
+    return grid_halves(quant::iq::kIq3xxsGrid.data(), q + 8 * i, kNoHigh, m);
   }
 };
 
@@ -211,14 +246,14 @@ struct KBlock<DType::IQ3_S> : LevelBlock<32> {
     set_runs(_mm_unpacklo_epi8(_mm_and_si128(s, _mm_set1_epi8(0x0f)),
                                _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0f))));
   }
-  __m256i codes(int i) const {
+  __m256i codes(int i) const { return chunk(i).levels(); }
+  SignedChunk chunk(int i) const {
     const int h = qh[i];
     const int hi[8] = {h << 8 & 256, h << 7 & 256, h << 6 & 256, h << 5 & 256,
                        h << 4 & 256, h << 3 & 256, h << 2 & 256, h << 1 & 256};
     const uint8_t* s = signs + 4 * i;
-    using quant::iq::kSignMasks;
-    const uint64_t m[4] = {kSignMasks[s[0]], kSignMasks[s[1]], kSignMasks[s[2]], kSignMasks[s[3]]};
-    return signed_halves(quant::iq::kIq3sGrid.data(), q + 8 * i, hi, m);
+    const uint64_t m[4] = {kSignBytes[s[0]], kSignBytes[s[1]], kSignBytes[s[2]], kSignBytes[s[3]]};
+    return grid_halves(quant::iq::kIq3sGrid.data(), q + 8 * i, hi, m);
   }
 };
 
@@ -235,20 +270,17 @@ inline __m256i shifted_points(const int idx[4], __m256i minus) {
 // IQ1_S: 11-bit indices (low bytes, 3 bits each from the group's qh word),
 // the scale in qh bits 12-14 and the shift's sign in bit 15.
 template <>
-struct KBlock<DType::IQ1_S> : LevelBlock<32> {
+struct KBlock<DType::IQ1_S> : ChunkRunBlock<KBlock<DType::IQ1_S>, 32> {
   using B = quant::iq::BlockIQ1S;
-  const uint8_t* q;
-  uint16_t qh[8];
-  KBlock(const char* b, const float* f16) : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))) {
+  const char* q;
+  const char* qh;
+  KBlock(const char* b, const float* f16) : q(b + offsetof(B, qs)), qh(b + offsetof(B, qh)) {
     d = f16[load_u16(b)] * 0.125f;
-    std::memcpy(qh, b + offsetof(B, qh), sizeof qh);
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh));
-    const __m128i l16 = _mm_and_si128(_mm_srli_epi16(h, 12), _mm_set1_epi16(7));
-    set_runs(_mm_packus_epi16(l16, _mm_setzero_si128()));
   }
+  int run_code(int g) const { return load_u16(qh + 2 * g) >> 12 & 7; }
   __m256i codes(int i) const {
-    const int h = qh[i];
-    const uint8_t* lo = q + 4 * i;
+    const int h = load_u16(qh + 2 * i);
+    const auto* lo = reinterpret_cast<const uint8_t*>(q) + 4 * i;
     const int idx[4] = {lo[0] | (h << 8 & 0x700), lo[1] | (h << 5 & 0x700), lo[2] | (h << 2 & 0x700),
                         lo[3] | (h >> 1 & 0x700)};
     return shifted_points(idx, _mm256_set1_epi8(h & 0x8000 ? -1 : 0));
@@ -263,15 +295,29 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
   using B = quant::iq::BlockIQ1M;
   const uint8_t* q;
   const uint8_t* qh;
+  uint64_t scale_words;  // the 4 16-bit scale words
   KBlock(const char* b, const float* f16)
       : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))),
         qh(reinterpret_cast<const uint8_t*>(b + offsetof(B, qh))) {
-    uint16_t sc[4];
-    std::memcpy(sc, b + offsetof(B, scales), sizeof sc);
-    d = f16[(sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)] * 0.125f;
-    alignas(16) uint8_t l[16];
-    for (int r = 0; r < 16; ++r) l[r] = static_cast<uint8_t>((sc[r / 4] >> (3 * (r % 4))) & 7);
-    set_runs(_mm_load_si128(reinterpret_cast<const __m128i*>(l)));
+    std::memcpy(&scale_words, b + offsetof(B, scales), sizeof scale_words);
+    const auto w = [&](int k) { return static_cast<int>(scale_words >> (16 * k) & 0xffff); };
+    d = f16[(w(0) >> 12) | ((w(1) >> 8) & 0x00f0) | ((w(2) >> 4) & 0x0f00) | (w(3) & 0xf000)] * 0.125f;
+    // Run r's code is bits 3 (r % 4) of word r / 4: each int16 lane gets its
+    // run's word (even runs in the low lane, odd in the high: the layout of
+    // even_odd_scales), shifted left by 13 - 3 (r % 4) (a multiply) and right
+    // by 13.
+    const __m256i words = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<long long>(scale_words)),
+                                              _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7,  //
+                                                               0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7));
+    const __m256i l = _mm256_srli_epi16(
+        _mm256_mullo_epi16(words, _mm256_setr_epi16(8192, 128, 8192, 128, 8192, 128, 8192, 128,  //
+                                                    1024, 16, 1024, 16, 1024, 16, 1024, 16)),
+        13);
+    sc = _mm256_add_epi16(_mm256_add_epi16(l, l), _mm256_set1_epi16(1));
+  }
+  int run_code(int r) const { return static_cast<int>(scale_words >> (16 * (r / 4) + 3 * (r % 4)) & 7); }
+  void sub_scales(float* dl, float*) const {
+    for (int r = 0; r < 16; ++r) dl[r] = d * static_cast<float>(2 * run_code(r) + 1);
   }
   __m256i codes(int i) const {
     const int h0 = qh[2 * i], h1 = qh[2 * i + 1];
@@ -279,8 +325,9 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
     const uint8_t* lo = q + 4 * i;
     const int idx[4] = {lo[0] | (nib[0] & 7) << 8, lo[1] | (nib[1] & 7) << 8, lo[2] | (nib[2] & 7) << 8,
                         lo[3] | (nib[3] & 7) << 8};
-    const __m256i minus = _mm256_setr_epi64x(nib[0] & 8 ? -1 : 0, nib[1] & 8 ? -1 : 0, nib[2] & 8 ? -1 : 0,
-                                             nib[3] & 8 ? -1 : 0);
+    // Point k's shift sign is bit 4 k + 3 of the two qh bytes: in 64-bit lane k.
+    const __m256i bit = _mm256_setr_epi64x(0x8, 0x80, 0x800, 0x8000);
+    const __m256i minus = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi16(static_cast<short>(h0 | h1 << 8)), bit), bit);
     return shifted_points(idx, minus);
   }
 };
