@@ -21,6 +21,7 @@
 #include "core/json_reader.h"
 #include "core/text_file.h"
 #include "tools/plan/plan.h"
+#include "tools/plan/plan_curve.h"
 #include "tools/plan/plan_json.h"
 #include "tools/quantize/quantize.h"
 
@@ -620,6 +621,80 @@ TEST(Plan, RestrictedTypesKeepTheirOrderAndEveryTensorAnOption) {
   EXPECT_EQ(types(0), (std::vector<DType>{DType::Q2_K}));
   EXPECT_EQ(types(2), (std::vector<DType>{DType::Q4_K}));
   EXPECT_EQ(table.tensors[2].options[0].delta_kld, 0.10);
+}
+
+// qlens curve's points: mixes by name, sizes in bits per weight or bytes;
+// anything else is refused with what is accepted.
+TEST(Curve, PointsAreMixesOrSizes) {
+  const tools::CurvePoint mix = tools::parse_curve_point("IQ2_M");
+  EXPECT_TRUE(mix.is_mix);
+  const tools::CurvePoint bpw = tools::parse_curve_point("3.25bpw");
+  EXPECT_FALSE(bpw.is_mix);
+  EXPECT_EQ(bpw.target_bpw, 3.25);
+  EXPECT_EQ(tools::parse_curve_point("250M").target_bytes, 250u << 20);
+  EXPECT_EQ(tools::parse_curve_point("1.5G").target_bytes, uint64_t{3} << 29);
+  EXPECT_EQ(tools::parse_curve_point("123456").target_bytes, 123456u);
+  for (const char* bad : {"IQ2_QQ", "0bpw", "40bpw", "-3M", "3Q", ""}) {
+    const std::string e = test::error_of([&] { tools::parse_curve_point(bad); });
+    EXPECT_NE(e.find("is neither a mix"), std::string::npos) << bad << ": " << e;
+  }
+  // The default points are llama.cpp's mixes, every one known to qlens quantize.
+  const std::vector<std::string> known = tools::mix_names();
+  for (const std::string& m : tools::default_curve_mixes())
+    EXPECT_NE(std::find(known.begin(), known.end(), m), known.end()) << m;
+}
+
+// The curve's JSON reads back as written (unknown values as null), and a
+// file of another tool or a bad kind is refused naming the file.
+TEST(Curve, JsonRoundTrips) {
+  std::vector<tools::CurveRow> rows(2);
+  rows[0].point = "IQ2_M";
+  rows[0].kind = "plan";
+  rows[0].budget_bytes = 1234567;
+  rows[0].measured = true;
+  rows[0].result.name = "plan";
+  rows[0].result.path = "/w/curve-plan-IQ2_M.gguf";
+  rows[0].result.bytes = 1200000;
+  rows[0].result.bpw = 2.75;
+  rows[0].result.predicted_kld = std::numeric_limits<double>::quiet_NaN();
+  rows[0].result.measured_kld = 0.125;
+  rows[0].result.measured_kld_error = 0.0025;
+  rows[0].result.same_top = 0.8;
+  rows[0].result.same_top_error = 0.01;
+  rows[0].result.ppl = 21.5;
+  rows[0].result.ppl_error = 0.5;
+  rows[0].result.ppl_ratio = 1.0625;
+  rows[1].point = "1bpw";
+  rows[1].kind = "plan";
+  rows[1].budget_bytes = 99;
+  rows[1].note = "below the smallest plan";
+  rows[1].result.measured_kld = std::numeric_limits<double>::quiet_NaN();
+  tools::CurveJsonContext c;
+  c.sensitivity_path = "s.json";
+  c.n_ctx = 512;
+  c.max_chunks = 10;
+  c.complete = false;
+  const std::string text = tools::curve_json(rows, c);
+  const JsonValue doc = parse_json(text, "curve.json");
+  EXPECT_EQ(doc.at("tool").as_string(), "qlens curve");
+  EXPECT_FALSE(doc.at("complete").as_bool());
+  EXPECT_TRUE(doc.at("rows").at(0).at("predicted_kld").is_null());
+  EXPECT_TRUE(doc.at("rows").at(1).at("bytes").is_null());
+  const std::vector<tools::CurveRow> back = tools::parse_curve_json(text, "curve.json");
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].point, "IQ2_M");
+  EXPECT_EQ(back[0].budget_bytes, 1234567u);
+  EXPECT_EQ(back[0].result.bytes, 1200000u);
+  EXPECT_EQ(back[0].result.measured_kld, 0.125);
+  EXPECT_EQ(back[0].result.ppl_ratio, 1.0625);
+  EXPECT_TRUE(std::isnan(back[0].result.predicted_kld));
+  EXPECT_FALSE(back[1].measured);
+  EXPECT_EQ(back[1].note, "below the smallest plan");
+  EXPECT_TRUE(std::isnan(back[1].result.measured_kld));
+
+  std::string bad = text;
+  bad.replace(bad.find("\"kind\": \"plan\""), 16, "\"kind\": \"both\"");
+  EXPECT_NE(test::error_of([&] { tools::parse_curve_json(bad, "c.json"); }).find("c.json"), std::string::npos);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -81,9 +82,29 @@ class ReportOfARun : public ::testing::Test {
         "perplexity -m " + model_ + " -f " + d + "held-out.txt -c 128 --chunks 4 -t 2 --json " + d + "ppl-f32.json",
         "perplexity -m " + d + "validate-plan.gguf -f " + d + "held-out.txt -c 128 --chunks 4 -t 2 --json " + d +
             "ppl-plan.json",
+        // The curve's table has F16 too: the ffn rows of 172 fit no block
+        // type, and llama.cpp's mixes keep them F16. Two mixes, a size
+        // between them and one below any plan; then again with --resume
+        // (nothing measured twice) and one more point.
+        "sensitivity -m " + model_ + " -f " + d + "calibration.txt -c 128 --chunks 1 -t 2 --types Q4_0,Q8_0,F16 " +
+            "--imatrix " + d + "im.gguf --json " + d + "sensitivity-f16.json --top 0",
+        "curve --sensitivity " + d + "sensitivity-f16.json -f " + d + "held-out.txt -c 128 --chunks 2 -t 2 --imatrix " +
+            d + "im.gguf --points Q8_0,Q4_0,8bpw,1bpw --json " + d + "curve.json --work-dir " + dir_,
+        "curve --sensitivity " + d + "sensitivity-f16.json -f " + d + "held-out.txt -c 128 --chunks 2 -t 2 --imatrix " +
+            d + "im.gguf --points Q8_0,Q4_0,8bpw,1bpw,Q5_0 --json " + d + "curve-more.json --work-dir " + dir_,
     };
     for (const std::string& step : steps) {
       std::string out;
+      if (step.find("curve-more.json") != std::string::npos) {
+        std::filesystem::copy_file(d + "curve.json", d + "curve-more.json");
+        std::string resumed;
+        if (qlens_cli(step + " --resume", &resumed) != 0) {
+          failure_ = "qlens " + step + " --resume\n" + resumed;
+          return;
+        }
+        resume_log_ = resumed;
+        continue;
+      }
       if (qlens_cli(step, &out) != 0) {
         failure_ = "qlens " + step + "\n" + out;
         return;
@@ -107,10 +128,10 @@ class ReportOfARun : public ::testing::Test {
     return in;
   }
 
-  static std::string model_, dir_, failure_;
+  static std::string model_, dir_, failure_, resume_log_;
   static bool ok_;
 };
-std::string ReportOfARun::model_, ReportOfARun::dir_, ReportOfARun::failure_;
+std::string ReportOfARun::model_, ReportOfARun::dir_, ReportOfARun::failure_, ReportOfARun::resume_log_;
 bool ReportOfARun::ok_ = false;
 
 TEST_F(ReportOfARun, CompareSectionDrawsTheDepthTheGrowthAndTheKld) {
@@ -249,6 +270,70 @@ TEST_F(ReportOfARun, PlanSectionHasTheTypeGridAndThePlanAgainstTheMixes) {
   EXPECT_TRUE(contains(unvalidated, "This plan was not validated"));
   EXPECT_TRUE(contains(unvalidated, "data-chart=\"plan-type-grid\""));
   EXPECT_FALSE(contains(unvalidated, "data-chart=\"plan-kld-vs-size\""));
+}
+
+// qlens curve: a plan and a mix per mix point, the plan at no more bytes
+// than the mix; a size alone gets a plan; a size below every plan a note;
+// --resume measures only what is new.
+TEST_F(ReportOfARun, CurveHasAPlanAtEachMixSizeAndResumes) {
+  const JsonValue doc = json("curve.json");
+  EXPECT_EQ(doc.at("tool").as_string(), "qlens curve");
+  EXPECT_TRUE(doc.at("complete").as_bool());
+  EXPECT_EQ(doc.at("inputs").at("model").as_string(), model_);
+  const JsonValue& rows = doc.at("rows");
+  ASSERT_EQ(rows.size(), 6u);  // 1bpw (plan: none), Q4_0 (plan, mix), 8bpw (plan), Q8_0 (plan, mix)
+  std::map<std::string, const JsonValue*> by;
+  uint64_t last_budget = 0;
+  for (const JsonValue& r : rows.as_array()) {
+    by[r.at("point").as_string() + "/" + r.at("kind").as_string()] = &r;
+    const auto budget = static_cast<uint64_t>(r.at("budget_bytes").as_int());
+    EXPECT_GE(budget, last_budget) << "points run from the smallest";
+    last_budget = budget;
+  }
+  ASSERT_TRUE(by.count("1bpw/plan"));
+  EXPECT_FALSE(by["1bpw/plan"]->at("measured").as_bool());
+  EXPECT_TRUE(contains(by["1bpw/plan"]->at("note").as_string(), "below the smallest plan"));
+  for (const char* mix : {"Q4_0", "Q8_0"}) {
+    ASSERT_TRUE(by.count(std::string(mix) + "/plan") && by.count(std::string(mix) + "/mix")) << mix;
+    const JsonValue& plan = *by[std::string(mix) + "/plan"];
+    const JsonValue& m = *by[std::string(mix) + "/mix"];
+    EXPECT_EQ(plan.at("budget_bytes").as_int(), m.at("bytes").as_int()) << mix << ": the budget is the mix's size";
+    EXPECT_LE(plan.at("bytes").as_int(), m.at("bytes").as_int()) << mix;
+    for (const JsonValue* r : {&plan, &m}) {
+      EXPECT_TRUE(r->at("measured").as_bool());
+      EXPECT_GT(r->at("kld").at("value").as_number(), 0) << mix;
+      EXPECT_GT(r->at("ppl").at("value").as_number(), 1) << mix;
+      EXPECT_TRUE(std::filesystem::exists(r->at("model").as_string())) << mix;
+    }
+  }
+  ASSERT_TRUE(by.count("8bpw/plan"));
+  EXPECT_TRUE(by["8bpw/plan"]->at("measured").as_bool());
+  EXPECT_LE(by["8bpw/plan"]->at("bits_per_weight").as_number(), 8.0);
+  EXPECT_GT(by["8bpw/plan"]->at("bits_per_weight").as_number(), 7.5);
+  EXPECT_EQ(by.count("8bpw/mix"), 0u);
+
+  // Resumed with one more point: the earlier rows unchanged, 6 of them
+  // reused, the new point's two measured.
+  const JsonValue more = json("curve-more.json");
+  ASSERT_EQ(more.at("rows").size(), 8u);
+  EXPECT_EQ(count_of(resume_log_, "(resumed)"), 6u) << resume_log_;
+  EXPECT_EQ(count_of(resume_log_, "quantizing "), 2u) << resume_log_;
+  for (const JsonValue& r : more.at("rows").as_array()) {
+    const std::string key = r.at("point").as_string() + "/" + r.at("kind").as_string();
+    if (!by.count(key)) continue;
+    EXPECT_EQ(r.at("kld").at("value").is_null() ? -1.0 : r.at("kld").at("value").as_number(),
+              by[key]->at("kld").at("value").is_null() ? -1.0 : by[key]->at("kld").at("value").as_number())
+        << key;
+  }
+
+  tools::ReportInputs in;
+  in.curve = path("curve.json");
+  const std::string page = tools::build_report_html(in, fixed_date());
+  for (const char* id : {"data-chart=\"curve-kld\"", "data-chart=\"curve-ppl\"", "data-table=\"curve-table\""})
+    EXPECT_TRUE(contains(page, id)) << id;
+  EXPECT_TRUE(contains(page, "no plan: smaller than the table allows"));
+  EXPECT_TRUE(contains(page, html::format_with_error(by["Q4_0/plan"]->at("kld").at("value").as_number(),
+                                                     by["Q4_0/plan"]->at("kld").at("error").as_number())));
 }
 
 TEST_F(ReportOfARun, ImatrixSectionHasLayersTensorsAndColumns) {

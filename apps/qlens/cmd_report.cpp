@@ -14,7 +14,8 @@ int cmd_report(int argc, char** argv) {
   std::string out_path = "report.html", metric = "nmse";
   int64_t top = static_cast<int64_t>(options.top);
   ArgParser p("report",
-              "qlens report [--compare C.json] [--sensitivity S.json] [--plan P.json] [--imatrix-stats I.json]\n"
+              "qlens report [--compare C.json] [--sensitivity S.json] [--plan P.json] [--curve C.json]\n"
+              "                    [--imatrix-stats I.json]\n"
               "                    [--perplexity P.json ...] [-o report.html]",
               "Draws the JSON files of the other subcommands as one self-contained HTML page: a section per\n"
               "file, with charts (inline SVG; hover for exact values) and tables. The page loads nothing\n"
@@ -23,6 +24,7 @@ int cmd_report(int argc, char** argv) {
   p.add({"--compare"}, &inputs.compare, "FILE", "qlens compare --json: error through the depth, KLD distribution");
   p.add({"--sensitivity"}, &inputs.sensitivity, "FILE", "qlens sensitivity --json: ΔKLD heatmaps, the top tensors");
   p.add({"--plan"}, &inputs.plan, "FILE", "qlens plan --json (with --validate): types per tensor, plan vs mixes");
+  p.add({"--curve"}, &inputs.curve, "FILE", "qlens curve --json: KLD and PPL ratio against bits per weight");
   p.add({"--imatrix-stats"}, &inputs.imatrix_stats, "FILE",
         "qlens imatrix --in-file F --show-statistics --json: importance per layer, top tensors and columns");
   p.add({"--perplexity"}, &inputs.perplexity, "FILE", "qlens perplexity --json (repeat for several models)");

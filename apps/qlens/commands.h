@@ -19,6 +19,7 @@ int cmd_devices(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
 int cmd_sensitivity(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
+int cmd_curve(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 
 // A model against a llama.cpp log-probability file, with a progress line per

@@ -26,6 +26,7 @@ constexpr Command kCommands[] = {
     {"compare", qlens::cli::cmd_compare, "compare a reference and a test model node by node, with KL divergence"},
     {"sensitivity", qlens::cli::cmd_sensitivity, "how much each tensor matters: KL divergence when only it is quantized"},
     {"plan", qlens::cli::cmd_plan, "choose a type per tensor under a size budget from a sensitivity table"},
+    {"curve", qlens::cli::cmd_curve, "the size-quality curve: plans at each mix's size against the mixes, measured"},
     {"report", qlens::cli::cmd_report, "one HTML page with charts from the JSON of compare, sensitivity, plan, ..."},
     {"devices", qlens::cli::cmd_devices, "list the devices models can run on (cpu, vulkan:N)"},
     {"synth", qlens::cli::cmd_synth, "write a model of any architecture with random weights of realistic shapes"},

@@ -38,6 +38,59 @@ double predicted_kld(const SensitivityTable& table, const QuantizePlan& q) {
 
 }  // namespace
 
+QuantizePlan types_of_file(const gguf::File& file) {
+  QuantizePlan p;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    TensorPlan tp;
+    tp.name = t.name;
+    tp.ne = t.ne;
+    tp.from = tp.to = t.type;
+    tp.bytes = t.nbytes;
+    p.tensors.push_back(tp);
+    p.total_bytes += t.nbytes;
+    p.total_elements += t.nelements();
+  }
+  return p;
+}
+
+ValidationRow measure_quantized(const SensitivityTable& table, const Model& ref, const std::vector<Token>& tokens,
+                                const std::string& name, const std::string& path, const QuantizeOptions* q,
+                                const ValidateOptions& opt, std::ostream& log) {
+  ValidationRow row;
+  row.name = name;
+  row.path = path;
+  if (q) {
+    log << "quantizing " << name << " -> " << path << "\n";
+    std::ostringstream quiet;
+    quantize_model(opt.model_path, path, *q, quiet);
+  }
+  const QuantizePlan as_is = types_of_file(*gguf::File::open(path));  // also for a file made elsewhere
+  row.bytes = as_is.total_bytes;
+  row.bpw = as_is.bits_per_weight();
+  row.predicted_kld = predicted_kld(table, as_is);
+  auto test = Model::load(path);
+  CompareOptions copt;
+  copt.n_ctx = opt.n_ctx;
+  copt.n_batch = opt.n_ctx;
+  copt.max_chunks = opt.max_chunks;
+  copt.n_threads = opt.n_threads;
+  copt.device = copt.device_ref = opt.device;
+  copt.cpu = opt.cpu;
+  copt.vulkan = opt.vulkan;
+  copt.n_gpu_layers = opt.n_gpu_layers;
+  copt.logits_only = true;  // the logits are what is validated
+  log << "comparing " << name << " with " << opt.model_path << " on " << opt.text_path << "\n";
+  const CompareResult r = compare_models(ref, *test, tokens, copt);
+  row.measured_kld = r.logits.kld_mean.value;
+  row.measured_kld_error = r.logits.kld_mean.error;
+  row.same_top = r.logits.same_top.value;
+  row.same_top_error = r.logits.same_top.error;
+  row.ppl = r.logits.ppl_test.value;
+  row.ppl_error = r.logits.ppl_test.error;
+  row.ppl_ratio = r.logits.ppl_ratio.value;
+  return row;
+}
+
 std::vector<ValidationRow> validate_plan(const SensitivityTable& table, const Plan& plan,
                                          const std::string& tensor_type_rules, const ValidateOptions& opt,
                                          std::ostream& log) {
@@ -85,38 +138,9 @@ std::vector<ValidationRow> validate_plan(const SensitivityTable& table, const Pl
   const auto tokens = tokenize_text_file(ref->vocab(), opt.text_path,
                                          opt.max_chunks > 0 ? opt.max_chunks * opt.n_ctx : -1, "plan --validate");
   std::vector<ValidationRow> rows;
-  for (const Candidate& c : candidates) {
-    ValidationRow row;
-    row.name = c.name;
-    row.path = opt.work_dir + "/validate-" + c.name + ".gguf";
-    log << "quantizing " << c.name << " -> " << row.path << "\n";
-    std::ostringstream quiet;
-    const QuantizePlan done = quantize_model(opt.model_path, row.path, c.q, quiet);
-    row.bytes = done.total_bytes;
-    row.bpw = done.bits_per_weight();
-    row.predicted_kld = predicted_kld(table, done);
-    auto test = Model::load(row.path);
-    CompareOptions copt;
-    copt.n_ctx = opt.n_ctx;
-    copt.n_batch = opt.n_ctx;
-    copt.max_chunks = opt.max_chunks;
-    copt.n_threads = opt.n_threads;
-    copt.device = copt.device_ref = opt.device;
-    copt.cpu = opt.cpu;
-    copt.vulkan = opt.vulkan;
-    copt.n_gpu_layers = opt.n_gpu_layers;
-    copt.logits_only = true;  // the logits are what is validated
-    log << "comparing " << c.name << " with " << opt.model_path << " on " << opt.text_path << "\n";
-    const CompareResult r = compare_models(*ref, *test, tokens, copt);
-    row.measured_kld = r.logits.kld_mean.value;
-    row.measured_kld_error = r.logits.kld_mean.error;
-    row.same_top = r.logits.same_top.value;
-    row.same_top_error = r.logits.same_top.error;
-    row.ppl = r.logits.ppl_test.value;
-    row.ppl_error = r.logits.ppl_test.error;
-    row.ppl_ratio = r.logits.ppl_ratio.value;
-    rows.push_back(row);
-  }
+  for (const Candidate& c : candidates)
+    rows.push_back(measure_quantized(table, *ref, tokens, c.name, opt.work_dir + "/validate-" + c.name + ".gguf", &c.q,
+                                     opt, log));
   (void)plan;
   return rows;
 }

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "qlens/backend.h"
+#include "qlens/gguf.h"
+#include "qlens/model.h"
+#include "tools/quantize/quantize.h"
 #include "tools/plan/plan.h"
 
 namespace qlens::tools {
@@ -41,6 +44,16 @@ struct ValidationRow {
   double ppl = 0, ppl_error = 0;            // of this model on the held-out text
   double ppl_ratio = 0;                     // PPL / the original's PPL
 };
+
+// Every tensor of a file with its type and bytes (as a plan that keeps them).
+QuantizePlan types_of_file(const gguf::File& file);
+
+// One row: quantizes the model (opt.model_path) with `q` into `path` (q null:
+// `path` exists, made elsewhere, e.g. by llama-quantize) and compares it with
+// `ref` on `tokens`; predicted_kld from `table` for the file's types.
+ValidationRow measure_quantized(const SensitivityTable& table, const Model& ref, const std::vector<Token>& tokens,
+                                const std::string& name, const std::string& path, const QuantizeOptions* q,
+                                const ValidateOptions& opt, std::ostream& log);
 
 std::vector<ValidationRow> validate_plan(const SensitivityTable& table, const Plan& plan,
                                          const std::string& tensor_type_rules, const ValidateOptions& opt,

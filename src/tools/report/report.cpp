@@ -291,6 +291,7 @@ std::vector<NamedPath> report_input_paths(const ReportInputs& inputs) {
   if (!inputs.compare.empty()) paths.push_back({"--compare", inputs.compare});
   if (!inputs.sensitivity.empty()) paths.push_back({"--sensitivity", inputs.sensitivity});
   if (!inputs.plan.empty()) paths.push_back({"--plan", inputs.plan});
+  if (!inputs.curve.empty()) paths.push_back({"--curve", inputs.curve});
   if (!inputs.imatrix_stats.empty()) paths.push_back({"--imatrix-stats", inputs.imatrix_stats});
   for (const std::string& p : inputs.perplexity) paths.push_back({"--perplexity", p});
   return paths;
@@ -299,7 +300,7 @@ std::vector<NamedPath> report_input_paths(const ReportInputs& inputs) {
 namespace {
 void require_an_input(const ReportInputs& inputs) {
   if (inputs.empty())
-    throw Error("qlens report: no input: give at least one of --compare, --sensitivity, --plan, --imatrix-stats, "
+    throw Error("qlens report: no input: give at least one of --compare, --sensitivity, --plan, --curve, --imatrix-stats, "
                 "--perplexity (see qlens report --help)");
 }
 }  // namespace
@@ -313,6 +314,7 @@ std::string build_report_html(const ReportInputs& inputs, const ReportOptions& o
   if (!inputs.sensitivity.empty())
     sections.push_back(sensitivity_section(load_input("--sensitivity", inputs.sensitivity, "sensitivity"), options));
   if (!inputs.plan.empty()) sections.push_back(plan_section(load_input("--plan", inputs.plan, "plan"), options));
+  if (!inputs.curve.empty()) sections.push_back(curve_section(load_input("--curve", inputs.curve, "curve"), options));
   if (!inputs.imatrix_stats.empty())
     sections.push_back(imatrix_section(load_input("--imatrix-stats", inputs.imatrix_stats, "imatrix"), options));
   if (!inputs.perplexity.empty()) {

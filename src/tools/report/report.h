@@ -29,10 +29,12 @@ struct ReportInputs {
   std::string compare;        // --compare
   std::string sensitivity;    // --sensitivity
   std::string plan;           // --plan
+  std::string curve;          // --curve
   std::string imatrix_stats;  // --imatrix-stats
   std::vector<std::string> perplexity;  // --perplexity, any number
   bool empty() const {
-    return compare.empty() && sensitivity.empty() && plan.empty() && imatrix_stats.empty() && perplexity.empty();
+    return compare.empty() && sensitivity.empty() && plan.empty() && curve.empty() && imatrix_stats.empty() &&
+           perplexity.empty();
   }
 };
 

@@ -1,5 +1,5 @@
 // The sections of `qlens report` (one file each: report_compare.cpp,
-// report_sensitivity.cpp, report_plan.cpp, report_imatrix.cpp; perplexity in
+// report_sensitivity.cpp, report_plan.cpp, report_curve.cpp, report_imatrix.cpp; perplexity in
 // report.cpp) and the JSON helpers they share. Internal to the report.
 #pragma once
 
@@ -54,6 +54,7 @@ std::string note(const std::string& text);
 Section compare_section(const InputDocument& input, const ReportOptions& options);
 Section sensitivity_section(const InputDocument& input, const ReportOptions& options);
 Section plan_section(const InputDocument& input, const ReportOptions& options);
+Section curve_section(const InputDocument& input, const ReportOptions& options);
 Section imatrix_section(const InputDocument& input, const ReportOptions& options);
 Section perplexity_section(const std::vector<InputDocument>& inputs);
 
