@@ -2,6 +2,8 @@
 // predictions against them, the JSON round trip, and resuming.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -122,8 +124,16 @@ TEST(Sensitivity, ReadsSchemaOneFiles) {
 TEST(Sensitivity, SettingsMismatchNamesTheFlags) {
   tools::SensitivityOptions a, b;
   EXPECT_EQ(tools::sensitivity_settings_mismatch(a, b), "");
-  b.types = tools::default_sensitivity_types();  // the defaults spelt out are the defaults
+  b.types = tools::default_sensitivity_types(false);  // the defaults spelt out are the defaults
   EXPECT_EQ(tools::sensitivity_settings_mismatch(a, b), "");
+  {  // with an imatrix the defaults reach down to the 1.5-bit i-quants
+    tools::SensitivityOptions with;
+    with.imatrix_path = "im.gguf";
+    const std::vector<DType> t = tools::sensitivity_types(with);
+    EXPECT_EQ(t.front(), DType::IQ1_S);
+    EXPECT_NE(std::find(t.begin(), t.end(), DType::IQ2_XXS), t.end());
+    EXPECT_EQ(t.size(), tools::default_sensitivity_types(false).size() + 8);
+  }
   b.tensors_regex = "blk";  // a filter changes which tensors, not their results
   EXPECT_EQ(tools::sensitivity_settings_mismatch(a, b), "");
   b.types = {DType::Q4_0, DType::Q8_0};

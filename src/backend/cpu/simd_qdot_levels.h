@@ -13,9 +13,12 @@
 // under 2^27.
 //
 // A chunk's points come from the grid tables (iq_grids.h) by scalar
-// lookups, 4 or 8 per chunk, as ggml's kernels read them; the signs are
-// applied as byte masks, v = (g ^ m) - m. TQ1_0's base-3 digits decode
-// through the scalar decoder (levels.h) once per super-block.
+// lookups, 4 or 8 per chunk, as ggml's kernels read them; the signed grids'
+// chunks come as the points' levels and +-1 signs, which the dot kernel
+// applies to the activations (ggml's trick). The IQ1 types and TQ2_0 keep
+// unsigned codes (level + offset) and take the offset out with the Q8_K
+// bsums, as Q3_K does. TQ1_0's base-3 digits decode through the scalar
+// decoder (levels.h) once per super-block.
 #pragma once
 
 #include <array>
@@ -257,20 +260,32 @@ struct KBlock<DType::IQ3_S> : LevelBlock<32> {
   }
 };
 
-// The IQ1 levels 8 g + delta of four points of the 1-bit grid (coordinates
-// g in -1..1), delta +-1 per point (masks: 0xFF bytes where -1).
+// The IQ1 types keep their levels v = 8 g + delta (g in -1..1, delta +-1)
+// as unsigned codes v + 9 (0..18), the offset taken out with the Q8_K bsums
+// as Q3_K's is (kFold): sum over runs s_r sum (u - 9) q = sum s_r sum u q -
+// sum over bsum groups 9 s_r B_j. No sign operations per chunk.
+inline constexpr int kIq1Offset = 9;
+
+// The codes 8 g + delta + 9 of four points of the 1-bit grid, delta +-1 per
+// point (masks: 0xFF bytes where -1).
 inline __m256i shifted_points(const int idx[4], __m256i minus) {
   const uint64_t* grid = quant::iq::kIq1sGrid.data();
   const __m256i g = _mm256_setr_epi64x(static_cast<long long>(grid[idx[0]]), static_cast<long long>(grid[idx[1]]),
                                        static_cast<long long>(grid[idx[2]]), static_cast<long long>(grid[idx[3]]));
   const __m256i eight_g = _mm256_sign_epi8(_mm256_set1_epi8(8), g);
-  return _mm256_add_epi8(eight_g, _mm256_or_si256(minus, _mm256_set1_epi8(1)));
+  // delta + 9: 8 or 10.
+  return _mm256_add_epi8(eight_g, _mm256_add_epi8(_mm256_set1_epi8(kIq1Offset + 1), _mm256_add_epi8(minus, minus)));
 }
+// The folded offsets 9 s_r, from 8 int16 run multipliers s_r of runs of 32:
+// one per bsum group of 16 (each run's twice).
+inline __m256i iq1_offsets32(__m128i s) { return mins_per_group(_mm_mullo_epi16(s, _mm_set1_epi16(kIq1Offset))); }
 
 // IQ1_S: 11-bit indices (low bytes, 3 bits each from the group's qh word),
 // the scale in qh bits 12-14 and the shift's sign in bit 15.
 template <>
 struct KBlock<DType::IQ1_S> : ChunkRunBlock<KBlock<DType::IQ1_S>, 32> {
+  static constexpr bool kSigned = false, kMins = true, kFold = true;
+  static constexpr int kLevel = kIq1Offset;
   using B = quant::iq::BlockIQ1S;
   const char* q;
   const char* qh;
@@ -278,6 +293,11 @@ struct KBlock<DType::IQ1_S> : ChunkRunBlock<KBlock<DType::IQ1_S>, 32> {
     d = f16[load_u16(b)] * 0.125f;
   }
   int run_code(int g) const { return load_u16(qh + 2 * g) >> 12 & 7; }
+  __m256i mins() const {
+    const __m128i l = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh)), 12),
+                                    _mm_set1_epi16(7));
+    return iq1_offsets32(_mm_add_epi16(_mm_add_epi16(l, l), _mm_set1_epi16(1)));
+  }
   __m256i codes(int i) const {
     const int h = load_u16(qh + 2 * i);
     const auto* lo = reinterpret_cast<const uint8_t*>(q) + 4 * i;
@@ -292,10 +312,13 @@ struct KBlock<DType::IQ1_S> : ChunkRunBlock<KBlock<DType::IQ1_S>, 32> {
 // the fp16 super-block scale).
 template <>
 struct KBlock<DType::IQ1_M> : LevelBlock<16> {
+  static constexpr bool kSigned = false, kMins = true, kFold = true;
+  static constexpr int kLevel = kIq1Offset;
   using B = quant::iq::BlockIQ1M;
   const uint8_t* q;
   const uint8_t* qh;
   uint64_t scale_words;  // the 4 16-bit scale words
+  __m256i offsets;       // 9 (2l + 1) per run (mins())
   KBlock(const char* b, const float* f16)
       : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))),
         qh(reinterpret_cast<const uint8_t*>(b + offsetof(B, qh))) {
@@ -314,7 +337,19 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
                                                     1024, 16, 1024, 16, 1024, 16, 1024, 16)),
         13);
     sc = _mm256_add_epi16(_mm256_add_epi16(l, l), _mm256_set1_epi16(1));
+    // The folded offsets 9 s_r in run order (run r: bsum group r).
+    const __m256i run_words = _mm256_shuffle_epi8(
+        _mm256_set1_epi64x(static_cast<long long>(scale_words)),
+        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,  //
+                         4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7));
+    const __m256i lr = _mm256_srli_epi16(
+        _mm256_mullo_epi16(run_words, _mm256_setr_epi16(8192, 1024, 128, 16, 8192, 1024, 128, 16,  //
+                                                        8192, 1024, 128, 16, 8192, 1024, 128, 16)),
+        13);
+    offsets = _mm256_mullo_epi16(_mm256_add_epi16(_mm256_add_epi16(lr, lr), _mm256_set1_epi16(1)),
+                                 _mm256_set1_epi16(kIq1Offset));
   }
+  __m256i mins() const { return offsets; }
   int run_code(int r) const { return static_cast<int>(scale_words >> (16 * (r / 4) + 3 * (r % 4)) & 7); }
   void sub_scales(float* dl, float*) const {
     for (int r = 0; r < 16; ++r) dl[r] = d * static_cast<float>(2 * run_code(r) + 1);
@@ -333,14 +368,17 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
 };
 
 // TQ2_0: element e's 2-bit code at bits 2 ((e / 32) % 4) of byte
-// 32 (e / 128) + e % 32; level = code - 1.
+// 32 (e / 128) + e % 32; level = code - 1. The codes stay unsigned, the
+// offset taken out with the Q8_K bsums as Q3_K's is (kFold: sum (c - 1) q =
+// sum c q - sum q): no sign operations.
 template <>
 struct KBlock<DType::TQ2_0> : LevelBlock<256> {
+  static constexpr bool kSigned = false, kMins = true, kFold = true;
+  static constexpr int kLevel = 1;
   const char* q;
   KBlock(const char* b, const float* f16) : q(b) { d = f16[load_u16(b + offsetof(quant::lowbit::BlockTQ2_0, d))]; }
-  __m256i codes(int i) const {
-    return _mm256_sub_epi8(bits_at(load256(q + 32 * (i / 4)), 2 * (i % 4), 3), _mm256_set1_epi8(1));
-  }
+  __m256i codes(int i) const { return bits_at(load256(q + 32 * (i / 4)), 2 * (i % 4), 3); }
+  __m256i mins() const { return _mm256_set1_epi16(1); }
 };
 
 // TQ1_0: base-3 digits in three layouts; the scalar decoder's levels.

@@ -24,9 +24,19 @@
 
 namespace qlens::tools {
 
-std::vector<DType> default_sensitivity_types() {
-  return {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
-          DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::F16};
+std::vector<DType> default_sensitivity_types(bool with_imatrix) {
+  std::vector<DType> types;
+  if (with_imatrix)  // llama.cpp's i-quants, which need one, down to 1.56 bits per weight
+    types = {DType::IQ1_S, DType::IQ1_M, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,
+             DType::IQ3_XXS, DType::IQ3_S, DType::IQ4_XS};
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::Q4_0,
+                  DType::Q5_0, DType::Q8_0, DType::F16})
+    types.push_back(t);
+  return types;
+}
+
+std::vector<DType> sensitivity_types(const SensitivityOptions& o) {
+  return o.types.empty() ? default_sensitivity_types(!o.imatrix_path.empty()) : o.types;
 }
 
 namespace {
@@ -611,7 +621,7 @@ SensitivityResult measure_sensitivity(const Model& model, const std::vector<Toke
                                       const OnTensor& on_tensor) {
   std::unique_ptr<Imatrix> imatrix;
   if (!opt.imatrix_path.empty()) imatrix = std::make_unique<Imatrix>(load_imatrix(opt.imatrix_path));
-  const std::vector<DType> types = opt.types.empty() ? default_sensitivity_types() : opt.types;
+  const std::vector<DType> types = sensitivity_types(opt);
   std::vector<Tensor*> probed = sensitivity_probed_weights(model, opt.tensors_regex);
   SensitivityResult r = start_result(model, opt, types, probed);
   check_some_probed(model, opt, probed);
@@ -661,7 +671,7 @@ void write_sensitivity_settings(JsonWriter& w, const SensitivityResult& r) {
   w.key("n_ctx"); w.value(o.n_ctx);
   w.key("n_batch"); w.value(o.n_batch);
   w.key("n_chunks"); if (o.max_chunks > 0) w.value(o.max_chunks); else w.null();  // null: all
-  w.key("types"); w.array(type_names(o.types.empty() ? default_sensitivity_types() : o.types));
+  w.key("types"); w.array(type_names(sensitivity_types(o)));
   w.key("noise_levels");
   if (r.mode == SensitivityMode::Noise) w.array(o.noise_levels); else w.null();
   w.key("top_k"); w.value(o.top_k);
@@ -942,7 +952,7 @@ std::string sensitivity_settings_mismatch(const SensitivityOptions& previous, co
     return s.str();
   };
   const auto types = [&](const SensitivityOptions& o) {
-    return join(type_names(o.types.empty() ? default_sensitivity_types() : o.types));
+    return join(type_names(sensitivity_types(o)));
   };
   const auto chunks = [](int64_t n) { return n > 0 ? std::to_string(n) : std::string("all"); };
   const std::string checks[] = {
