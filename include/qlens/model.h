@@ -169,6 +169,10 @@ class Model {
   bool output_is_tied() const { return output() == token_embd(); }
   // The roles of a weight (two for a tied embedding: TokenEmbd and Output).
   std::vector<Role> roles_of(const Tensor* weight) const;
+  // The per-tensor scale a matrix's products are multiplied by ("NAME.scale"
+  // beside "NAME.weight": NVFP4's second-level scale, as llama.cpp loads
+  // it), or null.
+  Tensor* scale_of(const Tensor* weight) const;
   // Every weight tensor by GGUF name.
   const std::map<std::string, Tensor*>& weights() const { return weights_; }
   int64_t n_params() const;
@@ -180,6 +184,7 @@ class Model {
   Model() = default;
   static std::unique_ptr<Model> load(std::unique_ptr<gguf::File> file, const Architecture& arch);
   Tensor* bind(const TensorSpec& spec, int layer);
+  void bind_scales();
 
   std::unique_ptr<gguf::File> file_;
   std::unique_ptr<Vocab> vocab_;
@@ -189,6 +194,7 @@ class Model {
   std::map<std::string, Tensor*> weights_;
   std::array<Tensor*, kRoleCount> globals_{};
   std::vector<std::array<Tensor*, kRoleCount>> layers_;
+  std::map<const Tensor*, Tensor*> scales_;  // weight -> its ".scale"
   std::vector<std::unique_ptr<AttentionBlock>> attention_;
 };
 

@@ -78,7 +78,7 @@ class StandardAttention final : public AttentionBlock {
     Tensor* merged = named(permute(g, kqv, 0, 2, 1, 3), "kqv_merged", il);
     cur = named(cont(g, merged), "kqv_merged_cont", il);
     cur = reshape(g, cur, {D * hp.n_head, N});
-    return named(mul_mat(g, b.weight(Role::AttnOutput, il), cur), "kqv_out", il);
+    return named(b.matmul(Role::AttnOutput, il, cur), "kqv_out", il);
   }
 
  private:
@@ -92,15 +92,15 @@ class StandardAttention final : public AttentionBlock {
     const HParams& hp = b.hparams();
     Graph& g = b.graph();
     const int64_t N = b.n_tokens(), D = hp.head_dim;
-    if (Tensor* wqkv = b.weight(Role::AttnQkv, il)) {
-      Tensor* qkv = named(mul_mat(g, wqkv, cur), "wqkv", il);
+    if (b.weight(Role::AttnQkv, il)) {
+      Tensor* qkv = named(b.matmul(Role::AttnQkv, il, cur), "wqkv", il);
       const size_t fs = sizeof(float), row = qkv->nb[1];
       return {named(view(g, qkv, {D, hp.n_head, N}, {D * fs, row}, 0), "Qcur", il),
               named(view(g, qkv, {D, hp.n_head_kv, N}, {D * fs, row}, hp.n_embd_q() * fs), "Kcur", il),
               view(g, qkv, {D * hp.n_head_kv, N}, {row}, (hp.n_embd_q() + hp.n_embd_kv()) * fs)};
     }
     auto projection = [&](Role w, Role bias, const char* name) {
-      Tensor* t = named(mul_mat(g, b.weight(w, il), cur), name, il);
+      Tensor* t = named(b.matmul(w, il, cur), name, il);
       if (Tensor* bias_weight = b.weight(bias, il)) t = named(add(g, t, bias_weight), name, il);
       return t;
     };

@@ -65,6 +65,12 @@ int64_t GraphBuilder::n_past() const { return ctx_.n_past(); }
 
 Tensor* GraphBuilder::weight(Role role, int il) const { return ctx_.weight(ctx_.model().get(role, il)); }
 
+Tensor* GraphBuilder::matmul(Role role, int il, Tensor* x) {
+  Tensor* product = mul_mat(g_, weight(role, il), x);
+  if (Tensor* scale = ctx_.model().scale_of(ctx_.model().get(role, il))) product = mul(g_, product, ctx_.weight(scale));
+  return product;
+}
+
 Tensor* GraphBuilder::embed() {
   cur_ = ctx_.model().arch().embed(*this);
   g_.build(cur_);
@@ -124,12 +130,14 @@ Tensor* GraphBuilder::attention(Tensor* cur, int il) {
 Tensor* GraphBuilder::feed_forward(Tensor* cur, int il, FfnActivation act) {
   Graph& g = g_;
   Tensor *gate, *up;
-  if (Tensor* w_gate = weight(Role::FfnGate, il)) {
-    gate = named(mul_mat(g, w_gate, cur), "ffn_gate", il);
-    up = named(mul_mat(g, weight(Role::FfnUp, il), cur), "ffn_up", il);
+  const bool scaled = ctx_.model().arch().scales_feed_forward();
+  auto project = [&](Role role, Tensor* x) { return scaled ? matmul(role, il, x) : mul_mat(g, weight(role, il), x); };
+  if (weight(Role::FfnGate, il)) {
+    gate = named(project(Role::FfnGate, cur), "ffn_gate", il);
+    up = named(project(Role::FfnUp, cur), "ffn_up", il);
   } else {
     // ffn_up holds gate | up (Phi-3): the halves of one projection.
-    Tensor* both = named(mul_mat(g, weight(Role::FfnUp, il), cur), "ffn_up", il);
+    Tensor* both = named(project(Role::FfnUp, cur), "ffn_up", il);
     const int64_t F = both->ne[0] / 2;
     gate = view(g, both, {F, both->ne[1]}, {both->nb[1]}, 0);
     up = view(g, both, {F, both->ne[1]}, {both->nb[1]}, F * sizeof(float));
@@ -138,7 +146,7 @@ Tensor* GraphBuilder::feed_forward(Tensor* cur, int il, FfnActivation act) {
   // llama.cpp names the product ffn_geglu for GELU (ffn_gate_par in the
   // dumps our llama tests read).
   Tensor* par = named(mul(g, gate, up), act == FfnActivation::Silu ? "ffn_gate_par" : "ffn_geglu", il);
-  return named(mul_mat(g, weight(Role::FfnDown, il), par), "ffn_out", il);
+  return named(project(Role::FfnDown, par), "ffn_out", il);
 }
 
 GraphBuilder::Routing GraphBuilder::route(Tensor* cur, int il) {

@@ -51,6 +51,9 @@ class GraphBuilder {
   // The tensor the graph reads for a weight (a replacement, its device copy,
   // or the model's); null for an absent optional tensor.
   Tensor* weight(Role role, int il = -1) const;
+  // weight(role, il) times x, times the weight's ".scale" where the model has
+  // one (Model::scale_of; llama.cpp's build_lora_mm).
+  Tensor* matmul(Role role, int il, Tensor* x);
 
   // get_rows of the token embedding: "inp_embd".
   Tensor* token_embedding();

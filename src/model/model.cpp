@@ -1,6 +1,7 @@
 // Loading a model: the architecture's hyper-parameters, the vocabulary, and
 // the weights validated against its tensor table.
 #include <algorithm>
+#include <regex>
 #include <sstream>
 
 #include "core/parallel.h"
@@ -92,6 +93,22 @@ void require_computable(const gguf::File& file, const gguf::TensorInfo& tensor) 
 
 namespace {
 
+// general.tensor_extra.prec_a4 (which tensors may take 4-bit activations on
+// the back-ends that have them) checked as llama.cpp checks it: a bool array
+// as long as general.tensor_extra.name. It changes nothing here: qlens's
+// activations are 8-bit or wider.
+void check_prec_a4(const gguf::File& f) {
+  const gguf::Value* names = f.find("general.tensor_extra.name");
+  if (!names) return;
+  const std::string key = "general.tensor_extra.prec_a4";
+  const gguf::Value* values = f.find(key);
+  if (!values || values->type != gguf::ValueType::Array || values->elem_type != gguf::ValueType::Bool)
+    throw Error(f.path() + ": " + key + " must be a bool array");
+  if (names->type != gguf::ValueType::Array || values->arr.size() != names->arr.size())
+    throw Error(f.path() + ": " + key + " tensor/value length mismatch (" + std::to_string(names->arr.size()) +
+                " vs " + std::to_string(values->arr.size()) + ")");
+}
+
 // The file, refused first when a tensor has a type the engine cannot compute.
 std::unique_ptr<gguf::File> open_computable(const std::string& path) {
   auto file = gguf::File::open(path);
@@ -137,6 +154,8 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, const Archi
   for (int il = 0; il < hp.n_layer; ++il)
     for (const TensorSpec& spec : m->arch_->tensors(hp, il))
       m->layers_[il][static_cast<int>(spec.role)] = m->bind(spec, il);
+  m->bind_scales();
+  check_prec_a4(f);
   for (const auto& info : f.tensors())
     if (!m->weights_.count(info.name))
       throw Error(path + ": unexpected tensor '" + info.name + "' for architecture " + hp.arch);
@@ -171,6 +190,40 @@ Tensor* Model::bind(const TensorSpec& spec, int layer) {
   t.data = const_cast<uint8_t*>(file_->tensor_data(*info));  // mapped read-only; weights are never written
   weights_[name] = &t;
   return &t;
+}
+
+// A matrix's optional ".scale" (llama.cpp's generic pass: shape [1] for a
+// matrix, [n_expert] for an expert tensor), F32.
+void Model::bind_scales() {
+  // The matrices llama.cpp looks for a scale beside (the layers' projections).
+  static const std::regex kScaled(R"(blk\.\d+\.(attn_(q|k|v|qkv|output)|ffn_(gate|up|down)(_shexp|_exps)?)\.weight)");
+  std::vector<std::pair<std::string, Tensor*>> matrices;
+  for (const auto& [name, t] : weights_)
+    if (std::regex_match(name, kScaled)) matrices.push_back({name, t});
+  for (const auto& [name, w] : matrices) {
+    const std::string scale_name = name.substr(0, name.size() - 7) + ".scale";
+    const gguf::TensorInfo* info = file_->find_tensor(scale_name);
+    if (!info) continue;
+    if (w->ne[2] > 1)
+      throw Error(file_->path() + ": tensor '" + scale_name + "': per-expert scales are not supported yet");
+    if (info->ne != std::array<int64_t, 4>{1, 1, 1, 1} || info->type != DType::F32)
+      throw Error(file_->path() + ": tensor '" + scale_name + "' must be one F32 value, is " +
+                  std::string(type_name(info->type)) + " " + shape_text(info->ne));
+    Tensor& t = storage_.emplace_back();
+    t.type = DType::F32;
+    t.ne = info->ne;
+    t.nb = contiguous_strides(t.type, t.ne);
+    t.name = scale_name;
+    t.flags = kFlagWeight;
+    t.data = const_cast<uint8_t*>(file_->tensor_data(*info));
+    weights_[scale_name] = &t;
+    scales_[w] = &t;
+  }
+}
+
+Tensor* Model::scale_of(const Tensor* weight) const {
+  const auto it = scales_.find(weight);
+  return it == scales_.end() ? nullptr : it->second;
 }
 
 Tensor* Model::get(Role role, int layer) const {

@@ -36,6 +36,11 @@ class Architecture {
   virtual Tensor* embed(GraphBuilder& b) const { return b.token_embedding(); }
   virtual Tensor* layer(GraphBuilder& b, int il, Tensor* in) const = 0;
   virtual Tensor* output(GraphBuilder& b, Tensor* in) const;  // final norm and the output matrix
+  // Whether the feed-forward projections take their ".scale" tensors
+  // (Model::scale_of). llama.cpp loads them for every architecture but its
+  // graphs of llama and qwen3 alone multiply by them (qwen2, gemma3, phi3 and
+  // qwen3moe pass none); the attention projections take theirs everywhere.
+  virtual bool scales_feed_forward() const { return false; }
 };
 
 // The architecture of a general.architecture name; null when unknown.

@@ -35,6 +35,7 @@ class Llama final : public Architecture {
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
     return b.pre_norm_block(in, il, FfnActivation::Silu);
   }
+  bool scales_feed_forward() const override { return true; }
 };
 
 }  // namespace

@@ -29,6 +29,7 @@ class Qwen3 final : public Architecture {
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
     return b.pre_norm_block(in, il, FfnActivation::Silu);
   }
+  bool scales_feed_forward() const override { return true; }
 };
 
 }  // namespace
