@@ -728,6 +728,7 @@ TEST(Qdot, PackedKernelsMatchThePlainOneAndTheReference) {
   std::mt19937 rng(41);
   std::vector<DType> types(std::begin(kTypes), std::end(kTypes));
   types.insert(types.end(), std::begin(kKTypes), std::end(kKTypes));
+  types.insert(types.end(), std::begin(kScaledTypes), std::end(kScaledTypes));
   for (DType t : types) {
     if (!cpu::packable(t)) continue;
     const bool ktype = type_traits(t).block_size == kQK;

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/qdot.h"
 #include "core/parallel.h"
+#include "quant/fp4.h"
 #include "quant/kquants.h"
 #include "quant/kquants_codec.h"
 #include "quant/registry.h"
@@ -114,6 +115,45 @@ void packed_dot_q8_0(int64_t k, const char* group, const void* x, float* out, si
     for (int j = 0; j < 8; ++j) sum += static_cast<int8_t>(piece[j] ^ 0x80) * q[8 * c + j];
     return sum;
   });
+}
+
+// MXFP4: the rows' E8M0 exponents (lane order), then Q4_0's nibble pieces
+// (element j the low nibble of byte j, j + 16 the high one, as Q4_0's).
+void pack_mxfp4(const Tensor& w, int64_t row0, int64_t b, char* dst) {
+  using quant::fp4::BlockMXFP4;
+  std::memset(dst, 0, kMxfp4GroupBlock);
+  for (int lane = 0; lane < kPackRows; ++lane) {
+    const int r = kPackLane[lane];
+    if (row0 + r >= w.ne[1]) continue;
+    const char* blk = w.at(0, row0 + r) + b * sizeof(BlockMXFP4);
+    dst[lane] = blk[offsetof(BlockMXFP4, e)];
+    for (size_t c = 0; c < 2; ++c) std::memcpy(dst + kPackRows + piece_at(c, r), blk + offsetof(BlockMXFP4, qs) + 8 * c, 8);
+  }
+}
+
+// Per row, blocks in order: sum of the E2M1 levels (doubled) times q, then
+// acc = fma(float(sum), e8m0_half(e) * d_x, acc), as the SIMD kernels.
+void packed_dot_mxfp4(int64_t k, const char* group, const void* x, float* out, size_t) {
+  const int64_t nb = k / kBlock;
+  const int8_t* level = quant::fp4::kE2M1Doubled;
+  float acc[kPackRows] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    const char* gb = group + b * kMxfp4GroupBlock;
+    const char* xb = static_cast<const char*>(x) + b * sizeof(BlockQ8_0);
+    const auto* q = reinterpret_cast<const int8_t*>(xb + offsetof(BlockQ8_0, qs));
+    const float dx = fp16_to_fp32(load_u16(xb + offsetof(BlockQ8_0, d)));
+    for (int lane = 0; lane < kPackRows; ++lane) {
+      const int r = kPackLane[lane];
+      int32_t sum = 0;
+      for (size_t c = 0; c < 2; ++c) {
+        const auto* piece = reinterpret_cast<const uint8_t*>(gb + kPackRows + piece_at(c, r));
+        for (int j = 0; j < 8; ++j) sum += level[piece[j] & 15] * q[8 * c + j] + level[piece[j] >> 4] * q[16 + 8 * c + j];
+      }
+      const float dw = quant::fp4::e8m0_half(static_cast<uint8_t>(gb[lane]));
+      acc[lane] = std::fma(static_cast<float>(sum), dw * dx, acc[lane]);
+    }
+  }
+  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = acc[lane];
 }
 
 // Block b of 8 rows of a legacy type: the codes' 8-byte pieces as they are
@@ -375,6 +415,7 @@ constexpr PackedFormat kFormats[] = {
     {DType::Q4_0, kBlock, legacy_group_block(16), pack_legacy<BlockQ4_0, 0x00>, packed_dot_q4_0},
     {DType::Q5_0, kBlock, kQ5_0GroupBlock, pack_q5_0, packed_dot_q5_0},
     {DType::Q8_0, kBlock, legacy_group_block(32), pack_legacy<BlockQ8_0, 0x80>, packed_dot_q8_0},
+    {DType::MXFP4, kBlock, kMxfp4GroupBlock, pack_mxfp4, packed_dot_mxfp4},
     {DType::Q4_K, kSuper, kQ4KGroupBlock, pack_q4_k, packed_dot_q4_k},
     {DType::Q6_K, kSuper, kQ6KGroupBlock, pack_q6_k, packed_dot_q6_k},
     {DType::IQ4_XS, kSuper, kIQ4XSGroupBlock, pack_iq4_xs, packed_dot_iq4_xs},

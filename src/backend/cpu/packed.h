@@ -14,9 +14,9 @@
 // falls back to the original kernels.
 //
 // The layouts of Q8_0 (codes stored as v + 128), Q5_0 (Q4_0's and a plane
-// of the fifth bits), Q4_K (8-bit scales and mins), IQ4_XS (Q4_K's code order, signed
-// scales) and Q6_K (the 6-bit codes in two planes) are described in
-// packed.cpp. Q4_0, per group of 8 rows and block of 32 (144 bytes, as 8
+// of the fifth bits), MXFP4 (Q4_0's nibbles, byte exponents), Q4_K (8-bit
+// scales and mins), IQ4_XS (Q4_K's code order, signed scales) and Q6_K (the
+// 6-bit codes in two planes) are described in packed.cpp. Q4_0, per group of 8 rows and block of 32 (144 bytes, as 8
 // blocks):
 //   d[8]     the rows' fp16 scales in lane order kPackLane (see below)
 //   qs[128]  four 32-byte vectors; vector 2c + h holds, for rows 4h .. 4h+3,
@@ -61,6 +61,9 @@ inline constexpr size_t kQ4KScalesAt = 2 * kPackScales, kQ4KMinsAt = kQ4KScalesA
 // and as lane-order pairs, then the 4-bit codes in Q4_K's arrangement.
 inline constexpr size_t kIQ4XSScalesAt = kPackScales, kIQ4XSPairsAt = kIQ4XSScalesAt + 64,
                         kIQ4XSCodesAt = kIQ4XSPairsAt + 64, kIQ4XSGroupBlock = kIQ4XSCodesAt + kPackRows * 128;
+// MXFP4's group block: the rows' E8M0 exponents (one byte each, lane
+// order), then the nibbles as Q4_0's: as many bytes as the rows' blocks.
+inline constexpr size_t kMxfp4GroupBlock = kPackRows + kPackRows * 16;
 // Q6_K's group block (packed.cpp): d, scales, then the codes' high and low
 // bits in the order the kernel reads them; as many bytes as the rows' blocks.
 inline constexpr size_t kQ6KScalesAt = kPackScales, kQ6KCodesAt = kQ6KScalesAt + 128,

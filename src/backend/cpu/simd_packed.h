@@ -171,6 +171,46 @@ __attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i q5_0_sums_vnni(
 inline __m256i q4_0_sums_madd(const char* qs, const __m256i* q) { return nibble_sums<false, false>(qs, q); }
 inline __m256i q5_0_sums_madd(const char* qs, const __m256i* q) { return nibble_sums<true, false>(qs, q); }
 
+// MXFP4: Q4_0's nibble pieces, each code looked up as its E2M1 level
+// (doubled) + 12, 0 .. 24 (unsigned: vpdpbusd's and maddubs' operand), so
+// sum v q = sum u q - 12 sum q. Without VNNI the maddubs pairs (2 * 24 * 127
+// at most) sum four per half-group in int16 (24384), widened before the bias
+// comes out (the difference could pass 32767).
+template <bool kVnni>
+__attribute__((always_inline)) inline __m256i mxfp4_sums(const char* qs, const __m256i* q) {
+  alignas(16) static constexpr int8_t kBiased[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kBiased)));
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i z = _mm256_set1_epi8(12);
+  __m256i bias;
+  if constexpr (kVnni) {
+    bias = dot4(dot4(dot4(dot4(zero, z, q[0]), z, q[1]), z, q[2]), z, q[3]);
+  } else {
+    bias = _mm256_madd_epi16(
+        _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(z, q[0]), _mm256_maddubs_epi16(z, q[2])),
+                         _mm256_add_epi16(_mm256_maddubs_epi16(z, q[1]), _mm256_maddubs_epi16(z, q[3]))),
+        ones);
+  }
+  __m256i half[2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m256i s = zero;
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; ++c) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (2 * c + h) * 32));
+      const __m256i u[2] = {_mm256_shuffle_epi8(table, _mm256_and_si256(v, low4)),
+                            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4))};
+#pragma GCC unroll 2
+      for (int n = 0; n < 2; ++n)
+        s = kVnni ? dot4(s, u[n], q[2 * n + c]) : add16_in_order(s, _mm256_maddubs_epi16(u[n], q[2 * n + c]));
+    }
+    half[h] = kVnni ? _mm256_sub_epi32(s, bias) : _mm256_sub_epi32(_mm256_madd_epi16(s, ones), bias);
+  }
+  return _mm256_hadd_epi32(half[0], half[1]);
+}
+
 // The eight rows' outputs from the lanes of their accumulator.
 inline void store_rows(__m256 acc, float* out) {
   alignas(32) float lanes[kPackRows];
@@ -223,6 +263,42 @@ __attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_legacy_vnni(in
 template <size_t kCodeBytes, GroupSumsFn kSums>
 void packed_dot_legacy_madd(int64_t k, const char* group, const void* x, float* out, size_t ahead) {
   packed_dot_legacy<kCodeBytes, kSums>(k, group, x, out, ahead);
+}
+
+// MXFP4's group kernel: the legacy one's steps, the rows' scales 2^(e - 128)
+// made from their exponent bytes (exactly: the float's exponent field e - 1,
+// or the subnormals 2^-128 and 2^-127 for e < 2).
+template <bool kVnni>
+__attribute__((always_inline)) inline void packed_dot_mxfp4_body(int64_t k, const char* group, const void* x,
+                                                                 float* out, size_t ahead) {
+  const int64_t nb = k / quant::kLegacyBlock;
+  const float* f16 = fp16_table();
+  const char* xr = static_cast<const char*>(x);
+  const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const char* gb = group + b * kMxfp4GroupBlock;
+    prefetch_ahead(gb, kMxfp4GroupBlock, ahead);
+    const char* xb = xr + b * sizeof(quant::BlockQ8_0);
+    const char* xq = xb + offsetof(quant::BlockQ8_0, qs);
+    const __m256i q[4] = {broadcast_piece(xq), broadcast_piece(xq + 8), broadcast_piece(xq + 16),
+                          broadcast_piece(xq + 24)};
+    const __m256i isum = mxfp4_sums<kVnni>(gb + kPackRows, q);
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
+    const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256 dw = _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, _mm256_cmpgt_epi32(two, e)));
+    const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
+  }
+  store_rows(acc, out);
+}
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_mxfp4_vnni(int64_t k, const char* group,
+                                                                              const void* x, float* out, size_t ahead) {
+  packed_dot_mxfp4_body<true>(k, group, x, out, ahead);
+}
+void packed_dot_mxfp4_madd(int64_t k, const char* group, const void* x, float* out, size_t ahead) {
+  packed_dot_mxfp4_body<false>(k, group, x, out, ahead);
 }
 
 // The 4-bit K types, Q4_K and IQ4_XS, per super-block and group of 8 rows
@@ -518,6 +594,7 @@ void add_packed_kernels(GemmKernels& g, bool allow_vnni) {
       vnni ? packed_dot_legacy_vnni<20, q5_0_sums_vnni> : packed_dot_legacy_madd<20, q5_0_sums_madd>;
   g.packed_dot[static_cast<int>(DType::Q8_0)] =
       vnni ? packed_dot_legacy_vnni<32, q8_0_sums_vnni> : packed_dot_legacy_madd<32, q8_0_sums_madd>;
+  g.packed_dot[static_cast<int>(DType::MXFP4)] = vnni ? packed_dot_mxfp4_vnni : packed_dot_mxfp4_madd;
   g.packed_dot[static_cast<int>(DType::Q4_K)] = vnni ? packed_dot_q4_k_vnni : packed_dot_q4_k_madd;
   g.packed_dot[static_cast<int>(DType::Q6_K)] = packed_dot_q6_k_simd;
   g.packed_dot[static_cast<int>(DType::IQ4_XS)] = vnni ? packed_dot_iq4_xs_vnni : packed_dot_iq4_xs_madd;
