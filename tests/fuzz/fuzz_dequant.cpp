@@ -5,6 +5,11 @@
 // (from_float for activations, the weighted quantize for weights, with the
 // importance the input's magnitudes give), as requantizing a model does.
 //
+// The blocks also go through the type's dot kernels (each instruction set
+// the machine has, with and without VNNI: the SIMD decoders index grid and
+// scale tables with the blocks' bytes) against an activation row made from
+// the input's bytes.
+//
 // Input: byte 0 picks the type among those with a to_float; the rest is
 // whole blocks (at most 16; a partial block at the end is dropped). The
 // quantizers (a search over scales, the costly part) get the first 256
@@ -14,6 +19,8 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/isa.h"
+#include "backend/cpu/matmul.h"
 #include "fuzz_util.h"
 #include "qlens/types.h"
 
@@ -45,6 +52,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(src.data(), data + 1, n_blocks * tt.block_bytes);
   std::vector<float> values(static_cast<size_t>(n));
   tt.to_float(src.data(), values.data(), n);
+
+  if (tt.vec_dot_type != DType::F32 && n % type_traits(tt.vec_dot_type).block_size == 0) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int8_t>(data[1 + i % (size - 1)])) / 64;
+    std::vector<uint64_t> xq((row_bytes(tt.vec_dot_type, n) + 7) / 8);
+    type_traits(tt.vec_dot_type).from_float(x.data(), xq.data(), n);
+    for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512})
+      for (bool vnni : {true, false})
+        if (cpu::isa_supported(isa))
+          if (const cpu::VecDotFn dot = cpu::gemm_kernels(isa, vnni).dot[static_cast<int>(type)]) {
+            float out = 0;
+            dot(n, src.data(), xq.data(), 0, 1, &out);
+          }
+  }
 
   for (float v : values)
     if (!std::isfinite(v)) return 0;
