@@ -21,7 +21,16 @@ qlens=${QLENS:-$(dirname "$0")/../build/qlens}
 ctx=${CTX:-256} chunks=${CHUNKS:-4}
 mkdir -p "$out"
 
-final() { grep -o 'Final estimate: PPL = [0-9.]*' | awk '{print $5}' | tail -1; }
+final() { { grep -o 'Final estimate: PPL = [0-9.]*' || true; } | awk '{print $5}' | tail -1; }
+# A perplexity run's result, tried twice ("nan" when both print none).
+ppl() {
+  local v
+  for _ in 1 2; do
+    v=$("$@" 2>&1 | final)
+    [ -n "$v" ] && { echo "$v"; return; }
+  done
+  echo nan
+}
 
 # quantize TOOL TYPE OUT
 quantize() {
@@ -44,11 +53,11 @@ for type in "${types[@]}"; do
   for tool in qlens llama; do
     f="$out/$tool-$type.gguf"
     [ -f "$f" ] || quantize "$tool" "$type" "$f"
-    on=$("$llama/llama-perplexity" -m "$f" -f "$text" -c "$ctx" -b "$ctx" --chunks "$chunks" -t 2 -fa on 2>&1 | final)
-    off=$("$llama/llama-perplexity" -m "$f" -f "$text" -c "$ctx" -b "$ctx" --chunks "$chunks" -t 2 -fa off 2>&1 | final)
-    f32=$("$llama/llama-perplexity" -m "$f" -f "$text" -c "$ctx" -b "$ctx" --chunks "$chunks" -t 2 -fa off \
-      -ctk f32 -ctv f32 2>&1 | final)
-    ours=$("$qlens" perplexity -m "$f" -f "$text" -c "$ctx" -b "$ctx" --chunks "$chunks" -t 2 2>&1 | final)
+    run=(-m "$f" -f "$text" -c "$ctx" -b "$ctx" --chunks "$chunks" -t 2)
+    on=$(ppl "$llama/llama-perplexity" "${run[@]}" -fa on)
+    off=$(ppl "$llama/llama-perplexity" "${run[@]}" -fa off)
+    f32=$(ppl "$llama/llama-perplexity" "${run[@]}" -fa off -ctk f32 -ctv f32)
+    ours=$(ppl "$qlens" perplexity "${run[@]}")
     awk -v t="$type" -v by="$tool" -v on="$on" -v off="$off" -v f32="$f32" -v q="$ours" 'BEGIN {
       mean = (on + off + f32) / 3;
       hi = on; if (off > hi) hi = off; if (f32 > hi) hi = f32;

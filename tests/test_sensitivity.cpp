@@ -130,9 +130,9 @@ TEST(Sensitivity, SettingsMismatchNamesTheFlags) {
     tools::SensitivityOptions with;
     with.imatrix_path = "im.gguf";
     const std::vector<DType> t = tools::sensitivity_types(with);
-    EXPECT_EQ(t.front(), DType::IQ1_S);
-    EXPECT_NE(std::find(t.begin(), t.end(), DType::IQ2_XXS), t.end());
-    EXPECT_EQ(t.size(), tools::default_sensitivity_types(false).size() + 8);
+    for (DType low : {DType::IQ1_S, DType::IQ2_XXS, DType::Q1_0, DType::Q2_0})
+      EXPECT_NE(std::find(t.begin(), t.end(), low), t.end()) << type_name(low);
+    EXPECT_EQ(t.size(), tools::default_sensitivity_types(false).size() + 10);
   }
   b.tensors_regex = "blk";  // a filter changes which tensors, not their results
   EXPECT_EQ(tools::sensitivity_settings_mismatch(a, b), "");

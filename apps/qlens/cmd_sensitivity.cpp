@@ -68,7 +68,7 @@ bool parse_sensitivity_flags(int argc, char** argv, SensitivityFlags& f) {
   p.add({"--imatrix"}, &opt.imatrix_path, "FILE", "importance matrix for the quantizers and the noise shape");
   p.add({"--types"}, &f.types, "LIST",
         "candidate types, comma-separated (default Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_NL,Q4_0,Q5_0,Q8_0,F16; "
-        "with --imatrix also IQ1_S,IQ1_M,IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S,IQ4_XS)");
+        "with --imatrix also Q1_0,IQ1_S,IQ1_M,IQ2_XXS,Q2_0,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S,IQ4_XS)");
   p.add({"--mode"}, &f.mode, "quant|noise", "how tensors are probed (default quant)");
   p.add({"--group"}, &f.group, "tensor|layer|role|experts",
         "probe unit (default tensor; layer/role quantize a whole group at once, experts a layer's expert\n"

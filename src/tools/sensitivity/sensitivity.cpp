@@ -26,9 +26,12 @@ namespace qlens::tools {
 
 std::vector<DType> default_sensitivity_types(bool with_imatrix) {
   std::vector<DType> types;
-  if (with_imatrix)  // llama.cpp's i-quants, which need one, down to 1.56 bits per weight
-    types = {DType::IQ1_S, DType::IQ1_M, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,
-             DType::IQ3_XXS, DType::IQ3_S, DType::IQ4_XS};
+  // With one, the low-bit types: llama.cpp's i-quants, which need it, down
+  // to 1.56 bits per weight, and Q1_0 and Q2_0, whose blocks of 128 and 64
+  // fit the rows the 256-element ones do not (Gemma 3's 640).
+  if (with_imatrix)
+    types = {DType::Q1_0,    DType::IQ1_S,  DType::IQ1_M, DType::IQ2_XXS, DType::Q2_0,  DType::IQ2_XS,
+             DType::IQ2_S,   DType::IQ3_XXS, DType::IQ3_S, DType::IQ4_XS};
   for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::Q4_0,
                   DType::Q5_0, DType::Q8_0, DType::F16})
     types.push_back(t);

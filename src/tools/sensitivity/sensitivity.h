@@ -107,9 +107,10 @@ std::vector<Tensor*> sensitivity_probed_weights(const Model& model, const std::s
 
 // The default candidate types (those that fit a tensor's rows are used):
 // Q2_K .. Q8_0, IQ4_NL and F16; with an imatrix also the i-quants from IQ1_S
-// (1.56 bits per weight) to IQ4_XS, so that a plan can reach the sizes of
-// llama.cpp's 1.5- to 3.5-bit mixes (they cost one probe each per tensor in
-// quant mode; none in noise mode).
+// (1.56 bits per weight) to IQ4_XS, Q1_0 and Q2_0, so that a plan can reach
+// the sizes of llama.cpp's 1.5- to 3.5-bit mixes, also on rows that are not
+// multiples of 256 (they cost one probe each per tensor in quant mode; none
+// in noise mode).
 std::vector<DType> default_sensitivity_types(bool with_imatrix);
 // The candidates of a run: --types, or the defaults for its imatrix.
 std::vector<DType> sensitivity_types(const SensitivityOptions& options);
