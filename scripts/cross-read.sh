@@ -22,10 +22,11 @@ ctx=${CTX:-256} chunks=${CHUNKS:-4}
 mkdir -p "$out"
 
 final() { { grep -o 'Final estimate: PPL = [0-9.]*' || true; } | awk '{print $5}' | tail -1; }
-# A perplexity run's result, tried twice ("nan" when both print none).
+# A perplexity run's result, tried three times ("nan" when none prints it:
+# under load llama.cpp's logger thread sometimes loses the last line).
 ppl() {
   local v
-  for _ in 1 2; do
+  for _ in 1 2 3; do
     v=$("$@" 2>&1 | final)
     [ -n "$v" ] && { echo "$v"; return; }
   done
@@ -38,6 +39,8 @@ quantize() {
   case $type in
     NVFP4) args=(--tensor-type 'blk\..*=nvfp4' "$model" "$dst" Q8_0) ;;
     MXFP4) args=(--pure --token-embedding-type q8_0 --output-tensor-type q8_0 "$model" "$dst" MXFP4_MOE) ;;
+    # llama-quantize's IQ2_S mix is IQ2_XS at its base; IQ2_M's base is IQ2_S.
+    IQ2_S) args=(--pure --token-embedding-type q8_0 --output-tensor-type q8_0 "$model" "$dst" IQ2_M) ;;
     *) args=(--pure --token-embedding-type q8_0 --output-tensor-type q8_0 "$model" "$dst" "$type") ;;
   esac
   if [ "$tool" = qlens ]; then
@@ -64,6 +67,7 @@ for type in "${types[@]}"; do
       lo = on; if (off < lo) lo = off; if (f32 < lo) lo = f32;
       tol = 2 * (hi - lo); if (tol < 1e-4 * mean) tol = 1e-4 * mean;
       d = q - mean; ok = (d <= tol && d >= -tol) ? "ok" : "OUTSIDE";
+      if (on == "nan" || off == "nan" || f32 == "nan" || q == "nan") ok = "incomplete";
       printf "| %s | %s | %.4f | %.4f | %.4f | %.4f | %+.4f | %.4f | %s |\n", t, by, on, off, f32, q, d, tol, ok }'
   done
 done
