@@ -127,7 +127,8 @@ void pack_mxfp4(const Tensor& w, int64_t row0, int64_t b, char* dst) {
     if (row0 + r >= w.ne[1]) continue;
     const char* blk = w.at(0, row0 + r) + b * sizeof(BlockMXFP4);
     dst[lane] = blk[offsetof(BlockMXFP4, e)];
-    for (size_t c = 0; c < 2; ++c) std::memcpy(dst + kPackRows + piece_at(c, r), blk + offsetof(BlockMXFP4, qs) + 8 * c, 8);
+    for (size_t c = 0; c < 2; ++c)
+      std::memcpy(dst + kPackRows + piece_at(c, r), blk + offsetof(BlockMXFP4, qs) + 8 * c, 8);
   }
 }
 

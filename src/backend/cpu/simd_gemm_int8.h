@@ -87,7 +87,11 @@ constexpr I8Format i8_format() {
     using K = KBlock<T>;
     const bool wide = K::kSigned && signed_codes;
     // Unsigned codes: 2 bits (Q2_K, TQ2_0), 3 (Q3_K), 4 (Q4_K), 5 (Q5_K), 6 (Q6_K).
-    const int bits = T == DType::Q2_K || T == DType::TQ2_0 ? 2 : T == DType::Q3_K ? 3 : T == DType::Q4_K ? 4 : T == DType::Q5_K ? 5 : 6;
+    const int bits = T == DType::Q2_K || T == DType::TQ2_0 ? 2
+                     : T == DType::Q3_K                       ? 3
+                     : T == DType::Q4_K                       ? 4
+                     : T == DType::Q5_K                       ? 5
+                                                              : 6;
     return {false, quant::kq::kQK, sub_block_size<T>(), K::kMins && !K::kFold,
             K::kSigned ? (wide ? 0 : 128) : K::kLevel, wide, K::kSigned ? 128 : (1 << bits) - 1};
   }

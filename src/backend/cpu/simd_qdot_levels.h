@@ -362,7 +362,8 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
                         lo[3] | (nib[3] & 7) << 8};
     // Point k's shift sign is bit 4 k + 3 of the two qh bytes: in 64-bit lane k.
     const __m256i bit = _mm256_setr_epi64x(0x8, 0x80, 0x800, 0x8000);
-    const __m256i minus = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi16(static_cast<short>(h0 | h1 << 8)), bit), bit);
+    const __m256i nibbles = _mm256_set1_epi16(static_cast<short>(h0 | h1 << 8));
+    const __m256i minus = _mm256_cmpeq_epi64(_mm256_and_si256(nibbles, bit), bit);
     return shifted_points(idx, minus);
   }
 };
