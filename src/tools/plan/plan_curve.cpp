@@ -1,6 +1,7 @@
 #include "tools/plan/plan_curve.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
