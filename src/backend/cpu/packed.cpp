@@ -30,22 +30,33 @@ constexpr int64_t kBlock = quant::kLegacyBlock;
 constexpr size_t piece_at(size_t p, int r) { return (2 * p + r / 4) * 32 + (r % 4) * 8; }
 
 // Block b of the 8 rows from row0 (a legacy type) into its group block: the
-// scales in lane order, then the codes in 8-byte pieces, piece c of rows 4h ..
-// 4h + 3 in vector 2c + h, each byte XORed with code_xor (rows past the
-// tensor stay zero).
+// scales (scale_bytes each) in lane order, then the codes in 8-byte pieces,
+// piece c of rows 4h .. 4h + 3 in vector 2c + h, each byte XORed with
+// code_xor (rows past the tensor stay zero).
 void pack_group_block(const Tensor& w, int64_t row0, int64_t b, size_t block_bytes, size_t codes_offset,
-                      size_t code_bytes, uint8_t code_xor, char* dst) {
-  std::memset(dst, 0, legacy_group_block(code_bytes));
-  char* qs = dst + kPackScales;
+                      size_t code_bytes, uint8_t code_xor, size_t scale_bytes, char* dst) {
+  std::memset(dst, 0, legacy_group_block(code_bytes, scale_bytes));
+  char* qs = dst + kPackRows * scale_bytes;
   for (int lane = 0; lane < kPackRows; ++lane) {
     const int r = kPackLane[lane];
     if (row0 + r >= w.ne[1]) continue;
     const char* blk = w.at(0, row0 + r) + b * block_bytes;
-    std::memcpy(dst + lane * sizeof(uint16_t), blk, sizeof(uint16_t));  // d leads both block types
+    std::memcpy(dst + lane * scale_bytes, blk, scale_bytes);  // the scale leads every such block
     for (size_t c = 0; c < code_bytes / 8; ++c) {
       char* piece = qs + piece_at(c, r);
       for (int j = 0; j < 8; ++j) piece[j] = static_cast<char>(blk[codes_offset + 8 * c + j] ^ code_xor);
     }
+  }
+}
+
+// A row's block scale d_w from its kScaleBytes in a group block: fp16, or
+// MXFP4's E8M0 exponent (2^(e - 128), the levels being doubled).
+template <size_t kScaleBytes>
+float packed_scale(const char* gb, int lane) {
+  if constexpr (kScaleBytes == 1) {
+    return quant::fp4::e8m0_half(static_cast<uint8_t>(gb[lane]));
+  } else {
+    return fp16_to_fp32(load_u16(gb + lane * sizeof(uint16_t)));
   }
 }
 
@@ -54,10 +65,10 @@ void pack_group_block(const Tensor& w, int64_t row0, int64_t b, size_t block_byt
 // compute per lane, over a group block of kCodeBytes per row in kPieces
 // pieces. piece_sum(codes, c, r, q) gives row r's piece c's part of the sum,
 // codes the group block's codes.
-template <size_t kCodeBytes, size_t kPieces, class PieceSum>
+template <size_t kCodeBytes, size_t kPieces, class PieceSum, size_t kScaleBytes = 2>
 void packed_dot_plain(int64_t k, const char* group, const void* x, float* out, PieceSum piece_sum) {
   const int64_t nb = k / kBlock;
-  constexpr size_t kGroupBlock = legacy_group_block(kCodeBytes);
+  constexpr size_t kGroupBlock = legacy_group_block(kCodeBytes, kScaleBytes);
   float acc[kPackRows] = {};
   for (int64_t b = 0; b < nb; ++b) {
     const char* gb = group + b * kGroupBlock;
@@ -68,8 +79,8 @@ void packed_dot_plain(int64_t k, const char* group, const void* x, float* out, P
       const int r = kPackLane[lane];
       int32_t sum = 0;
       for (size_t c = 0; c < kPieces; ++c)
-        sum += piece_sum(reinterpret_cast<const uint8_t*>(gb + kPackScales), c, r, q);
-      const float dw = fp16_to_fp32(load_u16(gb + lane * sizeof(uint16_t)));
+        sum += piece_sum(reinterpret_cast<const uint8_t*>(gb + kPackRows * kScaleBytes), c, r, q);
+      const float dw = packed_scale<kScaleBytes>(gb, lane);
       acc[lane] = std::fma(static_cast<float>(sum), dw * dx, acc[lane]);
     }
   }
@@ -117,51 +128,25 @@ void packed_dot_q8_0(int64_t k, const char* group, const void* x, float* out, si
   });
 }
 
-// MXFP4: the rows' E8M0 exponents (lane order), then Q4_0's nibble pieces
-// (element j the low nibble of byte j, j + 16 the high one, as Q4_0's).
-void pack_mxfp4(const Tensor& w, int64_t row0, int64_t b, char* dst) {
-  using quant::fp4::BlockMXFP4;
-  std::memset(dst, 0, kMxfp4GroupBlock);
-  for (int lane = 0; lane < kPackRows; ++lane) {
-    const int r = kPackLane[lane];
-    if (row0 + r >= w.ne[1]) continue;
-    const char* blk = w.at(0, row0 + r) + b * sizeof(BlockMXFP4);
-    dst[lane] = blk[offsetof(BlockMXFP4, e)];
-    for (size_t c = 0; c < 2; ++c)
-      std::memcpy(dst + kPackRows + piece_at(c, r), blk + offsetof(BlockMXFP4, qs) + 8 * c, 8);
-  }
-}
-
-// Per row, blocks in order: sum of the E2M1 levels (doubled) times q, then
-// acc = fma(float(sum), e8m0_half(e) * d_x, acc), as the SIMD kernels.
+// MXFP4: the rows' E8M0 exponent bytes (lane order), then Q4_0's nibble
+// pieces (element j the low nibble of byte j, j + 16 the high one); a
+// piece's sum of the E2M1 levels (doubled) times q.
 void packed_dot_mxfp4(int64_t k, const char* group, const void* x, float* out, size_t) {
-  const int64_t nb = k / kBlock;
-  const int8_t* level = quant::fp4::kE2M1Doubled;
-  float acc[kPackRows] = {};
-  for (int64_t b = 0; b < nb; ++b) {
-    const char* gb = group + b * kMxfp4GroupBlock;
-    const char* xb = static_cast<const char*>(x) + b * sizeof(BlockQ8_0);
-    const auto* q = reinterpret_cast<const int8_t*>(xb + offsetof(BlockQ8_0, qs));
-    const float dx = fp16_to_fp32(load_u16(xb + offsetof(BlockQ8_0, d)));
-    for (int lane = 0; lane < kPackRows; ++lane) {
-      const int r = kPackLane[lane];
-      int32_t sum = 0;
-      for (size_t c = 0; c < 2; ++c) {
-        const auto* piece = reinterpret_cast<const uint8_t*>(gb + kPackRows + piece_at(c, r));
-        for (int j = 0; j < 8; ++j) sum += level[piece[j] & 15] * q[8 * c + j] + level[piece[j] >> 4] * q[16 + 8 * c + j];
-      }
-      const float dw = quant::fp4::e8m0_half(static_cast<uint8_t>(gb[lane]));
-      acc[lane] = std::fma(static_cast<float>(sum), dw * dx, acc[lane]);
-    }
-  }
-  for (int lane = 0; lane < kPackRows; ++lane) out[kPackLane[lane]] = acc[lane];
+  auto piece_sum = [](const uint8_t* codes, size_t c, int r, const int8_t* q) {
+    const int8_t* level = quant::fp4::kE2M1Doubled;
+    const uint8_t* piece = codes + piece_at(c, r);
+    int32_t sum = 0;
+    for (int j = 0; j < 8; ++j) sum += level[piece[j] & 15] * q[8 * c + j] + level[piece[j] >> 4] * q[16 + 8 * c + j];
+    return sum;
+  };
+  packed_dot_plain<16, 2, decltype(piece_sum), 1>(k, group, x, out, piece_sum);
 }
 
 // Block b of 8 rows of a legacy type: the codes' 8-byte pieces as they are
-// (Q4_0), or as v + 128 (Q8_0).
-template <class B, uint8_t kXor>
+// (Q4_0, MXFP4), or as v + 128 (Q8_0).
+template <class B, uint8_t kXor, size_t kScaleBytes = 2>
 void pack_legacy(const Tensor& w, int64_t row0, int64_t b, char* dst) {
-  pack_group_block(w, row0, b, sizeof(B), offsetof(B, qs), sizeof(B::qs), kXor, dst);
+  pack_group_block(w, row0, b, sizeof(B), offsetof(B, qs), sizeof(B::qs), kXor, kScaleBytes, dst);
 }
 
 // Block b of 8 rows of Q5_0: d and the nibbles as Q4_0's, then the fifth
@@ -169,7 +154,7 @@ void pack_legacy(const Tensor& w, int64_t row0, int64_t b, char* dst) {
 // nibble of row r's byte j of piece c (plane byte 8 (r % 4) + j), 16 + 8c +
 // j its high nibble.
 void pack_q5_0(const Tensor& w, int64_t row0, int64_t b, char* dst) {
-  pack_group_block(w, row0, b, sizeof(BlockQ5_0), offsetof(BlockQ5_0, qs), sizeof(BlockQ5_0::qs), 0, dst);
+  pack_group_block(w, row0, b, sizeof(BlockQ5_0), offsetof(BlockQ5_0, qs), sizeof(BlockQ5_0::qs), 0, 2, dst);
   auto* plane = reinterpret_cast<uint8_t*>(dst + kQ5_0HighAt);
   std::memset(plane, 0, kQ5_0GroupBlock - kQ5_0HighAt);
   for (int r = 0; r < kPackRows && row0 + r < w.ne[1]; ++r) {
@@ -416,7 +401,7 @@ constexpr PackedFormat kFormats[] = {
     {DType::Q4_0, kBlock, legacy_group_block(16), pack_legacy<BlockQ4_0, 0x00>, packed_dot_q4_0},
     {DType::Q5_0, kBlock, kQ5_0GroupBlock, pack_q5_0, packed_dot_q5_0},
     {DType::Q8_0, kBlock, legacy_group_block(32), pack_legacy<BlockQ8_0, 0x80>, packed_dot_q8_0},
-    {DType::MXFP4, kBlock, kMxfp4GroupBlock, pack_mxfp4, packed_dot_mxfp4},
+    {DType::MXFP4, kBlock, legacy_group_block(16, 1), pack_legacy<quant::fp4::BlockMXFP4, 0x00, 1>, packed_dot_mxfp4},
     {DType::Q4_K, kSuper, kQ4KGroupBlock, pack_q4_k, packed_dot_q4_k},
     {DType::Q6_K, kSuper, kQ6KGroupBlock, pack_q6_k, packed_dot_q6_k},
     {DType::IQ4_XS, kSuper, kIQ4XSGroupBlock, pack_iq4_xs, packed_dot_iq4_xs},

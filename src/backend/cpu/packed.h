@@ -45,8 +45,11 @@ inline constexpr int kPackLane[kPackRows] = {0, 1, 4, 5, 2, 3, 6, 7};
 
 // Byte offsets within one group block, shared by the packers and the kernels.
 inline constexpr size_t kPackScales = kPackRows * sizeof(uint16_t);  // the rows' fp16 d (then dmin for Q4_K)
-// A legacy type's group block: the scales, then kPackRows * code_bytes codes.
-constexpr size_t legacy_group_block(size_t code_bytes) { return kPackScales + kPackRows * code_bytes; }
+// A legacy type's group block: the rows' scales (scale_bytes each: an fp16
+// d, or MXFP4's E8M0 exponent byte), then kPackRows * code_bytes codes.
+constexpr size_t legacy_group_block(size_t code_bytes, size_t scale_bytes = 2) {
+  return kPackRows * (scale_bytes + code_bytes);
+}
 // Q5_0's group block: Q4_0's, then the fifth bits as one 32-byte plane: bit
 // q5_0_plane_bit(c, h, n) of plane byte p is the fifth bit of nibble n (0:
 // low) of byte p of code vector 2c + h. A 16-bit shift and a mask put a code
@@ -61,9 +64,6 @@ inline constexpr size_t kQ4KScalesAt = 2 * kPackScales, kQ4KMinsAt = kQ4KScalesA
 // and as lane-order pairs, then the 4-bit codes in Q4_K's arrangement.
 inline constexpr size_t kIQ4XSScalesAt = kPackScales, kIQ4XSPairsAt = kIQ4XSScalesAt + 64,
                         kIQ4XSCodesAt = kIQ4XSPairsAt + 64, kIQ4XSGroupBlock = kIQ4XSCodesAt + kPackRows * 128;
-// MXFP4's group block: the rows' E8M0 exponents (one byte each, lane
-// order), then the nibbles as Q4_0's: as many bytes as the rows' blocks.
-inline constexpr size_t kMxfp4GroupBlock = kPackRows + kPackRows * 16;
 // Q6_K's group block (packed.cpp): d, scales, then the codes' high and low
 // bits in the order the kernel reads them; as many bytes as the rows' blocks.
 inline constexpr size_t kQ6KScalesAt = kPackScales, kQ6KCodesAt = kQ6KScalesAt + 128,

@@ -177,7 +177,7 @@ inline __m256i q5_0_sums_madd(const char* qs, const __m256i* q) { return nibble_
 // at most) sum four per half-group in int16 (24384), widened before the bias
 // comes out (the difference could pass 32767).
 template <bool kVnni>
-__attribute__((always_inline)) inline __m256i mxfp4_sums(const char* qs, const __m256i* q) {
+__attribute__((always_inline)) inline __m256i mxfp4_sums_body(const char* qs, const __m256i* q) {
   alignas(16) static constexpr int8_t kBiased[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
   const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kBiased)));
   const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -227,15 +227,35 @@ inline __m256 k_accumulate(__m256 acc, __m256i isum, const char* dw, const char*
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc);
 }
 
+__attribute__((target(QLENS_PACKED_VNNI_TARGET))) inline __m256i mxfp4_sums_vnni(const char* qs, const __m256i* q) {
+  return mxfp4_sums_body<true>(qs, q);
+}
+inline __m256i mxfp4_sums_madd(const char* qs, const __m256i* q) { return mxfp4_sums_body<false>(qs, q); }
+
+// The eight rows' block scales d_w of a group block (lane order): fp16, or
+// (kScaleBytes 1) MXFP4's exponent bytes as 2^(e - 128), exactly: the
+// float's exponent field e - 1, or the subnormals 2^-128 and 2^-127 for e < 2.
+template <size_t kScaleBytes>
+__attribute__((always_inline)) inline __m256 packed_scales(const char* gb) {
+  if constexpr (kScaleBytes == 1) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+  } else {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+  }
+}
+
 // A legacy type's group kernel: per block, the activation's four 8-byte
 // pieces broadcast, the eight rows' int32 sums from kSums, then one
 // conversion, one scale product and one FMA for the eight rows. Inlined into
 // a VNNI wrapper (target attribute) or used as it is (no VNNI instruction).
 using GroupSumsFn = __m256i (*)(const char* qs, const __m256i* q);
-template <size_t kCodeBytes, GroupSumsFn kSums>
+template <size_t kCodeBytes, GroupSumsFn kSums, size_t kScaleBytes = 2>
 __attribute__((always_inline)) inline void packed_dot_legacy(int64_t k, const char* group, const void* x, float* out,
                                                              size_t ahead) {
-  constexpr size_t kGroupBlock = legacy_group_block(kCodeBytes);
+  constexpr size_t kGroupBlock = legacy_group_block(kCodeBytes, kScaleBytes);
   const int64_t nb = k / quant::kLegacyBlock;
   const float* f16 = fp16_table();
   const char* xr = static_cast<const char*>(x);
@@ -247,58 +267,22 @@ __attribute__((always_inline)) inline void packed_dot_legacy(int64_t k, const ch
     const char* xq = xb + offsetof(quant::BlockQ8_0, qs);
     const __m256i q[4] = {broadcast_piece(xq), broadcast_piece(xq + 8), broadcast_piece(xq + 16),
                           broadcast_piece(xq + 24)};
-    const __m256i isum = kSums(gb + kPackScales, q);
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+    const __m256i isum = kSums(gb + kPackRows * kScaleBytes, q);
+    const __m256 dw = packed_scales<kScaleBytes>(gb);
     const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
   }
   store_rows(acc, out);
 }
-template <size_t kCodeBytes, GroupSumsFn kSums>
+template <size_t kCodeBytes, GroupSumsFn kSums, size_t kScaleBytes = 2>
 __attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_legacy_vnni(int64_t k, const char* group,
                                                                                const void* x, float* out,
                                                                                size_t ahead) {
-  packed_dot_legacy<kCodeBytes, kSums>(k, group, x, out, ahead);
+  packed_dot_legacy<kCodeBytes, kSums, kScaleBytes>(k, group, x, out, ahead);
 }
-template <size_t kCodeBytes, GroupSumsFn kSums>
+template <size_t kCodeBytes, GroupSumsFn kSums, size_t kScaleBytes = 2>
 void packed_dot_legacy_madd(int64_t k, const char* group, const void* x, float* out, size_t ahead) {
-  packed_dot_legacy<kCodeBytes, kSums>(k, group, x, out, ahead);
-}
-
-// MXFP4's group kernel: the legacy one's steps, the rows' scales 2^(e - 128)
-// made from their exponent bytes (exactly: the float's exponent field e - 1,
-// or the subnormals 2^-128 and 2^-127 for e < 2).
-template <bool kVnni>
-__attribute__((always_inline)) inline void packed_dot_mxfp4_body(int64_t k, const char* group, const void* x,
-                                                                 float* out, size_t ahead) {
-  const int64_t nb = k / quant::kLegacyBlock;
-  const float* f16 = fp16_table();
-  const char* xr = static_cast<const char*>(x);
-  const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const char* gb = group + b * kMxfp4GroupBlock;
-    prefetch_ahead(gb, kMxfp4GroupBlock, ahead);
-    const char* xb = xr + b * sizeof(quant::BlockQ8_0);
-    const char* xq = xb + offsetof(quant::BlockQ8_0, qs);
-    const __m256i q[4] = {broadcast_piece(xq), broadcast_piece(xq + 8), broadcast_piece(xq + 16),
-                          broadcast_piece(xq + 24)};
-    const __m256i isum = mxfp4_sums<kVnni>(gb + kPackRows, q);
-    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb)));
-    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
-    const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-    const __m256 dw = _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, _mm256_cmpgt_epi32(two, e)));
-    const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
-  }
-  store_rows(acc, out);
-}
-__attribute__((target(QLENS_PACKED_VNNI_TARGET))) void packed_dot_mxfp4_vnni(int64_t k, const char* group,
-                                                                              const void* x, float* out, size_t ahead) {
-  packed_dot_mxfp4_body<true>(k, group, x, out, ahead);
-}
-void packed_dot_mxfp4_madd(int64_t k, const char* group, const void* x, float* out, size_t ahead) {
-  packed_dot_mxfp4_body<false>(k, group, x, out, ahead);
+  packed_dot_legacy<kCodeBytes, kSums, kScaleBytes>(k, group, x, out, ahead);
 }
 
 // The 4-bit K types, Q4_K and IQ4_XS, per super-block and group of 8 rows
@@ -594,7 +578,8 @@ void add_packed_kernels(GemmKernels& g, bool allow_vnni) {
       vnni ? packed_dot_legacy_vnni<20, q5_0_sums_vnni> : packed_dot_legacy_madd<20, q5_0_sums_madd>;
   g.packed_dot[static_cast<int>(DType::Q8_0)] =
       vnni ? packed_dot_legacy_vnni<32, q8_0_sums_vnni> : packed_dot_legacy_madd<32, q8_0_sums_madd>;
-  g.packed_dot[static_cast<int>(DType::MXFP4)] = vnni ? packed_dot_mxfp4_vnni : packed_dot_mxfp4_madd;
+  g.packed_dot[static_cast<int>(DType::MXFP4)] =
+      vnni ? packed_dot_legacy_vnni<16, mxfp4_sums_vnni, 1> : packed_dot_legacy_madd<16, mxfp4_sums_madd, 1>;
   g.packed_dot[static_cast<int>(DType::Q4_K)] = vnni ? packed_dot_q4_k_vnni : packed_dot_q4_k_madd;
   g.packed_dot[static_cast<int>(DType::Q6_K)] = packed_dot_q6_k_simd;
   g.packed_dot[static_cast<int>(DType::IQ4_XS)] = vnni ? packed_dot_iq4_xs_vnni : packed_dot_iq4_xs_madd;
