@@ -4,9 +4,11 @@
 // each run, exact, then one float product,
 //   d_x * (d_w * factor) * sum over runs (2 l + 1) * sum v q;
 // Q1_0, Q2_0, MXFP4 and NVFP4 with Q8_0 activations, per activation block
-// of 32 and weight scale, (scale * d_x) * sum v q. ggml's math. Internal linkage: included by the scalar table (matmul.cpp)
-// and by the instruction sets' tables (simd_matmul.h), where the compiler
-// vectorizes the int8 sums.
+// of 32 and weight scale, (scale * d_x) * sum v q. ggml's math. These are
+// the plain reference kernels of the scalar table (matmul.cpp); the
+// instruction sets' tables take the SIMD ones (simd_qdot_levels.h,
+// simd_qdot_scaled.h) and only the type lists below from this file.
+// Internal linkage.
 #pragma once
 
 #include <cstddef>

@@ -317,43 +317,28 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
   using B = quant::iq::BlockIQ1M;
   const uint8_t* q;
   const uint8_t* qh;
-  uint64_t scale_words;  // the 4 16-bit scale words
-  __m256i offsets;       // 9 (2l + 1) per run (mins())
+  __m256i offsets;  // 9 (2l + 1) per run (mins())
   KBlock(const char* b, const float* f16)
       : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))),
         qh(reinterpret_cast<const uint8_t*>(b + offsetof(B, qh))) {
+    uint64_t scale_words;  // the 4 16-bit scale words
     std::memcpy(&scale_words, b + offsetof(B, scales), sizeof scale_words);
     const auto w = [&](int k) { return static_cast<int>(scale_words >> (16 * k) & 0xffff); };
     d = f16[(w(0) >> 12) | ((w(1) >> 8) & 0x00f0) | ((w(2) >> 4) & 0x0f00) | (w(3) & 0xf000)] * 0.125f;
-    // Run r's code is bits 3 (r % 4) of word r / 4: each int16 lane gets its
-    // run's word (even runs in the low lane, odd in the high: the layout of
-    // even_odd_scales), shifted left by 13 - 3 (r % 4) (a multiply) and right
-    // by 13.
+    // Run r's code is bits 3 (r % 4) of word r / 4: int16 lane r gets word
+    // r / 4, shifted left by 13 - 3 (r % 4) (a multiply) and right by 13.
     const __m256i words = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<long long>(scale_words)),
-                                              _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7,  //
-                                                               0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7));
+                                              _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,  //
+                                                               4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7));
     const __m256i l = _mm256_srli_epi16(
-        _mm256_mullo_epi16(words, _mm256_setr_epi16(8192, 128, 8192, 128, 8192, 128, 8192, 128,  //
-                                                    1024, 16, 1024, 16, 1024, 16, 1024, 16)),
+        _mm256_mullo_epi16(words, _mm256_setr_epi16(8192, 1024, 128, 16, 8192, 1024, 128, 16,  //
+                                                    8192, 1024, 128, 16, 8192, 1024, 128, 16)),
         13);
-    sc = _mm256_add_epi16(_mm256_add_epi16(l, l), _mm256_set1_epi16(1));
-    // The folded offsets 9 s_r in run order (run r: bsum group r).
-    const __m256i run_words = _mm256_shuffle_epi8(
-        _mm256_set1_epi64x(static_cast<long long>(scale_words)),
-        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,  //
-                         4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7));
-    const __m256i lr = _mm256_srli_epi16(
-        _mm256_mullo_epi16(run_words, _mm256_setr_epi16(8192, 1024, 128, 16, 8192, 1024, 128, 16,  //
-                                                        8192, 1024, 128, 16, 8192, 1024, 128, 16)),
-        13);
-    offsets = _mm256_mullo_epi16(_mm256_add_epi16(_mm256_add_epi16(lr, lr), _mm256_set1_epi16(1)),
-                                 _mm256_set1_epi16(kIq1Offset));
+    set_runs(_mm_packus_epi16(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1)));
+    // The folded offsets 9 s_r (run r: bsum group r).
+    offsets = _mm256_mullo_epi16(_mm256_cvtepu8_epi16(odd), _mm256_set1_epi16(kIq1Offset));
   }
   __m256i mins() const { return offsets; }
-  int run_code(int r) const { return static_cast<int>(scale_words >> (16 * (r / 4) + 3 * (r % 4)) & 7); }
-  void sub_scales(float* dl, float*) const {
-    for (int r = 0; r < 16; ++r) dl[r] = d * static_cast<float>(2 * run_code(r) + 1);
-  }
   __m256i codes(int i) const {
     const int h0 = qh[2 * i], h1 = qh[2 * i + 1];
     const int nib[4] = {h0 & 15, h0 >> 4, h1 & 15, h1 >> 4};

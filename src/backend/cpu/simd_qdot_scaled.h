@@ -87,14 +87,21 @@ struct SBlock<DType::NVFP4> {
   __m256 scales(int j) const { return _mm256_setr_m128(_mm_set1_ps(scale(2 * j)), _mm_set1_ps(scale(2 * j + 1))); }
 };
 
-// Q1_0: an fp16 scale, then one bit per element (set: +1, clear: -1).
-template <>
-struct SBlock<DType::Q1_0> {
-  static constexpr int kElems = 128, kGroup = 128;
-  static constexpr size_t kBytes = sizeof(quant::lowbit::BlockQ1_0);
+// Q1_0's and Q2_0's: an fp16 scale d for the whole block, then the codes.
+struct WholeBlockScale {
   const char* b;
   float d;
-  SBlock(const char* blk, const float* f16) : b(blk), d(f16[load_u16(blk)]) {}
+  WholeBlockScale(const char* blk, const float* f16) : b(blk), d(f16[load_u16(blk)]) {}
+  float scale(int) const { return d; }
+  __m256 scales(int) const { return _mm256_set1_ps(d); }
+};
+
+// Q1_0: one bit per element (set: +1, clear: -1).
+template <>
+struct SBlock<DType::Q1_0> : WholeBlockScale {
+  static constexpr int kElems = 128, kGroup = 128;
+  static constexpr size_t kBytes = sizeof(quant::lowbit::BlockQ1_0);
+  using WholeBlockScale::WholeBlockScale;
   __m256i chunk(int j) const {
     uint32_t bits;
     std::memcpy(&bits, b + 2 + 4 * j, sizeof bits);
@@ -106,19 +113,15 @@ struct SBlock<DType::Q1_0> {
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
     return _mm256_sub_epi8(_mm256_and_si256(set, _mm256_set1_epi8(2)), _mm256_set1_epi8(1));
   }
-  float scale(int) const { return d; }
-  __m256 scales(int) const { return _mm256_set1_ps(d); }
 };
 
-// Q2_0: an fp16 scale, then 2-bit codes (element e at bits 2 (e % 4) of byte
-// e / 4), level = code - 1.
+// Q2_0: 2-bit codes (element e at bits 2 (e % 4) of byte e / 4), level =
+// code - 1.
 template <>
-struct SBlock<DType::Q2_0> {
+struct SBlock<DType::Q2_0> : WholeBlockScale {
   static constexpr int kElems = 64, kGroup = 64;
   static constexpr size_t kBytes = sizeof(quant::lowbit::BlockQ2_0);
-  const char* b;
-  float d;
-  SBlock(const char* blk, const float* f16) : b(blk), d(f16[load_u16(blk)]) {}
+  using WholeBlockScale::WholeBlockScale;
   __m256i chunk(int j) const {
     uint32_t w[2];
     std::memcpy(w, b + 2 + 8 * j, sizeof w);
@@ -133,8 +136,6 @@ struct SBlock<DType::Q2_0> {
                                            0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     return _mm256_sub_epi8(_mm256_shuffle_epi8(codes, order), _mm256_set1_epi8(1));
   }
-  float scale(int) const { return d; }
-  __m256 scales(int) const { return _mm256_set1_ps(d); }
 };
 
 // NC activation rows (Q8_0) against one weight row.
