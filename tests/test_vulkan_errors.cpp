@@ -166,7 +166,8 @@ TEST(VulkanErrors, OutOfDeviceMemoryIsAClearError) {
   auto first = vk->alloc_buffer(700 * 1024);
   const std::string what = error_of([&] { vk->alloc_buffer(400 * 1024); });
   EXPECT_NE(what.find("cannot allocate 400.00 KiB for a buffer: out of device memory"), std::string::npos) << what;
-  EXPECT_NE(what.find("700.00 KiB of device memory in use"), std::string::npos) << what;
+  // The 700 KiB and the backend's own tables (the i-quants' lattice, 9 KiB).
+  EXPECT_NE(what.find("709.00 KiB of device memory in use"), std::string::npos) << what;
   first.reset();  // freed memory counts no more
   EXPECT_NO_THROW(vk->alloc_buffer(900 * 1024));
 }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "backend/vulkan/vk_lattice.h"
 #include "backend/vulkan/vk_ops.h"
 #include "backend/vulkan/vk_recorder.h"
 #include "backend/vulkan/vk_taps.h"
@@ -83,12 +84,30 @@ VulkanBackend::VulkanBackend(int index, const VulkanOptions& options)
     vkDestroyCommandPool(dev, pool_, nullptr);
     throw;
   }
+  try {
+    upload_lattice();
+  } catch (...) {
+    device_->destroy_buffer(staging_);
+    device_->destroy_buffer(lattice_);
+    vkDestroyFence(dev, fence_, nullptr);
+    vkDestroyCommandPool(dev, pool_, nullptr);
+    throw;
+  }
+}
+
+void VulkanBackend::upload_lattice() {
+  std::vector<uint16_t> points;
+  for (std::span<const uint16_t> list : kLatticeLists) points.insert(points.end(), list.begin(), list.end());
+  const size_t bytes = points.size() * sizeof(uint16_t);
+  lattice_ = device_->create_buffer(bytes, false, "the i-quants' lattice");
+  upload(lattice_, 0, points.data(), bytes);
 }
 
 VulkanBackend::~VulkanBackend() {
   synchronize_quietly();
   vkDeviceWaitIdle(device_->handle());
   device_->destroy_buffer(staging_);
+  device_->destroy_buffer(lattice_);
   vkDestroyFence(device_->handle(), fence_, nullptr);
   vkDestroyCommandPool(device_->handle(), pool_, nullptr);
   profiler_.reset();
@@ -180,7 +199,7 @@ void VulkanBackend::compute_async(std::span<Tensor* const> nodes, std::span<cons
   auto begin = vk_struct<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   check(vkBeginCommandBuffer(cmd_, &begin), "beginning the command buffer");
-  Recorder rec(*device_, *pipelines_, *descriptors_, cmd_, profiler_.get());
+  Recorder rec(*device_, *pipelines_, *descriptors_, cmd_, lattice_, profiler_.get());
   profiler_->begin(cmd_);
   try {
     full_barrier(cmd_);  // after the uploads and earlier computations

@@ -61,6 +61,7 @@ class VulkanBackend final : public Backend {
 
  private:
   bool fits_one_window(const Tensor& t) const;
+  void upload_lattice();
 
   std::unique_ptr<Device> device_;
   std::unique_ptr<PipelineCache> pipelines_;
@@ -71,6 +72,7 @@ class VulkanBackend final : public Backend {
   VkFence fence_ = VK_NULL_HANDLE;
   bool in_flight_ = false;
   DeviceBuffer staging_;
+  DeviceBuffer lattice_;  // the i-quants' points (Recorder::lattice)
 };
 
 }  // namespace qlens::vulkan

@@ -163,6 +163,7 @@ Device::Device(int index, const VulkanOptions& options) : options_(options) {
   name_ = "vulkan:" + std::to_string(index) + " (" + props.deviceName + ")";
   storage_offset_alignment_ = std::max<VkDeviceSize>(props.limits.minStorageBufferOffsetAlignment, 4);
   max_storage_range_ = props.limits.maxStorageBufferRange;
+  max_storage_buffers_ = props.limits.maxPerStageDescriptorStorageBuffers;
   if (props.limits.timestampComputeAndGraphics) timestamp_period_ = props.limits.timestampPeriod;
   is_cpu_ = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   if (options.cpu_kernels) is_cpu_ = *options.cpu_kernels;

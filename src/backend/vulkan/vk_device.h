@@ -69,6 +69,7 @@ class Device {
   bool has_float64() const { return has_float64_; }
   VkDeviceSize storage_offset_alignment() const { return storage_offset_alignment_; }
   VkDeviceSize max_storage_range() const { return max_storage_range_; }
+  uint32_t max_storage_buffers() const { return max_storage_buffers_; }  // per shader
   // Nanoseconds per timestamp tick; 0 when compute queues have no timestamps.
   float timestamp_period() const { return timestamp_period_; }
   // A CPU implementation (lavapipe, SwiftShader): invocations run as SIMD
@@ -98,6 +99,7 @@ class Device {
   std::string name_;
   bool has_float64_ = false;
   VkDeviceSize storage_offset_alignment_ = 256;
+  uint32_t max_storage_buffers_ = 4;
   VkDeviceSize max_storage_range_ = 1u << 27;
   float timestamp_period_ = 0;
   bool is_cpu_ = false;

@@ -51,12 +51,20 @@ uint32_t sub_size(DType type) {
 
 bool fits_u32(size_t v) { return v <= std::numeric_limits<uint32_t>::max(); }
 
-// Weights: whole blocks along rows, 2-byte aligned rows (scales are read as
-// half words), byte strides that fit the shaders' 32-bit offsets.
+// The alignment the shaders read a weight type's blocks with: F32 as words,
+// blocks of an even size (fp16 scales) as half words, MXFP4's 17-byte blocks
+// as bytes alone.
+size_t weight_alignment(DType type) {
+  if (type == DType::F32) return 4;
+  return type_traits(type).block_bytes % 2 == 0 ? 2 : 1;
+}
+
+// Weights: whole blocks along rows, rows aligned as the type is read, byte
+// strides that fit the shaders' 32-bit offsets.
 bool weights_readable(const Tensor& a) {
   const TypeTraits& tt = type_traits(a.type);
   if (!is_weight_type(a.type) || a.nb[0] != tt.block_bytes) return false;
-  const size_t align = a.type == DType::F32 ? 4 : 2;
+  const size_t align = weight_alignment(a.type);
   for (int i = 1; i < kMaxDims; ++i)
     if (a.nb[i] % align != 0 || !fits_u32(a.nb[i])) return false;
   return true;
@@ -105,15 +113,16 @@ bool supports_matmul(const Tensor& node) {
 
 std::vector<ShaderUse> matmul_shaders(const Tensor& node, bool is_cpu) {
   const DType type = node.src[0]->type;
-  if (node.op == Op::GetRows) return {{get_rows_shader(type), 3}};
+  // Each takes its buffers and the lattice (Recorder::lattice) last.
+  if (node.op == Op::GetRows) return {{get_rows_shader(type), 4}};
   if (node.op == Op::MulMatId)
-    return {{mul_mat_id_shader(type, 1, is_cpu), 4}, {mul_mat_id_shader(type, kMulMatVecMaxCols + 1, is_cpu), 4}};
-  return {{mul_mat_shader(type, 1, is_cpu), 3}, {mul_mat_shader(type, kMulMatVecMaxCols + 1, is_cpu), 3}};
+    return {{mul_mat_id_shader(type, 1, is_cpu), 5}, {mul_mat_id_shader(type, kMulMatVecMaxCols + 1, is_cpu), 5}};
+  return {{mul_mat_shader(type, 1, is_cpu), 4}, {mul_mat_shader(type, kMulMatVecMaxCols + 1, is_cpu), 4}};
 }
 
-// Weight blocks are read as half-words (F32 as words): their offset must allow it.
+// The weights' offset must allow the reads of weight_alignment.
 void check_weight_alignment(const Bound& b, const Tensor& w, const char* what) {
-  const size_t align = w.type == DType::F32 ? 4 : 2;
+  const size_t align = weight_alignment(w.type);
   if (b.offset % align != 0)
     throw Error(std::string("vulkan: ") + what + " " + quoted(w) + " is not " + std::to_string(align) + "-byte aligned");
 }
@@ -166,7 +175,7 @@ void record_mul_mat(Recorder& r, const Tensor& node) {
   const uint64_t groups = b.ne[1] <= kMulMatVecMaxCols
                               ? static_cast<uint64_t>(p.M) * batches
                               : ceil_div(p.M, kMulMatTileM) * ceil_div(p.N, kMulMatTileN) * batches;
-  r.dispatch(mul_mat_shader(a.type, b.ne[1], r.is_cpu()), {ba, bb, bd}, p, groups);
+  r.dispatch(mul_mat_shader(a.type, b.ne[1], r.is_cpu()), {ba, bb, bd, r.lattice()}, p, groups);
 }
 
 void record_mul_mat_id(Recorder& r, const Tensor& node) {
@@ -192,7 +201,8 @@ void record_mul_mat_id(Recorder& r, const Tensor& node) {
   const uint64_t groups = pairs <= static_cast<uint64_t>(kMulMatVecMaxCols)
                               ? static_cast<uint64_t>(p.mm.M) * pairs
                               : ceil_div(p.mm.M, kMulMatTileM) * ceil_div(pairs, kMulMatTileN) * (p.n_expert + 1);
-  r.dispatch(mul_mat_id_shader(as.type, static_cast<int64_t>(pairs), r.is_cpu()), {ba, bb, bd, bi}, p, groups);
+  r.dispatch(mul_mat_id_shader(as.type, static_cast<int64_t>(pairs), r.is_cpu()), {ba, bb, bd, bi, r.lattice()}, p,
+             groups);
 }
 
 void record_get_rows(Recorder& r, const Tensor& node) {
@@ -218,7 +228,7 @@ void record_get_rows(Recorder& r, const Tensor& node) {
   p.d_nb1 = d_nb[1];
   p.d_nb2 = d_nb[2];
   const uint64_t threads = static_cast<uint64_t>(p.K / sub_size(a.type)) * p.n_out * p.n_slices;
-  r.dispatch(get_rows_shader(a.type), {ba, bi, bd}, p, ceil_div(threads, kGetRowsGroup));
+  r.dispatch(get_rows_shader(a.type), {ba, bi, bd, r.lattice()}, p, ceil_div(threads, kGetRowsGroup));
 }
 
 }  // namespace qlens::vulkan

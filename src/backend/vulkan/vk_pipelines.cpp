@@ -93,6 +93,9 @@ const Pipeline& PipelineCache::build(const std::string& name, uint32_t n_buffers
   auto found = std::find_if(shaders.begin(), shaders.end(), [&](const EmbeddedShader& s) { return name == s.name; });
   if (found == shaders.end()) throw Error("vulkan: no shader '" + name + "' is built into this binary");
 
+  if (n_buffers > kMaxBuffers || n_buffers > device_.max_storage_buffers())
+    throw Error("vulkan: shader '" + name + "' takes " + std::to_string(n_buffers) + " storage buffers; " +
+                device_.name() + " allows " + std::to_string(device_.max_storage_buffers()));
   Pipeline p;
   p.n_buffers = n_buffers;
   p.set_layout = set_layout(n_buffers);
@@ -128,7 +131,7 @@ DescriptorAllocator::~DescriptorAllocator() {
 
 VkDescriptorPool DescriptorAllocator::new_pool() {
   constexpr uint32_t kSets = 256;
-  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSets * 4};
+  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSets * kMaxBuffers};
   auto info = vk_struct<VkDescriptorPoolCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO);
   info.maxSets = kSets;
   info.poolSizeCount = 1;
@@ -140,7 +143,7 @@ VkDescriptorPool DescriptorAllocator::new_pool() {
 }
 
 VkDescriptorSet DescriptorAllocator::allocate(VkDescriptorSetLayout layout) {
-  // Each set layout has at most 4 buffers, so a pool runs out of sets and
+  // Each set layout has at most kMaxBuffers buffers, so a pool runs out of sets and
   // buffers together: move on to the next pool when this one is full.
   for (;; ++current_) {
     const bool fresh = current_ == pools_.size();

@@ -16,6 +16,9 @@ class Device;
 // Every shader takes its parameters as push constants of at most this size
 // (the minimum every Vulkan device guarantees).
 constexpr uint32_t kPushConstantBytes = 128;
+// The most storage buffers a shader takes (mul_mat_id's weights, activations,
+// result, ids and lattice); a device that allows fewer builds no such shader.
+constexpr uint32_t kMaxBuffers = 5;
 
 struct Pipeline {
   VkPipeline pipeline = VK_NULL_HANDLE;

@@ -70,18 +70,19 @@ Bound Recorder::bind(const Tensor& t, const char* role) const {
                 what);
 }
 
-Bound Recorder::bind(const DeviceBuffer& b) const { return window(b.buffer, b.size, 0, b.size, "a tap accumulator"); }
+Bound Recorder::bind(const DeviceBuffer& b) const { return window(b.buffer, b.size, 0, b.size, "a backend buffer"); }
 
 void Recorder::dispatch_raw(const std::string& shader, std::initializer_list<Bound> buffers, const void* push,
                             size_t push_bytes, uint64_t groups) {
   if (groups == 0) return;
-  if (buffers.size() > 4) throw Error("vulkan: shader '" + shader + "' takes more than 4 buffers");
+  if (buffers.size() > kMaxBuffers)
+    throw Error("vulkan: shader '" + shader + "' takes more than " + std::to_string(kMaxBuffers) + " buffers");
   const uint64_t x = std::min(groups, kMaxGroupsPerDim), y = ceil_div(groups, x);
   if (y > kMaxGroupsPerDim)
     throw Error("vulkan: shader '" + shader + "': " + std::to_string(groups) + " workgroups are too many");
   const Pipeline& p = pipelines_.get(shader, static_cast<uint32_t>(buffers.size()));
   VkDescriptorSet set = descriptors_.allocate(p.set_layout);
-  VkWriteDescriptorSet writes[4];
+  VkWriteDescriptorSet writes[kMaxBuffers];
   uint32_t i = 0;
   for (const Bound& b : buffers) {
     writes[i] = vk_struct<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);

@@ -37,13 +37,20 @@ std::array<uint32_t, 4> shape_u32(const Tensor& t);
 class Recorder {
  public:
   Recorder(Device& device, PipelineCache& pipelines, DescriptorAllocator& descriptors, VkCommandBuffer cmd,
-           Profiler* profiler = nullptr)
-      : device_(device), pipelines_(pipelines), descriptors_(descriptors), cmd_(cmd), profiler_(profiler) {}
+           const DeviceBuffer& lattice, Profiler* profiler = nullptr)
+      : device_(device),
+        pipelines_(pipelines),
+        descriptors_(descriptors),
+        cmd_(cmd),
+        lattice_(lattice),
+        profiler_(profiler) {}
 
   // The tensor in device memory; throws Error naming it and `role` when it
   // is not in this device's memory or does not fit in one window.
   Bound bind(const Tensor& t, const char* role) const;
   Bound bind(const DeviceBuffer& b) const;
+  // The i-quants' lattice points (vulkan.cmake), every weight shader's last binding.
+  Bound lattice() const { return bind(lattice_); }
 
   // Dispatches `groups` workgroups of shader `shader` (spread over x and y,
   // see group_index() in shaders/common.glsl), then a barrier.
@@ -68,6 +75,7 @@ class Recorder {
   PipelineCache& pipelines_;
   DescriptorAllocator& descriptors_;
   VkCommandBuffer cmd_;
+  const DeviceBuffer& lattice_;
   Profiler* profiler_;
   int dispatches_ = 0;
 };

@@ -4,6 +4,7 @@
 #version 450
 #include "common.glsl"
 #define WEIGHT_BINDING 0
+#define LATTICE_BINDING 3  // after the source, indices and result
 #include "weight_types.glsl"
 
 layout(local_size_x = 256) in;

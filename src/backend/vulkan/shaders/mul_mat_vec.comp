@@ -7,6 +7,11 @@
 #version 450
 #include "common.glsl"
 #define WEIGHT_BINDING 0
+#if defined(MUL_MAT_ID)  // the last binding, after weights, activations, result (and ids)
+#define LATTICE_BINDING 4
+#else
+#define LATTICE_BINDING 3
+#endif
 #include "weight_types.glsl"
 #include "mul_mat_params.glsl"
 

@@ -7,7 +7,9 @@
 //                BLOCK_SIZE and 32, the matrix-matrix tile depth)
 //   dequantize_sub(block_byte, sub, v)  elements [sub*SUB_SIZE, +SUB_SIZE)
 //                of the block starting at byte block_byte of the weights
-// reading the weights through arrays declared at binding WEIGHT_BINDING.
+// reading the weights through arrays declared at binding WEIGHT_BINDING (the
+// i-quants also read the lattice buffer at LATTICE_BINDING, the shader's last:
+// the host binds it for every weight shader).
 // Byte offsets of blocks are even (ggml's blocks are 2-byte aligned), so
 // scales are read as half words and quants as bytes.
 #ifndef WEIGHT_BINDING
@@ -214,6 +216,196 @@ void dequantize_sub(uint block_byte, uint sub, out float v[SUB_SIZE]) {
   const float dl = half_at(block_byte) * float(int(lo | (hi << 4)) - 32);
   const uint qs = block_byte + 8u + 16u * j, shift = (sub & 1u) * 4u;
   for (uint i = 0u; i < SUB_SIZE; ++i) v[i] = dl * IQ4NL_VALUES[(byte_at(qs + i) >> shift) & 15u];
+}
+
+#elif defined(TYPE_IQ2_XXS) || defined(TYPE_IQ2_XS) || defined(TYPE_IQ2_S) || defined(TYPE_IQ3_XXS) || \
+    defined(TYPE_IQ3_S) || defined(TYPE_IQ1_S) || defined(TYPE_IQ1_M)
+// The i-quants (src/quant/iquants.h, iq_grids.h): a sub is 8 elements, one
+// lattice point (the 3-bit grids: two half-points of 4), whose coordinate j
+// is the level of digit j of its compact form (the lattice buffer at binding
+// LATTICE_BINDING, which the shader defines; vulkan.cmake), negated by sign
+// bit j (the 2- and 3-bit grids) or shifted by +-1/8 (IQ1_*), times its run's
+// scale, in ggml's float order.
+#if defined(TYPE_IQ2_XXS)
+const uint BLOCK_BYTES = 66u;
+#elif defined(TYPE_IQ2_XS)
+const uint BLOCK_BYTES = 74u;
+#elif defined(TYPE_IQ2_S)
+const uint BLOCK_BYTES = 82u;
+#elif defined(TYPE_IQ3_XXS)
+const uint BLOCK_BYTES = 98u;
+#elif defined(TYPE_IQ3_S)
+const uint BLOCK_BYTES = 110u;
+#elif defined(TYPE_IQ1_S)
+const uint BLOCK_BYTES = 50u;
+#else
+const uint BLOCK_BYTES = 56u;
+#endif
+#include "iq_grids.glsl"
+layout(binding = LATTICE_BINDING) readonly buffer Lattice { uint16_t lattice[]; };
+// Point i of the list starting at `list` (an offset of iq_grids.glsl), compact.
+uint point(uint list, uint i) { return uint(lattice[list + i]); }
+const uint BLOCK_SIZE = 256u, SUB_SIZE = 8u;
+#if defined(TYPE_IQ3_XXS) || defined(TYPE_IQ3_S)
+const uint DIGIT_BITS = 3u;
+#if defined(TYPE_IQ3_XXS)
+const float GRID_LEVELS[8] = float[8](4.0, 12.0, 20.0, 28.0, 36.0, 44.0, 52.0, 62.0);
+#else
+const float GRID_LEVELS[8] = float[8](1.0, 3.0, 5.0, 7.0, 9.0, 11.0, 13.0, 15.0);
+#endif
+#elif defined(TYPE_IQ1_S) || defined(TYPE_IQ1_M)
+const uint DIGIT_BITS = 2u;
+const float GRID_LEVELS[3] = float[3](-1.0, 0.0, 1.0);
+#else
+const uint DIGIT_BITS = 2u;
+const float GRID_LEVELS[3] = float[3](8.0, 25.0, 43.0);
+#endif
+
+// The 7 stored sign bits and their parity (an even count of minus signs) as bit 7.
+uint parity_signs(uint s7) { return s7 | ((uint(bitCount(s7)) & 1u) << 7); }
+
+void lattice_values(float scale, uint digits, uint signs, float shift, out float v[SUB_SIZE]) {
+  for (uint j = 0u; j < 8u; ++j) {
+    const float level = GRID_LEVELS[(digits >> (DIGIT_BITS * j)) & ((1u << DIGIT_BITS) - 1u)];
+    v[j] = scale * ((((signs >> j) & 1u) != 0u ? -level : level) + shift);
+  }
+}
+
+// Sub k: IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S group g = k / 4 (32 elements, one
+// scale code), point q = k % 4 of it; IQ2_XS, IQ2_S, IQ1_M run k / 2 of 16.
+void dequantize_sub(uint b, uint k, out float v[SUB_SIZE]) {
+  const uint g = k >> 2, q = k & 3u;
+#if defined(TYPE_IQ2_XXS)
+  const uint bits = u32_at(b + 6u + 8u * g);
+  const uint digits = point(IQ2XXS_POINTS, (u32_at(b + 2u + 8u * g) >> (8u * q)) & 255u);
+  precise float scale = half_at(b) * (0.5 + float(bits >> 28)) * 0.25;
+  lattice_values(scale, digits, parity_signs((bits >> (7u * q)) & 127u), 0.0, v);
+#elif defined(TYPE_IQ2_XS) || defined(TYPE_IQ2_S)
+  const uint r = k >> 1, l = (byte_at(b + BLOCK_BYTES - 8u + (r >> 1)) >> (4u * (r & 1u))) & 15u;
+  precise float scale = half_at(b) * (0.5 + float(l)) * 0.25;
+#if defined(TYPE_IQ2_XS)
+  const uint code = half_bits_at(b + 2u + 2u * k);
+  lattice_values(scale, point(IQ2XS_POINTS, code & 511u), parity_signs(code >> 9), 0.0, v);
+#else
+  const uint index = byte_at(b + 2u + k) | ((byte_at(b + 66u + g) << (8u - 2u * q)) & 0x300u);
+  lattice_values(scale, point(IQ2S_POINTS, index), byte_at(b + 34u + k), 0.0, v);
+#endif
+#elif defined(TYPE_IQ3_XXS)
+  const uint bits = u32_at(b + 66u + 4u * g), qs = b + 2u + 8u * g + 2u * q;
+  const uint digits = point(IQ3XXS_POINTS, byte_at(qs)) | (point(IQ3XXS_POINTS, byte_at(qs + 1u)) << 12);
+  precise float scale = half_at(b) * (0.5 + float(bits >> 28)) * 0.5;
+  lattice_values(scale, digits, parity_signs((bits >> (7u * q)) & 127u), 0.0, v);
+#elif defined(TYPE_IQ3_S)
+  const uint qh = byte_at(b + 66u + g), qs = b + 2u + 8u * g + 2u * q;
+  const uint first = byte_at(qs) | ((qh << (8u - 2u * q)) & 256u);
+  const uint second = byte_at(qs + 1u) | ((qh << (7u - 2u * q)) & 256u);
+  const uint l = (byte_at(b + 106u + (g >> 1)) >> (4u * (g & 1u))) & 15u;
+  precise float scale = half_at(b) * float(1u + 2u * l);
+  lattice_values(scale, point(IQ3S_POINTS, first) | (point(IQ3S_POINTS, second) << 12), byte_at(b + 74u + k), 0.0, v);
+#elif defined(TYPE_IQ1_S)
+  // {f16 d; qs[32] (index low bytes); uint16 qh[8]}: qh holds 4 x 3 index
+  // bits, the 3-bit scale code (bits 12-14) and the shift's sign (bit 15).
+  const uint qh = half_bits_at(b + 34u + 2u * g);
+  const uint index = byte_at(b + 2u + k) | (((qh >> (3u * q)) & 7u) << 8);
+  precise float scale = half_at(b) * float(2u * ((qh >> 12) & 7u) + 1u);
+  lattice_values(scale, point(IQ1S_POINTS, index), 0u, (qh & 0x8000u) != 0u ? -0.125 : 0.125, v);
+#else  // IQ1_M
+  // {qs[32]; qh[16] (a nibble per point: 3 index bits, the shift's sign);
+  // uint16 scales[4] (four 3-bit codes each, fp16 d in the top nibbles)}.
+  const uint s0 = half_bits_at(b + 48u), s1 = half_bits_at(b + 50u), s2 = half_bits_at(b + 52u),
+             s3 = half_bits_at(b + 54u);
+  const float d = half_to_float((s0 >> 12) | ((s1 >> 8) & 0xF0u) | ((s2 >> 4) & 0xF00u) | (s3 & 0xF000u));
+  const uint r = k >> 1, l = (half_bits_at(b + 48u + 2u * (r >> 2)) >> (3u * (r & 3u))) & 7u;
+  const uint h = byte_at(b + 32u + (k >> 1)) >> (4u * (k & 1u));
+  precise float scale = d * float(2u * l + 1u);
+  lattice_values(scale, point(IQ1S_POINTS, byte_at(b + k) | ((h & 7u) << 8)), 0u, (h & 8u) != 0u ? -0.125 : 0.125, v);
+#endif
+}
+
+#elif defined(TYPE_TQ1_0) || defined(TYPE_TQ2_0)
+// Ternary super-blocks, d * (c - 1) for base-3 or 2-bit codes c.
+// TQ2_0 {qs[64]; f16 d}: c at bits 2 ((e / 32) % 4) of byte 32 (e / 128) + e % 32.
+// TQ1_0 {qs[48]; qh[4]; f16 d}: 5 base-3 digits a byte (digit n of byte m:
+// ((m * 3^n) % 256 * 3) / 256), elements 0-159 digit e / 32 of qs[e % 32],
+// 160-239 digit (e - 160) / 16 of qs[32 + e % 16], 240-255 digit (e - 240) / 4
+// of qh[e % 4].
+#if defined(TYPE_TQ2_0)
+const uint BLOCK_SIZE = 256u, BLOCK_BYTES = 66u, SUB_SIZE = 16u;
+#else
+const uint BLOCK_SIZE = 256u, BLOCK_BYTES = 54u, SUB_SIZE = 16u;
+const uint POW3[5] = uint[5](1u, 3u, 9u, 27u, 81u);
+#endif
+void dequantize_sub(uint b, uint sub, out float v[SUB_SIZE]) {
+  const float d = half_at(b + BLOCK_BYTES - 2u);
+  for (uint i = 0u; i < SUB_SIZE; ++i) {
+    const uint e = sub * SUB_SIZE + i;
+#if defined(TYPE_TQ2_0)
+    const uint c = (byte_at(b + 32u * (e >> 7) + (e & 31u)) >> (2u * ((e >> 5) & 3u))) & 3u;
+#else
+    const uint byte = e < 160u ? byte_at(b + (e & 31u)) : e < 240u ? byte_at(b + 32u + (e & 15u)) : byte_at(b + 48u + (e & 3u));
+    const uint n = e < 160u ? e >> 5 : e < 240u ? (e - 160u) >> 4 : (e - 240u) >> 2;
+    const uint c = (((byte * POW3[n]) & 255u) * 3u) >> 8;
+#endif
+    v[i] = d * float(int(c) - 1);
+  }
+}
+
+#elif defined(TYPE_Q1_0) || defined(TYPE_Q2_0)
+// {f16 d; uint8 qs[16]}: Q1_0 d * (bit j ? 1 : -1) (bit j % 8 of qs[j / 8]),
+// Q2_0 d * (c - 1) for the crumb at bits 2 (j % 4) of qs[j / 4].
+#if defined(TYPE_Q1_0)
+const uint BLOCK_SIZE = 128u, BLOCK_BYTES = 18u, SUB_SIZE = 16u;
+#else
+const uint BLOCK_SIZE = 64u, BLOCK_BYTES = 18u, SUB_SIZE = 16u;
+#endif
+void dequantize_sub(uint b, uint sub, out float v[SUB_SIZE]) {
+  const float d = half_at(b);
+  for (uint i = 0u; i < SUB_SIZE; ++i) {
+    const uint j = sub * SUB_SIZE + i;
+#if defined(TYPE_Q1_0)
+    const int c = int((byte_at(b + 2u + (j >> 3)) >> (j & 7u)) & 1u) * 2 - 1;
+#else
+    const int c = int((byte_at(b + 2u + (j >> 2)) >> (2u * (j & 3u))) & 3u) - 1;
+#endif
+    v[i] = float(c) * d;
+  }
+}
+
+#elif defined(TYPE_MXFP4) || defined(TYPE_NVFP4)
+// E2M1 codes (twice their value: 0, 1, 2, 3, 4, 6, 8, 12 and negatives) times
+// half a block scale. MXFP4 {uint8 e; qs[16]}: 17 bytes, so blocks are only
+// byte aligned (read as bytes alone); scale 2^(e - 128); element j < 16 the low
+// nibble of qs[j], j >= 16 the high nibble of qs[j - 16]. NVFP4 {uint8 d[4];
+// qs[32]}: per 16 elements a UE4M3 scale (halved) and 8 code bytes as MXFP4's.
+const float E2M1_DOUBLED[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 0.0, -1.0, -2.0, -3.0, -4.0, -6.0,
+                                         -8.0, -12.0);
+#if defined(TYPE_MXFP4)
+const uint BLOCK_SIZE = 32u, BLOCK_BYTES = 17u, SUB_SIZE = 16u;
+float sub_scale(uint b, uint sub) {
+  const uint e = byte_at(b);
+  return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+}
+#else
+const uint BLOCK_SIZE = 64u, BLOCK_BYTES = 36u, SUB_SIZE = 16u;
+float sub_scale(uint b, uint sub) {
+  const uint x = byte_at(b + sub);
+  if (x == 0u || x == 0x7Fu) return 0.0;
+  const int exponent = int((x >> 3) & 15u), mantissa = int(x & 7u);
+  const float raw = exponent == 0 ? ldexp(float(mantissa), -9) : ldexp(1.0 + float(mantissa) / 8.0, exponent - 7);
+  return raw * 0.5;
+}
+#endif
+void dequantize_sub(uint b, uint sub, out float v[SUB_SIZE]) {
+  const float scale = sub_scale(b, sub);
+  // MXFP4's 16 elements of a sub are one nibble of all 16 code bytes; NVFP4's
+  // are both nibbles of its 8.
+#if defined(TYPE_MXFP4)
+  const uint qs = b + 1u, shift = 4u * sub;
+  for (uint i = 0u; i < 16u; ++i) v[i] = E2M1_DOUBLED[(byte_at(qs + i) >> shift) & 15u] * scale;
+#else
+  const uint qs = b + 4u + 8u * sub;
+  for (uint i = 0u; i < 16u; ++i) v[i] = E2M1_DOUBLED[(byte_at(qs + (i & 7u)) >> (4u * (i >> 3))) & 15u] * scale;
+#endif
 }
 
 #else
