@@ -306,23 +306,24 @@ void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out)
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
       // Signed levels: maddubs(|v|, sign(q, v)); the signed grids' chunks
-      // come as |v| and their signs already (simd_qdot_levels.h).
-      __m256i av, sign;
+      // come as |v| and the bits of their minus signs (simd_qdot_levels.h).
+      const __m256i s = blk.scales(i);
       if constexpr (requires { blk.chunk(i); }) {
         const auto ch = blk.chunk(i);
-        av = ch.g;
-        sign = ch.s;
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; ++c) {
+          const __m256i q = ch.apply(load256(xb + c * xs + offsetof(XB, qs) + 32 * i));
+          isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(ch.g, q), s));
+        }
       } else {
         const __m256i v = blk.codes(i);
-        av = K::kSigned ? _mm256_sign_epi8(v, v) : v;
-        sign = v;
-      }
-      const __m256i s = blk.scales(i);
+        const __m256i av = K::kSigned ? _mm256_sign_epi8(v, v) : v;
 #pragma GCC unroll 4
-      for (int c = 0; c < NC; ++c) {
-        __m256i q = load256(xb + c * xs + offsetof(XB, qs) + 32 * i);
-        if constexpr (K::kSigned) q = _mm256_sign_epi8(q, sign);
-        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(av, q), s));
+        for (int c = 0; c < NC; ++c) {
+          __m256i q = load256(xb + c * xs + offsetof(XB, qs) + 32 * i);
+          if constexpr (K::kSigned) q = _mm256_sign_epi8(q, v);
+          isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(av, q), s));
+        }
       }
     }
 #pragma GCC unroll 4

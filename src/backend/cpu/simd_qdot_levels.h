@@ -13,9 +13,12 @@
 // under 2^27.
 //
 // A chunk's points come from the grid tables (iq_grids.h) by scalar
-// lookups, 4 or 8 per chunk, as ggml's kernels read them; the signed grids'
-// chunks come as the points' levels and +-1 signs, which the dot kernel
-// applies to the activations (ggml's trick). The IQ1 types and TQ2_0 keep
+// lookups, 4 or 8 per chunk, as ggml's kernels read them; what is not a
+// lookup (7-bit sign fields and their parity, run codes, index bits kept
+// apart from their low bytes) is decoded in vectors once per super-block. The
+// signed grids' chunks come as the points' levels and a bit per minus sign,
+// which the dot kernel applies to the activations (ggml's trick; on AVX-512 a
+// masked subtraction). The IQ1 types and TQ2_0 keep
 // unsigned codes (level + offset) and take the offset out with the Q8_K
 // bsums, as Q3_K does. TQ1_0's base-3 digits decode through the scalar
 // decoder (levels.h) once per super-block.
@@ -43,43 +46,71 @@ inline uint32_t load_u32_at(const uint8_t* p) {
   return v;
 }
 
-// Signs as bytes of +1 and -1 (the second operand of vpsignb): of a sign
-// byte, and of a 7-bit sign field with its parity bit added (kSigns).
-constexpr std::array<uint64_t, 256> make_sign_bytes() {
-  std::array<uint64_t, 256> m{};
-  for (int i = 0; i < 256; ++i) m[i] = quant::iq::kSignMasks[i] | 0x0101010101010101ull;
-  return m;
-}
-constexpr std::array<uint64_t, 128> make_sign_bytes7() {
-  std::array<uint64_t, 128> m{};
-  for (int i = 0; i < 128; ++i) m[i] = make_sign_bytes()[quant::iq::kSigns[i]];
-  return m;
-}
-inline constexpr std::array<uint64_t, 256> kSignBytes = make_sign_bytes();
-inline constexpr std::array<uint64_t, 128> kSignBytes7 = make_sign_bytes7();
-
-inline __m256i set4(const uint64_t (&w)[4]) {
-  return _mm256_setr_epi64x(static_cast<long long>(w[0]), static_cast<long long>(w[1]),
-                            static_cast<long long>(w[2]), static_cast<long long>(w[3]));
-}
-
 // A chunk of the signed grids as its points' levels (unsigned magnitudes)
-// and their signs (+-1 bytes): v = sign(g, s). The dot kernels apply the
-// signs to the activations instead, sum g sign(q, s), as ggml's do.
+// and a bit per element that negates it (bit j: element j): v = g, negated
+// where set. The dot kernels negate the activations instead, sum g * (-q or
+// q), as ggml's do: on AVX-512 a masked subtraction, on AVX2 the bits
+// widened to +-1 bytes for vpsignb.
+inline __m256i negate_where(__m256i x, uint32_t bits) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  return _mm256_mask_sub_epi8(x, _cvtu32_mask32(bits), _mm256_setzero_si256(), x);
+#else
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  const __m256i minus = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+  return _mm256_sign_epi8(x, _mm256_or_si256(minus, _mm256_set1_epi8(1)));
+#endif
+}
 struct SignedChunk {
-  __m256i g, s;
-  __m256i levels() const { return _mm256_sign_epi8(g, s); }
+  __m256i g;
+  uint32_t neg;
+  __m256i apply(__m256i q) const { return negate_where(q, neg); }
+  __m256i levels() const { return negate_where(g, neg); }
 };
 // Four 8-element points of a 64-bit grid.
-inline SignedChunk grid_points(const uint64_t* grid, const int (&idx)[4], const uint64_t (&signs)[4]) {
-  const uint64_t p[4] = {grid[idx[0]], grid[idx[1]], grid[idx[2]], grid[idx[3]]};
-  return {set4(p), set4(signs)};
+inline __m256i grid_points(const uint64_t* grid, const int (&idx)[4]) {
+  return _mm256_setr_epi64x(static_cast<long long>(grid[idx[0]]), static_cast<long long>(grid[idx[1]]),
+                            static_cast<long long>(grid[idx[2]]), static_cast<long long>(grid[idx[3]]));
 }
-// Eight 4-element half-points of a 32-bit grid (index j: idx[j] | hi[j]).
-inline SignedChunk grid_halves(const uint32_t* grid, const uint8_t* idx, const int (&hi)[8],
-                               const uint64_t (&signs)[4]) {
-  auto at = [&](int j) { return static_cast<int>(grid[idx[j] | hi[j]]); };
-  return {_mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7)), set4(signs)};
+// Eight 4-element half-points of a 32-bit grid.
+inline __m256i grid_halves(const uint32_t* grid, const uint16_t* idx) {
+  auto at = [&](int j) { return static_cast<int>(grid[idx[j]]); };
+  return _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
+}
+inline __m256i grid_halves(const uint32_t* grid, const uint8_t* idx) {
+  auto at = [&](int j) { return static_cast<int>(grid[idx[j]]); };
+  return _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
+}
+
+// Bytes of 7 sign bits with bit 7 set where their count is odd (kSigns: the
+// formats keep an even count of minus signs per 8 elements). The shifts cross
+// bytes, but bits 0..3 of each byte only ever take bits of their own byte.
+inline __m256i with_parity_bits(__m256i m) {
+  __m256i p = _mm256_xor_si256(m, _mm256_srli_epi32(m, 4));
+  p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
+  p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
+  return _mm256_or_si256(m, _mm256_slli_epi32(_mm256_and_si256(p, _mm256_set1_epi8(1)), 7));
+}
+// Run codes in the top 4 bits of 8 words as bytes, in word order.
+inline __m128i top_nibbles(__m256i w) {
+  const __m256i l = _mm256_shuffle_epi8(_mm256_srli_epi32(w, 28),
+                                        _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                                         0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+  return _mm_unpacklo_epi32(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1));
+}
+
+// Sign words of 4 x 7 bits (IQ2_XXS, IQ3_XXS: bits 7k .. 7k+6 for point k)
+// as the 32 negation bits of their chunk, 8 words at once: each field in its
+// own byte, and bit 7 the parity that makes the count of minus signs even.
+inline __m256i parity_signs(__m256i w) {
+  const __m256i f = _mm256_set1_epi32(0x7f);
+  __m256i m = _mm256_and_si256(w, f);
+  m = _mm256_or_si256(m, _mm256_and_si256(_mm256_slli_epi32(w, 1), _mm256_slli_epi32(f, 8)));
+  m = _mm256_or_si256(m, _mm256_and_si256(_mm256_slli_epi32(w, 2), _mm256_slli_epi32(f, 16)));
+  m = _mm256_or_si256(m, _mm256_and_si256(_mm256_slli_epi32(w, 3), _mm256_slli_epi32(f, 24)));
+  return with_parity_bits(m);
 }
 
 // What every level block shares: d (d_w * factor), the multipliers 2l + 1
@@ -140,22 +171,25 @@ struct ChunkRunBlock : LevelBlock<kRun> {
 };
 
 // IQ2_XXS: per group of 32, 4 index bytes and a word of 4 x 7 sign bits and
-// the scale (top 4 bits).
+// the scale (top 4 bits); the 8 words' signs and codes decoded at once.
 template <>
-struct KBlock<DType::IQ2_XXS> : ChunkRunBlock<KBlock<DType::IQ2_XXS>, 32> {
+struct KBlock<DType::IQ2_XXS> : LevelBlock<32> {
   const uint8_t* q;
+  alignas(32) uint32_t neg[8];
   KBlock(const char* b, const float* f16) : q(reinterpret_cast<const uint8_t*>(b) + 2) {
     d = f16[load_u16(b)] * 0.125f;
+    // Words 2g + 1 of qs, in group order: the odd words of each lane, then
+    // the lanes' 64-bit halves put back in order.
+    const __m256 lo = _mm256_castsi256_ps(load256(b + 2)), hi = _mm256_castsi256_ps(load256(b + 34));
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(neg), parity_signs(w));
+    set_runs(top_nibbles(w));
   }
-  int run_code(int g) const { return static_cast<int>(load_u32_at(q + 8 * g + 4) >> 28); }
   __m256i codes(int i) const { return chunk(i).levels(); }
   SignedChunk chunk(int i) const {
     const uint8_t* g = q + 8 * i;
-    const uint32_t s = load_u32_at(g + 4);
     const int idx[4] = {g[0], g[1], g[2], g[3]};
-    const uint64_t m[4] = {kSignBytes7[s & 127], kSignBytes7[s >> 7 & 127], kSignBytes7[s >> 14 & 127],
-                           kSignBytes7[s >> 21 & 127]};
-    return grid_points(quant::iq::kIq2xxsGrid.data(), idx, m);
+    return {grid_points(quant::iq::kIq2xxsGrid.data(), idx), neg[i]};
   }
 };
 
@@ -171,18 +205,20 @@ inline __m128i nibble_runs(const char* scales) {
 template <>
 struct KBlock<DType::IQ2_XS> : LevelBlock<16> {
   const uint8_t* q;
+  alignas(32) uint32_t neg[8];
   KBlock(const char* b, const float* f16) : q(reinterpret_cast<const uint8_t*>(b) + 2) {
     d = f16[load_u16(b)] * 0.125f;
     set_runs(nibble_runs(b + offsetof(quant::iq::BlockIQ2XS, scales)));
+    // The 32 words' sign fields as bytes in point order.
+    const __m256i s = _mm256_packus_epi16(_mm256_srli_epi16(load256(b + 2), 9), _mm256_srli_epi16(load256(b + 34), 9));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(neg), with_parity_bits(_mm256_permute4x64_epi64(s, 0xD8)));
   }
   __m256i codes(int i) const { return chunk(i).levels(); }
   SignedChunk chunk(int i) const {
     uint16_t w[4];
     std::memcpy(w, q + 8 * i, sizeof w);
     const int idx[4] = {w[0] & 511, w[1] & 511, w[2] & 511, w[3] & 511};
-    const uint64_t m[4] = {kSignBytes7[w[0] >> 9], kSignBytes7[w[1] >> 9], kSignBytes7[w[2] >> 9],
-                           kSignBytes7[w[3] >> 9]};
-    return grid_points(quant::iq::kIq2xsGrid.data(), idx, m);
+    return {grid_points(quant::iq::kIq2xsGrid.data(), idx), neg[i]};
   }
 };
 
@@ -205,58 +241,53 @@ struct KBlock<DType::IQ2_S> : LevelBlock<16> {
     const uint8_t* lo = q + 4 * i;
     const int idx[4] = {lo[0] | (h << 8 & 0x300), lo[1] | (h << 6 & 0x300), lo[2] | (h << 4 & 0x300),
                         lo[3] | (h << 2 & 0x300)};
-    const uint8_t* s = q + 32 + 4 * i;
-    const uint64_t m[4] = {kSignBytes[s[0]], kSignBytes[s[1]], kSignBytes[s[2]], kSignBytes[s[3]]};
-    return grid_points(quant::iq::kIq2sGrid.data(), idx, m);
+    return {grid_points(quant::iq::kIq2sGrid.data(), idx), load_u32_at(q + 32 + 4 * i)};
   }
 };
 
 // IQ3_XXS: 64 index bytes of half-points, then per group a word of 4 x 7
-// sign bits and the scale.
+// sign bits and the scale (top 4 bits); the 8 words decoded at once.
 template <>
-struct KBlock<DType::IQ3_XXS> : ChunkRunBlock<KBlock<DType::IQ3_XXS>, 32> {
+struct KBlock<DType::IQ3_XXS> : LevelBlock<32> {
   const uint8_t* q;
+  alignas(32) uint32_t neg[8];
   KBlock(const char* b, const float* f16) : q(reinterpret_cast<const uint8_t*>(b) + 2) {
     d = f16[load_u16(b)] * 0.25f;
+    const __m256i w = load256(b + 2 + 64);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(neg), parity_signs(w));
+    set_runs(top_nibbles(w));
   }
-  int run_code(int g) const { return static_cast<int>(load_u32_at(q + 64 + 4 * g) >> 28); }
   __m256i codes(int i) const { return chunk(i).levels(); }
-  SignedChunk chunk(int i) const {
-    const uint32_t s = load_u32_at(q + 64 + 4 * i);
-    static constexpr int kNoHigh[8] = {};
-    const uint64_t m[4] = {kSignBytes7[s & 127], kSignBytes7[s >> 7 & 127], kSignBytes7[s >> 14 & 127],
-                           kSignBytes7[s >> 21 & 127]};
-    return grid_halves(quant::iq::kIq3xxsGrid.data(), q + 8 * i, kNoHigh, m);
-  }
+  SignedChunk chunk(int i) const { return {grid_halves(quant::iq::kIq3xxsGrid.data(), q + 8 * i), neg[i]}; }
 };
 
 // IQ3_S: 9-bit half-point indices (low bytes, the 9th bits in the group's qh
-// byte), whole sign bytes, 4-bit scales two a byte.
+// byte: bit j for index j), whole sign bytes, 4-bit scales two a byte. The
+// 64 indices are made in vectors once per super-block.
 template <>
 struct KBlock<DType::IQ3_S> : LevelBlock<32> {
   using B = quant::iq::BlockIQ3S;
-  const uint8_t* q;
-  const uint8_t* qh;
   const uint8_t* signs;
-  KBlock(const char* b, const float* f16)
-      : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))),
-        qh(reinterpret_cast<const uint8_t*>(b + offsetof(B, qh))),
-        signs(reinterpret_cast<const uint8_t*>(b + offsetof(B, signs))) {
+  alignas(32) uint16_t idx[64];
+  KBlock(const char* b, const float* f16) : signs(reinterpret_cast<const uint8_t*>(b + offsetof(B, signs))) {
     d = f16[load_u16(b)];
     uint32_t sc;
     std::memcpy(&sc, b + offsetof(B, scales), sizeof sc);
     const __m128i s = _mm_cvtsi32_si128(static_cast<int>(sc));
     set_runs(_mm_unpacklo_epi8(_mm_and_si128(s, _mm_set1_epi8(0x0f)),
                                _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0f))));
+    const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+                                          static_cast<short>(32768));
+    for (int h = 0; h < 4; ++h) {  // groups 2h and 2h + 1
+      const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offsetof(B, qs) + 16 * h)));
+      const __m256i qh = _mm256_set1_epi16(static_cast<short>(load_u16(b + offsetof(B, qh) + 2 * h)));
+      const __m256i ninth = _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi16(256));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(lo, ninth));
+    }
   }
   __m256i codes(int i) const { return chunk(i).levels(); }
   SignedChunk chunk(int i) const {
-    const int h = qh[i];
-    const int hi[8] = {h << 8 & 256, h << 7 & 256, h << 6 & 256, h << 5 & 256,
-                       h << 4 & 256, h << 3 & 256, h << 2 & 256, h << 1 & 256};
-    const uint8_t* s = signs + 4 * i;
-    const uint64_t m[4] = {kSignBytes[s[0]], kSignBytes[s[1]], kSignBytes[s[2]], kSignBytes[s[3]]};
-    return grid_halves(quant::iq::kIq3sGrid.data(), q + 8 * i, hi, m);
+    return {grid_halves(quant::iq::kIq3sGrid.data(), idx + 8 * i), load_u32_at(signs + 4 * i)};
   }
 };
 
