@@ -147,29 +147,6 @@ struct LevelBlock {
   }
 };
 
-// The blocks whose run codes sit beside their points (IQ2_XXS, IQ3_XXS,
-// IQ1_S, IQ1_M): each chunk's multipliers from Derived::run_code(r), read
-// when the chunk is (gathered into a vector once per super-block, the codes
-// made GCC store bytes and load them back as a vector, a stall that cost a
-// fifth of IQ2_XXS's generation time).
-template <class Derived, int kRun>
-struct ChunkRunBlock : LevelBlock<kRun> {
-  static_assert(kRun == 16 || kRun == 32);
-  __m256i scales(int i) const {
-    const Derived& b = static_cast<const Derived&>(*this);
-    if constexpr (kRun == 32) {
-      return _mm256_set1_epi16(static_cast<short>(2 * b.run_code(i) + 1));
-    } else {
-      return _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>(2 * b.run_code(2 * i) + 1)),
-                               _mm_set1_epi16(static_cast<short>(2 * b.run_code(2 * i + 1) + 1)));
-    }
-  }
-  void sub_scales(float* dl, float*) const {
-    const Derived& b = static_cast<const Derived&>(*this);
-    for (int r = 0; r < 256 / kRun; ++r) dl[r] = this->d * static_cast<float>(2 * b.run_code(r) + 1);
-  }
-};
-
 // IQ2_XXS: per group of 32, 4 index bytes and a word of 4 x 7 sign bits and
 // the scale (top 4 bits); the 8 words' signs and codes decoded at once.
 template <>
@@ -223,25 +200,35 @@ struct KBlock<DType::IQ2_XS> : LevelBlock<16> {
 };
 
 // IQ2_S: 10-bit indices (low bytes, then 2 bits each from the group's qh
-// byte), whole sign bytes.
+// byte: bits 2k, 2k + 1 for point k), whole sign bytes. The 32 indices are
+// made in vectors once per super-block.
 template <>
 struct KBlock<DType::IQ2_S> : LevelBlock<16> {
   using B = quant::iq::BlockIQ2S;
   const uint8_t* q;
-  const uint8_t* qh;
-  KBlock(const char* b, const float* f16)
-      : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))),
-        qh(reinterpret_cast<const uint8_t*>(b + offsetof(B, qh))) {
+  alignas(32) uint16_t idx[32];
+  KBlock(const char* b, const float* f16) : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))) {
     d = f16[load_u16(b)] * 0.125f;
     set_runs(nibble_runs(b + offsetof(B, scales)));
+    // Lane k' of half h: qh byte 4h + k' / 4 shifted so that bits 2k, 2k + 1
+    // (k = k' % 4) land at bits 8, 9.
+    const __m256i spread = _mm256_setr_epi8(0, -1, 0, -1, 0, -1, 0, -1, 1, -1, 1, -1, 1, -1, 1, -1,  //
+                                            2, -1, 2, -1, 2, -1, 2, -1, 3, -1, 3, -1, 3, -1, 3, -1);
+    const __m256i shift = _mm256_setr_epi16(256, 64, 16, 4, 256, 64, 16, 4, 256, 64, 16, 4, 256, 64, 16, 4);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * h)));
+      const __m256i qh = _mm256_shuffle_epi8(
+          _mm256_set1_epi32(static_cast<int>(load_u32_at(reinterpret_cast<const uint8_t*>(b + offsetof(B, qh)) + 4 * h))),
+          spread);
+      const __m256i high = _mm256_and_si256(_mm256_mullo_epi16(qh, shift), _mm256_set1_epi16(0x300));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(lo, high));
+    }
   }
   __m256i codes(int i) const { return chunk(i).levels(); }
   SignedChunk chunk(int i) const {
-    const int h = qh[i];
-    const uint8_t* lo = q + 4 * i;
-    const int idx[4] = {lo[0] | (h << 8 & 0x300), lo[1] | (h << 6 & 0x300), lo[2] | (h << 4 & 0x300),
-                        lo[3] | (h << 2 & 0x300)};
-    return {grid_points(quant::iq::kIq2sGrid.data(), idx), load_u32_at(q + 32 + 4 * i)};
+    const uint16_t* j = idx + 4 * i;
+    const int points[4] = {j[0], j[1], j[2], j[3]};
+    return {grid_points(quant::iq::kIq2sGrid.data(), points), load_u32_at(q + 32 + 4 * i)};
   }
 };
 
@@ -311,30 +298,45 @@ inline __m256i shifted_points(const int idx[4], __m256i minus) {
 // one per bsum group of 16 (each run's twice).
 inline __m256i iq1_offsets32(__m128i s) { return mins_per_group(_mm_mullo_epi16(s, _mm_set1_epi16(kIq1Offset))); }
 
-// IQ1_S: 11-bit indices (low bytes, 3 bits each from the group's qh word),
-// the scale in qh bits 12-14 and the shift's sign in bit 15.
+// IQ1_S: 11-bit indices (low bytes, 3 bits each from the group's qh word:
+// bits 3k .. 3k+2 for point k), the scale in qh bits 12-14 and the shift's
+// sign in bit 15. Indices, shift signs and run codes are made in vectors
+// once per super-block.
 template <>
-struct KBlock<DType::IQ1_S> : ChunkRunBlock<KBlock<DType::IQ1_S>, 32> {
+struct KBlock<DType::IQ1_S> : LevelBlock<32> {
   static constexpr bool kSigned = false, kMins = true, kFold = true;
   static constexpr int kLevel = kIq1Offset;
   using B = quant::iq::BlockIQ1S;
-  const char* q;
-  const char* qh;
-  KBlock(const char* b, const float* f16) : q(b + offsetof(B, qs)), qh(b + offsetof(B, qh)) {
+  alignas(32) uint16_t idx[32];
+  alignas(16) int8_t minus[16];  // per group: -1 where the shift is -1/8
+  __m256i offsets;
+  KBlock(const char* b, const float* f16) {
     d = f16[load_u16(b)] * 0.125f;
+    const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offsetof(B, qh)));
+    const __m128i l = _mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7));
+    set_runs(_mm_packus_epi16(l, l));
+    offsets = iq1_offsets32(_mm_add_epi16(_mm_add_epi16(l, l), _mm_set1_epi16(1)));
+    _mm_store_si128(reinterpret_cast<__m128i*>(minus), _mm_packs_epi16(_mm_srai_epi16(qh, 15), _mm_setzero_si128()));
+    // Lane k' of half h: qh word 4h + k' / 4, its bits 3k .. 3k+2 (k = k' %
+    // 4) moved to bits 8-10 (left 8, 5, 2; right 1 for k = 3).
+    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,  //
+                                            4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7);
+    const __m256i shift = _mm256_setr_epi16(256, 32, 4, 1, 256, 32, 4, 1, 256, 32, 4, 1, 256, 32, 4, 1);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offsetof(B, qs) + 16 * h)));
+      uint64_t words;
+      std::memcpy(&words, b + offsetof(B, qh) + 8 * h, sizeof words);
+      const __m256i w = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<long long>(words)), spread);
+      const __m256i moved = _mm256_blend_epi16(_mm256_mullo_epi16(w, shift), _mm256_srli_epi16(w, 1), 0x88);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h),
+                         _mm256_or_si256(lo, _mm256_and_si256(moved, _mm256_set1_epi16(0x700))));
+    }
   }
-  int run_code(int g) const { return load_u16(qh + 2 * g) >> 12 & 7; }
-  __m256i mins() const {
-    const __m128i l = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh)), 12),
-                                    _mm_set1_epi16(7));
-    return iq1_offsets32(_mm_add_epi16(_mm_add_epi16(l, l), _mm_set1_epi16(1)));
-  }
+  __m256i mins() const { return offsets; }
   __m256i codes(int i) const {
-    const int h = load_u16(qh + 2 * i);
-    const auto* lo = reinterpret_cast<const uint8_t*>(q) + 4 * i;
-    const int idx[4] = {lo[0] | (h << 8 & 0x700), lo[1] | (h << 5 & 0x700), lo[2] | (h << 2 & 0x700),
-                        lo[3] | (h >> 1 & 0x700)};
-    return shifted_points(idx, _mm256_set1_epi8(h & 0x8000 ? -1 : 0));
+    const uint16_t* j = idx + 4 * i;
+    const int points[4] = {j[0], j[1], j[2], j[3]};
+    return shifted_points(points, _mm256_set1_epi8(minus[i]));
   }
 };
 
@@ -349,6 +351,7 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
   const uint8_t* q;
   const uint8_t* qh;
   __m256i offsets;  // 9 (2l + 1) per run (mins())
+  alignas(32) uint16_t idx[32];
   KBlock(const char* b, const float* f16)
       : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))),
         qh(reinterpret_cast<const uint8_t*>(b + offsetof(B, qh))) {
@@ -368,19 +371,30 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
     set_runs(_mm_packus_epi16(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1)));
     // The folded offsets 9 s_r (run r: bsum group r).
     offsets = _mm256_mullo_epi16(_mm256_cvtepu8_epi16(odd), _mm256_set1_epi16(kIq1Offset));
+    // The indices: lane p of half h gets qh byte 8h + p / 2, its nibble p % 2
+    // moved to bits 8-11 (left 8 or 4), of which bits 8-10 are kept.
+    const __m256i spread = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
+                                            4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
+    const __m256i shift = _mm256_setr_epi16(256, 16, 256, 16, 256, 16, 256, 16, 256, 16, 256, 16, 256, 16, 256, 16);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * h)));
+      uint64_t bytes;
+      std::memcpy(&bytes, qh + 8 * h, sizeof bytes);
+      const __m256i w = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<long long>(bytes)), spread);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h),
+                         _mm256_or_si256(lo, _mm256_and_si256(_mm256_mullo_epi16(w, shift), _mm256_set1_epi16(0x700))));
+    }
   }
   __m256i mins() const { return offsets; }
   __m256i codes(int i) const {
     const int h0 = qh[2 * i], h1 = qh[2 * i + 1];
-    const int nib[4] = {h0 & 15, h0 >> 4, h1 & 15, h1 >> 4};
-    const uint8_t* lo = q + 4 * i;
-    const int idx[4] = {lo[0] | (nib[0] & 7) << 8, lo[1] | (nib[1] & 7) << 8, lo[2] | (nib[2] & 7) << 8,
-                        lo[3] | (nib[3] & 7) << 8};
+    const uint16_t* j = idx + 4 * i;
+    const int points[4] = {j[0], j[1], j[2], j[3]};
     // Point k's shift sign is bit 4 k + 3 of the two qh bytes: in 64-bit lane k.
     const __m256i bit = _mm256_setr_epi64x(0x8, 0x80, 0x800, 0x8000);
     const __m256i nibbles = _mm256_set1_epi16(static_cast<short>(h0 | h1 << 8));
     const __m256i minus = _mm256_cmpeq_epi64(_mm256_and_si256(nibbles, bit), bit);
-    return shifted_points(idx, minus);
+    return shifted_points(points, minus);
   }
 };
 
