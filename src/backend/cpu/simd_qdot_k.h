@@ -316,7 +316,12 @@ void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out)
           isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(ch.g, q), s));
         }
       } else {
-        const __m256i v = blk.codes(i);
+        __m256i v;
+        if constexpr (requires { blk.dot_codes(i); }) {
+          v = blk.dot_codes(i);  // codes whose per-group part the dot_mins() take out
+        } else {
+          v = blk.codes(i);
+        }
         const __m256i av = K::kSigned ? _mm256_sign_epi8(v, v) : v;
 #pragma GCC unroll 4
         for (int c = 0; c < NC; ++c) {
@@ -332,7 +337,13 @@ void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out)
       float dx;
       std::memcpy(&dx, xc + offsetof(XB, d), sizeof dx);
       if constexpr (K::kMins) {
-        const __m256i mi = _mm256_madd_epi16(load256(xc + offsetof(XB, bsums)), blk.mins());
+        __m256i mins;
+        if constexpr (requires { blk.dot_mins(); }) {
+          mins = blk.dot_mins();
+        } else {
+          mins = blk.mins();
+        }
+        const __m256i mi = _mm256_madd_epi16(load256(xc + offsetof(XB, bsums)), mins);
         if constexpr (K::kFold) {
           acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * blk.d), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[c], mi)),
                                    acc[c]);

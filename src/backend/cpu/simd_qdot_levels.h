@@ -284,15 +284,28 @@ struct KBlock<DType::IQ3_S> : LevelBlock<32> {
 // sum over bsum groups 9 s_r B_j. No sign operations per chunk.
 inline constexpr int kIq1Offset = 9;
 
-// The codes 8 g + delta + 9 of four points of the 1-bit grid, delta +-1 per
-// point (masks: 0xFF bytes where -1).
+// The 1-bit grid's points as codes 8 g + 9 (bytes 1, 9, 17).
+constexpr std::array<uint64_t, 2048> make_iq1_codes() {
+  std::array<uint64_t, 2048> t{};
+  for (size_t i = 0; i < t.size(); ++i)
+    for (int j = 0; j < 8; ++j) {
+      const int g = static_cast<int8_t>(quant::iq::kIq1sGrid[i] >> (8 * j) & 0xFF);
+      t[i] |= static_cast<uint64_t>(8 * g + kIq1Offset) << (8 * j);
+    }
+  return t;
+}
+inline constexpr std::array<uint64_t, 2048> kIq1Codes = make_iq1_codes();
+
+// The codes 8 g + 9 of four points.
+inline __m256i iq1_points(const int idx[4]) {
+  const uint64_t* t = kIq1Codes.data();
+  return _mm256_setr_epi64x(static_cast<long long>(t[idx[0]]), static_cast<long long>(t[idx[1]]),
+                            static_cast<long long>(t[idx[2]]), static_cast<long long>(t[idx[3]]));
+}
+// The codes 8 g + delta + 9 of four points, delta +-1 per point (minus:
+// 0xFF bytes where -1).
 inline __m256i shifted_points(const int idx[4], __m256i minus) {
-  const uint64_t* grid = quant::iq::kIq1sGrid.data();
-  const __m256i g = _mm256_setr_epi64x(static_cast<long long>(grid[idx[0]]), static_cast<long long>(grid[idx[1]]),
-                                       static_cast<long long>(grid[idx[2]]), static_cast<long long>(grid[idx[3]]));
-  const __m256i eight_g = _mm256_sign_epi8(_mm256_set1_epi8(8), g);
-  // delta + 9: 8 or 10.
-  return _mm256_add_epi8(eight_g, _mm256_add_epi8(_mm256_set1_epi8(kIq1Offset + 1), _mm256_add_epi8(minus, minus)));
+  return _mm256_add_epi8(iq1_points(idx), _mm256_or_si256(minus, _mm256_set1_epi8(1)));
 }
 // The folded offsets 9 s_r, from 8 int16 run multipliers s_r of runs of 32:
 // one per bsum group of 16 (each run's twice).
@@ -309,14 +322,18 @@ struct KBlock<DType::IQ1_S> : LevelBlock<32> {
   using B = quant::iq::BlockIQ1S;
   alignas(32) uint16_t idx[32];
   alignas(16) int8_t minus[16];  // per group: -1 where the shift is -1/8
-  __m256i offsets;
+  __m256i offsets, dot_offsets;
   KBlock(const char* b, const float* f16) {
     d = f16[load_u16(b)] * 0.125f;
     const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offsetof(B, qh)));
     const __m128i l = _mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7));
     set_runs(_mm_packus_epi16(l, l));
-    offsets = iq1_offsets32(_mm_add_epi16(_mm_add_epi16(l, l), _mm_set1_epi16(1)));
-    _mm_store_si128(reinterpret_cast<__m128i*>(minus), _mm_packs_epi16(_mm_srai_epi16(qh, 15), _mm_setzero_si128()));
+    const __m128i runs = _mm_add_epi16(_mm_add_epi16(l, l), _mm_set1_epi16(1));
+    const __m128i minus16 = _mm_srai_epi16(qh, 15);
+    offsets = iq1_offsets32(runs);
+    // Without the deltas in the codes: 9 - delta = 8, or 10 where minus.
+    dot_offsets = mins_per_group(_mm_mullo_epi16(runs, _mm_sub_epi16(_mm_set1_epi16(kIq1Offset - 1), _mm_add_epi16(minus16, minus16))));
+    _mm_store_si128(reinterpret_cast<__m128i*>(minus), _mm_packs_epi16(minus16, _mm_setzero_si128()));
     // Lane k' of half h: qh word 4h + k' / 4, its bits 3k .. 3k+2 (k = k' %
     // 4) moved to bits 8-10 (left 8, 5, 2; right 1 for k = 3).
     const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,  //
@@ -338,6 +355,15 @@ struct KBlock<DType::IQ1_S> : LevelBlock<32> {
     const int points[4] = {j[0], j[1], j[2], j[3]};
     return shifted_points(points, _mm256_set1_epi8(minus[i]));
   }
+  // The dot kernel's: the group's delta (one per 32 elements, two bsum
+  // groups) moves from the codes into the offsets, sum (u - 9 + delta) q =
+  // sum u q - (9 - delta) sum q.
+  __m256i dot_codes(int i) const {
+    const uint16_t* j = idx + 4 * i;
+    const int points[4] = {j[0], j[1], j[2], j[3]};
+    return iq1_points(points);
+  }
+  __m256i dot_mins() const { return dot_offsets; }
 };
 
 // IQ1_M: per 16 elements a qh byte (two nibbles: 3 index bits, the shift's
