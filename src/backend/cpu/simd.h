@@ -21,6 +21,19 @@
 namespace qlens::cpu {
 namespace {
 
+// Calls f.template operator()<N>() with N = n for n in 1..3, 4 above: the
+// kernels take their count of rows (activation or weight rows, up to 4 a
+// call) as a template argument.
+template <class F>
+inline void with_row_count(int n, F&& f) {
+  switch (n) {
+    case 1: f.template operator()<1>(); break;
+    case 2: f.template operator()<2>(); break;
+    case 3: f.template operator()<3>(); break;
+    default: f.template operator()<4>(); break;
+  }
+}
+
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 struct Avx2 {
   using R = __m256;

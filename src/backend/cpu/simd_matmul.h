@@ -95,12 +95,7 @@ void dot_rows(int64_t k, const void* w, const char* x, size_t x_stride, float* o
 template <class V, DType WT, DType XT = DType::F32>
 void vec_dot(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out) {
   const auto* xb = static_cast<const char*>(x);
-  switch (nc) {
-    case 1: dot_rows<V, WT, XT, 1>(k, w, xb, x_stride, out); break;
-    case 2: dot_rows<V, WT, XT, 2>(k, w, xb, x_stride, out); break;
-    case 3: dot_rows<V, WT, XT, 3>(k, w, xb, x_stride, out); break;
-    default: dot_rows<V, WT, XT, 4>(k, w, xb, x_stride, out); break;
-  }
+  with_row_count(nc, [&]<int NC>() { dot_rows<V, WT, XT, NC>(k, w, xb, x_stride, out); });
 }
 
 // Several weight rows (w_stride apart) against one activation row stored in

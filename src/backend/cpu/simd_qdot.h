@@ -215,12 +215,7 @@ template <DType T>
 void qdot_simd(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out) {
   const char* wr = static_cast<const char*>(w);
   const char* xr = static_cast<const char*>(x);
-  switch (nc) {
-    case 1: qdot_tile<T, 1, 1>(k, wr, 0, xr, x_stride, out); break;
-    case 2: qdot_tile<T, 1, 2>(k, wr, 0, xr, x_stride, out); break;
-    case 3: qdot_tile<T, 1, 3>(k, wr, 0, xr, x_stride, out); break;
-    default: qdot_tile<T, 1, 4>(k, wr, 0, xr, x_stride, out); break;
-  }
+  with_row_count(nc, [&]<int NC>() { qdot_tile<T, 1, NC>(k, wr, 0, xr, x_stride, out); });
 }
 
 // VecDotRowsFn: nr weight rows, one activation row.
@@ -228,12 +223,7 @@ template <DType T>
 void qdot_rows_simd(int64_t k, const void* w, size_t w_stride, const void* x, int nr, float* out) {
   const char* wr = static_cast<const char*>(w);
   const char* xr = static_cast<const char*>(x);
-  switch (nr) {
-    case 1: qdot_tile<T, 1, 1>(k, wr, w_stride, xr, 0, out); break;
-    case 2: qdot_tile<T, 2, 1>(k, wr, w_stride, xr, 0, out); break;
-    case 3: qdot_tile<T, 3, 1>(k, wr, w_stride, xr, 0, out); break;
-    default: qdot_tile<T, 4, 1>(k, wr, w_stride, xr, 0, out); break;
-  }
+  with_row_count(nr, [&]<int NR>() { qdot_tile<T, NR, 1>(k, wr, w_stride, xr, 0, out); });
 }
 
 // A weight block dequantized to 32 floats, bit for bit as the type's to_float

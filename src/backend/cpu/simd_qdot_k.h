@@ -364,12 +364,7 @@ template <DType T>
 void qdot_k_simd(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out) {
   const char* wr = static_cast<const char*>(w);
   const char* xr = static_cast<const char*>(x);
-  switch (nc) {
-    case 1: qdot_k_rows<T, 1>(k, wr, xr, x_stride, out); break;
-    case 2: qdot_k_rows<T, 2>(k, wr, xr, x_stride, out); break;
-    case 3: qdot_k_rows<T, 3>(k, wr, xr, x_stride, out); break;
-    default: qdot_k_rows<T, 4>(k, wr, xr, x_stride, out); break;
-  }
+  with_row_count(nc, [&]<int NC>() { qdot_k_rows<T, NC>(k, wr, xr, x_stride, out); });
 }
 
 // A weight super-block dequantized to 256 floats, bit for bit as to_float:
