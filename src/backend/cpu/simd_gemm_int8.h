@@ -179,6 +179,30 @@ inline void interleave8_codes(__m256i* r, uint8_t* dst, int g8) {
   }
 }
 
+// The row loop of the legacy-like packings (a unit is one block of 32 per
+// row): for each of nu units and each panel row i, row(u, i, scale) returns
+// the row's 32 codes and writes its floats (scale[g * NR + i] per group, the
+// legacy mins at scale[NR + i]); rows past nrows are zeros.
+template <I8Format f, int NR, class Row>
+void i8_pack_units(int64_t nrows, int64_t nu, uint8_t* out, Row row) {
+  for (int64_t u = 0; u < nu; ++u, out += i8_w_unit_bytes(f, NR)) {
+    float* scale = reinterpret_cast<float*>(out + f.code_bytes() * NR);
+    for (int g8 = 0; g8 < NR; g8 += 8) {
+      __m256i r[8];
+      for (int t = 0; t < 8; ++t) {
+        const int64_t i = g8 + t;
+        if (i < nrows) {
+          r[t] = row(u, i, scale);
+          continue;
+        }
+        r[t] = _mm256_setzero_si256();
+        for (int g = 0; g < f.groups() + (f.mins ? 1 : 0); ++g) scale[g * NR + i] = 0.0f;
+      }
+      interleave8_codes<f, NR>(r, out, g8);
+    }
+  }
+}
+
 // I8PackWFn for a legacy type: rows [0, nrows) (zeros past them), blocks
 // [u0, u0 + nu).
 template <DType T, int NR, bool SC>
@@ -186,27 +210,12 @@ void i8_pack_legacy(const char* row0, size_t row_stride, int64_t nrows, int64_t 
   constexpr I8Format f = i8_format<T, SC>();
   using B = typename QFormat<T>::Block;
   const float* f16 = fp16_table();
-  for (int64_t u = 0; u < nu; ++u, out += i8_w_unit_bytes(f, NR)) {
-    float* scale = reinterpret_cast<float*>(out + f.code_bytes() * NR);
-    float* mins = scale + NR;
-    for (int g8 = 0; g8 < NR; g8 += 8) {
-      __m256i r[8];
-      for (int t = 0; t < 8; ++t) {
-        const int64_t i = g8 + t;
-        if (i >= nrows) {
-          r[t] = _mm256_setzero_si256();
-          scale[i] = 0.0f;
-          if constexpr (f.mins) mins[i] = 0.0f;
-          continue;
-        }
-        const char* blk = row0 + i * row_stride + (u0 + u) * sizeof(B);
-        r[t] = legacy_codes<T, SC>(blk);
-        scale[i] = f16[load_u16(blk + offsetof(B, d))];
-        if constexpr (f.mins) mins[i] = f16[load_u16(blk + offsetof(B, m))];
-      }
-      interleave8_codes<f, NR>(r, out, g8);
-    }
-  }
+  i8_pack_units<f, NR>(nrows, nu, out, [&](int64_t u, int64_t i, float* scale) {
+    const char* blk = row0 + i * row_stride + (u0 + u) * sizeof(B);
+    scale[i] = f16[load_u16(blk + offsetof(B, d))];
+    if constexpr (f.mins) scale[NR + i] = f16[load_u16(blk + offsetof(B, m))];
+    return legacy_codes<T, SC>(blk);
+  });
 }
 
 // The integer sub-block mins of a K super-block as int16 (Q4_K, Q5_K: 8;
@@ -305,30 +314,16 @@ void i8_pack_x_legacy(const char* xrow, int r, int64_t nu, uint8_t* out) {
 template <DType T, int NR, bool SC>
 void i8_pack_scaled(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, int64_t nu, uint8_t* out) {
   constexpr I8Format f = i8_format<T, SC>();
-  constexpr int G = f.groups();
   using S = SBlock<T>;
   constexpr int kChunks = S::kElems / 32;
   const float* f16 = fp16_table();
-  for (int64_t u = 0; u < nu; ++u, out += i8_w_unit_bytes(f, NR)) {
-    float* scale = reinterpret_cast<float*>(out + f.code_bytes() * NR);
+  i8_pack_units<f, NR>(nrows, nu, out, [&](int64_t u, int64_t i, float* scale) {
     const int64_t block = (u0 + u) / kChunks;
     const int j = static_cast<int>((u0 + u) % kChunks);
-    for (int g8 = 0; g8 < NR; g8 += 8) {
-      __m256i r[8];
-      for (int t = 0; t < 8; ++t) {
-        const int64_t i = g8 + t;
-        if (i >= nrows) {
-          r[t] = _mm256_setzero_si256();
-          for (int g = 0; g < G; ++g) scale[g * NR + i] = 0.0f;
-          continue;
-        }
-        const S sb(row0 + i * row_stride + block * S::kBytes, f16);
-        r[t] = f.wide ? sb.chunk(j) : flip_sign(sb.chunk(j));
-        for (int g = 0; g < G; ++g) scale[g * NR + i] = sb.scale((32 * j + f.group * g) / S::kGroup);
-      }
-      interleave8_codes<f, NR>(r, out, g8);
-    }
-  }
+    const S sb(row0 + i * row_stride + block * S::kBytes, f16);
+    for (int g = 0; g < f.groups(); ++g) scale[g * NR + i] = sb.scale((32 * j + f.group * g) / S::kGroup);
+    return f.wide ? sb.chunk(j) : flip_sign(sb.chunk(j));
+  });
 }
 
 // I8PackXFn for a K type: one Q8_K row (nu super-blocks).
