@@ -23,6 +23,7 @@
 #include "backend/cpu/matmul.h"
 #include "fuzz_util.h"
 #include "qlens/types.h"
+#include "quant/iq_lattice.h"
 
 using namespace qlens;
 
@@ -39,6 +40,17 @@ const std::vector<DType>& readable_types() {
 }
 
 }  // namespace
+
+// The i-quants' lattices are built on first use, which takes seconds under
+// the sanitizers (on a busy machine more than libFuzzer's per-input timeout):
+// built here, once, before any input runs.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  using namespace quant::iq;
+  for (const Lattice& (*lattice)() : {iq2xxs_lattice, iq2xs_lattice, iq2s_lattice, iq3xxs_lattice, iq3s_lattice,
+                                      iq1_plus_lattice, iq1_minus_lattice})
+    lattice();
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
