@@ -47,6 +47,16 @@ inline __m256i unpack_nibbles(const char* qs) {
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
+// 0xFF in byte j where bit j of `bits` is set, else 0 (AVX2: without
+// AVX-512's byte masks).
+inline __m256i bytes_of_bits(uint32_t bits) {
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+}
+
 // 0x10 in byte j where bit j of the little-endian 32-bit qh is set, else 0:
 // Q5_0's and Q5_1's fifth bits.
 inline __m256i fifth_bits(const char* qh) {
@@ -55,12 +65,7 @@ inline __m256i fifth_bits(const char* qh) {
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
   return _mm256_maskz_mov_epi8(static_cast<__mmask32>(h), _mm256_set1_epi8(0x10));
 #else
-  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(h)),
-                                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
-                                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+  return _mm256_and_si256(bytes_of_bits(h), _mm256_set1_epi8(0x10));
 #endif
 }
 

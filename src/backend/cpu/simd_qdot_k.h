@@ -64,7 +64,9 @@ inline void scaled_floats(__m128i v, float mul, float* out) {
 }
 
 // Super-block decoders: d, dmin (types with kMins), codes(i), scales(i) and
-// mins() (16 int16 per bsums group; for kFold the offset terms, which share d);
+// mins() (16 int16 per bsums group; for kFold the offset terms, which share d;
+// the dot kernel's alone: where a block has dot_codes(i), the codes that
+// kernel sums, mins() takes out what those leave out of codes(i));
 // for dequantization, sub_scales() (d * s_j and dmin * m_j per sub-block, in
 // float as to_float computes them) and kLevel (code - kLevel = level).
 template <DType T>
@@ -337,13 +339,7 @@ void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out)
       float dx;
       std::memcpy(&dx, xc + offsetof(XB, d), sizeof dx);
       if constexpr (K::kMins) {
-        __m256i mins;
-        if constexpr (requires { blk.dot_mins(); }) {
-          mins = blk.dot_mins();
-        } else {
-          mins = blk.mins();
-        }
-        const __m256i mi = _mm256_madd_epi16(load256(xc + offsetof(XB, bsums)), mins);
+        const __m256i mi = _mm256_madd_epi16(load256(xc + offsetof(XB, bsums)), blk.mins());
         if constexpr (K::kFold) {
           acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * blk.d), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[c], mi)),
                                    acc[c]);

@@ -55,12 +55,7 @@ inline __m256i negate_where(__m256i x, uint32_t bits) {
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
   return _mm256_mask_sub_epi8(x, _cvtu32_mask32(bits), _mm256_setzero_si256(), x);
 #else
-  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
-                                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
-                                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-  const __m256i minus = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-  return _mm256_sign_epi8(x, _mm256_or_si256(minus, _mm256_set1_epi8(1)));
+  return _mm256_sign_epi8(x, _mm256_or_si256(bytes_of_bits(bits), _mm256_set1_epi8(1)));
 #endif
 }
 struct SignedChunk {
@@ -297,19 +292,16 @@ constexpr std::array<uint64_t, 2048> make_iq1_codes() {
 inline constexpr std::array<uint64_t, 2048> kIq1Codes = make_iq1_codes();
 
 // The codes 8 g + 9 of four points.
-inline __m256i iq1_points(const int idx[4]) {
+inline __m256i iq1_points(const uint16_t* idx) {
   const uint64_t* t = kIq1Codes.data();
   return _mm256_setr_epi64x(static_cast<long long>(t[idx[0]]), static_cast<long long>(t[idx[1]]),
                             static_cast<long long>(t[idx[2]]), static_cast<long long>(t[idx[3]]));
 }
 // The codes 8 g + delta + 9 of four points, delta +-1 per point (minus:
 // 0xFF bytes where -1).
-inline __m256i shifted_points(const int idx[4], __m256i minus) {
+inline __m256i shifted_points(const uint16_t* idx, __m256i minus) {
   return _mm256_add_epi8(iq1_points(idx), _mm256_or_si256(minus, _mm256_set1_epi8(1)));
 }
-// The folded offsets 9 s_r, from 8 int16 run multipliers s_r of runs of 32:
-// one per bsum group of 16 (each run's twice).
-inline __m256i iq1_offsets32(__m128i s) { return mins_per_group(_mm_mullo_epi16(s, _mm_set1_epi16(kIq1Offset))); }
 
 // IQ1_S: 11-bit indices (low bytes, 3 bits each from the group's qh word:
 // bits 3k .. 3k+2 for point k), the scale in qh bits 12-14 and the shift's
@@ -322,7 +314,7 @@ struct KBlock<DType::IQ1_S> : LevelBlock<32> {
   using B = quant::iq::BlockIQ1S;
   alignas(32) uint16_t idx[32];
   alignas(16) int8_t minus[16];  // per group: -1 where the shift is -1/8
-  __m256i offsets, dot_offsets;
+  __m256i offsets;  // (9 - delta) s_r per bsum group (mins(), for dot_codes)
   KBlock(const char* b, const float* f16) {
     d = f16[load_u16(b)] * 0.125f;
     const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offsetof(B, qh)));
@@ -330,9 +322,9 @@ struct KBlock<DType::IQ1_S> : LevelBlock<32> {
     set_runs(_mm_packus_epi16(l, l));
     const __m128i runs = _mm_add_epi16(_mm_add_epi16(l, l), _mm_set1_epi16(1));
     const __m128i minus16 = _mm_srai_epi16(qh, 15);
-    offsets = iq1_offsets32(runs);
-    // Without the deltas in the codes: 9 - delta = 8, or 10 where minus.
-    dot_offsets = mins_per_group(_mm_mullo_epi16(runs, _mm_sub_epi16(_mm_set1_epi16(kIq1Offset - 1), _mm_add_epi16(minus16, minus16))));
+    // 9 - delta: 8, or 10 where minus.
+    offsets = mins_per_group(
+        _mm_mullo_epi16(runs, _mm_sub_epi16(_mm_set1_epi16(kIq1Offset - 1), _mm_add_epi16(minus16, minus16))));
     _mm_store_si128(reinterpret_cast<__m128i*>(minus), _mm_packs_epi16(minus16, _mm_setzero_si128()));
     // Lane k' of half h: qh word 4h + k' / 4, its bits 3k .. 3k+2 (k = k' %
     // 4) moved to bits 8-10 (left 8, 5, 2; right 1 for k = 3).
@@ -349,21 +341,12 @@ struct KBlock<DType::IQ1_S> : LevelBlock<32> {
                          _mm256_or_si256(lo, _mm256_and_si256(moved, _mm256_set1_epi16(0x700))));
     }
   }
-  __m256i mins() const { return offsets; }
-  __m256i codes(int i) const {
-    const uint16_t* j = idx + 4 * i;
-    const int points[4] = {j[0], j[1], j[2], j[3]};
-    return shifted_points(points, _mm256_set1_epi8(minus[i]));
-  }
+  __m256i codes(int i) const { return shifted_points(idx + 4 * i, _mm256_set1_epi8(minus[i])); }
   // The dot kernel's: the group's delta (one per 32 elements, two bsum
   // groups) moves from the codes into the offsets, sum (u - 9 + delta) q =
   // sum u q - (9 - delta) sum q.
-  __m256i dot_codes(int i) const {
-    const uint16_t* j = idx + 4 * i;
-    const int points[4] = {j[0], j[1], j[2], j[3]};
-    return iq1_points(points);
-  }
-  __m256i dot_mins() const { return dot_offsets; }
+  __m256i dot_codes(int i) const { return iq1_points(idx + 4 * i); }
+  __m256i mins() const { return offsets; }
 };
 
 // IQ1_M: per 16 elements a qh byte (two nibbles: 3 index bits, the shift's
@@ -414,13 +397,11 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
   __m256i mins() const { return offsets; }
   __m256i codes(int i) const {
     const int h0 = qh[2 * i], h1 = qh[2 * i + 1];
-    const uint16_t* j = idx + 4 * i;
-    const int points[4] = {j[0], j[1], j[2], j[3]};
     // Point k's shift sign is bit 4 k + 3 of the two qh bytes: in 64-bit lane k.
     const __m256i bit = _mm256_setr_epi64x(0x8, 0x80, 0x800, 0x8000);
     const __m256i nibbles = _mm256_set1_epi16(static_cast<short>(h0 | h1 << 8));
     const __m256i minus = _mm256_cmpeq_epi64(_mm256_and_si256(nibbles, bit), bit);
-    return shifted_points(points, minus);
+    return shifted_points(idx + 4 * i, minus);
   }
 };
 
