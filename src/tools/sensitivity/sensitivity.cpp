@@ -252,21 +252,31 @@ struct ImportanceAt {
   }
 };
 
+// Chunks of rows on n_threads threads (the grid searches of the 1- to 3-bit
+// types take seconds per tensor), matrix by matrix, so that each expert
+// quantizes with its own importance; quantizing a row does not depend on
+// the others, so the bytes do not depend on the thread count.
 std::vector<uint8_t> quantize_to(DType type, const std::vector<float>& x, const Tensor& w,
-                                 const std::vector<float>& importance) {
+                                 const std::vector<float>& importance, int n_threads) {
   const TypeTraits& tt = type_traits(type);
   const int64_t rows = w.nelements() / w.ne[0];
-  std::vector<uint8_t> out(row_bytes(type, w.ne[0]) * rows);
+  const size_t dst_row = row_bytes(type, w.ne[0]);
+  std::vector<uint8_t> out(dst_row * rows);
   if (!tt.quantize) {
     tt.from_float(x.data(), out.data(), w.nelements());
     return out;
   }
-  // Matrix by matrix, so that each expert quantizes with its own importance.
   const int64_t n_mat = importance.size() > static_cast<size_t>(w.ne[0]) ? w.ne[2] : 1;
   const int64_t mat_rows = rows / n_mat;
-  for (int64_t e = 0; e < n_mat; ++e)
-    tt.quantize(x.data() + e * mat_rows * w.ne[0], out.data() + e * mat_rows * row_bytes(type, w.ne[0]), mat_rows,
-                w.ne[0], importance.empty() ? nullptr : importance.data() + e * w.ne[0]);
+  constexpr int64_t kChunkRows = 16;
+  const int64_t chunks_per_mat = (mat_rows + kChunkRows - 1) / kChunkRows;
+  parallel_for(n_mat * chunks_per_mat, n_threads, [&](int64_t c, int) {
+    const int64_t e = c / chunks_per_mat;
+    const int64_t r0 = e * mat_rows + (c % chunks_per_mat) * kChunkRows;
+    const int64_t nr = std::min(kChunkRows, (e + 1) * mat_rows - r0);
+    tt.quantize(x.data() + r0 * w.ne[0], out.data() + r0 * dst_row, nr, w.ne[0],
+                importance.empty() ? nullptr : importance.data() + e * w.ne[0]);
+  });
   return out;
 }
 
@@ -448,7 +458,7 @@ SensitivityCandidate probe_group_type(Probe& p, const std::vector<Tensor*>& grou
   c.type = type;
   std::vector<std::unique_ptr<Replacement>> reps;
   for (Tensor* w : group) {
-    auto q = quantize_to(type, tensor_to_f32(*w), *w, weight_importance(p.imatrix, *w));
+    auto q = quantize_to(type, tensor_to_f32(*w), *w, weight_importance(p.imatrix, *w), p.opt.n_threads);
     c.bytes += q.size();
     reps.push_back(std::make_unique<Replacement>(*w, type, std::move(q)));
     p.runner.context().replace_weight(w, &reps.back()->tensor);
@@ -499,7 +509,7 @@ SensitivityCandidate probe_type(Probe& p, Tensor* w, DType type, const std::vect
                                 const std::vector<float>& importance, int first) {
   SensitivityCandidate c;
   c.type = type;
-  auto q = quantize_to(type, x, *w, importance);
+  auto q = quantize_to(type, x, *w, importance, p.opt.n_threads);
   c.bytes = q.size();
   c.bpw = 8.0 * c.bytes / w->nelements();
   std::vector<float> back(x.size());
