@@ -86,8 +86,8 @@ bool parse_plan_flags(int argc, char** argv, PlanFlags& f) {
               "qlens plan --sensitivity S.json (--target-bpw B | --target-size BYTES) [--types LIST] [-o PLAN.txt]\n"
               "                  [--json PLAN.json] [--validate -f HELD_OUT.txt [--imatrix F]]",
               "Chooses one type per tensor to minimize the total predicted ΔKLD (from qlens sensitivity) under\n"
-              "a size budget: Lagrangian relaxation over each tensor's options, then a greedy pass that spends\n"
-              "what is left. Writes a tensor-type file (one ^exact\\.name$=type rule per tensor) that\n"
+              "a size budget (a knapsack: Lagrangian relaxation and dynamic programming, the better plan kept,\n"
+              "then greedy passes that spend what is left). Writes a tensor-type file (one ^exact\\.name$=type rule per tensor) that\n"
               "`qlens quantize --tensor-type-file` and llama.cpp's `llama-quantize --tensor-type-file` apply.\n"
               "With --validate: quantizes with the plan and with the uniform mixes nearest in size, compares\n"
               "each with the original on held-out text, and prints predicted against measured KLD.");

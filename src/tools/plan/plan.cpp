@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -176,6 +177,12 @@ struct Solution {
   double lambda = 0;
 };
 
+double total_delta_kld(const SensitivityTable& table, const std::vector<size_t>& choice) {
+  double total = 0;
+  for (size_t t = 0; t < table.tensors.size(); ++t) total += table.tensors[t].options[choice[t]].delta_kld;
+  return total;
+}
+
 // The Lagrangian relaxation, solved exactly by walking the hulls' breakpoints:
 // for a multiplier λ each tensor picks argmin(ΔKLD + λ·bytes), i.e. takes
 // every hull step whose gain per byte exceeds λ. Lowering λ from +∞ takes
@@ -307,8 +314,7 @@ bool apply_best_exchange(const SensitivityTable& table, uint64_t available_bytes
     cheapest[i].offer(downgrades[i]);
   }
 
-  double current_total = 0;
-  for (size_t t = 0; t < table.tensors.size(); ++t) current_total += table.tensors[t].options[s.choice[t]].delta_kld;
+  const double current_total = total_delta_kld(table, s.choice);
   // Rounding must not pass for an improvement (it could cycle).
   const double min_improvement = 1e-12 * (1 + std::fabs(current_total));
   Move best_up, best_down;
@@ -342,6 +348,80 @@ bool apply_best_exchange(const SensitivityTable& table, uint64_t available_bytes
   return true;
 }
 
+// The plan as a multiple-choice knapsack, solved by dynamic programming over
+// the budget in buckets. Unlike the relaxation it can take one large step in
+// place of many small ones that gain more per byte: a big tied embedding kept
+// at Q8_0 rather than dropped to Q5_0 for a dozen cheap upgrades, which no
+// single exchange undoes. Options are rounded to the nearest bucket, so a
+// plan that fills the budget exactly is among the table's (rounding up would
+// lose it); the table reaches half a bucket per tensor past the budget, and
+// the best entry whose real bytes fit is taken. Exact when every option's
+// bytes are multiples of the bucket. Empty when no entry tried fits.
+std::optional<Solution> bucketed_solution(const SensitivityTable& table, uint64_t available_bytes) {
+  const size_t n = table.tensors.size();
+  constexpr size_t kNone = 255;  // a choice is a byte: tables with more options per tensor go unsolved
+  size_t n_options = 0;
+  for (const PlanTensor& t : table.tensors) {
+    if (t.options.size() >= kNone) return std::nullopt;
+    n_options += t.options.size();
+  }
+  // At most 10^8 steps (about 0.1 s) and 65536 buckets. With so many
+  // tensors that fewer than 4096 buckets remain, each is a small part of the
+  // budget and the relaxation is close to the optimum anyway.
+  const uint64_t n_buckets = std::min<uint64_t>(100'000'000 / std::max<size_t>(n_options, 1), 65536);
+  if (n_buckets < 4096) return std::nullopt;
+  const uint64_t bucket = std::max<uint64_t>(1, (available_bytes + n_buckets - 1) / n_buckets);
+  const size_t capacity = static_cast<size_t>(available_bytes / bucket) + (bucket > 1 ? n / 2 + 1 : 0);
+  auto buckets_of = [&](uint64_t bytes) { return static_cast<size_t>((bytes + bucket / 2) / bucket); };
+
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<double> best(capacity + 1, 0.0), next(capacity + 1);  // best[b]: least ΔKLD in <= b buckets
+  std::vector<uint8_t> choice(n * (capacity + 1), static_cast<uint8_t>(kNone));
+  for (size_t t = 0; t < n; ++t) {
+    std::fill(next.begin(), next.end(), kInf);
+    uint8_t* chosen = choice.data() + t * (capacity + 1);
+    const std::vector<PlanOption>& options = table.tensors[t].options;
+    for (size_t j = 0; j < options.size(); ++j) {
+      const size_t w = buckets_of(options[j].bytes);
+      if (w > capacity) continue;
+      const double v = options[j].delta_kld;
+      for (size_t b = w; b <= capacity; ++b)
+        if (best[b - w] + v < next[b]) {
+          next[b] = best[b - w] + v;
+          chosen[b] = static_cast<uint8_t>(j);
+        }
+    }
+    best.swap(next);
+  }
+  // best[] falls with b, so the first entry from the top that fits is the
+  // best of those tried.
+  const size_t n_tries = std::min(capacity + 1, 2 * n + 64);
+  for (size_t top = capacity, tried = 0; tried < n_tries && best[top] != kInf; --top, ++tried) {
+    Solution s;
+    s.choice.assign(n, 0);
+    size_t b = top;
+    for (size_t t = n; t-- > 0;) {
+      const size_t j = choice[t * (capacity + 1) + b];
+      s.choice[t] = j;
+      s.used_bytes += table.tensors[t].options[j].bytes;
+      b -= buckets_of(table.tensors[t].options[j].bytes);
+    }
+    if (s.used_bytes <= available_bytes) return s;
+  }
+  return std::nullopt;
+}
+
+// Spends what a solution left of the budget, single changes first, then
+// exchanges. Each exchange strictly lowers the total; the cap only guards
+// against pathological inputs taking many small steps.
+void spend_and_exchange(const SensitivityTable& table, uint64_t available_bytes, Solution& s) {
+  spend_remaining_budget(table, available_bytes, s);
+  for (size_t round = 0; round < 4 * table.tensors.size() + 16; ++round) {
+    if (!apply_best_exchange(table, available_bytes, s)) break;
+    spend_remaining_budget(table, available_bytes, s);
+  }
+}
+
 std::string describe_size(const SensitivityTable& table, uint64_t bytes) {
   char buf[96];
   std::snprintf(buf, sizeof buf, "%llu bytes (%.2f MiB, %.4f bpw)", static_cast<unsigned long long>(bytes),
@@ -368,12 +448,16 @@ Plan solve_plan(const SensitivityTable& table, uint64_t budget_bytes) {
                 std::to_string(table.fixed_bytes) + " fixed bytes");
   const uint64_t available = budget_bytes - table.fixed_bytes;
   Solution s = relaxed_solution(table, available);
-  spend_remaining_budget(table, available, s);
-  // Each exchange strictly lowers the total; the cap only guards against
-  // pathological inputs taking many small steps.
-  for (size_t round = 0; round < 4 * table.tensors.size() + 16; ++round) {
-    if (!apply_best_exchange(table, available, s)) break;
-    spend_remaining_budget(table, available, s);
+  spend_and_exchange(table, available, s);
+  // Both solvers; the knapsack's plan where it is better (λ stays the
+  // relaxation's: the dual bound).
+  if (std::optional<Solution> knapsack = bucketed_solution(table, available)) {
+    spend_and_exchange(table, available, *knapsack);
+    const double relaxed_total = total_delta_kld(table, s.choice);
+    if (total_delta_kld(table, knapsack->choice) < relaxed_total - 1e-12 * (1 + std::fabs(relaxed_total))) {
+      knapsack->lambda = s.lambda;
+      s = std::move(*knapsack);
+    }
   }
 
   Plan plan;

@@ -70,14 +70,19 @@ struct Plan {
   double lambda = 0;
 };
 
-// Minimizes Σ delta_kld subject to fixed_bytes + Σ bytes <= budget_bytes:
-// the Lagrangian relaxation solved exactly on the tensors' lower convex hulls
-// (the smallest multiplier λ whose plan fits), then a greedy pass spending the
-// rest of the budget on the single-tensor changes with the best ΔKLD gain
-// per byte, then exchanges (one tensor up, another down to pay for it) while
-// they lower the total. Exact at the hulls' breakpoints; a heuristic between
-// them (the problem is a multiple-choice knapsack). Throws Error with the
-// smallest achievable size when the budget is below it.
+// Minimizes Σ delta_kld subject to fixed_bytes + Σ bytes <= budget_bytes (a
+// multiple-choice knapsack), by two solvers, keeping the better plan:
+// - the Lagrangian relaxation solved exactly on the tensors' lower convex
+//   hulls (the smallest multiplier λ whose plan fits), exact at the hulls'
+//   breakpoints;
+// - dynamic programming over the budget in up to 65536 buckets (options
+//   rounded up to whole buckets), exact when the bytes are multiples of a
+//   bucket, and the one that finds a plan taking one large step (a tied
+//   embedding kept at Q8_0) instead of many small ones;
+// each followed by a greedy pass spending the rest of the budget on the
+// single-tensor changes with the best ΔKLD gain per byte, then exchanges (one
+// tensor up, another down to pay for it) while they lower the total. Throws
+// Error with the smallest achievable size when the budget is below it.
 Plan solve_plan(const SensitivityTable& table, uint64_t budget_bytes);
 // fixed_bytes + every tensor's smallest option: the least any plan takes.
 uint64_t min_plan_bytes(const SensitivityTable& table);
