@@ -247,6 +247,20 @@ __attribute__((always_inline)) inline __m256 packed_scales(const char* gb) {
   }
 }
 
+// d_w * d_x for the eight rows. AVX-512 takes MXFP4's exponents by
+// vscalefps: d_x * 2^(e - 128) in one rounding, as the product with the
+// exact 2^(e - 128) rounds (subnormal results included).
+template <size_t kScaleBytes>
+__attribute__((always_inline)) inline __m256 scaled_by_packed_scales(const char* gb, __m256 dx) {
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+  if constexpr (kScaleBytes == 1) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb)));
+    return _mm256_scalef_ps(dx, _mm256_cvtepi32_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(128))));
+  }
+#endif
+  return _mm256_mul_ps(packed_scales<kScaleBytes>(gb), dx);
+}
+
 // A legacy type's group kernel: per block, the activation's four 8-byte
 // pieces broadcast, the eight rows' int32 sums from kSums, then one
 // conversion, one scale product and one FMA for the eight rows. Inlined into
@@ -268,9 +282,8 @@ __attribute__((always_inline)) inline void packed_dot_legacy(int64_t k, const ch
     const __m256i q[4] = {broadcast_piece(xq), broadcast_piece(xq + 8), broadcast_piece(xq + 16),
                           broadcast_piece(xq + 24)};
     const __m256i isum = kSums(gb + kPackRows * kScaleBytes, q);
-    const __m256 dw = packed_scales<kScaleBytes>(gb);
     const __m256 dx = _mm256_broadcast_ss(f16 + load_u16(xb + offsetof(quant::BlockQ8_0, d)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scaled_by_packed_scales<kScaleBytes>(gb, dx), acc);
   }
   store_rows(acc, out);
 }

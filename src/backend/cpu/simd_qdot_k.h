@@ -290,6 +290,11 @@ void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out)
   using K = KBlock<T>;
   constexpr size_t kBytes = kSuperBlockBytes<T>;
   using XB = quant::kq::BlockQ8K;
+  // One scale for the super-block and codes of at most 2 (the ternary
+  // types): the maddubs pairs (at most 2 * 2 * 128) add up in int16 over the
+  // 8 chunks (4096 at most), widened once.
+  constexpr bool kOneScale = sub_block_size<T>() == quant::kq::kQK;
+  static_assert(!kOneScale || T == DType::TQ1_0 || T == DType::TQ2_0, "int16 sums hold codes of at most 2");
   const int64_t nb = k / quant::kq::kQK;
   const float* f16 = fp16_table();
   __m256 acc[NC];
@@ -329,10 +334,16 @@ void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out)
         for (int c = 0; c < NC; ++c) {
           __m256i q = load256(xb + c * xs + offsetof(XB, qs) + 32 * i);
           if constexpr (K::kSigned) q = _mm256_sign_epi8(q, v);
-          isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(av, q), s));
+          if constexpr (kOneScale)
+            isum[c] = _mm256_add_epi16(isum[c], _mm256_maddubs_epi16(av, q));
+          else
+            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(av, q), s));
         }
       }
     }
+    if constexpr (kOneScale)
+#pragma GCC unroll 4
+      for (int c = 0; c < NC; ++c) isum[c] = _mm256_madd_epi16(isum[c], _mm256_set1_epi16(1));
 #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) {
       const char* xc = xb + c * xs;
