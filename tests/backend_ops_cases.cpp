@@ -806,6 +806,30 @@ void rope_cases(Table& t) {
     Tensor* x = permute(c.g, c.normal(DType::F32, {16, 5, 3, 1}), 0, 2, 1, 3);
     return rope(c.g, x, c.ints({0, 1, 2, 500, 7}), 16, RopeMode::Normal, 500000.0f, 1.0f);
   });
+  // YaRN: gpt-oss's (NeoX, base 150000, factor 32 over 4096 tokens, beta
+  // 32 / 1), a normal-mode one with frequency factors, and attn_factor alone.
+  struct YarnCase {
+    int64_t head;
+    RopeParams p;
+    RopeYarn yarn;
+    bool factors;
+  };
+  const YarnCase yarn_cases[] = {
+      {64, {64, RopeMode::NeoX, 150000.0f, 1.0f / 32}, {1.0f, 1.0f, 32.0f, 1.0f, 4096}, false},
+      {64, {48, RopeMode::Normal, 10000.0f, 0.25f}, {0.5f, 0.8f, 32.0f, 1.0f, 2048}, true},
+      {32, {32, RopeMode::NeoX, 10000.0f, 1.0f}, {0.0f, 1.3f, 32.0f, 1.0f, 0}, false},
+  };
+  for (const YarnCase& y : yarn_cases)
+    t.add("rope", "yarn",
+          cat("a", shape({y.head, 4, 6, 1}), describe(y.p), " ext_factor=", y.yarn.ext_factor,
+              " attn_factor=", y.yarn.attn_factor, " n_ctx_orig=", y.yarn.n_ctx_orig, y.factors ? " freq factors" : "",
+              " pos 0..32767"),
+          kernel(), [=](CaseGraph& c) {
+            Tensor* x = c.uniform(DType::F32, {y.head, 4, 6, 1}, -2, 2);
+            Tensor* f = y.factors ? c.uniform(DType::F32, {y.p.n_dims / 2, 1, 1, 1}, 0.5f, 4.0f) : nullptr;
+            return rope(c.g, x, c.ints({0, 1, 70, 4095, 9000, 32767}), y.p.n_dims, y.p.mode, y.p.base, y.p.scale, f,
+                        y.yarn);
+          });
 }
 
 // A causal mask [kv, rows]: -inf above the diagonal (offset by kv - rows),
@@ -870,6 +894,83 @@ void soft_max_cases(Table& t) {
   }
   t.add("soft_max", "", "a permuted{9,5,4,1} scale=1", kernel(), [](CaseGraph& c) {
     return soft_max(c.g, permute(c.g, c.normal(DType::F32, {9, 4, 5, 1}), 0, 2, 1, 3), nullptr, 1.0f);
+  });
+  // Attention sinks (gpt-oss): one logit per head beside each row, from far
+  // below the row's scores to far above them; with a causal mask and a fully
+  // masked row (whose probabilities are then all zero: the sink takes it all).
+  for (int64_t k : {1, 5, 33, 257}) {
+    t.add("soft_max", "sinks", cat("a{", k, ",7,4,1} sinks{4} in [-8,8) scale=1"), kernel(), [=](CaseGraph& c) {
+      return soft_max(c.g, c.uniform(DType::F32, {k, 7, 4, 1}, -5, 5), nullptr, 1.0f,
+                      c.uniform(DType::F32, {4, 1, 1, 1}, -8, 8));
+    });
+    OpCase& oc = t.add("soft_max", "sinks", cat("a{", k, ",4,3,1} causal mask with a fully masked row, sinks{3}"),
+                       kernel(), [=](CaseGraph& c) {
+                         Tensor* mask = causal_mask(c, k, 4, true);
+                         return soft_max(c.g, c.uniform(DType::F32, {k, 4, 3, 1}, -5, 5), mask, 0.125f,
+                                         c.leaf(DType::F32, {3, 1, 1, 1}, {-20.0f, 0.5f, 30.0f}));
+                       });
+    if (k == 257)  // gpt-oss-20b's 64 heads over a 512-token prompt
+      oc.perf = [](CaseGraph& c) {
+        Tensor* mask = causal_mask(c, 512, 512, false);
+        return std::vector<Tensor*>{soft_max(c.g, c.uniform(DType::F32, {512, 512, 64, 1}, -5, 5), mask, 0.125f,
+                                             c.uniform(DType::F32, {64, 1, 1, 1}, -2, 2))};
+      };
+  }
+  t.add("soft_max", "sinks", "a permuted{9,5,4,1} sinks{4} scale=0.5", kernel(), [](CaseGraph& c) {
+    return soft_max(c.g, permute(c.g, c.normal(DType::F32, {9, 4, 5, 1}), 0, 2, 1, 3), nullptr, 0.5f,
+                    c.normal(DType::F32, {4, 1, 1, 1}));
+  });
+}
+
+// Gated linear units (Op::Glu): gate and value of one shape, values beyond
+// gpt-oss's limit of 7 so that the clamps act.
+void glu_cases(Table& t) {
+  for (GluKind kind : {GluKind::Swiglu, GluKind::SwigluOai}) {
+    const std::string name = kind == GluKind::Swiglu ? "swiglu" : "swiglu_oai alpha=1.702 limit=7";
+    for (Shape ne : {Shape{1, 1, 1, 1}, {7, 3, 1, 1}, {257, 4, 2, 1}, {64, 3, 2, 2}}) {
+      OpCase& oc = t.add("glu", "", cat(name, " x", shape(ne), " y sigma 6"), kernel(), [=](CaseGraph& c) {
+        return glu(c.g, kind, c.normal(DType::F32, ne, 6.0f), c.normal(DType::F32, ne, 6.0f), 1.702f, 7.0f);
+      });
+      if (ne[0] == 257)  // gpt-oss-20b's 4 experts' rows of 2880 over a 512-token prompt
+        oc.perf = [=](CaseGraph& c) {
+          return std::vector<Tensor*>{glu(c.g, kind, c.normal(DType::F32, {2880, 4, 512, 1}, 3.0f),
+                                          c.normal(DType::F32, {2880, 4, 512, 1}, 3.0f), 1.702f, 7.0f)};
+        };
+    }
+    t.add("glu", "", cat(name, " x permuted{9,5,4} y transposed{9,20}"), kernel(), [=](CaseGraph& c) {
+      Tensor* x = permute(c.g, c.normal(DType::F32, {9, 4, 5, 1}, 6.0f), 0, 2, 1, 3);
+      Tensor* y = reshape(c.g, cont(c.g, transpose(c.g, c.normal(DType::F32, {20, 9, 1, 1}, 6.0f))), {9, 5, 4});
+      return glu(c.g, kind, x, y, 1.702f, 7.0f);
+    });
+  }
+}
+
+// The experts' biases: rows (u, t) of a plus row ids[u, t] of b.
+void add_id_cases(Table& t) {
+  struct Shape4 {
+    int64_t n, used, tokens, experts;
+  };
+  for (Shape4 s : {Shape4{1, 1, 1, 1}, {64, 4, 5, 8}, {33, 2, 7, 3}, {2880, 4, 3, 32}}) {
+    OpCase& oc = t.add("add_id", "", cat("a{", s.n, ",", s.used, ",", s.tokens, "} b{", s.n, ",", s.experts, "} ids"),
+                       exact(), [=](CaseGraph& c) {
+                         std::vector<int32_t> ids(static_cast<size_t>(s.used * s.tokens));
+                         for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 5 + 3) % s.experts);
+                         return add_id(c.g, c.normal(DType::F32, {s.n, s.used, s.tokens, 1}),
+                                       c.normal(DType::F32, {s.n, s.experts, 1, 1}), c.ints(ids, {s.used, s.tokens, 1, 1}));
+                       });
+    if (s.n == 2880)  // gpt-oss-20b: 4 of 32 experts, 512 tokens
+      oc.perf = [](CaseGraph& c) {
+        std::vector<int32_t> ids(4 * 512);
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 2654435761u % 32);
+        return std::vector<Tensor*>{add_id(c.g, c.normal(DType::F32, {2880, 4, 512, 1}),
+                                           c.normal(DType::F32, {2880, 32, 1, 1}), c.ints(ids, {4, 512, 1, 1}))};
+      };
+  }
+  t.add("add_id", "", "a permuted{16,3,5} b{16,6} ids", exact(), [](CaseGraph& c) {
+    Tensor* a = permute(c.g, c.normal(DType::F32, {16, 5, 3, 1}), 0, 2, 1, 3);
+    std::vector<int32_t> ids(15);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7 + 1) % 6);
+    return add_id(c.g, a, c.normal(DType::F32, {16, 6, 1, 1}), c.ints(ids, {3, 5, 1, 1}));
   });
 }
 
@@ -1264,6 +1365,8 @@ const std::vector<OpCase>& op_cases() {
     rms_norm_cases(t);
     rope_cases(t);
     soft_max_cases(t);
+    glu_cases(t);
+    add_id_cases(t);
     argsort_cases(t);
     sum_rows_clamp_cases(t);
     div_cases(t);

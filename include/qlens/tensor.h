@@ -71,8 +71,12 @@ enum class Op : uint8_t {
   Clamp,
   Div,
   Sigmoid,  // 1 / (1 + e^-x): the routers of DeepSeek V3, GLM-4.5, Qwen3.5
+  // A gated linear unit of two halves, gate and value (ggml's GLU op with
+  // its variant, GluKind, in params[0]): gpt-oss's clamped SwiGLU.
+  Glu,
+  AddId,  // rows plus the row of b each one's id selects: gpt-oss's expert biases
 };
-constexpr int kOpCount = static_cast<int>(Op::Sigmoid) + 1;
+constexpr int kOpCount = static_cast<int>(Op::AddId) + 1;
 
 const char* op_name(Op op);  // "MUL_MAT", ... as in ggml dumps
 std::string op_lower_name(Op op);  // "mul_mat": builders' errors, Vulkan's shader names
@@ -80,6 +84,23 @@ std::string op_lower_name(Op op);  // "mul_mat": builders' errors, Vulkan's shad
 bool op_is_view(Op op);
 
 enum class RopeMode : int32_t { Normal = 0, NeoX = 2 };
+
+// YaRN's context extension as ggml's rope_ext takes it: ext_factor 0 turns
+// the blend of interpolated and extrapolated angles off; attn_factor scales
+// cos and sin (ggml's mscale, further scaled by 1 + 0.1 ln(1 / freq_scale)
+// when the blend is on); the blend ramps between the correction dims that
+// beta_fast, beta_slow and the training context n_ctx_orig give.
+struct RopeYarn {
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  int n_ctx_orig = 0;
+};
+
+// The variants of Op::Glu, ggml's numbers (GGML_GLU_OP_*), on x (gate) and y:
+// Swiglu x sigmoid(x) y; SwigluOai (gpt-oss) x' sigmoid(alpha x') (y' + 1),
+// x' = min(x, limit), y' = clamp(y, -limit, limit).
+enum class GluKind : int32_t { Swiglu = 2, SwigluOai = 3 };
 
 enum TensorFlags : uint32_t {
   kFlagInput = 1u << 0,   // data written by the caller before each compute
@@ -202,10 +223,21 @@ Tensor* clamp(Graph& g, Tensor* a, float lo, float hi);
 Tensor* scale(Graph& g, Tensor* a, float s);
 Tensor* rms_norm(Graph& g, Tensor* a, float eps);
 // Rotary embedding of the first n_dims of each head; freq_factors (optional,
-// F32, n_dims / 2 entries: Llama 3's rope_freqs) divide each frequency's angle.
+// F32, n_dims / 2 entries: Llama 3's rope_freqs) divide each frequency's angle;
+// yarn: YaRN's extension (off by default). Parameters: n_dims, mode,
+// freq_base, freq_scale, ext_factor, attn_factor, and the two correction dims.
 Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale,
-             Tensor* freq_factors = nullptr);
-Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale);  // mask may be null
+             Tensor* freq_factors = nullptr, const RopeYarn& yarn = {});
+// Softmax of each row of a * scale + mask (mask may be null). sinks (F32
+// [a.ne2], one per head, optional: gpt-oss's attention sinks) join each row
+// of head i2 as one more logit that takes its share of the sum and has no
+// output (ggml_soft_max_add_sinks).
+Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale, Tensor* sinks = nullptr);
+// A gated linear unit on gate x and value y of one shape (ggml's split form);
+// alpha and limit are SwigluOai's (gpt-oss: 1.702 and 7).
+Tensor* glu(Graph& g, GluKind kind, Tensor* x, Tensor* y, float alpha = 0.0f, float limit = 0.0f);
+// a [n, U, T] plus row ids[u, t] of b [n, E] for each row (u, t) (ggml_add_id).
+Tensor* add_id(Graph& g, Tensor* a, Tensor* b, Tensor* ids);
 // An element-wise op of one F32 value per element (Silu, Gelu, ...): a's shape.
 Tensor* unary(Graph& g, Op op, Tensor* a);
 inline Tensor* silu(Graph& g, Tensor* a) { return unary(g, Op::Silu, a); }

@@ -4,6 +4,7 @@
 // before it runs a node, so they are written once. Views have no rules there:
 // their geometry is checked here.
 #include <algorithm>
+#include <cmath>
 
 #include "ops/op_table.h"
 #include "qlens/error.h"
@@ -113,20 +114,56 @@ Tensor* rms_norm(Graph& g, Tensor* a, float eps) {
   return checked(t);
 }
 
+namespace {
+
+// ggml's YaRN correction dims: the dims whose wavelength the training
+// context holds beta_fast and beta_slow times, in float as ggml computes them.
+float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+  return static_cast<float>(n_dims) *
+         std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2 * static_cast<float>(M_PI))) / (2 * std::log(base));
+}
+
+}  // namespace
+
 Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale,
-             Tensor* freq_factors) {
+             Tensor* freq_factors, const RopeYarn& yarn) {
   Tensor* t = make_result(g, Op::Rope, a->ne, a, pos);
   t->src[2] = freq_factors;
   t->params[0] = n_dims;
   t->params[1] = static_cast<int32_t>(mode);
   t->set_param_f(2, freq_base);
   t->set_param_f(3, freq_scale);
+  t->set_param_f(4, yarn.ext_factor);
+  t->set_param_f(5, yarn.attn_factor);
+  float low = 0.0f, high = 0.0f;
+  if (yarn.ext_factor != 0.0f) {
+    if (yarn.n_ctx_orig <= 0) fail("rope", "YaRN needs the training context length (n_ctx_orig)");
+    low = std::max(0.0f, std::floor(yarn_corr_dim(n_dims, yarn.n_ctx_orig, yarn.beta_fast, freq_base)));
+    high = std::min(static_cast<float>(n_dims - 1), std::ceil(yarn_corr_dim(n_dims, yarn.n_ctx_orig, yarn.beta_slow, freq_base)));
+  }
+  t->set_param_f(6, low);
+  t->set_param_f(7, high);
   return checked(t);
 }
 
-Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale) {
+Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale, Tensor* sinks) {
   Tensor* t = make_result(g, Op::SoftMax, a->ne, a, mask);
+  t->src[2] = sinks;
   t->set_param_f(0, scale);
+  return checked(t);
+}
+
+Tensor* glu(Graph& g, GluKind kind, Tensor* x, Tensor* y, float alpha, float limit) {
+  Tensor* t = make_result(g, Op::Glu, x->ne, x, y);
+  t->params[0] = static_cast<int32_t>(kind);
+  t->set_param_f(2, alpha);
+  t->set_param_f(3, limit);
+  return checked(t);
+}
+
+Tensor* add_id(Graph& g, Tensor* a, Tensor* b, Tensor* ids) {
+  Tensor* t = make_result(g, Op::AddId, a->ne, a, b);
+  t->src[2] = ids;
   return checked(t);
 }
 

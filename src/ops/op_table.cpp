@@ -123,16 +123,50 @@ std::string rope(const Tensor& n) {
                   factors->nelements() != factors->ne[0]))
     return "frequency factors " + describe(*factors) + " must be a contiguous F32 vector of at least " +
            std::to_string(n_dims / 2) + " entries";
+  if (!std::isfinite(n.param_f(4)) || !std::isfinite(n.param_f(5)) || !std::isfinite(n.param_f(6)) ||
+      !std::isfinite(n.param_f(7)))
+    return "YaRN's parameters must be finite";
   return {};
 }
 
 std::string soft_max(const Tensor& n) {
   if (auto r = f32_unary(n); !r.empty()) return r;
   const Tensor* mask = n.src[1];
-  if (!mask) return {};
-  if (auto r = f32_source(mask); !r.empty()) return r;
-  if (mask->ne[0] != n.src[0]->ne[0] || mask->ne[1] < n.src[0]->ne[1])
-    return "mask " + describe(*mask) + " does not cover " + describe(*n.src[0]);
+  const Tensor* sinks = n.src[2];
+  if (mask) {
+    if (auto r = f32_source(mask); !r.empty()) return r;
+    if (mask->ne[0] != n.src[0]->ne[0] || mask->ne[1] < n.src[0]->ne[1])
+      return "mask " + describe(*mask) + " does not cover " + describe(*n.src[0]);
+  }
+  if (sinks && (sinks->type != DType::F32 || sinks->nb[0] != sizeof(float) || sinks->ne[0] != n.src[0]->ne[2] ||
+                sinks->nelements() != sinks->ne[0]))
+    return "sinks " + describe(*sinks) + " must be an F32 vector with one entry per head (dim 2) of " +
+           describe(*n.src[0]);
+  return {};
+}
+
+std::string glu(const Tensor& n) {
+  if (auto r = f32_unary(n); !r.empty()) return r;
+  const Tensor* x = n.src[0];
+  const Tensor* y = n.src[1];
+  if (auto r = f32_source(y); !r.empty()) return r;
+  if (x->ne != y->ne) return "gate " + describe(*x) + " and value " + describe(*y) + " differ in shape";
+  const auto kind = static_cast<GluKind>(n.params[0]);
+  if (kind != GluKind::Swiglu && kind != GluKind::SwigluOai) return "unknown GLU variant " + std::to_string(n.params[0]);
+  return {};
+}
+
+std::string add_id(const Tensor& n) {
+  if (auto r = f32_unary(n); !r.empty()) return r;
+  const Tensor* a = n.src[0];
+  const Tensor* b = n.src[1];
+  const Tensor* ids = n.src[2];
+  if (auto r = f32_source(b); !r.empty()) return r;
+  if (!ids || ids->type != DType::I32 || ids->ne[2] != 1 || ids->ne[3] != 1) return "ids must be I32 [n_used, n_tokens]";
+  if (b->ne[0] != a->ne[0] || b->ne[2] != 1 || b->ne[3] != 1)
+    return "rows " + describe(*b) + " must be [" + std::to_string(a->ne[0]) + ", n]";
+  if (a->ne[1] != ids->ne[0] || a->ne[2] != ids->ne[1] || a->ne[3] != 1)
+    return describe(*a) + " must have one row per id of " + describe(*ids);
   return {};
 }
 
@@ -175,6 +209,8 @@ constexpr std::array<OpDef, kOpCount> kOps = {{
     {Op::Clamp, "CLAMP", false, f32_unary, reference::clamp},
     {Op::Div, "DIV", false, f32_binary, reference::div},
     {Op::Sigmoid, "SIGMOID", false, f32_unary, reference::map_with<sigmoid_of>},
+    {Op::Glu, "GLU", false, glu, reference::glu},
+    {Op::AddId, "ADD_ID", false, add_id, reference::add_id},
 }};
 static_assert(rows_follow_ops(kOps), "kOps needs one row per Op, in the enum's order");
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <string>
 
 #include "qlens/tensor.h"
@@ -31,6 +32,19 @@ struct OpDef {
 };
 
 const OpDef& op_def(Op op);
+
+// A Rope node's YaRN parameters (params 4..7) as the kernels use them: the
+// blend's strength and its correction dims, and the factor on cos and sin
+// (ggml's mscale: attn_factor, times 1 + 0.1 ln(1 / freq_scale) in float
+// while the blend is on).
+struct RopeYarnParams {
+  float ext_factor, low, high, mscale;
+};
+inline RopeYarnParams rope_yarn_params(const Tensor& rope) {
+  RopeYarnParams p{rope.param_f(4), rope.param_f(6), rope.param_f(7), rope.param_f(5)};
+  if (p.ext_factor != 0.0f) p.mscale *= 1.0f + 0.1f * std::log(1.0f / rope.param_f(3));
+  return p;
+}
 
 // A backend's kernel table must have one row per op in the enum's order,
 // each row naming its op: checked at compile time by

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/op_table.h"
 #include "qlens/error.h"
 
 namespace qlens::reference {
@@ -214,6 +215,7 @@ void rope(const Tensor& d) {
   const int64_t n_dims = d.params[0];
   const bool neox = d.params[1] == static_cast<int32_t>(RopeMode::NeoX);
   const double base = d.param_f(2), fscale = d.param_f(3);
+  const RopeYarnParams yarn = rope_yarn_params(d);
   for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
     const std::vector<double> x = row(a, i1, i2, i3);
     std::vector<double> y = x;  // dims from n_dims on are copied
@@ -223,11 +225,21 @@ void rope(const Tensor& d) {
     float theta_i = static_cast<float>(get(pos, i2));
     for (int64_t i = 0; i < n_dims / 2; ++i, theta_i *= theta_scale) {
       const float f = d.src[2] ? static_cast<float>(get(*d.src[2], i)) : 1.0f;
-      const double theta = static_cast<double>(static_cast<float>(fscale) * (theta_i / f));
+      const float extrapolated = theta_i / f;
+      const float interpolated = static_cast<float>(fscale) * extrapolated;
+      float angle = interpolated;
+      // YaRN: extrapolated angles below the low correction dim, interpolated
+      // ones above the high one, a linear ramp between (ggml's rope_yarn).
+      if (yarn.ext_factor != 0.0f) {
+        const float ramp = (1.0f - std::clamp((static_cast<float>(i) - yarn.low) / std::max(0.001f, yarn.high - yarn.low),
+                                              0.0f, 1.0f)) * yarn.ext_factor;
+        angle = interpolated * (1.0f - ramp) + extrapolated * ramp;
+      }
+      const double theta = angle;
       const int64_t j0 = neox ? i : 2 * i;
       const int64_t j1 = neox ? i + n_dims / 2 : 2 * i + 1;
-      y[j0] = x[j0] * std::cos(theta) - x[j1] * std::sin(theta);
-      y[j1] = x[j0] * std::sin(theta) + x[j1] * std::cos(theta);
+      y[j0] = (x[j0] * std::cos(theta) - x[j1] * std::sin(theta)) * yarn.mscale;
+      y[j1] = (x[j0] * std::sin(theta) + x[j1] * std::cos(theta)) * yarn.mscale;
     }
     for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, y[i0], i0, i1, i2, i3);
   });
@@ -236,6 +248,7 @@ void rope(const Tensor& d) {
 void soft_max(const Tensor& d) {
   const Tensor& a = *d.src[0];
   const Tensor* mask = d.src[1];
+  const Tensor* sinks = d.src[2];
   const double s = d.param_f(0);
   for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
     std::vector<double> x = row(a, i1, i2, i3);
@@ -245,13 +258,48 @@ void soft_max(const Tensor& d) {
       if (mask) x[i0] += get(*mask, i0, i1, i2 % mask->ne[2], i3 % mask->ne[3]);
       mx = std::max(mx, x[i0]);
     }
-    double sum = 0;
+    // A sink is one more logit of the row: in the maximum and the sum, with no output.
+    const double sink = sinks ? get(*sinks, i2) : -INFINITY;
+    mx = std::max(mx, sink);
+    double sum = mx == -INFINITY ? 0.0 : std::exp(sink - mx);
     for (double& v : x) {
       v = mx == -INFINITY ? 0.0 : std::exp(v - mx);  // a fully masked row gives zeros
       sum += v;
     }
     // A NaN anywhere in the row makes the sum and so the whole row NaN.
     for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, mx == -INFINITY ? 0.0 : x[i0] / sum, i0, i1, i2, i3);
+  });
+}
+
+void glu(const Tensor& d) {
+  const Tensor& gate = *d.src[0];
+  const Tensor& value = *d.src[1];
+  const auto kind = static_cast<GluKind>(d.params[0]);
+  const double alpha = d.param_f(2), limit = d.param_f(3);
+  for_rows(gate, [&](int64_t i1, int64_t i2, int64_t i3) {
+    for (int64_t i0 = 0; i0 < gate.ne[0]; ++i0) {
+      double x = get(gate, i0, i1, i2, i3), y = get(value, i0, i1, i2, i3);
+      if (kind == GluKind::SwigluOai) {
+        x = std::min(x, limit);
+        y = std::clamp(y, -limit, limit) + 1.0;
+        set(d, x / (1.0 + std::exp(-alpha * x)) * y, i0, i1, i2, i3);
+      } else {
+        set(d, silu_of(x) * y, i0, i1, i2, i3);
+      }
+    }
+  });
+}
+
+void add_id(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const Tensor& b = *d.src[1];
+  const Tensor& ids = *d.src[2];
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    const auto id = static_cast<int64_t>(get(ids, i1, i2));
+    if (id < 0 || id >= b.ne[1])
+      throw Error("add_id: id " + std::to_string(id) + " at (" + std::to_string(i1) + ", " + std::to_string(i2) +
+                  ") is outside the " + std::to_string(b.ne[1]) + " rows of " + describe(b));
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, get(a, i0, i1, i2, i3) + get(b, i0, id), i0, i1, i2, i3);
   });
 }
 

@@ -25,6 +25,8 @@ double gelu_of(double x);
 void rms_norm(const Tensor& node);
 void rope(const Tensor& node);
 void soft_max(const Tensor& node);
+void glu(const Tensor& node);
+void add_id(const Tensor& node);
 void sum_rows(const Tensor& node);
 void argsort_desc(const Tensor& node);
 void cpy(const Tensor& node);

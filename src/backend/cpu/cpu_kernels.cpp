@@ -77,6 +77,8 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     kernel(Op::Clamp, op_clamp, one_row),
     kernel(Op::Div, op_div, two_rows),
     kernel(Op::Sigmoid, op_sigmoid, one_row),
+    kernel(Op::Glu, op_glu, two_rows),
+    kernel(Op::AddId, op_add_id, two_rows),
 }};
 static_assert(rows_follow_ops(kKernels), "the CPU needs one kernel row per Op, in the enum's order");
 

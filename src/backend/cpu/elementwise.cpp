@@ -1,5 +1,5 @@
 // The element-wise ops: Add, Mul, Div (with broadcasting of b), Scale, Clamp,
-// and the activations (Silu, Gelu, Sigmoid).
+// the activations (Silu, Gelu, Sigmoid), the gated units (Glu) and AddId.
 #include <algorithm>
 #include <cmath>
 
@@ -17,8 +17,6 @@ const float* f32_row(const Tensor& t, int64_t i1, int64_t i2, int64_t i3, float*
   for (int64_t i = 0; i < t.ne[0]; ++i) buf[i] = *reinterpret_cast<const float*>(p + i * t.nb[0]);
   return buf;
 }
-
-using BinaryFn = void (*)(int64_t n, float* z, const float* x, const float* y);
 
 // The work of an element-wise node: its rows, each cut into pieces where
 // there are fewer rows than threads (generation's single rows: otherwise one
@@ -52,7 +50,9 @@ void for_each_piece(const Tensor& t, const KernelCtx& c, F&& f) {
   }
 }
 
-void binary(const Tensor& d, const KernelCtx& c, BinaryFn f) {
+// f(n, z, x, y): n elements of the result z from a's x and b's y.
+template <class F>
+void binary(const Tensor& d, const KernelCtx& c, F&& f) {
   const Tensor& a = *d.src[0];
   const Tensor& b = *d.src[1];
   const int64_t n = a.ne[0];
@@ -122,6 +122,39 @@ void op_gelu(const Tensor& node, const KernelCtx& c) {
   // ggml computes GELU through its F16 table; without its roundings, exactly.
   const auto gelu = c.options->ggml_rounding ? c.vec->gelu_f16 : c.vec->gelu;
   unary(node, c, [&](int64_t n, float* y, const float* x) { gelu(n, y, x); });
+}
+
+void op_glu(const Tensor& node, const KernelCtx& c) {
+  if (static_cast<GluKind>(node.params[0]) == GluKind::SwigluOai) {
+    const float alpha = node.param_f(2), limit = node.param_f(3);
+    // ggml's float operations, in its order.
+    binary(node, c, [=](int64_t n, float* z, const float* x, const float* y) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float g = std::min(x[i], limit);
+        const float v = std::clamp(y[i], -limit, limit);
+        z[i] = g / (1.0f + std::exp(alpha * -g)) * (v + 1.0f);
+      }
+    });
+    return;
+  }
+  binary(node, c, [&](int64_t n, float* z, const float* x, const float* y) {
+    c.vec->silu(n, z, x);
+    c.vec->mul(n, z, z, y);
+  });
+}
+
+void op_add_id(const Tensor& node, const KernelCtx& c) {
+  const Tensor& a = *node.src[0];
+  const Tensor& b = *node.src[1];
+  const Tensor& ids = *node.src[2];
+  float* abuf = reinterpret_cast<float*>(c.scratch);
+  float* bbuf = abuf + a.ne[0];
+  for_each_piece(a, c, [&](int64_t i1, int64_t i2, int64_t i3, int64_t e0, int64_t e1) {
+    // ids come from the router's top-k: within b's rows (the op's reference checks).
+    const int32_t id = *reinterpret_cast<const int32_t*>(ids.at(i1, i2));
+    c.vec->add(e1 - e0, reinterpret_cast<float*>(node.at(0, i1, i2, i3)) + e0, f32_row(a, i1, i2, i3, abuf) + e0,
+               f32_row(b, id, 0, 0, bbuf) + e0);
+  });
 }
 
 void op_sigmoid(const Tensor& node, const KernelCtx& c) {

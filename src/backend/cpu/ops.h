@@ -50,6 +50,8 @@ void op_scale(const Tensor& node, const KernelCtx& c);
 void op_silu(const Tensor& node, const KernelCtx& c);
 void op_gelu(const Tensor& node, const KernelCtx& c);
 void op_sigmoid(const Tensor& node, const KernelCtx& c);
+void op_glu(const Tensor& node, const KernelCtx& c);
+void op_add_id(const Tensor& node, const KernelCtx& c);
 void op_rms_norm(const Tensor& node, const KernelCtx& c);
 void op_rope(const Tensor& node, const KernelCtx& c);
 void op_soft_max(const Tensor& node, const KernelCtx& c);

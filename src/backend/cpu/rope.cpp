@@ -2,7 +2,9 @@
 //   theta_i = pos * freq_scale * freq_base^(-2i / n_dims) / f_i, i < n_dims / 2
 // (f_i the optional frequency factors, src[2]; 1 without)
 // Normal mode rotates pairs (x[2i], x[2i+1]), NeoX mode (x[i], x[i + n_dims/2]);
-// dims from n_dims on are copied.
+// dims from n_dims on are copied. YaRN (ext_factor != 0) blends each angle
+// with its extrapolation by a ramp over the dims and scales cos and sin by
+// mscale, as ggml's rope_yarn does.
 //
 // Computed as ggml's CPU computes it, to the bit: theta_i in float by
 // repeated multiplication with powf(freq_base, -2 / n_dims) from theta_0 = pos,
@@ -12,9 +14,11 @@
 // rounds to another F16 in llama.cpp's attention, and models like Gemma 3
 // carry such flips to the logits: qlens follows llama.cpp rather than the
 // exact angle.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/ops.h"
+#include "ops/op_table.h"
 
 namespace qlens::cpu {
 
@@ -25,6 +29,7 @@ void op_rope(const Tensor& d, const KernelCtx& c) {
   const bool neox = d.params[1] == static_cast<int32_t>(RopeMode::NeoX);
   const float freq_base = d.param_f(2);
   const float freq_scale = d.param_f(3);
+  const RopeYarnParams yarn = rope_yarn_params(d);
   const int64_t half = n_dims / 2;
   const int64_t n = a.ne[0];
   const int64_t xs = static_cast<int64_t>(a.nb[0] / sizeof(float));
@@ -44,9 +49,16 @@ void op_rope(const Tensor& d, const KernelCtx& c) {
       cached_token = i2;
       float theta = static_cast<float>(*reinterpret_cast<const int32_t*>(pos.at(i2)));
       for (int64_t i = 0; i < half; ++i) {
-        const float t = freq_scale * (factors ? theta / factors[i] : theta);
-        cos_t[i] = std::cos(t);
-        sin_t[i] = std::sin(t);
+        const float extrapolated = factors ? theta / factors[i] : theta;
+        float t = freq_scale * extrapolated;
+        if (yarn.ext_factor != 0.0f) {
+          const float ramp =
+              (1.0f - std::clamp((static_cast<float>(i) - yarn.low) / std::max(0.001f, yarn.high - yarn.low), 0.0f, 1.0f)) *
+              yarn.ext_factor;
+          t = t * (1.0f - ramp) + extrapolated * ramp;
+        }
+        cos_t[i] = std::cos(t) * yarn.mscale;
+        sin_t[i] = std::sin(t) * yarn.mscale;
         theta *= theta_scale;
       }
     }

@@ -1,5 +1,6 @@
-// SoftMax: softmax over each row of a*scale + mask. Rows whose entries are all
-// -inf (fully masked) give zeros rather than NaN.
+// SoftMax: softmax over each row of a*scale + mask, with a head's sink as one
+// more logit. Rows whose entries are all -inf (fully masked) give zeros
+// rather than NaN.
 #include <algorithm>
 #include <cmath>
 
@@ -29,6 +30,7 @@ void op_soft_max(const Tensor& d, const KernelCtx& c) {
   const Tensor& a = *d.src[0];
   const Tensor* mask = d.src[1];
   const float scale = d.param_f(0);
+  const float* sinks = d.src[2] ? reinterpret_cast<const float*>(d.src[2]->data) : nullptr;
   const int64_t n = a.ne[0];
   float* buf = reinterpret_cast<float*>(c.scratch);  // a gathered mask row
   int64_t r0, r1;
@@ -53,14 +55,17 @@ void op_soft_max(const Tensor& d, const KernelCtx& c) {
         m = buf;
       }
     }
-    // One pass: scale, mask and max.
-    const float mx = c.vec->scale_add_max(n, y, x, scale, m);
+    // One pass: scale, mask and max; a head's sink is one more logit (ggml's
+    // order: the sink's term added to the row's sum last).
+    const float sink = sinks ? sinks[i2] : -INFINITY;
+    const float mx = std::max(c.vec->scale_add_max(n, y, x, scale, m), sink);
     if (mx == -INFINITY) {
       for (int64_t i = 0; i < n; ++i) y[i] = 0.0f;
       continue;
     }
     const int64_t len = mask ? exp_length(y, n) : n;
-    const double sum = c.vec->exp_sum(len, y, y, mx);
+    double sum = c.vec->exp_sum(len, y, y, mx);
+    if (sinks) sum += static_cast<double>(std::exp(sink - mx));
     c.vec->scale(len, y, y, static_cast<float>(1.0 / sum));
     std::fill(y + len, y + n, 0.0f);
   }

@@ -1,5 +1,6 @@
-// Add, Mul, Div, Scale, Clamp, Silu, Gelu (shaders/elementwise.comp) and
-// Cpy, Cont (shaders/copy.comp): one thread per element, any strides.
+// Add, Mul, Div, Scale, Clamp, Silu, Gelu, Sigmoid, Glu
+// (shaders/elementwise.comp), AddId (shaders/add_id.comp) and Cpy, Cont
+// (shaders/copy.comp): one thread per element, any strides.
 #include <limits>
 
 #include "backend/vulkan/vk_ops.h"
@@ -19,6 +20,14 @@ struct ElementwisePush {
   uint32_t d_nb[4];
   uint32_t a_off, b_off, d_off;
   float param, param2;
+};
+
+struct AddIdPush {
+  uint32_t ne[4];
+  uint32_t a_nb[4];
+  uint32_t d_nb[4];
+  uint32_t b_nb0, b_nb1, ids_nb0, ids_nb1, n_rows_b;
+  uint32_t a_off, b_off, ids_off, d_off;
 };
 
 struct CopyPush {
@@ -42,10 +51,13 @@ void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
   for (int i = 0; i < 4; ++i) dst[i] = src[i];
 }
 
-// An arithmetic op's shader is its ggml name in lower case ("silu"): one
-// variant of elementwise.comp per OP_<NAME> the shader defines (vulkan.cmake
-// reads them from it).
-std::string elementwise_shader(Op op) { return op_lower_name(op); }
+// An arithmetic op's shader is its ggml name in lower case ("silu"), Glu's
+// its variant's ("swiglu_oai"): one variant of elementwise.comp per OP_<NAME>
+// the shader defines (vulkan.cmake reads them from it).
+std::string elementwise_shader(const Tensor& node) {
+  if (node.op == Op::Glu) return static_cast<GluKind>(node.params[0]) == GluKind::SwigluOai ? "swiglu_oai" : "swiglu";
+  return op_lower_name(node.op);
+}
 
 // Cpy writes into its destination src[1] (the node is a view of it); Cont
 // into the node.
@@ -100,7 +112,7 @@ bool supports_cont(const Tensor& node) {
          indexable(node, element_bytes(node.type));
 }
 
-std::vector<ShaderUse> elementwise_shaders(const Tensor& node) { return {{elementwise_shader(node.op), 3}}; }
+std::vector<ShaderUse> elementwise_shaders(const Tensor& node) { return {{elementwise_shader(node), 3}}; }
 
 std::vector<ShaderUse> copy_shaders(const Tensor& node) { return {{copy_shader(node), 2}}; }
 
@@ -119,10 +131,40 @@ void record_elementwise(Recorder& r, const Tensor& node) {
   p.b_off = bb.offset_in(4, "'" + b.name + "'");
   p.d_off = bd.offset_in(4, "'" + node.name + "'");
   // An op's float parameters, as the shader's param and param2 (0 for ops
-  // without: unset parameters are zero bits).
-  p.param = node.param_f(0);
-  p.param2 = node.param_f(1);
-  r.dispatch(elementwise_shader(node.op), {ba, bb, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
+  // without: unset parameters are zero bits); Glu's are its 2 and 3.
+  const int first_param = node.op == Op::Glu ? 2 : 0;
+  p.param = node.param_f(first_param);
+  p.param2 = node.param_f(first_param + 1);
+  r.dispatch(elementwise_shader(node), {ba, bb, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
+}
+
+bool supports_add_id(const Tensor& node) {
+  const Tensor* ids = node.src[2];
+  return supports_binary(node) && ids && ids->type == DType::I32 && indexable(*ids, 4);
+}
+
+std::vector<ShaderUse> add_id_shaders(const Tensor&, bool, bool) { return {{"add_id", 4}}; }
+
+void record_add_id(Recorder& r, const Tensor& node) {
+  const Tensor& a = *node.src[0];
+  const Tensor& b = *node.src[1];
+  const Tensor& ids = *node.src[2];
+  const Bound ba = r.bind(a, "source"), bb = r.bind(b, "rows"), bi = r.bind(ids, "ids"), bd = r.bind(node, "result");
+  AddIdPush p{};
+  copy4(p.ne, shape_u32(node));
+  copy4(p.a_nb, element_strides(a, 4));
+  copy4(p.d_nb, element_strides(node, 4));
+  const auto b_nb = element_strides(b, 4), ids_nb = element_strides(ids, 4);
+  p.b_nb0 = b_nb[0];
+  p.b_nb1 = b_nb[1];
+  p.ids_nb0 = ids_nb[0];
+  p.ids_nb1 = ids_nb[1];
+  p.n_rows_b = static_cast<uint32_t>(b.ne[1]);
+  p.a_off = ba.offset_in(4, "'" + a.name + "'");
+  p.b_off = bb.offset_in(4, "'" + b.name + "'");
+  p.ids_off = bi.offset_in(4, "'" + ids.name + "'");
+  p.d_off = bd.offset_in(4, "'" + node.name + "'");
+  r.dispatch("add_id", {ba, bb, bi, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
 }
 
 void record_copy(Recorder& r, const Tensor& node) {

@@ -42,6 +42,8 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     elementwise(Op::Clamp, supports_unary),
     elementwise(Op::Div, supports_binary),
     elementwise(Op::Sigmoid, supports_unary),
+    elementwise(Op::Glu, supports_binary),
+    {Op::AddId, supports_add_id, add_id_shaders, record_add_id},
 }};
 static_assert(rows_follow_ops(kKernels), "Vulkan needs one kernel row per Op, in the enum's order");
 

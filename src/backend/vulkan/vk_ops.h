@@ -41,8 +41,9 @@ struct Kernel {
 };
 const Kernel& kernel_of(Op op);
 
-// vk_elementwise.cpp: Add, Mul, Div (binary), Scale, Clamp, Silu, Gelu
-// (unary; shaders/elementwise.comp), Cpy and Cont (shaders/copy.comp).
+// vk_elementwise.cpp: Add, Mul, Div, Glu (binary), Scale, Clamp, Silu, Gelu,
+// Sigmoid (unary; shaders/elementwise.comp), AddId (shaders/add_id.comp),
+// Cpy and Cont (shaders/copy.comp).
 bool supports_binary(const Tensor& node);
 bool supports_unary(const Tensor& node);
 bool supports_cpy(const Tensor& node);
@@ -51,6 +52,9 @@ std::vector<ShaderUse> elementwise_shaders(const Tensor& node);
 std::vector<ShaderUse> copy_shaders(const Tensor& node);
 void record_elementwise(Recorder& r, const Tensor& node);
 void record_copy(Recorder& r, const Tensor& node);
+bool supports_add_id(const Tensor& node);
+std::vector<ShaderUse> add_id_shaders(const Tensor& node, bool is_cpu, bool has_float64);
+void record_add_id(Recorder& r, const Tensor& node);
 
 // vk_rows.cpp: RmsNorm, SoftMax, Rope, SumRows, ArgSort.
 bool supports_f32_row_op(const Tensor& node);  // RmsNorm, SumRows

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/vulkan/vk_ops.h"
+#include "ops/op_table.h"
 #include "qlens/error.h"
 
 namespace qlens::vulkan {
@@ -53,6 +54,7 @@ struct SoftMaxPush {
   uint32_t m_nb[4];
   uint32_t a_off, d_off, m_off, has_mask;
   float scale;
+  uint32_t s_off, s_nb0, has_sinks;
 };
 
 struct RopePush {
@@ -63,6 +65,7 @@ struct RopePush {
   uint32_t n_dims, neox;
   float freq_scale, theta_scale_hi, theta_scale_lo;
   uint32_t f_off, has_factors;
+  float ext_factor, mscale, corr_low, corr_high;
 };
 
 void copy4(uint32_t (&dst)[4], const std::array<uint32_t, 4>& src) {
@@ -87,7 +90,9 @@ bool supports_f32_row_op(const Tensor& node) { return f32_rows_indexable(node) &
 
 bool supports_soft_max(const Tensor& node) {
   const Tensor* mask = node.src[1];
-  return supports_f32_row_op(node) && (!mask || (mask->type == DType::F32 && indexable(*mask, 4)));
+  const Tensor* sinks = node.src[2];
+  return supports_f32_row_op(node) && (!mask || (mask->type == DType::F32 && indexable(*mask, 4))) &&
+         (!sinks || (sinks->type == DType::F32 && indexable(*sinks, 4)));
 }
 
 bool supports_rope(const Tensor& node) {
@@ -107,7 +112,7 @@ std::vector<ShaderUse> rms_norm_shaders(const Tensor&, bool is_cpu, bool) {
   return {{row_shader("rms_norm", is_cpu), 2}};
 }
 std::vector<ShaderUse> soft_max_shaders(const Tensor&, bool is_cpu, bool) {
-  return {{row_shader("soft_max", is_cpu), 3}};
+  return {{row_shader("soft_max", is_cpu), 4}};
 }
 std::vector<ShaderUse> rope_shaders(const Tensor&, bool, bool has_float64) { return {{rope_shader(has_float64), 4}}; }
 std::vector<ShaderUse> sum_rows_shaders(const Tensor&, bool, bool has_float64) {
@@ -144,7 +149,12 @@ void record_soft_max(Recorder& r, const Tensor& node) {
   p.m_off = mask ? bm.offset_in(4, quoted(*mask)) : 0;
   p.has_mask = mask ? 1 : 0;
   p.scale = node.param_f(0);
-  dispatch_rows(r, "soft_max", {ba, bm, bd}, p, static_cast<uint64_t>(node.nrows()));
+  const Tensor* sinks = node.src[2];
+  const Bound bs = sinks ? r.bind(*sinks, "sinks") : ba;  // without sinks the shader does not read them
+  p.s_off = sinks ? bs.offset_in(4, quoted(*sinks)) : 0;
+  p.s_nb0 = sinks ? element_strides(*sinks, 4)[0] : 0;
+  p.has_sinks = sinks ? 1 : 0;
+  dispatch_rows(r, "soft_max", {ba, bm, bs, bd}, p, static_cast<uint64_t>(node.nrows()));
 }
 
 void record_rope(Recorder& r, const Tensor& node) {
@@ -170,6 +180,11 @@ void record_rope(Recorder& r, const Tensor& node) {
   const double theta_scale = std::pow(static_cast<double>(node.param_f(2)), -2.0 / static_cast<double>(p.n_dims));
   p.theta_scale_hi = static_cast<float>(theta_scale);
   p.theta_scale_lo = static_cast<float>(theta_scale - static_cast<double>(p.theta_scale_hi));
+  const RopeYarnParams yarn = rope_yarn_params(node);
+  p.ext_factor = yarn.ext_factor;
+  p.mscale = yarn.mscale;
+  p.corr_low = yarn.low;
+  p.corr_high = yarn.high;
   r.dispatch(rope_shader(r.has_float64()), {ba, bp, bf, bd}, p,
              ceil_div(static_cast<uint64_t>(node.nelements()), kRopeGroup));
 }

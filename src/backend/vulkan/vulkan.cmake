@@ -18,6 +18,7 @@ set(QLENS_VK_VARIANTS
   "argsort|argsort.comp|"
   "sum_rows_f32|sum_rows.comp|"
   "sum_rows_f64|sum_rows.comp|-DSUM_F64"
+  "add_id|add_id.comp|"
 )
 # The element-wise ops: one variant per OP_<NAME> that elementwise.comp
 # defines, named as the op's ggml name in lower case ("silu"), which is what

@@ -1,7 +1,8 @@
 // The element-wise ops: Add, Mul, Div (b broadcast over a), Scale, Clamp,
-// and the activations (Silu, Gelu, Sigmoid); one thread per element of the result; every tensor may have
+// the activations (Silu, Gelu, Sigmoid) and Glu's variants (Swiglu,
+// SwigluOai); one thread per element of the result; every tensor may have
 // any strides. vulkan.cmake builds one variant per OP_<NAME> tested below
-// (shader "<name>", the op's ggml name in lower case).
+// (shader "<name>": the op's ggml name in lower case; Glu's, its variant's).
 #version 450
 #include "common.glsl"
 
@@ -19,7 +20,7 @@ layout(push_constant) uniform Params {
   uvec4 b_nb;
   uvec4 d_nb;
   uint a_off, b_off, d_off;
-  float param, param2;  // Scale: the factor; Clamp: lo, hi
+  float param, param2;  // Scale: the factor; Clamp: lo, hi; SwigluOai: alpha, limit
 } p;
 
 void main() {
@@ -52,6 +53,14 @@ void main() {
   const float y = v / (1.0 + exp(clamp(-2.0 * u, -87.0, 87.0)));
 #elif defined(OP_SIGMOID)
   const float y = 1.0 / (1.0 + exp(-x));
+#elif defined(OP_SWIGLU)
+  // Glu's variants: x the gate, b the value (the same shape).
+  const float y = x / (1.0 + exp(-x)) * b[p.b_off + offset4(i % p.b_ne, p.b_nb)];
+#elif defined(OP_SWIGLU_OAI)
+  // param: alpha, param2: limit (ggml's order of operations).
+  const float g = min(x, p.param2);
+  const float v = clamp(b[p.b_off + offset4(i % p.b_ne, p.b_nb)], -p.param2, p.param2);
+  const float y = g / (1.0 + exp(p.param * -g)) * (v + 1.0);
 #endif
   d[p.d_off + offset4(i, p.d_nb)] = y;
 }

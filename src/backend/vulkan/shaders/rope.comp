@@ -1,6 +1,7 @@
 // Rope: one thread per element. theta_i = pos * freq_scale * theta_scale^i / f_i
 // with theta_scale = freq_base^(-2/n_dims) (from the host in double as a
-// hi + lo pair of floats). Variant ROPE_F64 (devices with shaderFloat64)
+// hi + lo pair of floats); with YaRN, blended with the extrapolated angle
+// pos * theta_scale^i / f_i by the ramp, cos and sin scaled by mscale. Variant ROPE_F64 (devices with shaderFloat64)
 // computes the angle and reduces it modulo 2*pi in double, so only the final
 // sine and cosine are in float, as on the CPU; otherwise all in float.
 #version 450
@@ -21,7 +22,14 @@ layout(push_constant) uniform Params {
   uint n_dims, neox;
   float freq_scale, theta_scale_hi, theta_scale_lo;
   uint f_off, has_factors;
+  float ext_factor, mscale, corr_low, corr_high;  // YaRN (ext_factor 0: off)
 } p;
+
+// YaRN's share of the extrapolated angle for pair i (ggml's rope_yarn_ramp).
+float yarn_ramp(uint i) {
+  const float y = (float(i) - p.corr_low) / max(0.001, p.corr_high - p.corr_low);
+  return (1.0 - min(1.0, max(0.0, y))) * p.ext_factor;
+}
 
 void main() {
   const uint e = group_index() * 256u + gl_LocalInvocationID.x;
@@ -46,17 +54,20 @@ void main() {
   }
   const int position = pos[p.pos_off + i.z * p.pos_nb0];
   const float factor = p.has_factors != 0u ? freq_factors[p.f_off + pair] : 1.0f;
+  const float ramp = p.ext_factor != 0.0 ? yarn_ramp(pair) : 0.0;
 #if defined(ROPE_F64)
   const double theta_scale = double(p.theta_scale_hi) + double(p.theta_scale_lo);
   double inv_freq = 1.0LF;
   for (uint k = 0u; k < pair; ++k) inv_freq *= theta_scale;
-  const double theta = double(position) * double(p.freq_scale) * inv_freq / double(factor);
+  const double extrapolated = double(position) * inv_freq / double(factor);
+  const double theta = extrapolated * (double(p.freq_scale) * (1.0LF - double(ramp)) + double(ramp));
   const double two_pi = 6.283185307179586LF;
   const float angle = float(theta - floor(theta / two_pi) * two_pi);
 #else
-  const float angle = float(position) * p.freq_scale * pow(p.theta_scale_hi, float(pair)) / factor;
+  const float extrapolated = float(position) * pow(p.theta_scale_hi, float(pair)) / factor;
+  const float angle = extrapolated * (p.freq_scale * (1.0 - ramp) + ramp);
 #endif
-  const float c = cos(angle), s = sin(angle);
+  const float c = cos(angle) * p.mscale, s = sin(angle) * p.mscale;
   const float x0 = a[a_row + j0 * p.a_nb.x], x1 = a[a_row + j1 * p.a_nb.x];
   d[out_index] = i.x == j0 ? x0 * c - x1 * s : x0 * s + x1 * c;
 }

@@ -1,6 +1,7 @@
 // SoftMax over dim 0 of a*scale + mask: one workgroup per row. The mask
-// [K, >=N, M2, M3] is broadcast over dims 2 and 3; a fully masked row gives
-// zeros. Variant ROW_PER_INVOCATION (devices that run invocations as SIMD
+// [K, >=N, M2, M3] is broadcast over dims 2 and 3; sinks (one per head, dim
+// 2) join each row as one more logit with no output; a fully masked row
+// gives zeros. Variant ROW_PER_INVOCATION (devices that run invocations as SIMD
 // lanes of CPU threads, lavapipe, where barriers are slow): one invocation per
 // row, no shared memory and no barriers.
 #version 450
@@ -16,7 +17,8 @@ layout(local_size_x = 128) in;
 
 layout(binding = 0) readonly buffer A { float a[]; };
 layout(binding = 1) readonly buffer M { float mask[]; };
-layout(binding = 2) writeonly buffer D { float d[]; };
+layout(binding = 2) readonly buffer S { float sinks[]; };  // read only when has_sinks
+layout(binding = 3) writeonly buffer D { float d[]; };
 
 layout(push_constant) uniform Params {
   uvec4 ne;
@@ -26,6 +28,7 @@ layout(push_constant) uniform Params {
   uvec4 m_nb;
   uint a_off, d_off, m_off, has_mask;
   float scale;
+  uint s_off, s_nb0, has_sinks;
 } p;
 
 #if !defined(ROW_PER_INVOCATION)
@@ -93,11 +96,15 @@ void main() {
   float mx = NEG_INF;
   for (uint i = t; i < p.ne.x; i += WG) mx = nan_max(mx, value(i));
   mx = row_max(mx, t);
+  // The head's sink: one more logit, in the maximum and the sum.
+  const float sink = p.has_sinks != 0u ? sinks[p.s_off + row.z * p.s_nb0] : NEG_INF;
+  mx = nan_max(mx, sink);
 
   float sum = 0.0;
   if (mx != NEG_INF)
     for (uint i = t; i < p.ne.x; i += WG) sum += exp(value(i) - mx);
   sum = row_sum(sum, t);
+  if (mx != NEG_INF && p.has_sinks != 0u) sum += exp(sink - mx);
   const float inv = sum > 0.0 ? 1.0 / sum : 0.0;
   for (uint i = t; i < p.ne.x; i += WG) d[d0 + i * p.d_nb.x] = mx == NEG_INF ? 0.0 : exp(value(i) - mx) * inv;
 }
