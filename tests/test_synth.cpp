@@ -87,14 +87,21 @@ TEST(Synth, SmallPresetsLoadWithTheTableAndTheirHyperParameters) {
       ASSERT_NE(w, nullptr) << t.name;
       EXPECT_EQ(w->name, t.name);
       EXPECT_EQ(w->ne, t.ne) << t.name;
-      const bool f32 = role_info(t.role).reader == Op::Mul || t.role == Role::FfnGateInp;  // norms and routers
+      // Norms, routers, biases, sinks: F32.
+      const Op reader = role_info(t.role).reader;
+      const bool f32 = reader == Op::Mul || reader == Op::Add || reader == Op::AddId || reader == Op::SoftMax ||
+                       t.role == Role::FfnGateInp;
       EXPECT_EQ(w->type, f32 ? DType::F32 : DType::F16) << t.name;
     }
     EXPECT_EQ(m->output_is_tied(), p.tied_output);
-    // The preset's hyper-parameters as Model reads them back; rope mode is
-    // the architecture's and has no key.
+    // The preset's hyper-parameters as Model reads them back; rope mode, the
+    // experts' gating and normalization and YaRN's attention factor are the
+    // architecture's (or derived from other keys) and have no key of their own.
     HParams expected = tools::synth_hparams(p);
     expected.rope_mode = m->hparams().rope_mode;
+    expected.expert_gating = m->hparams().expert_gating;
+    expected.expert_weights_norm = m->hparams().expert_weights_norm;
+    expected.rope_yarn.attn_factor = m->hparams().rope_yarn.attn_factor;
     EXPECT_EQ(m->hparams().fields(), expected.fields());
     EXPECT_EQ(m->vocab().n_tokens(), p.n_vocab);
   }

@@ -28,6 +28,12 @@ namespace qlens {
 // Hyper-parameters every architecture here shares, read from `<arch>.*` keys
 // by the architecture file (src/model/arch/), which also sets the options its
 // graph uses.
+// How a router turns its logits into each token's experts and their weights
+// (llama.cpp's expert gating functions): Softmax, the top-k of the softmax
+// over every expert, weighted by those probabilities; SoftmaxWeight
+// (gpt-oss), the top-k of the logits, weighted by the softmax over the k.
+enum class ExpertGating { Softmax, SoftmaxWeight };
+
 struct HParams {
   std::string arch;  // general.architecture as in the file ("llama", "mistral", "gemma3")
   int64_t n_vocab = 0;
@@ -58,6 +64,9 @@ struct HParams {
   int64_t n_ff_exp = 0;  // rows of one expert's gate and up matrices
   bool expert_weights_norm = false;
   float expert_weights_scale = 0.0f;
+  ExpertGating expert_gating = ExpertGating::Softmax;
+  // YaRN (rope.scaling.type "yarn"; ext_factor 0: none), for every layer.
+  RopeYarn rope_yarn;
 
   int64_t n_embd_q() const { return head_dim * n_head; }
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }
@@ -100,8 +109,16 @@ enum class Role : uint8_t {
   FfnGateExps,
   FfnUpExps,
   FfnDownExps,
+  // gpt-oss: the attention output's bias, per-head attention sinks, and the
+  // biases of the router and of the experts' rows (added by expert id).
+  AttnOutputBias,
+  AttnSinks,
+  FfnGateInpBias,
+  FfnGateExpsBias,
+  FfnUpExpsBias,
+  FfnDownExpsBias,
 };
-constexpr int kRoleCount = static_cast<int>(Role::FfnDownExps) + 1;
+constexpr int kRoleCount = static_cast<int>(Role::FfnDownExpsBias) + 1;
 
 struct RoleInfo {
   const char* name;    // "attn_q"

@@ -16,7 +16,6 @@ class StandardAttention final : public AttentionBlock {
   explicit StandardAttention(const StandardAttentionOptions& opt) : opt_(opt) {
     if (opt.softcap != 0)
       throw Error("attention: soft-capped scores (Gemma 2) need a tanh op, which qlens does not have yet");
-    if (opt.sinks) throw Error("attention: sinks (gpt-oss) need soft_max with sinks, which qlens does not have yet");
   }
 
   const char* kind() const override { return "standard"; }
@@ -49,8 +48,8 @@ class StandardAttention final : public AttentionBlock {
     const float freq_scale = opt_.sliding_window ? hp.rope_freq_scale_swa : hp.rope_freq_scale;
     Tensor* factors = b.weight(Role::RopeFreqs);
     Tensor* positions = b.inputs().positions;
-    q = named(rope(g, q, positions, n_rot, hp.rope_mode, base, freq_scale, factors), "Qcur", il);
-    k = named(rope(g, k, positions, n_rot, hp.rope_mode, base, freq_scale, factors), "Kcur", il);
+    q = named(rope(g, q, positions, n_rot, hp.rope_mode, base, freq_scale, factors, hp.rope_yarn), "Qcur", il);
+    k = named(rope(g, k, positions, n_rot, hp.rope_mode, base, freq_scale, factors, hp.rope_yarn), "Kcur", il);
     float kq_scale = 1.0f / std::sqrt(static_cast<float>(D));
     if (opt_.q_scale != 0) {
       q = named(scale(g, q, opt_.q_scale), "Qcur", il);
@@ -73,12 +72,15 @@ class StandardAttention final : public AttentionBlock {
     Tensor* qp = named(permute(g, q, 0, 2, 1, 3), "q", il);
     Tensor* kq = named(mul_mat(g, kc, qp), "kq", il);
     Tensor* mask = opt_.sliding_window ? b.inputs().mask_swa : b.inputs().mask;
-    kq = named(soft_max(g, kq, mask, kq_scale), "kq_soft_max", il);
+    Tensor* sinks = opt_.sinks ? b.weight(Role::AttnSinks, il) : nullptr;
+    kq = named(soft_max(g, kq, mask, kq_scale, sinks), "kq_soft_max", il);
     Tensor* kqv = named(mul_mat(g, vc, kq), "kqv", il);
     Tensor* merged = named(permute(g, kqv, 0, 2, 1, 3), "kqv_merged", il);
     cur = named(cont(g, merged), "kqv_merged_cont", il);
     cur = reshape(g, cur, {D * hp.n_head, N});
-    return named(b.matmul(Role::AttnOutput, il, cur), "kqv_out", il);
+    cur = named(b.matmul(Role::AttnOutput, il, cur), "kqv_out", il);
+    if (Tensor* bias = b.weight(Role::AttnOutputBias, il)) cur = named(add(g, cur, bias), "attn_out", il);
+    return cur;
   }
 
  private:

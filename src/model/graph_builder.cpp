@@ -154,10 +154,16 @@ GraphBuilder::Routing GraphBuilder::route(Tensor* cur, int il) {
   Graph& g = g_;
   const int64_t N = cur->ne[1], E = hp.n_expert, U = hp.n_expert_used;
   Tensor* logits = named(mul_mat(g, weight(Role::FfnGateInp, il), cur), "ffn_moe_logits", il);
-  Tensor* probs = named(soft_max(g, logits, nullptr, 1.0f), "ffn_moe_probs", il);
+  if (Tensor* bias = weight(Role::FfnGateInpBias, il)) logits = named(add(g, logits, bias), "ffn_moe_logits_biased", il);
+  // SoftmaxWeight ranks the logits themselves (llama.cpp names them "ffn_moe_probs" then).
+  Tensor* probs = hp.expert_gating == ExpertGating::Softmax ? soft_max(g, logits, nullptr, 1.0f) : logits;
+  named(probs, "ffn_moe_probs", il);
   Tensor* selected = named(top_k(g, probs, U), "ffn_moe_topk", il);
   named(selected->src[0], "ffn_moe_argsort", il);
   Tensor* weights = named(get_rows(g, reshape(g, probs, {1, E, N}), selected), "ffn_moe_weights", il);
+  if (hp.expert_gating == ExpertGating::SoftmaxWeight)
+    weights = reshape(g, named(soft_max(g, reshape(g, weights, {U, N}), nullptr, 1.0f), "ffn_moe_weights_softmax", il),
+                      {1, U, N});
   if (hp.expert_weights_norm) {
     Tensor* w = reshape(g, weights, {U, N});
     Tensor* sum = named(sum_rows(g, w), "ffn_moe_weights_sum", il);
@@ -175,11 +181,22 @@ Tensor* GraphBuilder::experts(Tensor* cur, int il, const Routing& routing, FfnAc
   Graph& g = g_;
   const int64_t n_embd = cur->ne[0], N = cur->ne[1], U = routing.selected->ne[0];
   Tensor* x = reshape(g, cur, {n_embd, 1, N});
-  Tensor* up = named(mul_mat_id(g, weight(Role::FfnUpExps, il), x, routing.selected), "ffn_moe_up", il);
-  Tensor* gate = named(mul_mat_id(g, weight(Role::FfnGateExps, il), x, routing.selected), "ffn_moe_gate", il);
-  gate = act == FfnActivation::Silu ? named(silu(g, gate), "ffn_moe_silu", il) : named(gelu(g, gate), "ffn_moe_gelu", il);
-  Tensor* par = named(mul(g, gate, up), act == FfnActivation::Silu ? "ffn_moe_swiglu" : "ffn_moe_geglu", il);
-  Tensor* down = named(mul_mat_id(g, weight(Role::FfnDownExps, il), par, routing.selected), "ffn_moe_down", il);
+  // An expert matrix's rows for each slot, plus its bias row where the model has biases.
+  auto project = [&](Role role, Role bias, Tensor* in, const std::string& name) {
+    Tensor* t = named(mul_mat_id(g, weight(role, il), in, routing.selected), name, il);
+    if (Tensor* b = weight(bias, il)) t = named(add_id(g, t, b, routing.selected), name + "_biased", il);
+    return t;
+  };
+  Tensor* up = project(Role::FfnUpExps, Role::FfnUpExpsBias, x, "ffn_moe_up");
+  Tensor* gate = project(Role::FfnGateExps, Role::FfnGateExpsBias, x, "ffn_moe_gate");
+  Tensor* par;
+  if (act == FfnActivation::SwigluOai) {
+    par = named(glu(g, GluKind::SwigluOai, gate, up, 1.702f, 7.0f), "ffn_moe_swiglu_oai", il);
+  } else {
+    gate = act == FfnActivation::Silu ? named(silu(g, gate), "ffn_moe_silu", il) : named(gelu(g, gate), "ffn_moe_gelu", il);
+    par = named(mul(g, gate, up), act == FfnActivation::Silu ? "ffn_moe_swiglu" : "ffn_moe_geglu", il);
+  }
+  Tensor* down = project(Role::FfnDownExps, Role::FfnDownExpsBias, par, "ffn_moe_down");
   Tensor* weighted = named(mul(g, down, routing.weights), "ffn_moe_weighted", il);
   // The slots' rows summed in slot order, as llama.cpp adds its views.
   Tensor* out = nullptr;

@@ -22,8 +22,9 @@ struct GraphInputs {
   void write(std::span<const Token> batch, int64_t n_past, int64_t n_swa) const;
 };
 
-// Activation of a gated feed-forward: act(gate) * up.
-enum class FfnActivation { Silu, Gelu };
+// Activation of a gated feed-forward: act(gate) * up; SwigluOai is
+// gpt-oss's clamped SwiGLU (alpha 1.702, limit 7, as llama.cpp hard-codes).
+enum class FfnActivation { Silu, Gelu, SwigluOai };
 
 // Builds the graph of one batch for a context step by step (embedding, each
 // layer, output), adding each step's nodes to the graph's order as it goes,
@@ -65,9 +66,11 @@ class GraphBuilder {
   Tensor* attention(Tensor* cur, int il);
   // Gated feed-forward: down(act(gate(x)) * up(x)), "ffn_out-il".
   Tensor* feed_forward(Tensor* cur, int il, FfnActivation act);
-  // A mixture of experts: the router picks each token's experts and their
-  // weights ("ffn_moe_topk", "ffn_moe_weights..."); the experts' gated
-  // feed-forwards of the token are weighted and summed ("ffn_moe_out").
+  // A mixture of experts: the router (with its bias where the model has
+  // one) picks each token's experts and their weights by the model's
+  // gating ("ffn_moe_topk", "ffn_moe_weights..."); the experts' gated
+  // feed-forwards of the token (with their rows' biases where the model has
+  // them) are weighted and summed ("ffn_moe_out").
   // Shared experts (Qwen2-MoE, DeepSeek) are a dense feed_forward added to
   // that sum, with the router unchanged.
   struct Routing {

@@ -27,6 +27,9 @@ constexpr RoleInfo kRoles[kRoleCount] = {
     {"attn_qkv", "weight", true, Op::MulMat},      {"ffn_gate_inp", "weight", true, Op::MulMat},
     {"ffn_gate_exps", "weight", true, Op::MulMatId}, {"ffn_up_exps", "weight", true, Op::MulMatId},
     {"ffn_down_exps", "weight", true, Op::MulMatId},
+    {"attn_output", "bias", true, Op::Add},        {"attn_sinks", "weight", true, Op::SoftMax},
+    {"ffn_gate_inp", "bias", true, Op::Add},       {"ffn_gate_exps", "bias", true, Op::AddId},
+    {"ffn_up_exps", "bias", true, Op::AddId},      {"ffn_down_exps", "bias", true, Op::AddId},
 };
 
 std::string shape_text(const std::array<int64_t, kMaxDims>& ne) {
@@ -78,7 +81,10 @@ std::vector<std::pair<std::string, std::string>> HParams::fields() const {
           {"experts used", text(n_expert_used)},
           {"expert feed-forward length", text(n_ff_exp)},
           {"expert weights normalized", text(expert_weights_norm)},
-          {"expert weights scale", text(expert_weights_scale)}};
+          {"expert weights scale", text(expert_weights_scale)},
+          {"expert gating", expert_gating == ExpertGating::Softmax ? "softmax" : "softmax of the chosen"},
+          {"YaRN", text(rope_yarn.ext_factor) + " " + text(rope_yarn.attn_factor) + " " + text(rope_yarn.beta_fast) +
+                       " " + text(rope_yarn.beta_slow) + " " + text(rope_yarn.n_ctx_orig)}};
 }
 
 Model::~Model() = default;
@@ -178,8 +184,9 @@ Tensor* Model::bind(const TensorSpec& spec, int layer) {
   const TypeTraits& tt = type_traits(info->type);
   // Element-wise kernels and rope read their second or third operand as F32.
   const Op reader = role_info(spec.role).reader;
-  if ((reader == Op::Mul || reader == Op::Add || reader == Op::Rope) && info->type != DType::F32)
-    throw Error(file_->path() + ": tensor '" + name + "' (a norm scale, bias or rope factor) must be F32, is " +
+  if ((reader == Op::Mul || reader == Op::Add || reader == Op::AddId || reader == Op::Rope || reader == Op::SoftMax) &&
+      info->type != DType::F32)
+    throw Error(file_->path() + ": tensor '" + name + "' (a norm scale, bias, sink or rope factor) must be F32, is " +
                 tt.name);
   Tensor& t = storage_.emplace_back();
   t.type = info->type;

@@ -54,6 +54,11 @@ void write_common_hparams(gguf::Writer& w, const HParams& hp);
 // expert_weights_scale): required says whether expert_count must be there;
 // n_ff_exp falls back to `ff_fallback` when the file has no length.
 void read_expert_hparams(const gguf::File& f, HParams& hp, bool required, int64_t ff_fallback);
+// Sliding-window attention: attention.sliding_window and the pattern of
+// sliding layers (an array of marks, or a period n whose last layer is
+// global; default_period without the key), as llama.cpp reads them.
+void read_sliding_window(const gguf::File& f, HParams& hp, int64_t default_period);
+void write_sliding_window(gguf::Writer& w, const HParams& hp);
 
 // Table rows most architectures share: the token embedding, the final norm
 // and the output matrix (optional: tied when absent).
@@ -74,5 +79,6 @@ const Architecture& qwen2_architecture();
 const Architecture& qwen3_architecture();
 const Architecture& phi3_architecture();
 const Architecture& qwen3moe_architecture();
+const Architecture& gpt_oss_architecture();
 
 }  // namespace qlens

@@ -22,6 +22,7 @@ constexpr Entry kArchitectures[] = {
     {"qwen3", qwen3_architecture},
     {"phi3", phi3_architecture},
     {"qwen3moe", qwen3moe_architecture},
+    {"gpt-oss", gpt_oss_architecture},
 };
 
 int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
@@ -80,6 +81,73 @@ Tensor* Architecture::output(GraphBuilder& b, Tensor* in) const {
   return named(mul_mat(b.graph(), b.weight(Role::Output), cur), "result_output");
 }
 
+namespace {
+
+// YaRN as llama.cpp sets it up for a file whose rope.scaling.type is "yarn"
+// (llama_context's constructor): the blend on (ext_factor 1), and
+// attn_factor the scale that, times the 1 + 0.1 ln(factor) ggml's rope
+// applies, gives get_mscale(factor) = 1 + 0.1 ln(factor), times
+// rope.scaling.attn_factor; betas 32 and 1; the training context before the
+// extension from rope.scaling.original_context_length. Computed in float as
+// llama.cpp does.
+void read_yarn(const gguf::File& f, HParams& hp) {
+  const std::string a = hp.arch + ".";
+  if (f.find(a + "rope.scaling.yarn_log_multiplier"))
+    throw Error(f.path() + ": YaRN with a log multiplier (DeepSeek's mscale) is not supported yet");
+  RopeYarn& y = hp.rope_yarn;
+  y.ext_factor = 1.0f;
+  const float factor = 1.0f / hp.rope_freq_scale;
+  const float mscale = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * std::log(factor) + 1.0f;
+  y.attn_factor = mscale * (1.0f / (1.0f + 0.1f * std::log(factor)));
+  if (auto af = f.try_float(a + "rope.scaling.attn_factor")) y.attn_factor *= static_cast<float>(*af);
+  y.beta_fast = 32.0f;
+  y.beta_slow = 1.0f;
+  y.n_ctx_orig = static_cast<int>(positive_key(f, a + "rope.scaling.original_context_length", hp.n_ctx_train));
+}
+
+}  // namespace
+
+void read_sliding_window(const gguf::File& f, HParams& hp, int64_t default_period) {
+  const std::string a = hp.arch + ".";
+  auto window = f.try_int(a + "attention.sliding_window");
+  if (!window || *window <= 0) return;
+  hp.n_swa = *window;
+  // llama.cpp: an array marks the sliding layers; else of every n layers
+  // (n from the key, or the architecture's) the last is global.
+  hp.swa_layers.assign(hp.n_layer, false);
+  const std::string pattern_key = a + "attention.sliding_window_pattern";
+  const gguf::Value* pattern = f.find(pattern_key);
+  if (pattern && pattern->type == gguf::ValueType::Array) {
+    const auto marks = f.try_int_array(pattern_key);
+    if (!marks || static_cast<int64_t>(marks->size()) != hp.n_layer)
+      throw Error(f.path() + ": " + pattern_key + " must hold one integer per layer (" + std::to_string(hp.n_layer) +
+                  ")");
+    for (int64_t il = 0; il < hp.n_layer; ++il) hp.swa_layers[il] = (*marks)[il] != 0;
+  } else {
+    const int64_t n = f.try_int(pattern_key).value_or(default_period);
+    if (n < 0) throw Error(f.path() + ": " + pattern_key + " is negative");
+    for (int64_t il = 0; il < hp.n_layer; ++il) hp.swa_layers[il] = n == 0 || il % n < n - 1;
+  }
+}
+
+void write_sliding_window(gguf::Writer& w, const HParams& hp) {
+  const std::string a = hp.arch + ".";
+  if (hp.n_swa <= 0) return;
+  w.set(a + "attention.sliding_window", gguf::Value::make_u32(static_cast<uint32_t>(hp.n_swa)));
+  int64_t period = 0;  // the pattern as a period when it is one
+  for (int64_t n = 1; n <= hp.n_layer && period == 0; ++n) {
+    bool fits = true;
+    for (int64_t il = 0; il < hp.n_layer; ++il) fits = fits && hp.is_swa(static_cast<int>(il)) == (il % n < n - 1);
+    if (fits) period = n;
+  }
+  if (period > 0) {
+    w.set(a + "attention.sliding_window_pattern", gguf::Value::make_u32(static_cast<uint32_t>(period)));
+  } else {
+    std::vector<int32_t> marks(hp.swa_layers.begin(), hp.swa_layers.end());
+    w.set(a + "attention.sliding_window_pattern", gguf::Value::make_i32_array(marks));
+  }
+}
+
 void read_common_hparams(const gguf::File& f, HParams& hp) {
   const std::string& path = f.path();
   const std::string a = hp.arch + ".";
@@ -109,11 +177,14 @@ void read_common_hparams(const gguf::File& f, HParams& hp) {
                 std::to_string(hp.head_dim));
   if (auto eps = f.try_float(a + "attention.layer_norm_rms_epsilon")) hp.rms_eps = static_cast<float>(*eps);
   if (auto base = f.try_float(a + "rope.freq_base")) hp.rope_freq_base = static_cast<float>(*base);
-  if (auto type = f.try_string(a + "rope.scaling.type"); type && *type != "none" && *type != "linear")
-    throw Error(path + ": rope scaling type '" + *type + "' is not supported");
+  const std::string scaling = f.try_string(a + "rope.scaling.type").value_or("linear");
+  if (scaling != "none" && scaling != "linear" && scaling != "yarn")
+    throw Error(path + ": rope scaling type '" + scaling + "' is not supported");
   if (auto factor = f.try_float(a + "rope.scaling.factor"); factor && *factor > 0) hp.rope_freq_scale = 1.0f / *factor;
   if (auto factor = f.try_float(a + "rope.scale_linear"); factor && *factor > 0) hp.rope_freq_scale = 1.0f / *factor;
+  if (scaling == "none") hp.rope_freq_scale = 1.0f;
   if (!(hp.rms_eps > 0) || !(hp.rope_freq_base > 0)) throw Error(path + ": invalid rms epsilon or rope base");
+  if (scaling == "yarn") read_yarn(f, hp);
 }
 
 void read_expert_hparams(const gguf::File& f, HParams& hp, bool required, int64_t ff_fallback) {
@@ -180,9 +251,12 @@ void write_common_hparams(gguf::Writer& w, const HParams& hp) {
   w.set(a + "rope.dimension_count", gguf::Value::make_u32(u32(hp.n_rot)));
   w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::make_f32(hp.rms_eps));
   w.set(a + "rope.freq_base", gguf::Value::make_f32(hp.rope_freq_base));
-  if (hp.rope_freq_scale != 1.0f) {
-    w.set(a + "rope.scaling.type", gguf::Value::make_string("linear"));
+  if (hp.rope_freq_scale != 1.0f || hp.rope_yarn.ext_factor != 0.0f) {
+    const bool yarn = hp.rope_yarn.ext_factor != 0.0f;
+    w.set(a + "rope.scaling.type", gguf::Value::make_string(yarn ? "yarn" : "linear"));
     w.set(a + "rope.scaling.factor", gguf::Value::make_f32(1.0f / hp.rope_freq_scale));
+    if (yarn)
+      w.set(a + "rope.scaling.original_context_length", gguf::Value::make_u32(u32(hp.rope_yarn.n_ctx_orig)));
   }
   if (hp.n_expert > 0) {
     w.set(a + "expert_count", gguf::Value::make_u32(u32(hp.n_expert)));

@@ -20,24 +20,8 @@ class Gemma3 final : public Architecture {
   void read_hparams(const gguf::File& f, HParams& hp) const override {
     const std::string a = hp.arch + ".";
     hp.rope_mode = RopeMode::NeoX;
-    if (auto window = f.try_int(a + "attention.sliding_window"); window && *window > 0) {
-      hp.n_swa = *window;
-      // llama.cpp: an array marks the sliding layers; else every n-th layer
-      // (default 6) is global and the others slide.
-      hp.swa_layers.assign(hp.n_layer, false);
-      const std::string pattern_key = a + "attention.sliding_window_pattern";
-      const gguf::Value* pattern = f.find(pattern_key);
-      if (pattern && pattern->type == gguf::ValueType::Array) {
-        const auto marks = f.try_int_array(pattern_key);
-        if (!marks || static_cast<int64_t>(marks->size()) != hp.n_layer)
-          throw Error(f.path() + ": " + pattern_key + " must hold one integer per layer (" +
-                      std::to_string(hp.n_layer) + ")");
-        for (int64_t il = 0; il < hp.n_layer; ++il) hp.swa_layers[il] = (*marks)[il] != 0;
-      } else {
-        const int64_t n = f.try_int(pattern_key).value_or(6);
-        if (n < 0) throw Error(f.path() + ": " + a + "attention.sliding_window_pattern is negative");
-        for (int64_t il = 0; il < hp.n_layer; ++il) hp.swa_layers[il] = n == 0 || il % n < n - 1;
-      }
+    read_sliding_window(f, hp, 6);
+    if (hp.n_swa > 0) {
       if (auto base = f.try_float(a + "rope.freq_base_swa")) hp.rope_freq_base_swa = static_cast<float>(*base);
       // llama.cpp reads no local rope scale: the local layers keep scale 1.
     }
@@ -46,19 +30,9 @@ class Gemma3 final : public Architecture {
   }
 
   void write_hparams(gguf::Writer& w, const HParams& hp) const override {
-    const std::string a = hp.arch + ".";
     if (hp.n_swa <= 0) return;
-    w.set(a + "attention.sliding_window", gguf::Value::make_u32(static_cast<uint32_t>(hp.n_swa)));
-    std::vector<int32_t> marks(hp.swa_layers.begin(), hp.swa_layers.end());
-    int64_t period = 0;  // the pattern as a period when it is one
-    for (int64_t n = 1; n <= hp.n_layer && period == 0; ++n) {
-      bool fits = true;
-      for (int64_t il = 0; il < hp.n_layer; ++il) fits = fits && hp.is_swa(static_cast<int>(il)) == (il % n < n - 1);
-      if (fits) period = n;
-    }
-    if (period > 0)
-      w.set(a + "attention.sliding_window_pattern", gguf::Value::make_u32(static_cast<uint32_t>(period)));
-    w.set(a + "rope.freq_base_swa", gguf::Value::make_f32(hp.rope_freq_base_swa));
+    write_sliding_window(w, hp);
+    w.set(hp.arch + ".rope.freq_base_swa", gguf::Value::make_f32(hp.rope_freq_base_swa));
   }
 
   std::vector<TensorSpec> tensors(const HParams& hp, int il) const override {

@@ -197,6 +197,10 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
     if (t.n_dims < 2) {
       p.reason = "1-D: kept";
       if (t.type != DType::F32) p.reason = "1-D: kept as " + std::string(type_name(t.type));
+    } else if (!t.name.ends_with("weight")) {
+      // llama.cpp quantizes only names that end in "weight": gpt-oss's 2-D
+      // expert biases stay as they are.
+      p.reason = "not a weight: kept";
     } else if (role_of(t.name).name == "ffn_gate_inp") {
       // As llama.cpp: the router is never quantized (its logits pick the
       // experts; it is tiny).

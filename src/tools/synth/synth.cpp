@@ -65,6 +65,20 @@ const std::vector<SynthPreset>& synth_presets() {
       {.name = "qwen3-30b-a3b-4l", .arch = "qwen3moe", .n_embd = 2048, .n_ff = 6144, .n_layer = 4, .n_head = 32,
        .n_head_kv = 4, .n_vocab = 151936, .n_ctx = 40960, .head_dim = 128, .rope_freq_base = 1e6f,
        .rms_eps = 1e-6f, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768},
+      // gpt-oss in small: two layers (the first sliding, the second global,
+      // as the real pattern), heads wider than n_embd / n_head, a window
+      // shorter than the context, YaRN over a 4096-token training context.
+      {.name = "gpt-oss-tiny", .arch = "gpt-oss", .n_embd = 64, .n_ff = 64, .n_layer = 2, .n_head = 4,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .head_dim = 32, .rope_freq_base = 150000.0f, .rms_eps = 1e-5f,
+       .n_swa = 16, .swa_period = 2, .rope_freq_base_swa = 150000.0f, .n_expert = 4, .n_expert_used = 2,
+       .n_ff_exp = 64, .rope_yarn_factor = 32, .rope_yarn_original_ctx = 4096},
+      // openai/gpt-oss-20b's layers (32 experts of 2880, 4 used; 64 query heads
+      // of 64, 8 KV heads; window 128), 2 of its 24: 796M expert weights a
+      // layer (write it in MXFP4, as the release is: --type mxfp4).
+      {.name = "gpt-oss-20b-2l", .arch = "gpt-oss", .n_embd = 2880, .n_ff = 2880, .n_layer = 2, .n_head = 64,
+       .n_head_kv = 8, .n_vocab = 201088, .n_ctx = 131072, .head_dim = 64, .rope_freq_base = 150000.0f,
+       .rms_eps = 1e-5f, .n_swa = 128, .swa_period = 2, .rope_freq_base_swa = 150000.0f, .n_expert = 32,
+       .n_expert_used = 4, .n_ff_exp = 2880, .rope_yarn_factor = 32, .rope_yarn_original_ctx = 4096},
       {.name = "gemma3-1b", .arch = "gemma3", .n_embd = 1152, .n_ff = 6912, .n_layer = 26, .n_head = 4,
        .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
        .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},
@@ -145,6 +159,12 @@ HParams synth_hparams(const SynthPreset& p) {
     hp.swa_layers.resize(p.n_layer);
     for (int64_t il = 0; il < p.n_layer; ++il) hp.swa_layers[il] = il % p.swa_period < p.swa_period - 1;
     hp.rope_freq_base_swa = p.rope_freq_base_swa;
+  }
+  if (p.rope_yarn_factor > 0) {
+    hp.rope_freq_scale = 1.0f / p.rope_yarn_factor;
+    hp.rope_freq_scale_swa = hp.rope_freq_scale;
+    hp.rope_yarn.ext_factor = 1.0f;
+    hp.rope_yarn.n_ctx_orig = static_cast<int>(p.rope_yarn_original_ctx);
   }
   return hp;
 }
@@ -296,11 +316,12 @@ int64_t synth_model(const SynthOptions& opt, const std::string& path) {
     for (int d = 0; d < t.n_dims; ++d) n *= t.ne[d];
     // Biases and rope factors stay F32 (element-wise kernels and rope read
     // them so); rope factors as the converter computes them.
+    // Attention sinks (read by soft_max) are F32 logits of about the scores' size.
     const Op reader = role_info(t.role).reader;
-    if (reader == Op::Add || reader == Op::Rope) {
+    if (reader == Op::Add || reader == Op::AddId || reader == Op::Rope || reader == Op::SoftMax) {
       std::vector<float> values = t.role == Role::RopeFreqs ? llama3_rope_factors(preset, hp.n_rot) : std::vector<float>(n);
       if (t.role != Role::RopeFreqs)
-        for (float& v : values) v = 0.1f * rng.normal();
+        for (float& v : values) v = (reader == Op::SoftMax ? 1.0f : 0.1f) * rng.normal();
       auto bytes = std::make_unique<std::vector<uint8_t>>(values.size() * sizeof(float));
       std::memcpy(bytes->data(), values.data(), bytes->size());
       w.add_tensor(t.name, DType::F32, std::span<const int64_t>(t.ne.data(), t.n_dims), bytes->data(), bytes->size());

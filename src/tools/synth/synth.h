@@ -36,6 +36,10 @@ struct SynthPreset {
   int64_t rope_original_ctx = 8192;
   // A mixture of experts (0 experts: a dense feed-forward of n_ff).
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  // YaRN (factor 0: none): rope.scaling.type "yarn", the factor and the
+  // training context before the extension.
+  float rope_yarn_factor = 0;
+  int64_t rope_yarn_original_ctx = 0;
 };
 
 // rope_freqs.weight of a preset with Llama 3 rope scaling: per frequency
