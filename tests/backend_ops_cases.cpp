@@ -945,6 +945,48 @@ void glu_cases(Table& t) {
   }
 }
 
+// The gated DeltaNet layers' row ops: q and k scaled to unit length (eps
+// 1e-6 as Qwen3.5's), rows of zeros (the eps takes over), permuted rows.
+void l2_norm_cases(Table& t) {
+  for (int64_t n : {1, 3, 64, 128, 257})
+    t.add("l2_norm", "", cat("a{", n, ",5,2,1} eps=1e-06"), kernel(), [=](CaseGraph& c) {
+      return l2_norm(c.g, c.uniform(DType::F32, {n, 5, 2, 1}, -3, 3), 1e-6f);
+    });
+  t.add("l2_norm", "", "a{16,4,1,1} with a row of zeros and a tiny row eps=1e-06", kernel(), [](CaseGraph& c) {
+    std::vector<float> v = c.uniform_values(64, -1, 1);
+    for (int i = 16; i < 32; ++i) v[i] = 0.0f;
+    for (int i = 32; i < 48; ++i) v[i] *= 1e-9f;
+    return l2_norm(c.g, c.leaf(DType::F32, {16, 4, 1, 1}, v), 1e-6f);
+  });
+  t.add("l2_norm", "", "a permuted{128,4,6,1} eps=1e-06", kernel(), [](CaseGraph& c) {
+     return l2_norm(c.g, permute(c.g, c.normal(DType::F32, {128, 6, 4, 1}), 0, 2, 1, 3), 1e-6f);
+   }).perf = [](CaseGraph& c) {  // a 512-token prompt's 16 heads of 128 (Qwen3.5's DeltaNet q and k)
+    return std::vector<Tensor*>{l2_norm(c.g, c.normal(DType::F32, {128, 16, 512, 1}), 1e-6f)};
+  };
+}
+
+// Joined along each dimension (the short convolution's state and the new
+// tokens: dim 0), sources permuted.
+void concat_cases(Table& t) {
+  const std::pair<Shape, Shape> shapes[] = {
+      {{3, 5, 2, 1}, {4, 5, 2, 1}}, {{7, 2, 3, 2}, {7, 5, 3, 2}}, {{6, 4, 1, 3}, {6, 4, 2, 3}},
+      {{5, 3, 2, 1}, {5, 3, 2, 2}}, {{1, 1, 1, 1}, {1, 1, 1, 1}},
+  };
+  for (int dim = 0; dim < kMaxDims; ++dim)
+    for (const auto& [na, nb] : shapes) {
+      bool fits = true;
+      for (int i = 0; i < kMaxDims; ++i) fits = fits && (i == dim || na[i] == nb[i]);
+      if (!fits) continue;
+      t.add("concat", "", cat("a", shape(na), " b", shape(nb), " dim ", dim), exact(),
+            [=](CaseGraph& c) { return concat(c.g, c.normal(DType::F32, na), c.normal(DType::F32, nb), dim); });
+    }
+  t.add("concat", "", "a permuted{4,3,5} b transposed{2,3} dim 0 as 3-D", exact(), [](CaseGraph& c) {
+    Tensor* a = permute(c.g, c.normal(DType::F32, {4, 5, 3, 1}), 0, 2, 1, 3);
+    Tensor* b = reshape(c.g, cont(c.g, transpose(c.g, c.normal(DType::F32, {15, 2, 1, 1}))), {2, 3, 5});
+    return concat(c.g, a, b, 0);
+  });
+}
+
 // The experts' biases: rows (u, t) of a plus row ids[u, t] of b.
 void add_id_cases(Table& t) {
   struct Shape4 {
@@ -1358,6 +1400,7 @@ const std::vector<OpCase>& op_cases() {
     activation_cases(t, "silu", silu);
     activation_cases(t, "gelu", gelu);
     activation_cases(t, "sigmoid", sigmoid);
+    activation_cases(t, "softplus", softplus);
     t.add("gelu", "", "a{257,3,1,1} sigma 120", gelu_tolerance(),
           [](CaseGraph& c) {  // Vulkan's clamps: x, and 0 from x = -10
             return gelu(c.g, c.normal(DType::F32, {257, 3, 1, 1}, 120.0f));
@@ -1367,6 +1410,8 @@ const std::vector<OpCase>& op_cases() {
     soft_max_cases(t);
     glu_cases(t);
     add_id_cases(t);
+    l2_norm_cases(t);
+    concat_cases(t);
     argsort_cases(t);
     sum_rows_clamp_cases(t);
     div_cases(t);

@@ -75,8 +75,13 @@ enum class Op : uint8_t {
   // its variant, GluKind, in params[0]): gpt-oss's clamped SwiGLU.
   Glu,
   AddId,  // rows plus the row of b each one's id selects: gpt-oss's expert biases
+  // The gated DeltaNet layers' (Qwen3.5): ln(1 + e^x), rows scaled to unit
+  // length, and two tensors joined along a dimension.
+  Softplus,
+  L2Norm,
+  Concat,
 };
-constexpr int kOpCount = static_cast<int>(Op::AddId) + 1;
+constexpr int kOpCount = static_cast<int>(Op::Concat) + 1;
 
 const char* op_name(Op op);  // "MUL_MAT", ... as in ggml dumps
 std::string op_lower_name(Op op);  // "mul_mat": builders' errors, Vulkan's shader names
@@ -243,6 +248,12 @@ Tensor* unary(Graph& g, Op op, Tensor* a);
 inline Tensor* silu(Graph& g, Tensor* a) { return unary(g, Op::Silu, a); }
 inline Tensor* gelu(Graph& g, Tensor* a) { return unary(g, Op::Gelu, a); }
 inline Tensor* sigmoid(Graph& g, Tensor* a) { return unary(g, Op::Sigmoid, a); }
+// ln(1 + e^x), and x itself above 20 (ggml's softplus).
+inline Tensor* softplus(Graph& g, Tensor* a) { return unary(g, Op::Softplus, a); }
+// Each row divided by its length, at least eps (ggml_l2_norm).
+Tensor* l2_norm(Graph& g, Tensor* a, float eps);
+// a and b joined along dim (0-3): every other dimension equal (ggml_concat).
+Tensor* concat(Graph& g, Tensor* a, Tensor* b, int dim);
 Tensor* cpy(Graph& g, Tensor* a, Tensor* b);
 Tensor* cont(Graph& g, Tensor* a);
 Tensor* reshape(Graph& g, Tensor* a, std::initializer_list<int64_t> ne);

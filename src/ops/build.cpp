@@ -161,6 +161,21 @@ Tensor* glu(Graph& g, GluKind kind, Tensor* x, Tensor* y, float alpha, float lim
   return checked(t);
 }
 
+Tensor* l2_norm(Graph& g, Tensor* a, float eps) {
+  Tensor* t = make_result(g, Op::L2Norm, a->ne, a);
+  t->set_param_f(0, eps);
+  return checked(t);
+}
+
+Tensor* concat(Graph& g, Tensor* a, Tensor* b, int dim) {
+  if (dim < 0 || dim >= kMaxDims) fail("concat", "dimension " + std::to_string(dim) + " is not 0-3");
+  std::array<int64_t, kMaxDims> ne = a->ne;
+  ne[dim] += b->ne[dim];
+  Tensor* t = make_result(g, Op::Concat, ne, a, b);
+  t->params[0] = dim;
+  return checked(t);
+}
+
 Tensor* add_id(Graph& g, Tensor* a, Tensor* b, Tensor* ids) {
   Tensor* t = make_result(g, Op::AddId, a->ne, a, b);
   t->src[2] = ids;

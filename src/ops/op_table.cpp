@@ -156,6 +156,21 @@ std::string glu(const Tensor& n) {
   return {};
 }
 
+std::string concat(const Tensor& n) {
+  if (auto r = result_of(n, DType::F32); !r.empty()) return r;
+  const Tensor* a = n.src[0];
+  const Tensor* b = n.src[1];
+  if (auto r = f32_source(a); !r.empty()) return r;
+  if (auto r = f32_source(b); !r.empty()) return r;
+  const int dim = n.params[0];
+  if (dim < 0 || dim >= kMaxDims) return "dimension " + std::to_string(dim) + " is not 0-3";
+  for (int i = 0; i < kMaxDims; ++i)
+    if (i != dim && a->ne[i] != b->ne[i])
+      return describe(*a) + " and " + describe(*b) + " differ outside dimension " + std::to_string(dim);
+  if (n.ne[dim] != a->ne[dim] + b->ne[dim]) return "result shape does not match";
+  return {};
+}
+
 std::string add_id(const Tensor& n) {
   if (auto r = f32_unary(n); !r.empty()) return r;
   const Tensor* a = n.src[0];
@@ -183,6 +198,8 @@ std::string copy(const Tensor& n) {
 }
 
 double sigmoid_of(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+// ggml's softplus: x itself above 20, where ln(1 + e^x) rounds to it in float.
+double softplus_of(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 
 // One row per op, in the enum's order.
 constexpr std::array<OpDef, kOpCount> kOps = {{
@@ -211,6 +228,9 @@ constexpr std::array<OpDef, kOpCount> kOps = {{
     {Op::Sigmoid, "SIGMOID", false, f32_unary, reference::map_with<sigmoid_of>},
     {Op::Glu, "GLU", false, glu, reference::glu},
     {Op::AddId, "ADD_ID", false, add_id, reference::add_id},
+    {Op::Softplus, "SOFTPLUS", false, f32_unary, reference::map_with<softplus_of>},
+    {Op::L2Norm, "L2_NORM", false, f32_unary, reference::l2_norm},
+    {Op::Concat, "CONCAT", false, concat, reference::concat},
 }};
 static_assert(rows_follow_ops(kOps), "kOps needs one row per Op, in the enum's order");
 

@@ -5,6 +5,7 @@
 #include "ops/reference.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -300,6 +301,32 @@ void add_id(const Tensor& d) {
       throw Error("add_id: id " + std::to_string(id) + " at (" + std::to_string(i1) + ", " + std::to_string(i2) +
                   ") is outside the " + std::to_string(b.ne[1]) + " rows of " + describe(b));
     for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, get(a, i0, i1, i2, i3) + get(b, i0, id), i0, i1, i2, i3);
+  });
+}
+
+void l2_norm(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const double eps = d.param_f(0);
+  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
+    const std::vector<double> x = row(a, i1, i2, i3);
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double r = 1.0 / std::max(std::sqrt(ss), eps);
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, x[i0] * r, i0, i1, i2, i3);
+  });
+}
+
+void concat(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const Tensor& b = *d.src[1];
+  const int dim = d.params[0];
+  for_rows(d, [&](int64_t i1, int64_t i2, int64_t i3) {
+    for (int64_t i0 = 0; i0 < d.ne[0]; ++i0) {
+      std::array<int64_t, kMaxDims> i = {i0, i1, i2, i3};
+      const bool from_a = i[dim] < a.ne[dim];
+      if (!from_a) i[dim] -= a.ne[dim];
+      set(d, get(from_a ? a : b, i[0], i[1], i[2], i[3]), i0, i1, i2, i3);
+    }
   });
 }
 

@@ -27,6 +27,8 @@ void rope(const Tensor& node);
 void soft_max(const Tensor& node);
 void glu(const Tensor& node);
 void add_id(const Tensor& node);
+void l2_norm(const Tensor& node);
+void concat(const Tensor& node);
 void sum_rows(const Tensor& node);
 void argsort_desc(const Tensor& node);
 void cpy(const Tensor& node);

@@ -1,6 +1,6 @@
 // Cpy (a into b, any shapes with the same element count) and Cont (a
-// contiguous copy), converting between F32, F16 and BF16; and the row
-// conversion helper the other kernels share.
+// contiguous copy), converting between F32, F16 and BF16; Concat; and the
+// row conversion helper the other kernels share.
 #include <algorithm>
 #include <cstring>
 
@@ -106,6 +106,33 @@ void op_cpy(const Tensor& node, const KernelCtx& c) {
     store_elem(d.type, d.at(id[0], id[1], id[2], id[3]), load_elem(a.type, a.at(ia[0], ia[1], ia[2], ia[3])));
     for (int k = 0; k < kMaxDims && ++ia[k] == a.ne[k]; ++k) ia[k] = 0;
     for (int k = 0; k < kMaxDims && ++id[k] == d.ne[k]; ++k) id[k] = 0;
+  }
+}
+
+// Concat: each result row from a or from b along the dimension (rows of a
+// and b, or elements within a row for dimension 0).
+void op_concat(const Tensor& node, const KernelCtx& c) {
+  const Tensor& a = *node.src[0];
+  const Tensor& b = *node.src[1];
+  const int dim = node.params[0];
+  int64_t r0, r1;
+  split_range(node.nrows(), c.ith, c.nth, &r0, &r1);
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t i[kMaxDims] = {0, 0, 0, 0};
+    row_coords(node, r, &i[1], &i[2], &i[3]);
+    float* y = reinterpret_cast<float*>(node.at(0, i[1], i[2], i[3]));
+    auto copy_row = [&](const Tensor& t, float* out) {
+      const char* p = t.at(0, i[1], i[2], i[3]);
+      for (int64_t k = 0; k < t.ne[0]; ++k) out[k] = *reinterpret_cast<const float*>(p + k * t.nb[0]);
+    };
+    if (dim == 0) {
+      copy_row(a, y);
+      copy_row(b, y + a.ne[0]);
+      continue;
+    }
+    const bool from_a = i[dim] < a.ne[dim];
+    if (!from_a) i[dim] -= a.ne[dim];
+    copy_row(from_a ? a : b, y);
   }
 }
 

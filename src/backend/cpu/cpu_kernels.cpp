@@ -79,6 +79,9 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     kernel(Op::Sigmoid, op_sigmoid, one_row),
     kernel(Op::Glu, op_glu, two_rows),
     kernel(Op::AddId, op_add_id, two_rows),
+    kernel(Op::Softplus, op_softplus, one_row),
+    kernel(Op::L2Norm, op_l2_norm, one_row),
+    kernel(Op::Concat, op_concat, no_scratch),
 }};
 static_assert(rows_follow_ops(kKernels), "the CPU needs one kernel row per Op, in the enum's order");
 

@@ -157,6 +157,12 @@ void op_add_id(const Tensor& node, const KernelCtx& c) {
   });
 }
 
+void op_softplus(const Tensor& node, const KernelCtx& c) {
+  unary(node, c, [](int64_t n, float* y, const float* x) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 20.0f ? x[i] : std::log(1.0f + std::exp(x[i]));  // ggml's
+  });
+}
+
 void op_sigmoid(const Tensor& node, const KernelCtx& c) {
   unary(node, c, [](int64_t n, float* y, const float* x) {
     for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));

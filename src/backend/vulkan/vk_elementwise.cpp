@@ -22,6 +22,15 @@ struct ElementwisePush {
   float param, param2;
 };
 
+struct ConcatPush {
+  uint32_t ne[4];
+  uint32_t a_ne[4];
+  uint32_t a_nb[4];
+  uint32_t b_nb[4];
+  uint32_t d_nb[4];
+  uint32_t a_off, b_off, d_off, dim;
+};
+
 struct AddIdPush {
   uint32_t ne[4];
   uint32_t a_nb[4];
@@ -136,6 +145,27 @@ void record_elementwise(Recorder& r, const Tensor& node) {
   p.param = node.param_f(first_param);
   p.param2 = node.param_f(first_param + 1);
   r.dispatch(elementwise_shader(node), {ba, bb, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
+}
+
+bool supports_concat(const Tensor& node) { return supports_binary(node); }
+
+std::vector<ShaderUse> concat_shaders(const Tensor&, bool, bool) { return {{"concat", 3}}; }
+
+void record_concat(Recorder& r, const Tensor& node) {
+  const Tensor& a = *node.src[0];
+  const Tensor& b = *node.src[1];
+  const Bound ba = r.bind(a, "source"), bb = r.bind(b, "source"), bd = r.bind(node, "result");
+  ConcatPush p{};
+  copy4(p.ne, shape_u32(node));
+  copy4(p.a_ne, shape_u32(a));
+  copy4(p.a_nb, element_strides(a, 4));
+  copy4(p.b_nb, element_strides(b, 4));
+  copy4(p.d_nb, element_strides(node, 4));
+  p.a_off = ba.offset_in(4, "'" + a.name + "'");
+  p.b_off = bb.offset_in(4, "'" + b.name + "'");
+  p.d_off = bd.offset_in(4, "'" + node.name + "'");
+  p.dim = static_cast<uint32_t>(node.params[0]);
+  r.dispatch("concat", {ba, bb, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
 }
 
 bool supports_add_id(const Tensor& node) {

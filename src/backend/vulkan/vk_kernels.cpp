@@ -44,6 +44,9 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     elementwise(Op::Sigmoid, supports_unary),
     elementwise(Op::Glu, supports_binary),
     {Op::AddId, supports_add_id, add_id_shaders, record_add_id},
+    elementwise(Op::Softplus, supports_unary),
+    {Op::L2Norm, supports_f32_row_op, l2_norm_shaders, record_rms_norm},
+    {Op::Concat, supports_concat, concat_shaders, record_concat},
 }};
 static_assert(rows_follow_ops(kKernels), "Vulkan needs one kernel row per Op, in the enum's order");
 

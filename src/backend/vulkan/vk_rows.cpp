@@ -111,6 +111,9 @@ bool supports_argsort(const Tensor& node) {
 std::vector<ShaderUse> rms_norm_shaders(const Tensor&, bool is_cpu, bool) {
   return {{row_shader("rms_norm", is_cpu), 2}};
 }
+std::vector<ShaderUse> l2_norm_shaders(const Tensor&, bool is_cpu, bool) {
+  return {{row_shader("l2_norm", is_cpu), 2}};
+}
 std::vector<ShaderUse> soft_max_shaders(const Tensor&, bool is_cpu, bool) {
   return {{row_shader("soft_max", is_cpu), 4}};
 }
@@ -130,7 +133,7 @@ void record_rms_norm(Recorder& r, const Tensor& node) {
   p.a_off = ba.offset_in(4, quoted(a));
   p.d_off = bd.offset_in(4, quoted(node));
   p.eps = node.param_f(0);
-  dispatch_rows(r, "rms_norm", {ba, bd}, p, static_cast<uint64_t>(node.nrows()));
+  dispatch_rows(r, node.op == Op::L2Norm ? "l2_norm" : "rms_norm", {ba, bd}, p, static_cast<uint64_t>(node.nrows()));
 }
 
 void record_soft_max(Recorder& r, const Tensor& node) {

@@ -11,6 +11,8 @@ file(MAKE_DIRECTORY ${QLENS_VK_OUT})
 set(QLENS_VK_VARIANTS
   "rms_norm|rms_norm.comp|"
   "rms_norm_rows|rms_norm.comp|-DROW_PER_INVOCATION"
+  "l2_norm|rms_norm.comp|-DL2_NORM"
+  "l2_norm_rows|rms_norm.comp|-DL2_NORM -DROW_PER_INVOCATION"
   "soft_max|soft_max.comp|"
   "soft_max_rows|soft_max.comp|-DROW_PER_INVOCATION"
   "rope_f32|rope.comp|"
@@ -19,6 +21,7 @@ set(QLENS_VK_VARIANTS
   "sum_rows_f32|sum_rows.comp|"
   "sum_rows_f64|sum_rows.comp|-DSUM_F64"
   "add_id|add_id.comp|"
+  "concat|concat.comp|"
 )
 # The element-wise ops: one variant per OP_<NAME> that elementwise.comp
 # defines, named as the op's ggml name in lower case ("silu"), which is what

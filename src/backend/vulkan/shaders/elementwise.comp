@@ -1,5 +1,5 @@
 // The element-wise ops: Add, Mul, Div (b broadcast over a), Scale, Clamp,
-// the activations (Silu, Gelu, Sigmoid) and Glu's variants (Swiglu,
+// the activations (Silu, Gelu, Sigmoid, Softplus) and Glu's variants (Swiglu,
 // SwigluOai); one thread per element of the result; every tensor may have
 // any strides. vulkan.cmake builds one variant per OP_<NAME> tested below
 // (shader "<name>": the op's ggml name in lower case; Glu's, its variant's).
@@ -53,6 +53,8 @@ void main() {
   const float y = v / (1.0 + exp(clamp(-2.0 * u, -87.0, 87.0)));
 #elif defined(OP_SIGMOID)
   const float y = 1.0 / (1.0 + exp(-x));
+#elif defined(OP_SOFTPLUS)
+  const float y = x > 20.0 ? x : log(1.0 + exp(x));  // ggml's
 #elif defined(OP_SWIGLU)
   // Glu's variants: x the gate, b the value (the same shape).
   const float y = x / (1.0 + exp(-x)) * b[p.b_off + offset4(i % p.b_ne, p.b_nb)];

@@ -1,5 +1,6 @@
-// RmsNorm: one workgroup per row; x / sqrt(mean(x^2) + eps). Variant
-// ROW_PER_INVOCATION (CPU devices, see soft_max.comp): one invocation per row.
+// RmsNorm: one workgroup per row; x / sqrt(mean(x^2) + eps); variant
+// L2_NORM: x / max(sqrt(sum(x^2)), eps). Variant ROW_PER_INVOCATION (CPU
+// devices, see soft_max.comp): one invocation per row.
 #version 450
 #include "common.glsl"
 
@@ -49,6 +50,10 @@ void main() {
   }
   sum = partial[0];
 #endif
+#if defined(L2_NORM)
+  const float scale = 1.0 / max(sqrt(sum), p.eps);
+#else
   const float scale = inversesqrt(sum / float(p.ne.x) + p.eps);
+#endif
   for (uint i = t; i < p.ne.x; i += WG) d[d0 + i * p.d_nb.x] = a[a0 + i * p.a_nb.x] * scale;
 }
