@@ -987,6 +987,28 @@ void concat_cases(Table& t) {
   });
 }
 
+// The short convolution: Qwen3.5's 4 taps over its channels, one token
+// (generation) or a prompt's, one or two sequences; a permuted input.
+void ssm_conv_cases(Table& t) {
+  for (int64_t taps : {2, 4})
+    for (int64_t channels : {1, 8, 33})
+      for (int64_t tokens : {1, 5, 17})
+        for (int64_t seqs : {1, 2})
+          t.add("ssm_conv", "",
+                cat("sx{", taps - 1 + tokens, ",", channels, ",", seqs, "} c{", taps, ",", channels, "}"), kernel(),
+                [=](CaseGraph& c) {
+                  return ssm_conv(c.g, c.normal(DType::F32, {taps - 1 + tokens, channels, seqs, 1}),
+                                  c.normal(DType::F32, {taps, channels, 1, 1}));
+                });
+  t.add("ssm_conv", "", "sx permuted{8,6,2} c{4,6}", kernel(), [](CaseGraph& c) {
+     Tensor* sx = permute(c.g, c.normal(DType::F32, {8, 2, 6, 1}), 0, 2, 1, 3);
+     return ssm_conv(c.g, sx, c.normal(DType::F32, {4, 6, 1, 1}));
+   }).perf = [](CaseGraph& c) {  // Qwen3.5-27B's 10240 conv channels over a 512-token prompt
+    return std::vector<Tensor*>{
+        ssm_conv(c.g, c.normal(DType::F32, {515, 10240, 1, 1}), c.normal(DType::F32, {4, 10240, 1, 1}))};
+  };
+}
+
 // The experts' biases: rows (u, t) of a plus row ids[u, t] of b.
 void add_id_cases(Table& t) {
   struct Shape4 {
@@ -1412,6 +1434,7 @@ const std::vector<OpCase>& op_cases() {
     add_id_cases(t);
     l2_norm_cases(t);
     concat_cases(t);
+    ssm_conv_cases(t);
     argsort_cases(t);
     sum_rows_clamp_cases(t);
     div_cases(t);

@@ -80,8 +80,9 @@ enum class Op : uint8_t {
   Softplus,
   L2Norm,
   Concat,
+  SsmConv,  // the short causal convolution of DeltaNet and Mamba layers
 };
-constexpr int kOpCount = static_cast<int>(Op::Concat) + 1;
+constexpr int kOpCount = static_cast<int>(Op::SsmConv) + 1;
 
 const char* op_name(Op op);  // "MUL_MAT", ... as in ggml dumps
 std::string op_lower_name(Op op);  // "mul_mat": builders' errors, Vulkan's shader names
@@ -254,6 +255,10 @@ inline Tensor* softplus(Graph& g, Tensor* a) { return unary(g, Op::Softplus, a);
 Tensor* l2_norm(Graph& g, Tensor* a, float eps);
 // a and b joined along dim (0-3): every other dimension equal (ggml_concat).
 Tensor* concat(Graph& g, Tensor* a, Tensor* b, int dim);
+// The short causal convolution (ggml_ssm_conv): sx [d_conv - 1 + T, d, S]
+// (each channel's last d_conv - 1 inputs, then T new ones, for S sequences)
+// and kernels c [d_conv, d] give y [d, T, S], y[i, t, s] = sum_k sx[t + k, i, s] c[k, i].
+Tensor* ssm_conv(Graph& g, Tensor* sx, Tensor* c);
 Tensor* cpy(Graph& g, Tensor* a, Tensor* b);
 Tensor* cont(Graph& g, Tensor* a);
 Tensor* reshape(Graph& g, Tensor* a, std::initializer_list<int64_t> ne);

@@ -176,6 +176,10 @@ Tensor* concat(Graph& g, Tensor* a, Tensor* b, int dim) {
   return checked(t);
 }
 
+Tensor* ssm_conv(Graph& g, Tensor* sx, Tensor* c) {
+  return checked(make_result(g, Op::SsmConv, {sx->ne[1], sx->ne[0] - c->ne[0] + 1, sx->ne[2], 1}, sx, c));
+}
+
 Tensor* add_id(Graph& g, Tensor* a, Tensor* b, Tensor* ids) {
   Tensor* t = make_result(g, Op::AddId, a->ne, a, b);
   t->src[2] = ids;

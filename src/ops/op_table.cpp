@@ -171,6 +171,22 @@ std::string concat(const Tensor& n) {
   return {};
 }
 
+std::string ssm_conv(const Tensor& n) {
+  if (auto r = result_of(n, DType::F32); !r.empty()) return r;
+  const Tensor* sx = n.src[0];
+  const Tensor* c = n.src[1];
+  if (auto r = f32_source(sx); !r.empty()) return r;
+  if (auto r = f32_source(c); !r.empty()) return r;
+  if (c->ne[2] != 1 || c->ne[3] != 1 || sx->ne[3] != 1) return "kernels " + describe(*c) + " must be a matrix and " +
+                                                               describe(*sx) + " 3-D";
+  if (sx->ne[1] != c->ne[1] || sx->ne[0] < c->ne[0])
+    return describe(*sx) + " must hold at least " + std::to_string(c->ne[0]) + " inputs for each of the " +
+           std::to_string(c->ne[1]) + " channels of " + describe(*c);
+  if (n.ne[0] != c->ne[1] || n.ne[1] != sx->ne[0] - c->ne[0] + 1 || n.ne[2] != sx->ne[2])
+    return "result shape does not match";
+  return {};
+}
+
 std::string add_id(const Tensor& n) {
   if (auto r = f32_unary(n); !r.empty()) return r;
   const Tensor* a = n.src[0];
@@ -231,6 +247,7 @@ constexpr std::array<OpDef, kOpCount> kOps = {{
     {Op::Softplus, "SOFTPLUS", false, f32_unary, reference::map_with<softplus_of>},
     {Op::L2Norm, "L2_NORM", false, f32_unary, reference::l2_norm},
     {Op::Concat, "CONCAT", false, concat, reference::concat},
+    {Op::SsmConv, "SSM_CONV", false, ssm_conv, reference::ssm_conv},
 }};
 static_assert(rows_follow_ops(kOps), "kOps needs one row per Op, in the enum's order");
 

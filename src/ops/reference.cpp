@@ -330,6 +330,18 @@ void concat(const Tensor& d) {
   });
 }
 
+void ssm_conv(const Tensor& d) {
+  const Tensor& sx = *d.src[0];
+  const Tensor& c = *d.src[1];
+  for_rows(d, [&](int64_t t, int64_t s, int64_t) {
+    for (int64_t i = 0; i < d.ne[0]; ++i) {
+      double sum = 0;
+      for (int64_t k = 0; k < c.ne[0]; ++k) sum += get(sx, t + k, i, s) * get(c, k, i);
+      set(d, sum, i, t, s);
+    }
+  });
+}
+
 void add(const Tensor& d) { binary(d, Binary::Add); }
 void mul(const Tensor& d) { binary(d, Binary::Mul); }
 void div(const Tensor& d) { binary(d, Binary::Div); }

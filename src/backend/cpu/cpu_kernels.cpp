@@ -82,6 +82,7 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     kernel(Op::Softplus, op_softplus, one_row),
     kernel(Op::L2Norm, op_l2_norm, one_row),
     kernel(Op::Concat, op_concat, no_scratch),
+    kernel(Op::SsmConv, op_ssm_conv, no_scratch),
 }};
 static_assert(rows_follow_ops(kKernels), "the CPU needs one kernel row per Op, in the enum's order");
 

@@ -55,6 +55,7 @@ void op_add_id(const Tensor& node, const KernelCtx& c);
 void op_softplus(const Tensor& node, const KernelCtx& c);
 void op_l2_norm(const Tensor& node, const KernelCtx& c);
 void op_concat(const Tensor& node, const KernelCtx& c);
+void op_ssm_conv(const Tensor& node, const KernelCtx& c);
 void op_rms_norm(const Tensor& node, const KernelCtx& c);
 void op_rope(const Tensor& node, const KernelCtx& c);
 void op_soft_max(const Tensor& node, const KernelCtx& c);

@@ -31,6 +31,14 @@ struct ConcatPush {
   uint32_t a_off, b_off, d_off, dim;
 };
 
+struct SsmConvPush {
+  uint32_t ne[4];
+  uint32_t x_nb[4];
+  uint32_t c_nb[4];
+  uint32_t d_nb[4];
+  uint32_t x_off, c_off, d_off, taps;
+};
+
 struct AddIdPush {
   uint32_t ne[4];
   uint32_t a_nb[4];
@@ -166,6 +174,24 @@ void record_concat(Recorder& r, const Tensor& node) {
   p.d_off = bd.offset_in(4, "'" + node.name + "'");
   p.dim = static_cast<uint32_t>(node.params[0]);
   r.dispatch("concat", {ba, bb, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
+}
+
+std::vector<ShaderUse> ssm_conv_shaders(const Tensor&, bool, bool) { return {{"ssm_conv", 3}}; }
+
+void record_ssm_conv(Recorder& r, const Tensor& node) {
+  const Tensor& sx = *node.src[0];
+  const Tensor& c = *node.src[1];
+  const Bound bx = r.bind(sx, "inputs"), bc = r.bind(c, "kernels"), bd = r.bind(node, "result");
+  SsmConvPush p{};
+  copy4(p.ne, shape_u32(node));
+  copy4(p.x_nb, element_strides(sx, 4));
+  copy4(p.c_nb, element_strides(c, 4));
+  copy4(p.d_nb, element_strides(node, 4));
+  p.x_off = bx.offset_in(4, "'" + sx.name + "'");
+  p.c_off = bc.offset_in(4, "'" + c.name + "'");
+  p.d_off = bd.offset_in(4, "'" + node.name + "'");
+  p.taps = static_cast<uint32_t>(c.ne[0]);
+  r.dispatch("ssm_conv", {bx, bc, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
 }
 
 bool supports_add_id(const Tensor& node) {

@@ -47,6 +47,7 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     elementwise(Op::Softplus, supports_unary),
     {Op::L2Norm, supports_f32_row_op, l2_norm_shaders, record_rms_norm},
     {Op::Concat, supports_concat, concat_shaders, record_concat},
+    {Op::SsmConv, supports_binary, ssm_conv_shaders, record_ssm_conv},
 }};
 static_assert(rows_follow_ops(kKernels), "Vulkan needs one kernel row per Op, in the enum's order");
 

@@ -55,6 +55,8 @@ void record_copy(Recorder& r, const Tensor& node);
 bool supports_concat(const Tensor& node);
 std::vector<ShaderUse> concat_shaders(const Tensor& node, bool is_cpu, bool has_float64);
 void record_concat(Recorder& r, const Tensor& node);
+std::vector<ShaderUse> ssm_conv_shaders(const Tensor& node, bool is_cpu, bool has_float64);
+void record_ssm_conv(Recorder& r, const Tensor& node);
 bool supports_add_id(const Tensor& node);
 std::vector<ShaderUse> add_id_shaders(const Tensor& node, bool is_cpu, bool has_float64);
 void record_add_id(Recorder& r, const Tensor& node);

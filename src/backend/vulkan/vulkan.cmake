@@ -22,6 +22,7 @@ set(QLENS_VK_VARIANTS
   "sum_rows_f64|sum_rows.comp|-DSUM_F64"
   "add_id|add_id.comp|"
   "concat|concat.comp|"
+  "ssm_conv|ssm_conv.comp|"
 )
 # The element-wise ops: one variant per OP_<NAME> that elementwise.comp
 # defines, named as the op's ggml name in lower case ("silu"), which is what
