@@ -365,10 +365,10 @@ std::optional<Solution> bucketed_solution(const SensitivityTable& table, uint64_
     if (t.options.size() >= kNone) return std::nullopt;
     n_options += t.options.size();
   }
-  // At most 10^8 steps (about 0.1 s) and 65536 buckets. With so many
+  // At most 2·10^7 steps (0.02 s; 0.1 s under ASan) and 65536 buckets. With so many
   // tensors that fewer than 4096 buckets remain, each is a small part of the
   // budget and the relaxation is close to the optimum anyway.
-  const uint64_t n_buckets = std::min<uint64_t>(100'000'000 / std::max<size_t>(n_options, 1), 65536);
+  const uint64_t n_buckets = std::min<uint64_t>(20'000'000 / std::max<size_t>(n_options, 1), 65536);
   if (n_buckets < 4096) return std::nullopt;
   const uint64_t bucket = std::max<uint64_t>(1, (available_bytes + n_buckets - 1) / n_buckets);
   const size_t capacity = static_cast<size_t>(available_bytes / bucket) + (bucket > 1 ? n / 2 + 1 : 0);
