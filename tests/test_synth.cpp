@@ -87,10 +87,7 @@ TEST(Synth, SmallPresetsLoadWithTheTableAndTheirHyperParameters) {
       ASSERT_NE(w, nullptr) << t.name;
       EXPECT_EQ(w->name, t.name);
       EXPECT_EQ(w->ne, t.ne) << t.name;
-      // Norms, routers, biases, sinks: F32.
-      const Op reader = role_info(t.role).reader;
-      const bool f32 = reader == Op::Mul || reader == Op::Add || reader == Op::AddId || reader == Op::SoftMax ||
-                       t.role == Role::FfnGateInp;
+      const bool f32 = role_reads_f32(t.role) || t.role == Role::FfnGateInp;  // and routers
       EXPECT_EQ(w->type, f32 ? DType::F32 : DType::F16) << t.name;
     }
     EXPECT_EQ(m->output_is_tied(), p.tied_output);

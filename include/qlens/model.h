@@ -127,6 +127,9 @@ struct RoleInfo {
   Op reader;  // MulMat for matrices, MulMatId for experts, Mul for norm scales, Add for biases, GetRows for the embedding
 };
 const RoleInfo& role_info(Role role);
+// Whether a role's tensor must be F32: what element-wise ops, softmax and
+// rope read (norm scales, biases, attention sinks, rope factors).
+bool role_reads_f32(Role role);
 // The GGUF name of a role's tensor: "blk.3.attn_q.weight", "output_norm.weight".
 std::string tensor_name(Role role, int layer = -1);
 

@@ -51,6 +51,11 @@ std::string text(T v) {
 
 const RoleInfo& role_info(Role role) { return kRoles[static_cast<int>(role)]; }
 
+bool role_reads_f32(Role role) {
+  const Op reader = role_info(role).reader;
+  return reader == Op::Mul || reader == Op::Add || reader == Op::AddId || reader == Op::Rope || reader == Op::SoftMax;
+}
+
 std::string tensor_name(Role role, int layer) {
   const RoleInfo& r = role_info(role);
   const std::string base = std::string(r.name) + "." + r.suffix;
@@ -183,9 +188,7 @@ Tensor* Model::bind(const TensorSpec& spec, int layer) {
                 shape_text(spec.ne));
   const TypeTraits& tt = type_traits(info->type);
   // Element-wise kernels and rope read their second or third operand as F32.
-  const Op reader = role_info(spec.role).reader;
-  if ((reader == Op::Mul || reader == Op::Add || reader == Op::AddId || reader == Op::Rope || reader == Op::SoftMax) &&
-      info->type != DType::F32)
+  if (role_reads_f32(spec.role) && info->type != DType::F32)
     throw Error(file_->path() + ": tensor '" + name + "' (a norm scale, bias, sink or rope factor) must be F32, is " +
                 tt.name);
   Tensor& t = storage_.emplace_back();

@@ -198,16 +198,25 @@ double gelu_of(double x) {
   return x == -HUGE_VAL ? -0.0 : x / (1.0 + std::exp(-2.0 * u));
 }
 
-void rms_norm(const Tensor& d) {
+// Each row times scale(sum of its squares, row length, eps).
+template <class Scale>
+void scale_rows_by_norm(const Tensor& d, Scale scale) {
   const Tensor& a = *d.src[0];
   const double eps = d.param_f(0);
   for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
     const std::vector<double> x = row(a, i1, i2, i3);
     double ss = 0;
     for (double v : x) ss += v * v;
-    const double r = 1.0 / std::sqrt(ss / static_cast<double>(a.ne[0]) + eps);
+    const double r = scale(ss, static_cast<double>(a.ne[0]), eps);
     for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, x[i0] * r, i0, i1, i2, i3);
   });
+}
+
+void rms_norm(const Tensor& d) {
+  scale_rows_by_norm(d, [](double ss, double n, double eps) { return 1.0 / std::sqrt(ss / n + eps); });
+}
+void l2_norm(const Tensor& d) {
+  scale_rows_by_norm(d, [](double ss, double, double eps) { return 1.0 / std::max(std::sqrt(ss), eps); });
 }
 
 void rope(const Tensor& d) {
@@ -304,17 +313,6 @@ void add_id(const Tensor& d) {
   });
 }
 
-void l2_norm(const Tensor& d) {
-  const Tensor& a = *d.src[0];
-  const double eps = d.param_f(0);
-  for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
-    const std::vector<double> x = row(a, i1, i2, i3);
-    double ss = 0;
-    for (double v : x) ss += v * v;
-    const double r = 1.0 / std::max(std::sqrt(ss), eps);
-    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0) set(d, x[i0] * r, i0, i1, i2, i3);
-  });
-}
 
 void concat(const Tensor& d) {
   const Tensor& a = *d.src[0];

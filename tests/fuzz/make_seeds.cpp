@@ -64,7 +64,7 @@ void write_model(const Seed& s, const std::string& path) {
     int64_t n = 1;
     for (int d = 0; d < t.n_dims; ++d) n *= t.ne[d];
     const Op reader = role_info(t.role).reader;
-    const bool plain = reader == Op::Add || reader == Op::Rope || reader == Op::Mul || t.role == Role::FfnGateInp;
+    const bool plain = role_reads_f32(t.role) || t.role == Role::FfnGateInp;
     const DType type = plain ? DType::F32 : s.type;
     std::vector<float> values(static_cast<size_t>(n));
     for (float& v : values) v = reader == Op::Mul ? 1.0f + 0.1f * next() : next();

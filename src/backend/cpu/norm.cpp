@@ -1,4 +1,4 @@
-// RmsNorm: y = x / sqrt(mean(x^2) + eps) over each row; L2Norm.
+// RmsNorm: y = x / sqrt(mean(x^2) + eps) over each row; L2Norm: x / max(|x|, eps).
 #include <algorithm>
 #include <cmath>
 
@@ -6,7 +6,13 @@
 
 namespace qlens::cpu {
 
-void op_rms_norm(const Tensor& d, const KernelCtx& c) {
+namespace {
+
+// Each row times scale(sum of its squares in double, row length, eps) in
+// float, as ggml computes both norms: the last bit of the scale decides
+// activation codes downstream (see Q8Format::activation).
+template <class Scale>
+void scale_rows_by_norm(const Tensor& d, const KernelCtx& c, Scale scale) {
   const Tensor& a = *d.src[0];
   const float eps = d.param_f(0);
   const int64_t n = a.ne[0];
@@ -22,36 +28,23 @@ void op_rms_norm(const Tensor& d, const KernelCtx& c) {
       for (int64_t i = 0; i < n; ++i) buf[i] = *reinterpret_cast<const float*>(p + i * a.nb[0]);
       x = buf;
     }
-    // As ggml: float squares summed in double, the rest in float. The last
-    // bit of the scale decides activation codes downstream (see Q8Format::
-    // activation), so qlens computes the same float.
-    const float mean = n > 0 ? static_cast<float>(c.vec->sum_sq(n, x) / static_cast<double>(n)) : 0.0f;
-    const float s = 1.0f / std::sqrt(mean + eps);
-    c.vec->scale(n, reinterpret_cast<float*>(d.at(0, i1, i2, i3)), x, s);
+    c.vec->scale(n, reinterpret_cast<float*>(d.at(0, i1, i2, i3)), x, scale(c.vec->sum_sq(n, x), n, eps));
   }
 }
 
-// L2Norm: y = x / max(|x|, eps) over each row; as ggml, float squares summed
-// in double, the scale in float.
+}  // namespace
+
+void op_rms_norm(const Tensor& d, const KernelCtx& c) {
+  scale_rows_by_norm(d, c, [](double ss, int64_t n, float eps) {
+    const float mean = n > 0 ? static_cast<float>(ss / static_cast<double>(n)) : 0.0f;
+    return 1.0f / std::sqrt(mean + eps);
+  });
+}
+
 void op_l2_norm(const Tensor& d, const KernelCtx& c) {
-  const Tensor& a = *d.src[0];
-  const float eps = d.param_f(0);
-  const int64_t n = a.ne[0];
-  float* buf = reinterpret_cast<float*>(c.scratch);
-  int64_t r0, r1;
-  split_range(a.nrows(), c.ith, c.nth, &r0, &r1);
-  for (int64_t r = r0; r < r1; ++r) {
-    int64_t i1, i2, i3;
-    row_coords(a, r, &i1, &i2, &i3);
-    const char* p = a.at(0, i1, i2, i3);
-    const float* x = reinterpret_cast<const float*>(p);
-    if (!f32_rows(a)) {
-      for (int64_t i = 0; i < n; ++i) buf[i] = *reinterpret_cast<const float*>(p + i * a.nb[0]);
-      x = buf;
-    }
-    const float s = 1.0f / std::max(static_cast<float>(std::sqrt(c.vec->sum_sq(n, x))), eps);
-    c.vec->scale(n, reinterpret_cast<float*>(d.at(0, i1, i2, i3)), x, s);
-  }
+  scale_rows_by_norm(d, c, [](double ss, int64_t, float eps) {
+    return 1.0f / std::max(static_cast<float>(std::sqrt(ss)), eps);
+  });
 }
 
 }  // namespace qlens::cpu

@@ -318,7 +318,7 @@ int64_t synth_model(const SynthOptions& opt, const std::string& path) {
     // them so); rope factors as the converter computes them.
     // Attention sinks (read by soft_max) are F32 logits of about the scores' size.
     const Op reader = role_info(t.role).reader;
-    if (reader == Op::Add || reader == Op::AddId || reader == Op::Rope || reader == Op::SoftMax) {
+    if (role_reads_f32(t.role) && reader != Op::Mul) {
       std::vector<float> values = t.role == Role::RopeFreqs ? llama3_rope_factors(preset, hp.n_rot) : std::vector<float>(n);
       if (t.role != Role::RopeFreqs)
         for (float& v : values) v = (reader == Op::SoftMax ? 1.0f : 0.1f) * rng.normal();
