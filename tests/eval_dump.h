@@ -186,12 +186,14 @@ inline const std::map<std::string, std::string> kLlamaCppAliases = {{"embd", "in
 inline std::vector<NodeMatch> compare_model_with_dump(const std::string& model_path, const std::string& dump_path,
                                                       const std::string& prompt,
                                                       const std::map<std::string, std::string>& alias,
-                                                      const CpuOptions& cpu = {}) {
+                                                      const CpuOptions& cpu = {},
+                                                      DType cache_type = DType::F16) {
   const auto ref = parse_eval_dump(dump_path);
   auto m = Model::load(model_path);
   const auto tokens = m->vocab().tokenize(prompt, true);
   ContextOptions opt;
   opt.n_ctx = 256;
+  opt.cache_type = cache_type;
   opt.cpu = cpu;
   opt.keep_intermediates = true;
   Context ctx(*m, opt);

@@ -271,40 +271,12 @@ int qlens_cli(const std::string& args, std::string* out, const std::string& env)
 TEST_P(SynthFamily, TheMainJobRuns) {
   QLENS_REQUIRE_SHARED(path, synth(GetParam(), ".gguf"));
   QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
-  const std::string dir = test::temp_dir(), m = GetParam().model;
-  write_file_atomic(dir + "/text.txt", read_text_file(text_path).substr(0, 60000));
-  std::string out;
-  ASSERT_EQ(qlens_cli("imatrix -m " + path + " -f " + dir + "/text.txt -c 128 --chunks 4 -t 2 --no-ppl -o " + dir +
-                          "/im.gguf",
-                      &out),
-            0)
-      << out;
-  std::set<std::string> names;
-  const auto imatrix = gguf::File::open(dir + "/im.gguf");
-  for (const auto& t : imatrix->tensors()) names.insert(t.name.substr(0, t.name.rfind('.')));
-  EXPECT_EQ(names.count(m == "phi3" ? "blk.0.attn_qkv.weight" : "blk.0.attn_q.weight"), 1u) << out;
-  for (const auto& n : names) EXPECT_EQ(n.find(".bias"), std::string::npos) << n;
-  ASSERT_EQ(qlens_cli("sensitivity -m " + path + " -f " + dir + "/text.txt -c 128 --chunks 2 -t 2 --mode noise --imatrix " +
-                          dir + "/im.gguf --json " + dir + "/s.json --top 0",
-                      &out),
-            0)
-      << out;
-  ASSERT_EQ(qlens_cli("plan --sensitivity " + dir + "/s.json --target-bpw 5 -o " + dir + "/plan.txt", &out), 0) << out;
-  ASSERT_EQ(qlens_cli("quantize --pure --imatrix " + dir + "/im.gguf --tensor-type-file " + dir + "/plan.txt " + path + " " +
-                          dir + "/q.gguf Q4_K_M",
-                      &out),
-            0)
-      << out;
-  double ppl[2];
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(qlens_cli("perplexity -m " + (i ? dir + "/q.gguf" : path) + " -f " + dir + "/text.txt -c 128 -t 2", &out), 0)
-        << out;
-    std::smatch match;
-    ASSERT_TRUE(std::regex_search(out, match, std::regex(R"(PPL = ([0-9.]+))"))) << out;
-    ppl[i] = std::stod(match[1]);
-  }
-  std::printf("%s: PPL %.2f, planned at 5 bpw %.2f\n", m.c_str(), ppl[0], ppl[1]);
-  EXPECT_LT(std::fabs(ppl[1] / ppl[0] - 1), 0.1);
+  const std::string m = GetParam().model;
+  const test::MainJob job = test::run_main_job(path, text_path);
+  EXPECT_EQ(job.imatrix_tensors.count(m == "phi3" ? "blk.0.attn_qkv.weight" : "blk.0.attn_q.weight"), 1u);
+  for (const auto& n : job.imatrix_tensors) EXPECT_EQ(n.find(".bias"), std::string::npos) << n;
+  std::printf("%s: PPL %.2f, planned at 5 bpw %.2f\n", m.c_str(), job.ppl, job.ppl_planned);
+  EXPECT_LT(std::fabs(job.ppl_planned / job.ppl - 1), 0.1);
 }
 
 // The type of every quantized tensor in llama-quantize 0c1e570's output for

@@ -7,6 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <regex>
+
+#include <gtest/gtest.h>
+
+#include "core/text_file.h"
+#include "qlens/gguf.h"
 #include "tools/synth/synth.h"
 
 namespace qlens::test {
@@ -94,6 +100,40 @@ int run_command(const std::string& cmd, std::string* out) {
   int status = pclose(pipe);
   if (out) *out = std::move(text);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+
+MainJob run_main_job(const std::string& model, const std::string& text_path, const std::string& env) {
+  MainJob job;
+  const std::string dir = temp_dir(), text = dir + "/text.txt";
+  write_file_atomic(text, read_text_file(text_path).substr(0, 60000));
+  auto run = [&](const std::string& args) {
+    std::string out;
+    const bool ok = run_command(env + std::string(QLENS_BINARY) + " " + args, &out) == 0;
+    if (!ok) ADD_FAILURE() << "qlens " << args << ":\n" << out;
+    return ok ? out : std::string();
+  };
+  auto ppl_of = [&](const std::string& path) {
+    std::smatch match;
+    const std::string out = run("perplexity -m " + path + " -f " + text + " -c 128 -t 2");
+    return std::regex_search(out, match, std::regex(R"(PPL = ([0-9.]+))")) ? std::stod(match[1]) : 0.0;
+  };
+  if (run("imatrix -m " + model + " -f " + text + " -c 128 --chunks 4 -t 2 --no-ppl -o " + dir + "/im.gguf").empty())
+    return job;
+  const auto imatrix = gguf::File::open(dir + "/im.gguf");
+  for (const auto& t : imatrix->tensors())
+    job.imatrix_tensors.insert(t.name.substr(0, t.name.rfind('.')));
+  if (run("sensitivity -m " + model + " -f " + text + " -c 128 --chunks 2 -t 2 --mode noise --imatrix " + dir +
+          "/im.gguf --json " + dir + "/s.json --top 0")
+          .empty() ||
+      run("plan --sensitivity " + dir + "/s.json --target-bpw 5 -o " + dir + "/plan.txt").empty() ||
+      run("quantize --pure --imatrix " + dir + "/im.gguf --tensor-type-file " + dir + "/plan.txt " + model + " " + dir +
+          "/q.gguf Q4_K_M")
+          .empty())
+    return job;
+  job.ppl = ppl_of(model);
+  job.ppl_planned = ppl_of(dir + "/q.gguf");
+  return job;
 }
 
 }  // namespace qlens::test

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,18 @@ void plan_into(Graph& g, std::vector<char>& buf, char fill = 0);
 
 // Runs a shell command, returns its exit status; output captured into *out.
 int run_command(const std::string& cmd, std::string* out);
+
+// The main job through the CLI, as a user runs it: imatrix on the first
+// 60,000 bytes of `text_path` (4 chunks of 128), sensitivity (noise mode),
+// a plan at 5 bits per weight, quantization with it, and perplexity of the
+// model and of the planned file. `env` prefixes each command (e.g.
+// "QLENS_CPU_ISA=scalar "). Fails the calling test (ADD_FAILURE) on a
+// command's error, with its output.
+struct MainJob {
+  std::set<std::string> imatrix_tensors;  // the weights the imatrix has entries of
+  double ppl = 0, ppl_planned = 0;
+};
+MainJob run_main_job(const std::string& model, const std::string& text_path, const std::string& env = "");
 
 // A fixture for tests that run the tools on stories260K and the TinyStories
 // validation text (../shared): skips without them; a fresh folder per test.

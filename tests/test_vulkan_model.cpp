@@ -362,6 +362,34 @@ TEST(VulkanModel, MoeFamiliesRunOnTheDeviceAndPerplexityEqualsTheCpu) {
     }
 }
 
+// The architectures of 2026 (tests/data, the models of
+// tests/test_arch_references.cpp) and their quantized files, fully
+// offloaded: every node from the first layer's attention on runs on the
+// device, experts read from device memory, for a prompt and for generation;
+// perplexity (4 chunks of 128) equals the CPU's.
+TEST(VulkanModel, ArchReferencesRunOnTheDeviceAndPerplexityEqualsTheCpu) {
+  QLENS_REQUIRE_VULKAN();
+  QLENS_REQUIRE_SHARED(text_path, kText);
+  const std::string text = read_text_file(text_path).substr(0, 200000);
+  const std::string data = std::string(QLENS_SOURCE_DIR) + "/tests/data/";
+  for (const char* name : {"gpt-oss-tiny", "gpt-oss-tiny.mxfp4"}) {
+    const std::string path = data + name + ".gguf";
+    SCOPED_TRACE(path);
+    auto m = Model::load(path);
+    const auto tokens = m->vocab().tokenize(text, true);
+    Context ctx(*m, opts("vulkan:0"));
+    EXPECT_EQ(ctx.n_offloaded_layers(), m->hparams().n_layer);
+    for (size_t n : {size_t{100}, size_t{1}}) {
+      const auto batch = std::span<const Token>(tokens).subspan(static_cast<size_t>(ctx.n_past()), n);
+      const Placement p = placement_of_decode(ctx, batch);
+      EXPECT_TRUE(p.host_experts.empty()) << "experts in host memory: " << joined(p.host_experts);
+      EXPECT_TRUE(p.elsewhere.empty()) << n << " tokens, not on the device: " << joined(p.elsewhere);
+      EXPECT_LE(p.before_device.size(), 2u) << joined(p.before_device);  // inp_embd, norm-0
+    }
+    expect_vulkan_perplexity_equals_cpu(path, tokens, 128, 4);
+  }
+}
+
 // imatrix on the MoE families fully offloaded, through the per-expert
 // ColumnSumSq taps on the device: the same entries as on the CPU, rows per
 // expert exact, sums within 1e-5 relative.

@@ -108,8 +108,19 @@ bool Context::device_runs(const Tensor& w, Op reader) const {
                         probe.new_tensor(DType::I32, {1, 1}));
       break;
     case Op::Mul: node = mul(probe, x, weight); break;
+    case Op::Add: node = add(probe, x, weight); break;
+    case Op::AddId:  // an expert's bias row added to its rows
+      node = add_id(probe, probe.new_tensor(DType::F32, {w.ne[0], 1, 1}), weight, probe.new_tensor(DType::I32, {1, 1}));
+      break;
+    case Op::SoftMax:  // attention sinks: one logit per head
+      node = soft_max(probe, probe.new_tensor(DType::F32, {4, 1, w.ne[0]}), nullptr, 1.0f, weight);
+      break;
+    case Op::Rope:  // rope_freqs: one factor per rotated pair
+      node = rope(probe, probe.new_tensor(DType::F32, {2 * w.ne[0], 1, 1}), probe.new_tensor(DType::I32, {1}),
+                  static_cast<int>(2 * w.ne[0]), RopeMode::Normal, 10000.0f, 1.0f, weight);
+      break;
     case Op::GetRows: node = get_rows(probe, weight, probe.new_tensor(DType::I32, {1})); break;
-    default: return false;
+    default: return false;  // a reader no role has
   }
   return device_->supports_op(*node);
 }
