@@ -33,9 +33,24 @@ struct ArchReference {
   // A quantized file llama-quantize wrote from the model (tests/data/<model>.<quantized>.gguf,
   // with llama.cpp's perplexity log against the .kld and its greedy text), or null.
   const char* quantized = nullptr;
+  // Bounds where llama.cpp's own runs spread wider than the defaults (1e-3
+  // for nodes and imatrix values, no routing difference): measured and
+  // stated in tests/data/README.md.
+  double node_bound = 1e-3;     // of a node's scale, every kernel set
+  double imatrix_bound = 1e-3;  // relative, per value of the matrices whose counts agree
+  int routing_flips = 0;        // (token, expert) choices an imatrix run may make otherwise, per layer
 };
 
-const ArchReference kReferences[] = {{"gpt-oss-tiny", "gpt-oss", "mxfp4"}};
+// deepseek2-tiny and glm4moe-tiny: 4096 sigmoid routing choices of 8
+// experts in an imatrix run; llama.cpp's own -fa on and F16-cache runs move
+// values by up to 7.2e-3 (deepseek2, and send one row to another expert)
+// and 7.9e-3 (glm4moe) where the counts agree. Their last layers' nodes
+// differ by about 1e-3, one F16 step of the unit-size activations upstream,
+// which is up to 4.5e-3 of a small node's own scale with the kernel sets'
+// sum orders (tests/data/README.md).
+const ArchReference kReferences[] = {{"gpt-oss-tiny", "gpt-oss", "mxfp4"},
+                                     {"deepseek2-tiny", "deepseek2", nullptr, 5e-3, 7.5e-3, 1},
+                                     {"glm4moe-tiny", "glm4moe", nullptr, 5e-3, 8e-3, 0}};
 
 class ArchReferenceTest : public testing::TestWithParam<ArchReference> {
  protected:
@@ -70,7 +85,8 @@ TEST_P(ArchReferenceTest, LogProbabilitiesMatchLlamaCpp) {
 }
 
 // llama-eval-callback -fa off with an F32 cache: every node qlens names as
-// llama.cpp does within 1e-3 of the node's scale, sums within 5e-3. These
+// llama.cpp does within 1e-3 of the node's scale (node_bound), sums within
+// 5e-3. These
 // graphs name "attn_out" themselves where llama.cpp's do (gpt-oss: after the
 // output bias), so that alias of the llama graph's dumps is left out.
 TEST_P(ArchReferenceTest, EveryNodeMatchesLlamaCppDump) {
@@ -81,7 +97,7 @@ TEST_P(ArchReferenceTest, EveryNodeMatchesLlamaCppDump) {
   ASSERT_GT(matches.size(), 20u);
   const test::NodeMatch* worst = &matches[0];
   for (const auto& m : matches) {
-    EXPECT_LE(m.worst_value_rel, 1e-3) << m.name << ": " << m.worst_ours << " vs " << m.worst_ref;
+    EXPECT_LE(m.worst_value_rel, GetParam().node_bound) << m.name << ": " << m.worst_ours << " vs " << m.worst_ref;
     EXPECT_LE(m.sum_rel, 5e-3) << m.name << " sum";
     if (m.worst_value_rel > worst->worst_value_rel) worst = &m;
   }
@@ -98,22 +114,28 @@ TEST_P(ArchReferenceTest, GreedyTextMatchesLlamaCpp) {
     tools::GenerateOptions opt;
     opt.n_predict = 24;
     opt.sampler.temperature = 0;
+    opt.cache_type = DType::F32;
     opt.cpu = test::cpu_options();
-    const auto r = tools::generate(*m, "Once upon a time", opt);
+    auto r = tools::generate(*m, "Once upon a time", opt);
     // llama-completion echoes the prompt with SentencePiece's leading space
-    // and ends with a blank line.
+    // and ends with a blank line; it prints pieces as C strings, so a byte
+    // token <0x00> shows as nothing.
     std::string expected = read_text_file(file(variant + ".greedy.txt"));
     while (!expected.empty() && expected.back() == '\n') expected.pop_back();
+    std::erase(r.text, '\0');
     EXPECT_EQ(" Once upon a time" + r.text, expected) << variant;
   }
 }
 
-// llama-imatrix -c 128 --chunks 4 (-fa off, F32 cache): the same entries and
-// counts, every value within 1e-3 relative.
+// llama-imatrix -c 128 --chunks 4 (-fa off, F32 cache): the same entries
+// and counts (but for routing_flips rows per layer that went to another
+// expert), every value of the matrices whose counts agree within 1e-3
+// relative (imatrix_bound).
 TEST_P(ArchReferenceTest, ImatrixMatchesLlamaCpp) {
   QLENS_REQUIRE_SHARED(text, "data/tinystories/tinystories_val.txt");
-  const tools::Imatrix ref = tools::load_imatrix(file(".imatrix.gguf"));
+  tools::Imatrix ref = tools::load_imatrix(file(".imatrix.gguf"));
   auto m = Model::load(file(".gguf"));
+  tools::check_imatrix_matches_model(ref, *m);  // llama-imatrix's one-count 3-D entries get their matrices
   tools::ImatrixOptions opt;
   opt.n_ctx = 128;
   opt.max_chunks = 4;
@@ -127,12 +149,20 @@ TEST_P(ArchReferenceTest, ImatrixMatchesLlamaCpp) {
   for (const auto& [name, want] : ref.entries) {
     ASSERT_TRUE(ours.entries.count(name)) << name;
     const tools::ImatrixEntry& got = ours.entries.at(name);
-    EXPECT_EQ(got.counts, want.counts) << name;
+    ASSERT_EQ(got.n_mat, want.n_mat) << name;
     ASSERT_EQ(got.sum2.size(), want.sum2.size()) << name;
-    for (size_t i = 0; i < want.sum2.size(); ++i) {
-      const double rel = std::fabs(got.sum2[i] - want.sum2[i]) / std::max(std::fabs(want.sum2[i]), 1e-30);
-      worst = std::max(worst, rel);
-      ASSERT_LE(rel, 1e-3) << name << " value " << i;
+    EXPECT_EQ(got.one_count, want.one_count) << name;
+    double moved = 0;  // rows counted for another expert
+    for (int64_t x = 0; x < want.n_mat; ++x) moved += std::fabs(got.counts[x] - want.counts[x]);
+    EXPECT_LE(moved / 2, GetParam().routing_flips) << name;
+    for (int64_t x = 0; x < want.n_mat; ++x) {
+      if (got.counts[x] != want.counts[x]) continue;
+      for (int64_t k = 0; k < want.n_cols; ++k) {
+        const double a = got.sum2[x * want.n_cols + k], b = want.sum2[x * want.n_cols + k];
+        const double rel = std::fabs(a - b) / std::max(std::fabs(b), 1e-30);
+        worst = std::max(worst, rel);
+        EXPECT_LE(rel, GetParam().imatrix_bound) << name << " matrix " << x << " column " << k;
+      }
     }
   }
   std::printf("%s: %zu imatrix entries, worst relative difference %.3g\n", GetParam().model, ref.entries.size(), worst);

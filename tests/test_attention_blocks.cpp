@@ -167,25 +167,35 @@ std::vector<float> read(const Tensor& t) { return tensor_to_f32(t); }
 
 // ---- tests
 
-TEST(AttentionBlocks, EveryArchitecturePicksTheStandardBlockWithAKAndVCachePerLayer) {
+// Every architecture but deepseek2 attends with the standard block, a K and
+// a V cache per layer; deepseek2's latent block caches one row per token,
+// the compressed kv and the shared rope key.
+TEST(AttentionBlocks, EveryArchitecturePicksItsBlockAndItsCache) {
   HParams hp;
   hp.n_layer = 2;
   hp.n_embd = 256;
   hp.n_head = 4;
   hp.n_head_kv = 2;
   hp.head_dim = 64;
+  hp.n_rot = 16;
+  hp.n_lora_kv = 32;
   hp.n_swa = 8;
   hp.swa_layers = {true, false};
   for (const std::string& name : architecture_names()) {
     SCOPED_TRACE(name);
     hp.arch = name;
+    const bool latent = name == "deepseek2";
     for (int il = 0; il < hp.n_layer; ++il) {
       const auto block = find_architecture(name)->attention(hp, il);
-      EXPECT_STREQ(block->kind(), "standard");
+      EXPECT_STREQ(block->kind(), latent ? "latent" : "standard");
       EXPECT_EQ(block->state_kind(), StateKind::PerPosition);
       const std::vector<StateSpec> state = block->state(hp, il, 64, DType::F16);
-      ASSERT_EQ(state.size(), 2u);
+      ASSERT_EQ(state.size(), latent ? 1u : 2u);
       EXPECT_EQ(state[0].name, "cache_k_l" + std::to_string(il));
+      if (latent) {
+        EXPECT_EQ(state[0].ne[0], (hp.n_lora_kv + hp.n_rot) * 64);
+        continue;
+      }
       EXPECT_EQ(state[1].name, "cache_v_l" + std::to_string(il));
       EXPECT_EQ(state[1].ne[0], hp.n_embd_kv() * 64);
     }

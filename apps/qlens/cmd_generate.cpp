@@ -27,6 +27,7 @@ int cmd_generate(int argc, char** argv) {
   p.add({"-c", "--ctx-size"}, &opt.n_ctx, "N", "context size (default: the model's, at most 4096)");
   p.add({"-b", "--batch-size"}, &opt.n_batch, "N", "prompt tokens per evaluation (default 512)");
   p.add({"-t", "--threads"}, &threads, "N", "threads (default: one per core)");
+  add_cache_type_option(p, &opt.cache_type);
   DeviceFlags dev;
   add_device_options(p, &dev);
   p.add_switch({"--no-stats"}, &quiet, "do not print timings to stderr");

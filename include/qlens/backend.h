@@ -113,6 +113,13 @@ class Backend {
   // ---- taps (see qlens/tap.h): a backend that returns null here leaves the
   // reduction to the scheduler's host fallback.
   virtual std::unique_ptr<TapState> make_tap_state(TapKind kind, int64_t n_columns);
+  // Whether this backend reduces a tap of `kind` on `node` itself; the
+  // scheduler reduces the others on the host.
+  virtual bool supports_tap(TapKind kind, const Tensor& node) const {
+    (void)kind;
+    (void)node;
+    return true;
+  }
   // Adds what the state accumulated to `into` (synchronizes first), then
   // clears the state when `reset`.
   virtual void read_tap(TapState& state, TapResult& into, bool reset);

@@ -31,8 +31,11 @@ namespace qlens {
 // How a router turns its logits into each token's experts and their weights
 // (llama.cpp's expert gating functions): Softmax, the top-k of the softmax
 // over every expert, weighted by those probabilities; SoftmaxWeight
-// (gpt-oss), the top-k of the logits, weighted by the softmax over the k.
-enum class ExpertGating { Softmax, SoftmaxWeight };
+// (gpt-oss), the top-k of the logits, weighted by the softmax over the k;
+// Sigmoid (DeepSeek V3, Kimi K2, GLM-4.5), the top-k of the sigmoids (plus
+// the selection bias exp_probs_b where the model has one), weighted by the
+// sigmoids themselves.
+enum class ExpertGating { Softmax, SoftmaxWeight, Sigmoid };
 
 struct HParams {
   std::string arch;  // general.architecture as in the file ("llama", "mistral", "gemma3")
@@ -40,10 +43,12 @@ struct HParams {
   int64_t n_ctx_train = 0;
   int64_t n_embd = 0;
   int64_t n_ff = 0;
-  int64_t n_layer = 0;
+  int64_t n_layer = 0;        // the layers the graph runs
+  int64_t n_layer_nextn = 0;  // NextN/MTP layers after them (GLM-4.5, DeepSeek V3): loaded and checked, never run
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;  // key and value length per head: n_embd / n_head unless the file says otherwise
+  int64_t head_dim_v = 0;  // value length per head (attention.value_length): head_dim unless the file says otherwise
   int64_t n_rot = 0;     // rotated dims per head
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.0f;
@@ -65,8 +70,27 @@ struct HParams {
   bool expert_weights_norm = false;
   float expert_weights_scale = 0.0f;
   ExpertGating expert_gating = ExpertGating::Softmax;
+  // Grouped routing (DeepSeek V3): the experts in n_expert_groups groups,
+  // only the n_group_used groups with the best two scores each compete.
+  int64_t n_expert_groups = 0;
+  int64_t n_group_used = 0;
+  int64_t n_expert_shared = 0;     // shared experts beside the routed ones (one dense feed-forward of n_ff_exp each)
+  int64_t n_layer_dense_lead = 0;  // leading layers with a dense feed-forward instead of experts
   // YaRN (rope.scaling.type "yarn"; ext_factor 0: none), for every layer.
   RopeYarn rope_yarn;
+  // DeepSeek's YaRN attention scale (rope.scaling.yarn_log_multiplier / 0.1,
+  // as llama.cpp reads it): the scores are scaled by mscale^2,
+  // mscale = 1 + 0.1 log_mul ln(factor).
+  float rope_yarn_log_mul = 0.0f;
+  // Multi-head latent attention (DeepSeek V2/V3, Kimi K2): keys and values
+  // from a compressed latent of n_lora_kv per token plus a shared rope key of
+  // n_rot; queries through a rank-n_lora_q bottleneck (0: one matrix). Per
+  // head, head_dim_k_mla key dims (the no-rope part, then n_rot) and
+  // head_dim_v_mla value dims (attention.key_length_mla / value_length_mla).
+  int64_t n_lora_q = 0;
+  int64_t n_lora_kv = 0;
+  int64_t head_dim_k_mla = 0;
+  int64_t head_dim_v_mla = 0;
 
   int64_t n_embd_q() const { return head_dim * n_head; }
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }
@@ -117,8 +141,32 @@ enum class Role : uint8_t {
   FfnGateExpsBias,
   FfnUpExpsBias,
   FfnDownExpsBias,
+  // DeepSeek's latent attention: q's low-rank pair and the norm between
+  // them, the compressed kv with the rope key (kv_a_mqa) and its norm, and
+  // the per-head up-projections of the latent into keys (k_b, absorbed into
+  // the queries) and values (v_b), 3-D [.., .., n_head].
+  AttnQA,
+  AttnQANorm,
+  AttnQB,
+  AttnKvAMqa,
+  AttnKvANorm,
+  AttnKB,
+  AttnVB,
+  // The routers' selection bias (exp_probs_b) and the shared experts.
+  FfnExpProbsB,
+  FfnGateShexp,
+  FfnUpShexp,
+  FfnDownShexp,
+  // A NextN / multi-token-prediction layer's own tensors (beside a full
+  // layer's): what llama.cpp loads and its main graph skips.
+  NextnEhProj,
+  NextnEnorm,
+  NextnHnorm,
+  NextnEmbedTokens,
+  NextnSharedHeadHead,
+  NextnSharedHeadNorm,
 };
-constexpr int kRoleCount = static_cast<int>(Role::FfnDownExpsBias) + 1;
+constexpr int kRoleCount = static_cast<int>(Role::NextnSharedHeadNorm) + 1;
 
 struct RoleInfo {
   const char* name;    // "attn_q"
@@ -138,6 +186,10 @@ struct TensorSpec {
   Role role;
   std::array<int64_t, kMaxDims> ne;  // ggml order, from the hyper-parameters
   bool required = true;
+  // Optional for loading (llama.cpp loads files without it) but in the
+  // published models (gpt-oss's q/k/v biases, DeepSeek V3's exp_probs_b):
+  // qlens synth writes it.
+  bool published = false;
 };
 
 // An architecture's tensor table and keys, for writers of model files (qlens

@@ -7,7 +7,9 @@
 //                (src[1], [K, rows...]) the sum over rows of x_k^2, and the
 //                number of rows: exactly what an importance matrix holds.
 //                On a MulMatId node the same per expert: each token's row
-//                (for each of its slots) counts for the expert of that slot.
+//                (for each of its slots) counts for the expert of that slot;
+//                on a MulMat of a 3-D weight (DeepSeek's attn_k_b, a matrix
+//                per head) per matrix: each row for the matrix it meets.
 //   Stats        on any node: count, min, max, sum, sum of squares, NaN and
 //                Inf counts of its values (NaN/Inf excluded from the others).
 //   ErrorStats   on a node `a` with a second tensor `b` of the same shape:
@@ -100,6 +102,9 @@ struct TapResult {
   std::vector<double> column_sum_sq;  // ColumnSumSq: [K], or [n_expert][K] on a MulMatId
   int64_t rows = 0;                   // ColumnSumSq: activation rows seen (all experts)
   std::vector<int64_t> expert_rows;   // ColumnSumSq on a MulMatId: rows per expert, else empty
+  // ColumnSumSq on a MulMat of a 3-D weight: its matrices (column_sum_sq is
+  // [batch_matrices][K], each matrix seeing rows / batch_matrices rows); 0 else.
+  int64_t batch_matrices = 0;
   NodeStats stats;                    // Stats
   ErrorStats error;                   // ErrorStats
 
@@ -108,8 +113,13 @@ struct TapResult {
 };
 
 // The experts a ColumnSumSq tap on `node` keeps apart (a MulMatId's expert
-// count; 0 for a MulMat) and the accumulator's size (columns times experts).
+// count; 0 for a MulMat), the matrices of a MulMat's 3-D weight it keeps
+// apart (0 for a 2-D weight), the matrix an activation row of a MulMat meets
+// (rows counted over src[1]'s dims 1 to 3), and the accumulator's size
+// (columns times experts or matrices).
 int64_t tap_experts(const Tensor& node);
+int64_t tap_batch_matrices(const Tensor& node);
+int64_t tap_batch_matrix(const Tensor& node, int64_t row);
 int64_t tap_columns(TapKind kind, const Tensor& node);
 
 // The host reference: accumulates node `node` (host-readable, any strides,
@@ -120,6 +130,9 @@ void tap_accumulate_host(TapKind kind, const Tensor& node, const Tensor* other, 
 // fastest): what the scheduler's fallback uses for tensors on devices.
 void tap_accumulate_values(TapKind kind, const std::vector<float>& values, int64_t row_length,
                            const std::vector<float>* other, TapResult& acc);
+// ColumnSumSq on a MulMat of a 3-D weight from a host copy of its
+// activations (F32 in logical order): each row into its matrix's sums.
+void tap_accumulate_batch_values(const std::vector<float>& x, const Tensor& node, TapResult& acc);
 
 // ColumnSumSq on a MulMatId node from host copies of its activations x
 // (F32 in logical order, [K, b1, N]) and expert ids ([n_used, N]).

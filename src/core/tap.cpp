@@ -147,6 +147,10 @@ void TapResult::merge(const TapResult& o) {
         throw Error("tap results over " + std::to_string(expert_rows.size()) + " and " +
                     std::to_string(o.expert_rows.size()) + " experts cannot be merged");
       for (size_t e = 0; e < o.expert_rows.size(); ++e) expert_rows[e] += o.expert_rows[e];
+      if (batch_matrices == 0) batch_matrices = o.batch_matrices;
+      if (o.batch_matrices != 0 && o.batch_matrices != batch_matrices)
+        throw Error("tap results over " + std::to_string(batch_matrices) + " and " +
+                    std::to_string(o.batch_matrices) + " matrices cannot be merged");
       break;
     case TapKind::Stats: stats.merge(o.stats); break;
     case TapKind::ErrorStats: error.merge(o.error); break;
@@ -157,9 +161,37 @@ int64_t tap_experts(const Tensor& node) {
   return node.op == Op::MulMatId && node.src[0] ? node.src[0]->ne[2] : 0;
 }
 
+int64_t tap_batch_matrices(const Tensor& node) {
+  if (node.op != Op::MulMat || !node.src[0]) return 0;
+  const int64_t n = node.src[0]->ne[2] * node.src[0]->ne[3];
+  return n > 1 ? n : 0;
+}
+
+int64_t tap_batch_matrix(const Tensor& node, int64_t row) {
+  const Tensor& w = *node.src[0];
+  const Tensor& x = *node.src[1];
+  const int64_t i2 = (row / x.ne[1]) % x.ne[2], i3 = row / (x.ne[1] * x.ne[2]);
+  return (i3 % w.ne[3]) * w.ne[2] + i2 % w.ne[2];
+}
+
 int64_t tap_columns(TapKind kind, const Tensor& node) {
   if (kind != TapKind::ColumnSumSq || !node.src[1]) return 0;
-  return node.src[1]->ne[0] * std::max<int64_t>(1, tap_experts(node));
+  return node.src[1]->ne[0] * std::max<int64_t>(1, tap_experts(node) + tap_batch_matrices(node));
+}
+
+void tap_accumulate_batch_values(const std::vector<float>& x, const Tensor& node, TapResult& acc) {
+  const int64_t K = node.src[1]->ne[0], M = tap_batch_matrices(node);
+  acc.kind = TapKind::ColumnSumSq;
+  acc.batch_matrices = M;
+  if (acc.column_sum_sq.empty()) acc.column_sum_sq.assign(K * M, 0.0);
+  if (M < 1 || static_cast<int64_t>(acc.column_sum_sq.size()) != K * M || x.size() % K != 0)
+    throw Error("tap: the activations of '" + node.name + "' do not match its matrices");
+  const int64_t rows = static_cast<int64_t>(x.size()) / K;
+  for (int64_t r = 0; r < rows; ++r) {
+    double* sums = acc.column_sum_sq.data() + tap_batch_matrix(node, r) * K;
+    for (int64_t k = 0; k < K; ++k) sums[k] += static_cast<double>(x[r * K + k]) * x[r * K + k];
+  }
+  acc.rows += rows;
 }
 
 void tap_accumulate_expert_values(const std::vector<float>& x, int64_t K, int64_t b1, const std::vector<int32_t>& ids,
@@ -224,6 +256,14 @@ void tap_accumulate_host(TapKind kind, const Tensor& node, const Tensor* other, 
       }
       if (node.op != Op::MulMat || !x) throw Error("tap: column sums need a MUL_MAT node, '" + node.name + "' is not");
       require_f32(*x, "activations");
+      if (tap_batch_matrices(node) > 0) {
+        std::vector<float> values;
+        for_each_index(*x, [&](int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+          values.push_back(value_at(*x, i0, i1, i2, i3));
+        });
+        tap_accumulate_batch_values(values, node, acc);
+        break;
+      }
       if (acc.column_sum_sq.empty()) acc.column_sum_sq.assign(x->ne[0], 0.0);
       if (static_cast<int64_t>(acc.column_sum_sq.size()) != x->ne[0])
         throw Error("tap: '" + node.name + "' has " + std::to_string(x->ne[0]) + " columns, the tap " +

@@ -5,7 +5,7 @@
 // - standard: grouped-query attention over a KV cache, one K and one V
 //   tensor per layer (optional sliding window, per-head q/k norms, q scale);
 // - latent (MLA: DeepSeek V3, Kimi K2): attention over a cache of compressed
-//   latents, a layout of its own;
+//   latents and a shared rope key, one row per token;
 // - recurrent (linear attention, SSM: Qwen3.5/3.6, Qwen3-Next): a state of
 //   fixed size per sequence, updated token by token.
 //
@@ -74,5 +74,10 @@ struct StandardAttentionOptions {
   bool sinks = false;  // gpt-oss: attn_sinks, one logit per head beside the scores
 };
 std::unique_ptr<AttentionBlock> make_standard_attention(const StandardAttentionOptions& options);
+
+// Multi-head latent attention (DeepSeek V2/V3, Kimi K2; attention_latent.cpp)
+// over a cache of one row per token: the compressed kv (n_lora_kv) and the
+// shared rope key (n_rot), as llama.cpp caches them.
+std::unique_ptr<AttentionBlock> make_latent_attention();
 
 }  // namespace qlens

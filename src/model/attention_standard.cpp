@@ -39,7 +39,8 @@ class StandardAttention final : public AttentionBlock {
     const size_t v_row = static_cast<size_t>(n_ctx) * esize;           // one value dimension over the context
 
     auto [q, k, v] = project(b, il, cur);
-    if (opt_.qk_norm) {
+    // GLM-4.5 has per-head norms, GLM-4.5-Air not: the table's optional rows decide.
+    if (opt_.qk_norm || b.weight(Role::AttnQNorm, il)) {
       q = b.norm(q, Role::AttnQNorm, il, "Qcur_normed");
       k = b.norm(k, Role::AttnKNorm, il, "Kcur_normed");
     }

@@ -102,7 +102,9 @@ bool Context::device_runs(const Tensor& w, Op reader) const {
   Tensor* weight = probe.external(w, w.data);
   Tensor* node = nullptr;
   switch (reader) {
-    case Op::MulMat: node = mul_mat(probe, weight, x); break;
+    case Op::MulMat:  // a 3-D weight (DeepSeek's attn_k_b) multiplies a batch of its matrices' count
+      node = mul_mat(probe, weight, probe.new_tensor(DType::F32, {w.ne[0], 1, w.ne[2], w.ne[3]}));
+      break;
     case Op::MulMatId:
       node = mul_mat_id(probe, weight, probe.new_tensor(DType::F32, {w.ne[0], 1, 1}),
                         probe.new_tensor(DType::I32, {1, 1}));

@@ -127,17 +127,18 @@ Tensor* GraphBuilder::attention(Tensor* cur, int il) {
   return ctx_.model().attention_block(il).build(*this, il, cur, ctx_.state().layer(il));
 }
 
-Tensor* GraphBuilder::feed_forward(Tensor* cur, int il, FfnActivation act) {
+Tensor* GraphBuilder::feed_forward(Tensor* cur, int il, FfnActivation act, const FfnRoles& roles,
+                                   const char* out_name) {
   Graph& g = g_;
   Tensor *gate, *up;
   const bool scaled = ctx_.model().arch().scales_feed_forward();
   auto project = [&](Role role, Tensor* x) { return scaled ? matmul(role, il, x) : mul_mat(g, weight(role, il), x); };
-  if (weight(Role::FfnGate, il)) {
-    gate = named(project(Role::FfnGate, cur), "ffn_gate", il);
-    up = named(project(Role::FfnUp, cur), "ffn_up", il);
+  if (weight(roles.gate, il)) {
+    gate = named(project(roles.gate, cur), "ffn_gate", il);
+    up = named(project(roles.up, cur), "ffn_up", il);
   } else {
     // ffn_up holds gate | up (Phi-3): the halves of one projection.
-    Tensor* both = named(project(Role::FfnUp, cur), "ffn_up", il);
+    Tensor* both = named(project(roles.up, cur), "ffn_up", il);
     const int64_t F = both->ne[0] / 2;
     gate = view(g, both, {F, both->ne[1]}, {both->nb[1]}, 0);
     up = view(g, both, {F, both->ne[1]}, {both->nb[1]}, F * sizeof(float));
@@ -146,7 +147,7 @@ Tensor* GraphBuilder::feed_forward(Tensor* cur, int il, FfnActivation act) {
   // llama.cpp names the product ffn_geglu for GELU (ffn_gate_par in the
   // dumps our llama tests read).
   Tensor* par = named(mul(g, gate, up), act == FfnActivation::Silu ? "ffn_gate_par" : "ffn_geglu", il);
-  return named(project(Role::FfnDown, par), "ffn_out", il);
+  return named(project(roles.down, par), out_name, il);
 }
 
 GraphBuilder::Routing GraphBuilder::route(Tensor* cur, int il) {
@@ -156,9 +157,16 @@ GraphBuilder::Routing GraphBuilder::route(Tensor* cur, int il) {
   Tensor* logits = named(mul_mat(g, weight(Role::FfnGateInp, il), cur), "ffn_moe_logits", il);
   if (Tensor* bias = weight(Role::FfnGateInpBias, il)) logits = named(add(g, logits, bias), "ffn_moe_logits_biased", il);
   // SoftmaxWeight ranks the logits themselves (llama.cpp names them "ffn_moe_probs" then).
-  Tensor* probs = hp.expert_gating == ExpertGating::Softmax ? soft_max(g, logits, nullptr, 1.0f) : logits;
+  Tensor* probs = logits;
+  if (hp.expert_gating == ExpertGating::Softmax) probs = soft_max(g, logits, nullptr, 1.0f);
+  if (hp.expert_gating == ExpertGating::Sigmoid) probs = sigmoid(g, logits);
   named(probs, "ffn_moe_probs", il);
-  Tensor* selected = named(top_k(g, probs, U), "ffn_moe_topk", il);
+  // The selection bias (DeepSeek V3) and the groups change which experts are
+  // chosen, not their weights.
+  Tensor* selection = probs;
+  if (Tensor* bias = weight(Role::FfnExpProbsB, il)) selection = named(add(g, probs, bias), "ffn_moe_probs_biased", il);
+  if (hp.n_expert_groups > 1) selection = best_groups_only(selection, il);
+  Tensor* selected = named(top_k(g, selection, U), "ffn_moe_topk", il);
   named(selected->src[0], "ffn_moe_argsort", il);
   Tensor* weights = named(get_rows(g, reshape(g, probs, {1, E, N}), selected), "ffn_moe_weights", il);
   if (hp.expert_gating == ExpertGating::SoftmaxWeight)
@@ -175,6 +183,19 @@ GraphBuilder::Routing GraphBuilder::route(Tensor* cur, int il) {
   if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
     weights = named(scale(g, weights, hp.expert_weights_scale), "ffn_moe_weights_scaled", il);
   return {selected, weights};
+}
+
+Tensor* GraphBuilder::deepseek_moe_feed_forward(Tensor* cur, int il, const char* shared_name) {
+  if (il < hparams().n_layer_dense_lead) return feed_forward(cur, il, FfnActivation::Silu);
+  Tensor* moe = moe_feed_forward(cur, il, FfnActivation::Silu);
+  if (hparams().n_expert_shared == 0) return moe;
+  Tensor* shared = feed_forward(cur, il, FfnActivation::Silu,
+                                {Role::FfnGateShexp, Role::FfnUpShexp, Role::FfnDownShexp}, shared_name);
+  return named(add(g_, moe, shared), "ffn_out", il);
+}
+
+Tensor* GraphBuilder::best_groups_only(Tensor*, int) {
+  throw Error(ctx_.model().path() + ": grouped expert routing (expert_group_count > 1) is not supported yet");
 }
 
 Tensor* GraphBuilder::experts(Tensor* cur, int il, const Routing& routing, FfnActivation act) {

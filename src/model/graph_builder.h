@@ -64,11 +64,23 @@ class GraphBuilder {
   // The attention block of layer il (the one the architecture picked) on
   // the normed input, with the layer's state ("kqv_out-il" for attention).
   Tensor* attention(Tensor* cur, int il);
-  // Gated feed-forward: down(act(gate(x)) * up(x)), "ffn_out-il".
-  Tensor* feed_forward(Tensor* cur, int il, FfnActivation act);
+  // Gated feed-forward: down(act(gate(x)) * up(x)), named `out_name`
+  // ("ffn_out-il"), with the layer's dense matrices or others (the shared
+  // experts' ffn_*_shexp).
+  struct FfnRoles {
+    Role gate = Role::FfnGate, up = Role::FfnUp, down = Role::FfnDown;
+  };
+  Tensor* feed_forward(Tensor* cur, int il, FfnActivation act, const FfnRoles& roles, const char* out_name);
+  Tensor* feed_forward(Tensor* cur, int il, FfnActivation act) { return feed_forward(cur, il, act, {}, "ffn_out"); }
+  // DeepSeek-style feed-forward (deepseek2, glm4moe): dense (SiLU) in the
+  // leading layers, else the experts ("ffn_moe_out") plus the shared
+  // experts, one dense feed-forward of the ffn_*_shexp matrices named
+  // `shared_name`; their sum "ffn_out-il".
+  Tensor* deepseek_moe_feed_forward(Tensor* cur, int il, const char* shared_name);
   // A mixture of experts: the router (with its bias where the model has
   // one) picks each token's experts and their weights by the model's
-  // gating ("ffn_moe_topk", "ffn_moe_weights..."); the experts' gated
+  // gating, its selection bias and its groups ("ffn_moe_topk",
+  // "ffn_moe_weights..."); the experts' gated
   // feed-forwards of the token (with their rows' biases where the model has
   // them) are weighted and summed ("ffn_moe_out").
   // Shared experts (Qwen2-MoE, DeepSeek) are a dense feed_forward added to
@@ -78,6 +90,9 @@ class GraphBuilder {
     Tensor* weights;   // F32 [1, n_expert_used, N]
   };
   Routing route(Tensor* cur, int il);
+  // Grouped routing: the scores of the experts outside the n_group_used
+  // groups with the best two-expert sums set to -inf ("ffn_moe_probs_masked").
+  Tensor* best_groups_only(Tensor* selection, int il);
   Tensor* experts(Tensor* cur, int il, const Routing& routing, FfnActivation act);
   Tensor* moe_feed_forward(Tensor* cur, int il, FfnActivation act) { return experts(cur, il, route(cur, il), act); }
   // On the last layer, when only the last token's logits are wanted, the

@@ -30,6 +30,15 @@ constexpr RoleInfo kRoles[kRoleCount] = {
     {"attn_output", "bias", true, Op::Add},        {"attn_sinks", "weight", true, Op::SoftMax},
     {"ffn_gate_inp", "bias", true, Op::Add},       {"ffn_gate_exps", "bias", true, Op::AddId},
     {"ffn_up_exps", "bias", true, Op::AddId},      {"ffn_down_exps", "bias", true, Op::AddId},
+    {"attn_q_a", "weight", true, Op::MulMat},      {"attn_q_a_norm", "weight", true, Op::Mul},
+    {"attn_q_b", "weight", true, Op::MulMat},      {"attn_kv_a_mqa", "weight", true, Op::MulMat},
+    {"attn_kv_a_norm", "weight", true, Op::Mul},   {"attn_k_b", "weight", true, Op::MulMat},
+    {"attn_v_b", "weight", true, Op::MulMat},      {"exp_probs_b", "bias", true, Op::Add},
+    {"ffn_gate_shexp", "weight", true, Op::MulMat}, {"ffn_up_shexp", "weight", true, Op::MulMat},
+    {"ffn_down_shexp", "weight", true, Op::MulMat},
+    {"nextn.eh_proj", "weight", true, Op::MulMat},  {"nextn.enorm", "weight", true, Op::Mul},
+    {"nextn.hnorm", "weight", true, Op::Mul},       {"nextn.embed_tokens", "weight", true, Op::GetRows},
+    {"nextn.shared_head_head", "weight", true, Op::MulMat}, {"nextn.shared_head_norm", "weight", true, Op::Mul},
 };
 
 std::string shape_text(const std::array<int64_t, kMaxDims>& ne) {
@@ -67,11 +76,13 @@ std::vector<std::pair<std::string, std::string>> HParams::fields() const {
   for (bool s : swa_layers) swa += s ? '1' : '0';
   return {{"architecture", arch},
           {"layer count", text(n_layer)},
+          {"NextN layers", text(n_layer_nextn)},
           {"embedding length", text(n_embd)},
           {"feed-forward length", text(n_ff)},
           {"head count", text(n_head)},
           {"KV head count", text(n_head_kv)},
           {"head dimension", text(head_dim)},
+          {"value head dimension", text(head_dim_v)},
           {"vocabulary size", text(n_vocab)},
           {"rope dimensions", text(n_rot)},
           {"rope base", text(rope_freq_base)},
@@ -87,7 +98,15 @@ std::vector<std::pair<std::string, std::string>> HParams::fields() const {
           {"expert feed-forward length", text(n_ff_exp)},
           {"expert weights normalized", text(expert_weights_norm)},
           {"expert weights scale", text(expert_weights_scale)},
-          {"expert gating", expert_gating == ExpertGating::Softmax ? "softmax" : "softmax of the chosen"},
+          {"expert gating", expert_gating == ExpertGating::Softmax         ? "softmax"
+                            : expert_gating == ExpertGating::SoftmaxWeight ? "softmax of the chosen"
+                                                                           : "sigmoid"},
+          {"expert groups", text(n_expert_groups) + " (" + text(n_group_used) + " used)"},
+          {"shared experts", text(n_expert_shared)},
+          {"leading dense layers", text(n_layer_dense_lead)},
+          {"YaRN log multiplier", text(rope_yarn_log_mul)},
+          {"latent attention ranks (q, kv)", text(n_lora_q) + " " + text(n_lora_kv)},
+          {"latent attention head dims (k, v)", text(head_dim_k_mla) + " " + text(head_dim_v_mla)},
           {"YaRN", text(rope_yarn.ext_factor) + " " + text(rope_yarn.attn_factor) + " " + text(rope_yarn.beta_fast) +
                        " " + text(rope_yarn.beta_slow) + " " + text(rope_yarn.n_ctx_orig)}};
 }
@@ -157,12 +176,20 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, const Archi
   m->arch_->read_hparams(f, hp);
   m->vocab_ = Vocab::from_gguf(f);
   hp.n_vocab = m->vocab_->n_tokens();
+  for (int il = 0; il < hp.n_layer; ++il) {
+    m->attention_.push_back(m->arch_->attention(hp, il));
+    if (std::string(m->attention_.back()->kind()) == "standard" && hp.head_dim_v != hp.head_dim)
+      throw Error(m->path() + ": attention.value_length " + std::to_string(hp.head_dim_v) + " differs from key_length " +
+                  std::to_string(hp.head_dim) + "; the standard attention of '" + hp.arch + "' needs them equal");
+  }
 
   for (const TensorSpec& spec : m->arch_->tensors(hp, -1)) m->globals_[static_cast<int>(spec.role)] = m->bind(spec, -1);
   if (!m->globals_[static_cast<int>(Role::Output)])
     m->globals_[static_cast<int>(Role::Output)] = m->globals_[static_cast<int>(Role::TokenEmbd)];
-  m->layers_.resize(hp.n_layer);
-  for (int il = 0; il < hp.n_layer; ++il)
+  // The NextN layers after the trunk are bound and checked like the others;
+  // no graph reads them.
+  m->layers_.resize(hp.n_layer + hp.n_layer_nextn);
+  for (int il = 0; il < hp.n_layer + hp.n_layer_nextn; ++il)
     for (const TensorSpec& spec : m->arch_->tensors(hp, il))
       m->layers_[il][static_cast<int>(spec.role)] = m->bind(spec, il);
   m->bind_scales();
@@ -170,7 +197,6 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, const Archi
   for (const auto& info : f.tensors())
     if (!m->weights_.count(info.name))
       throw Error(path + ": unexpected tensor '" + info.name + "' for architecture " + hp.arch);
-  for (int il = 0; il < hp.n_layer; ++il) m->attention_.push_back(m->arch_->attention(hp, il));
   return m;
 }
 

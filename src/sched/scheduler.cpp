@@ -322,6 +322,10 @@ std::map<std::string, TapResult> Scheduler::read_taps(bool reset) {
 
 void tap_accumulate_on_host(const Tensor& node, TapResult& acc) {
   const Tensor& x = *node.src[1];
+  if (tap_batch_matrices(node) > 0) {
+    tap_accumulate_batch_values(tensor_to_f32(x), node, acc);
+    return;
+  }
   if (node.op != Op::MulMatId) {
     tap_accumulate_values(TapKind::ColumnSumSq, tensor_to_f32(x), x.ne[0], nullptr, acc);
     return;
@@ -383,7 +387,8 @@ Scheduler::NodeTap Scheduler::node_tap(const TapRequest& r, const Tensor& node, 
   TapSlot& slot = tap_slot(r, node);
   TapState* state = nullptr;
   const Tensor* input = r.kind == TapKind::ColumnSumSq ? node.src[1] : &node;
-  if (input && can_read(b, *owner_of(input)) && (!r.other || can_read(b, *owner_of(r.other)))) {
+  if (input && b.supports_tap(r.kind, node) && can_read(b, *owner_of(input)) &&
+      (!r.other || can_read(b, *owner_of(r.other)))) {
     auto it = slot.states.find(&b);
     if (it == slot.states.end()) it = slot.states.emplace(&b, b.make_tap_state(r.kind, slot.n_columns)).first;
     state = it->second.get();

@@ -21,6 +21,7 @@ void CpuTapState::read(TapResult& into, bool reset) {
   mine.column_sum_sq = column_sum_sq;
   mine.rows = rows;
   mine.expert_rows = expert_rows;
+  mine.batch_matrices = batch_matrices;
   for (const NodeStats& s : stats) mine.stats.merge(s);
   for (const ErrorStats& e : errors) mine.error.merge(e);
   into.merge(mine);
@@ -48,6 +49,7 @@ void check_tap(const TapWork& tap, const Tensor& node) {
              std::to_string(st.column_sum_sq.size()));
       // Sized here, before the threads start.
       if (st.expert_rows.empty()) st.expert_rows.assign(tap_experts(node), 0);
+      st.batch_matrices = tap_batch_matrices(node);
       break;
     case TapKind::Stats:
       if (node.type != DType::F32) fail("needs an F32 node");
@@ -99,14 +101,16 @@ void expert_column_sum_sq(const Tensor& node, CpuTapState& st, int ith, int nth)
     }
 }
 
-void column_sum_sq(const Tensor& x, CpuTapState& st, int ith, int nth) {
-  const int64_t K = x.ne[0];
-  if (static_cast<int64_t>(st.column_sum_sq.size()) != K) return;  // checked by the caller
+// Each row into the sums of the matrix it meets (one matrix for a 2-D weight).
+void column_sum_sq(const Tensor& node, CpuTapState& st, int ith, int nth) {
+  const Tensor& x = *node.src[1];
+  const int64_t K = x.ne[0], matrices = std::max<int64_t>(1, st.batch_matrices);
+  if (static_cast<int64_t>(st.column_sum_sq.size()) != K * matrices) return;  // checked by the caller
   const int64_t per = (K + nth - 1) / nth;
   const int64_t k0 = std::min<int64_t>(K, ith * per), k1 = std::min<int64_t>(K, k0 + per);
-  double* acc = st.column_sum_sq.data();
   const int64_t rows = x.nrows();
   for (int64_t r = 0; r < rows; ++r) {
+    double* acc = st.column_sum_sq.data() + (matrices > 1 ? tap_batch_matrix(node, r) * K : 0);
     const float* row = row_ptr(x, r);
     if (adjacent_f32(x)) {
       for (int64_t k = k0; k < k1; ++k) acc[k] += static_cast<double>(row[k]) * row[k];
@@ -176,7 +180,7 @@ void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth, Isa isa) 
       if (node.op == Op::MulMatId)
         expert_column_sum_sq(node, st, ith, nth);
       else
-        column_sum_sq(*node.src[1], st, ith, nth);
+        column_sum_sq(node, st, ith, nth);
       break;
     case TapKind::Stats: {
       NodeStats& s = st.stats[ith];

@@ -20,6 +20,7 @@ class CpuTapState final : public TapState {
   std::vector<double> column_sum_sq;  // ColumnSumSq: one slot per column (per expert), each owned by one thread
   int64_t rows = 0;
   std::vector<int64_t> expert_rows;   // ColumnSumSq on a MulMatId
+  int64_t batch_matrices = 0;         // ColumnSumSq on a MulMat of a 3-D weight: its matrices
   std::vector<NodeStats> stats;    // Stats: one partial per thread
   std::vector<ErrorStats> errors;  // ErrorStats: one partial per thread
 

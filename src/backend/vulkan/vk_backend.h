@@ -51,6 +51,10 @@ class VulkanBackend final : public Backend {
   // The same for destructors: errors (a lost device) are left to the next call.
   void synchronize_quietly() noexcept;
   std::unique_ptr<TapState> make_tap_state(TapKind kind, int64_t n_columns) override;
+  // Column sums per matrix of a 3-D weight's MulMat are the host's.
+  bool supports_tap(TapKind kind, const Tensor& node) const override {
+    return kind != TapKind::ColumnSumSq || tap_batch_matrices(node) == 0;
+  }
   void read_tap(TapState& state, TapResult& into, bool reset) override;
 
   Device& device() { return *device_; }

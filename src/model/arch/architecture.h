@@ -69,6 +69,16 @@ std::vector<TensorSpec> attention_tensors(const HParams& hp, bool qk_norm);
 // A layer's feed-forward: ffn_norm, then gate, up and down, or with experts
 // (n_expert > 0) the router and the three expert tensors.
 std::vector<TensorSpec> ffn_tensors(const HParams& hp);
+// DeepSeek-style mixtures (deepseek2, glm4moe): the first
+// leading_dense_block_count layers dense, the others routed experts (by
+// expert_gating_func, `gating` when the file has none; the selection bias
+// exp_probs_b; expert groups) plus expert_shared_count shared experts; the
+// keys, and the feed-forward rows of layer il (without its norm).
+void read_deepseek_moe_hparams(const gguf::File& f, HParams& hp, ExpertGating gating);
+void write_deepseek_moe_hparams(gguf::Writer& w, const HParams& hp);
+std::vector<TensorSpec> deepseek_moe_ffn_tensors(const HParams& hp, int il);
+// A NextN (multi-token prediction) layer's own rows, beside a full layer's.
+std::vector<TensorSpec> nextn_tensors(const HParams& hp);
 // Appends `more` to `rows`.
 void append(std::vector<TensorSpec>& rows, const std::vector<TensorSpec>& more);
 
@@ -80,5 +90,7 @@ const Architecture& qwen3_architecture();
 const Architecture& phi3_architecture();
 const Architecture& qwen3moe_architecture();
 const Architecture& gpt_oss_architecture();
+const Architecture& deepseek2_architecture();
+const Architecture& glm4moe_architecture();
 
 }  // namespace qlens

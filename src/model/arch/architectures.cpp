@@ -23,6 +23,8 @@ constexpr Entry kArchitectures[] = {
     {"phi3", phi3_architecture},
     {"qwen3moe", qwen3moe_architecture},
     {"gpt-oss", gpt_oss_architecture},
+    {"deepseek2", deepseek2_architecture},
+    {"glm4moe", glm4moe_architecture},
 };
 
 int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
@@ -88,17 +90,26 @@ namespace {
 // attn_factor the scale that, times the 1 + 0.1 ln(factor) ggml's rope
 // applies, gives get_mscale(factor) = 1 + 0.1 ln(factor), times
 // rope.scaling.attn_factor; betas 32 and 1; the training context before the
-// extension from rope.scaling.original_context_length. Computed in float as
-// llama.cpp does.
+// extension from rope.scaling.original_context_length. DeepSeek's files add
+// rope.scaling.yarn_log_multiplier (0.1 mscale_all_dim): then the rotation
+// is not scaled for deepseek2 whose mscale equals mscale_all_dim, and the
+// attention block scales the scores instead (rope_yarn_log_mul). Computed
+// in float as llama.cpp does.
 void read_yarn(const gguf::File& f, HParams& hp) {
   const std::string a = hp.arch + ".";
-  if (f.find(a + "rope.scaling.yarn_log_multiplier"))
-    throw Error(f.path() + ": YaRN with a log multiplier (DeepSeek's mscale) is not supported yet");
   RopeYarn& y = hp.rope_yarn;
   y.ext_factor = 1.0f;
   const float factor = 1.0f / hp.rope_freq_scale;
-  const float mscale = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * std::log(factor) + 1.0f;
-  y.attn_factor = mscale * (1.0f / (1.0f + 0.1f * std::log(factor)));
+  auto get_mscale = [factor](float mscale) { return factor <= 1.0f ? 1.0f : 0.1f * mscale * std::log(factor) + 1.0f; };
+  if (auto log_mul = f.try_float(a + "rope.scaling.yarn_log_multiplier"); log_mul && *log_mul != 0) {
+    hp.rope_yarn_log_mul = static_cast<float>(*log_mul) / 0.1f;
+    const float mscale_all_dims = hp.rope_yarn_log_mul;
+    const float mscale = hp.arch == "deepseek2" && mscale_all_dims != 1.0f ? mscale_all_dims : 1.0f;
+    y.attn_factor = get_mscale(mscale) / get_mscale(mscale_all_dims);
+  } else {
+    y.attn_factor = get_mscale(1.0f);
+  }
+  y.attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
   if (auto af = f.try_float(a + "rope.scaling.attn_factor")) y.attn_factor *= static_cast<float>(*af);
   y.beta_fast = 32.0f;
   y.beta_slow = 1.0f;
@@ -159,6 +170,12 @@ void read_common_hparams(const gguf::File& f, HParams& hp) {
   if (hp.n_layer > static_cast<int64_t>(f.tensors().size()))
     throw Error(path + ": metadata key '" + a + "block_count' is " + std::to_string(hp.n_layer) +
                 ", more layers than the file's " + std::to_string(f.tensors().size()) + " tensors can hold");
+  // llama.cpp's n_layer(): the NextN layers at the end of block_count are not run.
+  hp.n_layer_nextn = f.try_int(a + "nextn_predict_layers").value_or(0);
+  if (hp.n_layer_nextn < 0 || hp.n_layer_nextn >= hp.n_layer)
+    throw Error(path + ": metadata key '" + a + "nextn_predict_layers' is " + std::to_string(hp.n_layer_nextn) +
+                ", block_count " + std::to_string(hp.n_layer));
+  hp.n_layer -= hp.n_layer_nextn;
   hp.n_head = positive_key(f, a + "attention.head_count");
   hp.n_head_kv = positive_key(f, a + "attention.head_count_kv", hp.n_head);
   hp.n_ctx_train = positive_key(f, a + "context_length", 2048);
@@ -169,8 +186,7 @@ void read_common_hparams(const gguf::File& f, HParams& hp) {
   if (hp.head_dim * hp.n_head != hp.n_embd && !f.find(a + "attention.key_length"))
     throw Error(path + ": embedding_length " + std::to_string(hp.n_embd) + " is not divisible by head_count " +
                 std::to_string(hp.n_head));
-  if (auto vlen = f.try_int(a + "attention.value_length"); vlen && *vlen != hp.head_dim)
-    throw Error(path + ": attention.value_length differs from key_length; not supported");
+  hp.head_dim_v = positive_key(f, a + "attention.value_length", hp.head_dim);
   hp.n_rot = positive_key(f, a + "rope.dimension_count", hp.head_dim);
   if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
     throw Error(path + ": rope.dimension_count " + std::to_string(hp.n_rot) + " must be even and at most the head size " +
@@ -231,6 +247,71 @@ std::vector<TensorSpec> ffn_tensors(const HParams& hp) {
   return t;
 }
 
+void read_deepseek_moe_hparams(const gguf::File& f, HParams& hp, ExpertGating gating) {
+  const std::string a = hp.arch + ".";
+  hp.n_layer_dense_lead = f.try_int(a + "leading_dense_block_count").value_or(0);
+  if (hp.n_layer_dense_lead < 0 || hp.n_layer_dense_lead > hp.n_layer)
+    throw Error(f.path() + ": leading_dense_block_count " + std::to_string(hp.n_layer_dense_lead) + " is not in [0, " +
+                std::to_string(hp.n_layer) + "]");
+  read_expert_hparams(f, hp, true, 0);
+  hp.n_expert_shared = f.try_int(a + "expert_shared_count").value_or(0);
+  if (hp.n_expert_shared < 0) throw Error(f.path() + ": expert_shared_count is negative");
+  hp.expert_weights_norm = f.try_int(a + "expert_weights_norm").value_or(0) != 0;
+  hp.expert_gating = gating;
+  switch (f.try_int(a + "expert_gating_func").value_or(0)) {
+    case 0: break;  // llama.cpp's "none": the architecture's default
+    case 1: hp.expert_gating = ExpertGating::Softmax; break;
+    case 2: hp.expert_gating = ExpertGating::Sigmoid; break;
+    default:
+      throw Error(f.path() + ": expert_gating_func must be 1 (softmax) or 2 (sigmoid) for " + hp.arch);
+  }
+  hp.n_expert_groups = f.try_int(a + "expert_group_count").value_or(0);
+  hp.n_group_used = f.try_int(a + "expert_group_used_count").value_or(0);
+  if (hp.n_expert_groups > 1 &&
+      (hp.n_expert % hp.n_expert_groups != 0 || hp.n_group_used < 1 || hp.n_group_used > hp.n_expert_groups))
+    throw Error(f.path() + ": " + std::to_string(hp.n_expert) + " experts in " + std::to_string(hp.n_expert_groups) +
+                " groups, " + std::to_string(hp.n_group_used) +
+                " used: the groups must divide the experts and at least one be used");
+}
+
+void write_deepseek_moe_hparams(gguf::Writer& w, const HParams& hp) {
+  const std::string a = hp.arch + ".";
+  w.set(a + "leading_dense_block_count", gguf::Value::make_u32(u32(hp.n_layer_dense_lead)));
+  w.set(a + "expert_shared_count", gguf::Value::make_u32(u32(hp.n_expert_shared)));
+  w.set(a + "expert_weights_scale", gguf::Value::make_f32(hp.expert_weights_scale));
+  w.set(a + "expert_weights_norm", gguf::Value::make_bool(hp.expert_weights_norm));
+  w.set(a + "expert_gating_func", gguf::Value::make_u32(hp.expert_gating == ExpertGating::Sigmoid ? 2 : 1));
+  if (hp.n_expert_groups > 0) {
+    w.set(a + "expert_group_count", gguf::Value::make_u32(u32(hp.n_expert_groups)));
+    w.set(a + "expert_group_used_count", gguf::Value::make_u32(u32(hp.n_group_used)));
+  }
+}
+
+std::vector<TensorSpec> deepseek_moe_ffn_tensors(const HParams& hp, int il) {
+  const int64_t E = hp.n_embd;
+  if (il < hp.n_layer_dense_lead)
+    return {{Role::FfnGate, {E, hp.n_ff, 1, 1}}, {Role::FfnUp, {E, hp.n_ff, 1, 1}}, {Role::FfnDown, {hp.n_ff, E, 1, 1}}};
+  const int64_t F = hp.n_ff_exp, X = hp.n_expert, S = F * hp.n_expert_shared;
+  std::vector<TensorSpec> t = {{Role::FfnGateInp, {E, X, 1, 1}},
+                               {Role::FfnExpProbsB, {X, 1, 1, 1}, false, true},
+                               {Role::FfnGateExps, {E, F, X, 1}},
+                               {Role::FfnUpExps, {E, F, X, 1}},
+                               {Role::FfnDownExps, {F, E, X, 1}}};
+  if (S > 0)
+    append(t, {{Role::FfnGateShexp, {E, S, 1, 1}}, {Role::FfnUpShexp, {E, S, 1, 1}}, {Role::FfnDownShexp, {S, E, 1, 1}}});
+  return t;
+}
+
+std::vector<TensorSpec> nextn_tensors(const HParams& hp) {
+  const int64_t E = hp.n_embd, V = hp.n_vocab;
+  return {{Role::NextnEhProj, {2 * E, E, 1, 1}},
+          {Role::NextnEnorm, {E, 1, 1, 1}},
+          {Role::NextnHnorm, {E, 1, 1, 1}},
+          {Role::NextnEmbedTokens, {E, V, 1, 1}, false},
+          {Role::NextnSharedHeadHead, {E, V, 1, 1}, false},
+          {Role::NextnSharedHeadNorm, {E, 1, 1, 1}, false, true}};
+}
+
 void append(std::vector<TensorSpec>& rows, const std::vector<TensorSpec>& more) {
   rows.insert(rows.end(), more.begin(), more.end());
 }
@@ -241,13 +322,15 @@ void write_common_hparams(gguf::Writer& w, const HParams& hp) {
   w.set(a + "context_length", gguf::Value::make_u32(u32(hp.n_ctx_train)));
   w.set(a + "embedding_length", gguf::Value::make_u32(u32(hp.n_embd)));
   w.set(a + "feed_forward_length", gguf::Value::make_u32(u32(hp.n_ff)));
-  w.set(a + "block_count", gguf::Value::make_u32(u32(hp.n_layer)));
+  w.set(a + "block_count", gguf::Value::make_u32(u32(hp.n_layer + hp.n_layer_nextn)));
+  if (hp.n_layer_nextn > 0) w.set(a + "nextn_predict_layers", gguf::Value::make_u32(u32(hp.n_layer_nextn)));
   w.set(a + "attention.head_count", gguf::Value::make_u32(u32(hp.n_head)));
   w.set(a + "attention.head_count_kv", gguf::Value::make_u32(u32(hp.n_head_kv)));
   if (hp.head_dim * hp.n_head != hp.n_embd) {
     w.set(a + "attention.key_length", gguf::Value::make_u32(u32(hp.head_dim)));
-    w.set(a + "attention.value_length", gguf::Value::make_u32(u32(hp.head_dim)));
   }
+  if (hp.head_dim * hp.n_head != hp.n_embd || hp.head_dim_v != hp.head_dim)
+    w.set(a + "attention.value_length", gguf::Value::make_u32(u32(hp.head_dim_v ? hp.head_dim_v : hp.head_dim)));
   w.set(a + "rope.dimension_count", gguf::Value::make_u32(u32(hp.n_rot)));
   w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::make_f32(hp.rms_eps));
   w.set(a + "rope.freq_base", gguf::Value::make_f32(hp.rope_freq_base));
@@ -257,6 +340,8 @@ void write_common_hparams(gguf::Writer& w, const HParams& hp) {
     w.set(a + "rope.scaling.factor", gguf::Value::make_f32(1.0f / hp.rope_freq_scale));
     if (yarn)
       w.set(a + "rope.scaling.original_context_length", gguf::Value::make_u32(u32(hp.rope_yarn.n_ctx_orig)));
+    if (yarn && hp.rope_yarn_log_mul != 0.0f)
+      w.set(a + "rope.scaling.yarn_log_multiplier", gguf::Value::make_f32(0.1f * hp.rope_yarn_log_mul));
   }
   if (hp.n_expert > 0) {
     w.set(a + "expert_count", gguf::Value::make_u32(u32(hp.n_expert)));

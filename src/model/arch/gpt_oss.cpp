@@ -32,9 +32,9 @@ class GptOss final : public Architecture {
     if (il < 0) return global_tensors(hp);
     const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff_exp, X = hp.n_expert;
     std::vector<TensorSpec> t = attention_tensors(hp, /*qk_norm=*/false);
-    append(t, {{Role::AttnQBias, {Q, 1, 1, 1}, false},
-               {Role::AttnKBias, {KV, 1, 1, 1}, false},
-               {Role::AttnVBias, {KV, 1, 1, 1}, false},
+    append(t, {{Role::AttnQBias, {Q, 1, 1, 1}, false, true},
+               {Role::AttnKBias, {KV, 1, 1, 1}, false, true},
+               {Role::AttnVBias, {KV, 1, 1, 1}, false, true},
                {Role::AttnOutputBias, {E, 1, 1, 1}},
                {Role::AttnSinks, {hp.n_head, 1, 1, 1}},
                {Role::AttnPostNorm, {E, 1, 1, 1}},

@@ -62,6 +62,7 @@ GenerateResult generate(const Model& model, const std::string& prompt, const Gen
   copt.n_ctx = opt.n_ctx;
   copt.n_batch = opt.n_batch;
   copt.n_threads = opt.n_threads;
+  copt.cache_type = opt.cache_type;
   copt.device = opt.device;
   copt.cpu = opt.cpu;
   copt.vulkan = opt.vulkan;

@@ -34,6 +34,7 @@ struct GenerateOptions {
   int64_t n_ctx = 0;
   int64_t n_batch = 512;
   int n_threads = 0;
+  DType cache_type = DType::F16;  // KV cache: F16 (default), F32, BF16
   CpuOptions cpu;  // the CPU backend's kernels (see ContextOptions)
   VulkanOptions vulkan;  // a Vulkan device's (see ContextOptions)
   SamplerOptions sampler;

@@ -42,11 +42,14 @@ void check_imatrix_matches_model(Imatrix& m, const Model& model) {
     const Tensor& w = *it->second;
     const int64_t n_mat = w.ne[2];  // experts of a 3-D expert tensor, else 1
     // A legacy .dat holds an expert tensor as one row of all experts' columns
-    // with one count: give it the experts' shape (llama.cpp broadcasts too).
+    // with one count, and llama-imatrix so writes a dense 3-D weight
+    // (DeepSeek's attn_k_b): give it the matrices' shape (llama.cpp
+    // broadcasts too).
     if (e.n_mat == 1 && n_mat > 1 && e.n_cols == w.ne[0] * n_mat) {
       e.n_cols = w.ne[0];
       e.n_mat = n_mat;
       e.counts.assign(n_mat, e.counts[0]);
+      e.one_count = role_info(model.roles_of(&w).at(0)).reader == Op::MulMat;
     }
     if (w.ne[0] != e.n_cols || n_mat != e.n_mat)
       throw Error(m.path + ": entry '" + name + "' has " + std::to_string(e.n_mat) + " x " + std::to_string(e.n_cols) +
@@ -80,8 +83,11 @@ void add_column_sums(Imatrix& m, const std::map<std::string, TapResult>& chunk) 
   }
   for (const auto& [name, r] : chunk) {
     if (r.rows == 0) continue;
-    // Expert tensors: one matrix per expert, each with its own count.
-    const int64_t n_mat = r.expert_rows.empty() ? 1 : static_cast<int64_t>(r.expert_rows.size());
+    // Expert tensors: one matrix per expert, each with its own count; a
+    // dense 3-D weight's matrices see the same rows (one count in the file).
+    const int64_t n_mat = !r.expert_rows.empty() ? static_cast<int64_t>(r.expert_rows.size())
+                          : r.batch_matrices > 0 ? r.batch_matrices
+                                                 : 1;
     const int64_t n_cols = static_cast<int64_t>(r.column_sum_sq.size()) / n_mat;
     auto [it, fresh] = m.entries.try_emplace(name);
     ImatrixEntry& e = it->second;
@@ -90,6 +96,7 @@ void add_column_sums(Imatrix& m, const std::map<std::string, TapResult>& chunk) 
       e.n_mat = n_mat;
       e.sum2.assign(n_cols * n_mat, 0.0);
       e.counts.assign(n_mat, 0.0);
+      e.one_count = r.batch_matrices > 0;
     }
     if (e.n_cols != n_cols || e.n_mat != n_mat)
       throw Error(m.path + ": entry '" + name + "' has " + std::to_string(e.n_mat) + " x " + std::to_string(e.n_cols) +
@@ -97,7 +104,8 @@ void add_column_sums(Imatrix& m, const std::map<std::string, TapResult>& chunk) 
     for (int64_t k = 0; k < n_cols * n_mat; ++k)
       e.sum2[k] = static_cast<float>(e.sum2[k] + r.column_sum_sq[k]);
     for (int64_t x = 0; x < n_mat; ++x) {
-      const double rows = r.expert_rows.empty() ? static_cast<double>(r.rows) : static_cast<double>(r.expert_rows[x]);
+      const double rows = !r.expert_rows.empty() ? static_cast<double>(r.expert_rows[x])
+                          : static_cast<double>(r.rows) / n_mat;
       e.counts[x] = static_cast<float>(e.counts[x] + rows);
     }
   }

@@ -211,14 +211,16 @@ void save_imatrix_gguf(const Imatrix& m, const std::string& path) {
     // llama-imatrix makes both tensors 2-D, but ggml's GGUF writer stores
     // ggml_n_dims dimensions, dropping trailing 1s: a dense weight's entry is
     // in_sum2 [n_cols] and counts [1] in its files, an expert weight's
-    // [n_cols, n_mat] and [1, n_mat]. Tools that check shapes against
-    // llama.cpp's files (gguf-py, scripts) then see the same ones.
-    const size_t n_dims = e.n_mat > 1 ? 2 : 1;
+    // [n_cols, n_mat] and [1, n_mat], a dense 3-D weight's (one count)
+    // [n_cols * n_mat] and [1]. Tools that check shapes against llama.cpp's
+    // files (gguf-py, scripts) then see the same ones.
+    const bool one_count = e.one_count && e.n_mat > 1;
+    const size_t n_dims = e.n_mat > 1 && !one_count ? 2 : 1;
     auto& sum2 = keep.emplace_back(e.sum2.begin(), e.sum2.end());
-    const int64_t ne_sum2[2] = {e.n_cols, e.n_mat};
+    const int64_t ne_sum2[2] = {one_count ? e.n_cols * e.n_mat : e.n_cols, e.n_mat};
     w.add_tensor(name + kSum2Suffix, DType::F32, std::span<const int64_t>(ne_sum2, n_dims), sum2.data(),
                  sum2.size() * sizeof(float));
-    auto& counts = keep.emplace_back(e.counts.begin(), e.counts.end());
+    auto& counts = keep.emplace_back(e.counts.begin(), e.counts.begin() + (one_count ? 1 : e.n_mat));
     const int64_t ne_counts[2] = {1, e.n_mat};
     w.add_tensor(name + kCountsSuffix, DType::F32, std::span<const int64_t>(ne_counts, n_dims), counts.data(),
                  counts.size() * sizeof(float));

@@ -23,6 +23,10 @@ struct ImatrixEntry {
   int64_t n_mat = 1;               // experts (1 for dense weights)
   std::vector<double> sum2;        // [n_mat][n_cols]: sum of x^2 per input column
   std::vector<double> counts;      // [n_mat]: activation rows accumulated
+  // A dense 3-D weight's matrices (DeepSeek's attn_k_b, one per head) see the
+  // same rows: llama-imatrix writes one count and the sums as one row of
+  // n_cols * n_mat, and so does qlens.
+  bool one_count = false;
 };
 
 // Where a collecting run stands, so that a checkpoint can be resumed (qlens's

@@ -79,6 +79,45 @@ const std::vector<SynthPreset>& synth_presets() {
        .n_head_kv = 8, .n_vocab = 201088, .n_ctx = 131072, .head_dim = 64, .rope_freq_base = 150000.0f,
        .rms_eps = 1e-5f, .n_swa = 128, .swa_period = 2, .rope_freq_base_swa = 150000.0f, .n_expert = 32,
        .n_expert_used = 4, .n_ff_exp = 2880, .rope_yarn_factor = 32, .rope_yarn_original_ctx = 4096},
+      // DeepSeek V3 in small: a leading dense layer, then two mixtures of
+      // 8 experts (2 used, sigmoid routing with the selection bias, weights
+      // normalized and scaled by 2.5) with a shared expert; latent attention
+      // with q's low-rank pair, YaRN with DeepSeek's attention scale.
+      {.name = "deepseek2-tiny", .arch = "deepseek2", .n_embd = 64, .n_ff = 96, .n_layer = 3, .n_head = 4,
+       .n_head_kv = 1, .n_vocab = 512, .n_ctx = 256, .head_dim = 48, .rope_freq_base = 10000.0f, .rms_eps = 1e-6f,
+       .n_rot = 16, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 32, .rope_yarn_factor = 40,
+       .rope_yarn_original_ctx = 4096, .rope_yarn_log_mul = 1.0f, .n_lora_q = 48, .n_lora_kv = 32,
+       .head_dim_k_mla = 48, .head_dim_v_mla = 32, .sigmoid_gating = true, .n_expert_shared = 1,
+       .n_layer_dense_lead = 1, .expert_weights_scale = 2.5f},
+      // GLM-4.5-Air in small: a leading dense layer, two mixtures of 8
+      // experts (2 used, sigmoid routing with the selection bias) with a
+      // shared expert, q/k/v biases, NeoX rope on half of each head, and the
+      // NextN layer the release carries (loaded, not run).
+      {.name = "glm4moe-tiny", .arch = "glm4moe", .n_embd = 64, .n_ff = 96, .n_layer = 3, .n_head = 4,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .head_dim = 32, .rope_freq_base = 1e6f, .rms_eps = 1e-5f,
+       .n_rot = 16, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 32, .sigmoid_gating = true,
+       .n_expert_shared = 1, .n_layer_dense_lead = 1, .expert_weights_scale = 1.0f, .n_layer_nextn = 1},
+      // deepseek-ai/DeepSeek-V3's layer shapes (7168 wide, 128 latent-attention
+      // heads, q rank 1536, kv latent 512 + rope key 64; the first 3 of 61
+      // layers dense with 18432, the others 256 experts of 2048, 8 used, in 8
+      // groups of which 4 compete, a shared expert, sigmoid routing), 2 of its
+      // layers: the leading dense one and one mixture, with 32 of the 256
+      // experts (8 groups of 4) so that a layer fits in F16 (all 256 would be
+      // 22.5 GB); every width as released.
+      {.name = "deepseek-v3-2l", .arch = "deepseek2", .n_embd = 7168, .n_ff = 18432, .n_layer = 2, .n_head = 128,
+       .n_head_kv = 1, .n_vocab = 129280, .n_ctx = 163840, .head_dim = 576, .rope_freq_base = 10000.0f,
+       .rms_eps = 1e-6f, .n_rot = 64, .n_expert = 32, .n_expert_used = 8, .n_ff_exp = 2048, .rope_yarn_factor = 40,
+       .rope_yarn_original_ctx = 4096, .rope_yarn_log_mul = 1.0f, .n_lora_q = 1536, .n_lora_kv = 512,
+       .head_dim_k_mla = 192, .head_dim_v_mla = 128, .sigmoid_gating = true, .n_expert_groups = 8,
+       .n_group_used = 4, .n_expert_shared = 1, .n_layer_dense_lead = 1, .expert_weights_scale = 2.5f},
+      // zai-org/GLM-4.5-Air's layer shapes (4096 wide, 96 query heads and 8 KV
+      // heads of 128, rope on half; the first of 46 layers dense with 10944,
+      // the others 128 experts of 1408, 8 used, and a shared expert), 2 of its
+      // layers and its NextN layer, every expert.
+      {.name = "glm-4.5-air-2l", .arch = "glm4moe", .n_embd = 4096, .n_ff = 10944, .n_layer = 2, .n_head = 96,
+       .n_head_kv = 8, .n_vocab = 151552, .n_ctx = 131072, .head_dim = 128, .rope_freq_base = 1e6f, .rms_eps = 1e-5f,
+       .n_rot = 64, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 1408, .sigmoid_gating = true,
+       .n_expert_shared = 1, .n_layer_dense_lead = 1, .expert_weights_scale = 1.0f, .n_layer_nextn = 1},
       {.name = "gemma3-1b", .arch = "gemma3", .n_embd = 1152, .n_ff = 6912, .n_layer = 26, .n_head = 4,
        .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
        .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},
@@ -160,9 +199,25 @@ HParams synth_hparams(const SynthPreset& p) {
     for (int64_t il = 0; il < p.n_layer; ++il) hp.swa_layers[il] = il % p.swa_period < p.swa_period - 1;
     hp.rope_freq_base_swa = p.rope_freq_base_swa;
   }
+  hp.head_dim_v = hp.head_dim;
+  if (p.n_lora_kv > 0) {
+    hp.n_lora_q = p.n_lora_q;
+    hp.n_lora_kv = p.n_lora_kv;
+    hp.head_dim_k_mla = p.head_dim_k_mla;
+    hp.head_dim_v_mla = p.head_dim_v_mla;
+    hp.head_dim_v = p.n_lora_kv;
+  }
+  if (p.sigmoid_gating) hp.expert_gating = ExpertGating::Sigmoid;
+  hp.n_expert_groups = p.n_expert_groups;
+  hp.n_group_used = p.n_group_used;
+  hp.n_expert_shared = p.n_expert_shared;
+  hp.n_layer_dense_lead = p.n_layer_dense_lead;
+  hp.n_layer_nextn = p.n_layer_nextn;
+  hp.expert_weights_scale = p.expert_weights_scale;
+  hp.rope_yarn_log_mul = p.rope_yarn_log_mul;
   if (p.rope_yarn_factor > 0) {
     hp.rope_freq_scale = 1.0f / p.rope_yarn_factor;
-    hp.rope_freq_scale_swa = hp.rope_freq_scale;
+    if (p.n_swa > 0) hp.rope_freq_scale_swa = hp.rope_freq_scale;
     hp.rope_yarn.ext_factor = 1.0f;
     hp.rope_yarn.n_ctx_orig = static_cast<int>(p.rope_yarn_original_ctx);
   }
@@ -184,9 +239,9 @@ std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output, 
     if (spec.role == Role::RopeFreqs ? !rope_freqs : !spec.required && spec.role != Role::Output) continue;
     (role_info(spec.role).reader == Op::GetRows ? plan : after_layers).push_back(tensor(spec, -1));
   }
-  for (int il = 0; il < hp.n_layer; ++il)
+  for (int il = 0; il < hp.n_layer + hp.n_layer_nextn; ++il)
     for (const TensorSpec& spec : architecture_tensors(hp, il))
-      if (spec.required) plan.push_back(tensor(spec, il));
+      if (spec.required || spec.published) plan.push_back(tensor(spec, il));
   plan.insert(plan.end(), after_layers.begin(), after_layers.end());
   return plan;
 }

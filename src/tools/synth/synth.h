@@ -40,6 +40,17 @@ struct SynthPreset {
   // training context before the extension.
   float rope_yarn_factor = 0;
   int64_t rope_yarn_original_ctx = 0;
+  float rope_yarn_log_mul = 0;  // DeepSeek's attention scale (rope.scaling.yarn_log_multiplier / 0.1)
+  // DeepSeek's latent attention (n_lora_kv > 0; head_dim is then the
+  // cached row, n_lora_kv + n_rot, as converters write key_length): q's rank
+  // (0: one matrix), the per-head key and value lengths.
+  int64_t n_lora_q = 0, n_lora_kv = 0, head_dim_k_mla = 0, head_dim_v_mla = 0;
+  // DeepSeek's routing: sigmoid gating, expert groups, shared experts,
+  // leading dense layers, the weights' scale.
+  bool sigmoid_gating = false;
+  int64_t n_expert_groups = 0, n_group_used = 0, n_expert_shared = 0, n_layer_dense_lead = 0;
+  float expert_weights_scale = 0;
+  int64_t n_layer_nextn = 0;  // NextN layers after the n_layer the graph runs (GLM-4.5)
 };
 
 // rope_freqs.weight of a preset with Llama 3 rope scaling: per frequency
