@@ -1,8 +1,10 @@
 // Tokenizer tests: llama.cpp's tokenizer test vocabularies (ids must agree),
-// round trips, hostile vocabulary metadata, UTF-8 decoding and the
-// pre-tokenizers.
+// the small pre-tokenizer test vocabularies of tests/data/vocab (ids from
+// llama.cpp; tests/data/README.md says how they were made), round trips,
+// hostile vocabulary metadata, UTF-8 decoding and the pre-tokenizers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iterator>
@@ -112,18 +114,32 @@ std::unique_ptr<Vocab> load_vocab(const std::string& path) {
   return Vocab::from_gguf(*file);
 }
 
+// Gtest names for vocabulary names ("gpt-4o" -> "gpt_4o").
+std::string test_name(std::string s) {
+  for (char& c : s)
+    if (c == '-' || c == '.') c = '_';
+  return s;
+}
+
+const std::string kVocabData = std::string(QLENS_SOURCE_DIR) + "/tests/data/vocab/";
+
 // ---------------------------------------------------------------------------
 // llama.cpp's vocabulary test data
 
-class VocabData : public ::testing::TestWithParam<const char*> {};
+struct VocabCases {
+  const char* name;
+  size_t cases;  // how many cases its .inp holds
+};
+
+class VocabData : public ::testing::TestWithParam<VocabCases> {};
 
 TEST_P(VocabData, MatchesLlamaCpp) {
-  const std::string name = GetParam();
+  const std::string name = GetParam().name;
   QLENS_REQUIRE_SHARED(path, "models/llama-vocab/ggml-vocab-" + name + ".gguf");
   const auto t0 = std::chrono::steady_clock::now();
   const auto vocab = load_vocab(path);
   const std::vector<Case> cases = read_cases(path + ".inp", path + ".out");
-  ASSERT_EQ(cases.size(), 46u);
+  ASSERT_EQ(cases.size(), GetParam().cases);
   const VocabRun r = run_vocab(*vocab, cases);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "[ vocab    ] " << name << ": " << r.passed << "/" << r.total << " cases match (" << ms
@@ -132,14 +148,14 @@ TEST_P(VocabData, MatchesLlamaCpp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Llama, VocabData,
-                         ::testing::Values("llama-spm", "phi-3", "gpt-2", "deepseek-coder", "deepseek-llm", "falcon",
-                                           "mpt", "starcoder", "refact", "bert-bge", "llama-bpe", "qwen2"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+                         ::testing::Values(VocabCases{"llama-spm", 46}, VocabCases{"phi-3", 46},
+                                           VocabCases{"gpt-2", 46}, VocabCases{"deepseek-coder", 46},
+                                           VocabCases{"deepseek-llm", 46}, VocabCases{"falcon", 46},
+                                           VocabCases{"mpt", 46}, VocabCases{"starcoder", 46},
+                                           VocabCases{"refact", 46}, VocabCases{"bert-bge", 46},
+                                           VocabCases{"llama-bpe", 46}, VocabCases{"qwen2", 46},
+                                           VocabCases{"qwen35", 50}, VocabCases{"gemma-4", 46}),
+                         [](const ::testing::TestParamInfo<VocabCases>& info) { return test_name(info.param.name); });
 
 // detokenize(tokenize(x)) == x: exactly for byte-level BPE; for SentencePiece
 // once the leading space the tokenizer adds is dropped again (detokenize does
@@ -161,13 +177,78 @@ TEST_P(VocabRoundTrip, DetokenizeInvertsTokenize) {
 
 INSTANTIATE_TEST_SUITE_P(Llama, VocabRoundTrip,
                          ::testing::Values("llama-spm", "phi-3", "gpt-2", "deepseek-coder", "deepseek-llm", "falcon",
-                                           "mpt", "starcoder", "refact", "llama-bpe", "qwen2"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+                                           "mpt", "starcoder", "refact", "llama-bpe", "qwen2", "qwen35", "gemma-4"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return test_name(info.param); });
+
+// ---------------------------------------------------------------------------
+// The pre-tokenizer test vocabularies of tests/data/vocab: made so that their
+// token ids show where the text was split, with llama.cpp's ids for the hard
+// strings of strings.inp (tests/data/README.md says how they were made).
+
+class PreTokenizerVocab : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PreTokenizerVocab, MatchesLlamaCpp) {
+  const std::string name = GetParam();
+  const auto vocab = load_vocab(kVocabData + name + ".gguf");
+  const std::vector<Case> cases = read_cases(kVocabData + "strings.inp", kVocabData + name + ".out");
+  ASSERT_EQ(cases.size(), 47u);
+  const VocabRun r = run_vocab(*vocab, cases);
+  EXPECT_EQ(r.passed, r.total) << name << " mismatches:\n" << r.failures;
+  for (const Case& c : cases) {
+    const std::vector<Token> ids = vocab->tokenize(c.text, false, false);
+    EXPECT_EQ(vocab->detokenize(ids), c.text) << name << ": '" << printable(c.text) << "' -> " << ids_text(ids);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Data, PreTokenizerVocab,
+                         ::testing::Values("gpt-4o", "deepseek-v3", "kimi-k2", "kimi-k2-no-merges"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return test_name(info.param); });
+
+// The same strings with the real qwen35 and Gemma 4 vocabularies, and Gemma
+// 4's own cases (long newline runs, spaces, a literal U+2581, byte fallback,
+// invalid UTF-8, special tokens as text).
+class SharedVocabStrings : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SharedVocabStrings, MatchesLlamaCpp) {
+  const std::string name = GetParam();
+  const std::string vocab_name = name == "gemma-4-extra" ? "gemma-4" : name;
+  QLENS_REQUIRE_SHARED(path, "models/llama-vocab/ggml-vocab-" + vocab_name + ".gguf");
+  const auto vocab = load_vocab(path);
+  const std::string inp = name == "gemma-4-extra" ? "gemma-4-extra.inp" : "strings.inp";
+  const std::vector<Case> cases = read_cases(kVocabData + inp, kVocabData + name + ".out");
+  ASSERT_FALSE(cases.empty());
+  const VocabRun r = run_vocab(*vocab, cases);
+  EXPECT_EQ(r.passed, r.total) << name << " mismatches:\n" << r.failures;
+}
+
+INSTANTIATE_TEST_SUITE_P(Data, SharedVocabStrings, ::testing::Values("qwen35", "gemma-4", "gemma-4-extra"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return test_name(info.param); });
+
+// Gemma 4 ("gemma4"): SentencePiece-style BPE over raw UTF-8 with <0xXX> byte
+// fallback; BOS always added; pieces turn U+2581 back into spaces.
+TEST(Vocab, Gemma4) {
+  QLENS_REQUIRE_SHARED(path, "models/llama-vocab/ggml-vocab-gemma-4.gguf");
+  const auto v = load_vocab(path);
+  EXPECT_EQ(v->kind(), qlens::VocabKind::BytePairEncoding);
+  EXPECT_EQ(v->bos(), 2);
+  EXPECT_EQ(v->eos(), 1);
+  EXPECT_TRUE(v->add_bos());
+  EXPECT_EQ(v->tokenize("Hello world", true), std::vector<Token>({2, 9259, 1902}));
+  EXPECT_EQ(v->token_to_piece(1902), " world");
+  EXPECT_EQ(v->token_to_piece(107), "\n");
+  EXPECT_EQ(v->token_to_piece(238 + 0x41), "A");  // <0x41>
+  EXPECT_EQ(v->token_to_piece(2), "");
+  // a character that is no token comes back from its byte tokens
+  const std::string rare = "x \xF0\xAA\x9B\x96 \xEA\x99\xAE";  // U+2A6D6, U+A66E
+  const std::vector<Token> ids = v->tokenize(rare, false);
+  EXPECT_NE(std::find(ids.begin(), ids.end(), 238 + 0xF0), ids.end()) << ids_text(ids);
+  EXPECT_EQ(v->detokenize(ids), rare);
+  // llama.cpp makes <|tool_response> (user-defined in the file) a control
+  // token: text unless parse_special, unlike the user-defined <tool_response|>
+  EXPECT_TRUE(v->is_control(50));
+  EXPECT_EQ(v->tokenize("<|tool_response>", false, true), std::vector<Token>({50}));
+  EXPECT_EQ(v->tokenize("<tool_response|>", false, false), std::vector<Token>({51}));
+}
 
 // Vocabularies without expected ids: they load, and the test strings of
 // llama-spm round-trip (gpt-neox has no tokenizer.ggml.pre: llama.cpp's "default").
@@ -369,6 +450,63 @@ TEST_F(HostileVocab, BpeNeedsMergesAndKnownPre) {
   EXPECT_EQ(load_error(w, "defaultpre"), "");
 }
 
+TEST_F(HostileVocab, UnknownPreTokenizerNames) {
+  gguf::Writer w = base("gpt2");
+  w.set("tokenizer.ggml.merges", gguf::Value::make_string_array({"a b"}));
+  w.set("tokenizer.ggml.bos_token_id", gguf::Value::make_u32(1));  // gemma4 always adds BOS
+  for (const char* name : {"gpt4o", "GPT-4O", "deepseek-v4", "kimi", "qwen3.5", "gemma-4"}) {
+    w.set("tokenizer.ggml.pre", gguf::Value::make_string(name));
+    const std::string e = load_error(w, "pre");
+    EXPECT_NE(e.find("unsupported pre-tokenizer"), std::string::npos) << name << ": " << e;
+    EXPECT_NE(e.find(std::string("'") + name + "'"), std::string::npos) << name << ": " << e;
+  }
+  for (const char* name : {"gpt-4o", "deepseek-v3", "kimi-k2", "qwen35", "gemma4"}) {
+    w.set("tokenizer.ggml.pre", gguf::Value::make_string(name));
+    EXPECT_EQ(load_error(w, "pre"), "") << name;
+  }
+}
+
+TEST_F(HostileVocab, OnlyKimiK2GoesWithoutMerges) {
+  gguf::Writer w = base("gpt2");
+  w.set("tokenizer.ggml.pre", gguf::Value::make_string("kimi-k2"));
+  EXPECT_EQ(load_error(w, "kimi"), "");
+  w.set("tokenizer.ggml.pre", gguf::Value::make_string("gpt-4o"));
+  EXPECT_NE(load_error(w, "gpt4o").find("tokenizer.ggml.merges"), std::string::npos);
+}
+
+// A tiny "gemma4" vocabulary; llama.cpp 0c1e570 gives the same ids for these
+// texts (tests/data/README.md).
+TEST_F(HostileVocab, Gemma4) {
+  gguf::Writer w = base("gemma4");
+  w.set("tokenizer.ggml.tokens",
+        gguf::Value::make_string_array({"<unk>", "<s>", "</s>", "a", "b", "ab", "<0x63>", "\n", "\n\n"}));
+  w.set("tokenizer.ggml.scores", gguf::Value::make_f32_array({0, 0, 0, 0, 0, 0, 0, 0, 0}));
+  w.set("tokenizer.ggml.token_type", gguf::Value::make_i32_array({2, 3, 3, 1, 1, 1, 6, 1, 1}));
+  EXPECT_NE(load_error(w, "nomerges").find("tokenizer.ggml.merges"), std::string::npos);
+  w.set("tokenizer.ggml.merges", gguf::Value::make_string_array({"a b"}));
+  // no default BOS, but Gemma 4 always adds one
+  EXPECT_NE(load_error(w, "nobos").find("add_bos_token"), std::string::npos);
+  w.set("tokenizer.ggml.bos_token_id", gguf::Value::make_u32(1));
+  w.set("tokenizer.ggml.add_bos_token", gguf::Value::make_bool(false));
+  // tokenizer.ggml.pre is ignored for this tokenizer model, as in llama.cpp
+  w.set("tokenizer.ggml.pre", gguf::Value::make_string("no-such-pre"));
+  const std::string path = qlens::test::temp_dir() + "/gemma4.gguf";
+  w.write(path);
+  const auto file = gguf::File::open(path);
+  const auto v = Vocab::from_gguf(*file);
+  EXPECT_TRUE(v->add_bos());
+  EXPECT_EQ(v->tokenize("ab", true), std::vector<Token>({1, 5}));
+  // the space becomes U+2581, which is no token and has no byte tokens: dropped
+  EXPECT_EQ(v->tokenize("ab b", false), std::vector<Token>({5, 4}));
+  // a character that is no token: its <0xXX> byte tokens, those that exist
+  EXPECT_EQ(v->tokenize("c", false), std::vector<Token>({6}));
+  EXPECT_EQ(v->detokenize(std::vector<Token>{6, 3}), "ca");
+  EXPECT_EQ(v->tokenize("\xC3\xA9", false), std::vector<Token>{});
+  // a run of newlines that is a token is taken whole (there is no merge "\n \n")
+  EXPECT_EQ(v->tokenize("a\n\nb", false), std::vector<Token>({3, 8, 4}));
+  EXPECT_EQ(v->tokenize("\n\n\n", false), std::vector<Token>({7, 7, 7}));
+}
+
 TEST_F(HostileVocab, AddBosWithoutBos) {
   gguf::Writer w = base("gpt2");
   w.set("tokenizer.ggml.merges", gguf::Value::make_string_array({"a b"}));
@@ -477,6 +615,25 @@ TEST(PreTokenizer, Llama3) {
   EXPECT_EQ(split("12345", P::Qwen2), V({"1", "2", "3", "4", "5"}));
 }
 
+TEST(PreTokenizer, Newer) {
+  using P = uni::PreTokenizer;
+  // gpt-4o: words split where the case changes, contractions stay on, digits by three
+  EXPECT_EQ(split("HelloWorld's 12345", P::Gpt4o), V({"Hello", "World's", " ", "123", "45"}));
+  EXPECT_EQ(split("XMLHttp a/b//\n", P::Gpt4o), V({"XMLHttp", " a", "/b", "//\n"}));
+  // kimi-k2 (as llama.cpp implements it): Han runs apart, other letters whatever their case
+  EXPECT_EQ(split("HelloWorld\xE4\xB8\xAD\xE6\x96\x87" "abc's 1234", P::KimiK2),
+            V({"HelloWorld", "\xE4\xB8\xAD\xE6\x96\x87", "abc's", " ", "123", "4"}));
+  // deepseek-v3: digits by three, Han and kana runs, ASCII punctuation joins ASCII letters
+  EXPECT_EQ(split("'Hello 12345 \xE4\xB8\xAD\xE3\x81\x82ok", P::DeepseekV3),
+            V({"'Hello", " ", "123", "45", " ", "\xE4\xB8\xAD\xE3\x81\x82", "ok"}));
+  // qwen35: combining marks stay in words (qwen2 cuts before them)
+  EXPECT_EQ(split("e\xCC\x81x", P::Qwen35), V({"e\xCC\x81x"}));
+  EXPECT_EQ(split("e\xCC\x81x", P::Qwen2), V({"e", "\xCC\x81x"}));
+  // gemma4: newline runs and the rest
+  EXPECT_EQ(split("a b\n\nc", P::NewlineRuns), V({"a b", "\n\n", "c"}));
+  EXPECT_EQ(split("\r\n\r \n", P::NewlineRuns), V({"\r", "\n", "\r ", "\n"}));
+}
+
 TEST(PreTokenizer, Others) {
   using P = uni::PreTokenizer;
   EXPECT_EQ(split("HelloWorld ABC", P::Tekken), V({"Hello", "World", " ABC"}));
@@ -491,7 +648,8 @@ TEST(PreTokenizer, Others) {
   for (int i = 0; i < 3000; ++i) junk.push_back(static_cast<char>((i * 131 + 7) & 0xFF));
   const std::string fixed = uni::encode(uni::decode(junk).data(), uni::decode(junk).size());
   for (P p : {P::Default, P::Gpt2, P::Llama3, P::Qwen2, P::DeepseekLlm, P::DeepseekCoder, P::Falcon, P::Starcoder,
-              P::Bloom, P::Viking, P::Tekken, P::Chameleon}) {
+              P::Bloom, P::Viking, P::Tekken, P::Chameleon, P::Qwen35, P::Gpt4o, P::DeepseekV3, P::KimiK2,
+              P::NewlineRuns}) {
     std::string joined;
     for (const std::string& w : split(junk, p)) {
       EXPECT_FALSE(w.empty());

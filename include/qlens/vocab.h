@@ -1,6 +1,7 @@
 // Tokenizers built from GGUF metadata (tokenizer.ggml.*): SentencePiece-style
-// ("llama") and byte-level BPE ("gpt2", with the pre-tokenizer that
-// tokenizer.ggml.pre names). Behaviour matches llama.cpp's, so token ids agree.
+// ("llama"), byte-level BPE ("gpt2", with the pre-tokenizer that
+// tokenizer.ggml.pre names), Gemma 4's SentencePiece-style BPE ("gemma4") and
+// WordPiece ("bert"). Behaviour matches llama.cpp's, so token ids agree.
 #pragma once
 
 #include <cstdint>

@@ -263,6 +263,16 @@ inline size_t run_from(const Span& t, size_t q, Pred pred) {
   return q;
 }
 
+// X{1,max} from q (q itself when t.c[q] is not X)
+template <typename Pred>
+inline size_t run_upto(const Span& t, size_t q, Pred pred, size_t max) {
+  const size_t end = std::min(t.end, q + max);
+  while (q < end && pred(t.c[q])) ++q;
+  return q;
+}
+
+inline bool is_crlf(uint32_t cp) { return cp == '\r' || cp == '\n'; }
+
 // 's|'t|'re|'ve|'m|'ll|'d (optionally case-insensitive); returns length or 0.
 size_t contraction(const Span& t, size_t pos, bool icase) {
   if (t.c[pos] != '\'' || pos + 1 >= t.end) return 0;
@@ -306,37 +316,37 @@ size_t m_gpt2(const Span& t, size_t pos, size_t*) {
   return n > 0 ? n : 1;
 }
 
-// llama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,MAX}|
-//         ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-template <size_t kMaxDigits>
+// The llama3 family: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?W+|\p{N}{1,MAX}|
+//   ?[^\sW\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// with the word class W = \p{L} (llama3, qwen2) or [\p{L}\p{M}] (qwen35).
+template <size_t kMaxDigits, bool (*Word)(uint32_t)>
 size_t m_llama3(const Span& t, size_t pos, size_t*) {
   if (size_t n = contraction(t, pos, true)) return n;
   const uint32_t cp = t.c[pos];
-  if (!(cp == '\r' || cp == '\n' || is_n(cp))) {
-    if (is_l(cp) || (pos + 1 < t.end && is_l(t.c[pos + 1]))) return run_from(t, pos + 1, is_l) - pos;
+  if (!(is_crlf(cp) || is_n(cp))) {
+    if (Word(cp) || (pos + 1 < t.end && Word(t.c[pos + 1]))) return run_from(t, pos + 1, Word) - pos;
   }
-  if (is_n(cp)) {
-    size_t q = pos;
-    while (q < t.end && q - pos < kMaxDigits && is_n(t.c[q])) ++q;
-    return q - pos;
-  }
+  if (is_n(cp)) return run_upto(t, pos, is_n, kMaxDigits) - pos;
+  const auto other = [](uint32_t c) { return !is_ws(c) && !Word(c) && !is_n(c); };
   size_t q = pos + (cp == ' ' ? 1 : 0);
-  if (q >= t.end || is_other(t.c[q])) {
-    q = run_from(t, q, is_other);
-    q = run_from(t, q, [](uint32_t c) { return c == '\r' || c == '\n'; });
+  if (q >= t.end || other(t.c[q])) {
+    q = run_from(t, q, other);
+    q = run_from(t, q, is_crlf);
     return q - pos;
   }
   const size_t n = whitespace_tail(t, pos, true);
   return n > 0 ? n : 1;
 }
 
-// tekken:
-// [^\r\n\p{L}\p{N}]?[\p{L}&&[^a-z]]*[\p{L}&&[^A-Z]]+|[^\r\n\p{L}\p{N}]?[\p{L}&&[^a-z]]+[\p{L}&&[^A-Z]]*|
-// \p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// Cased words (tekken, gpt-4o):
+// [^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,MAX}| ?[^\s\p{L}\p{N}]+[\r\n/]*|
+// \s*[\r\n]+|\s+(?!\S)|\s+
+// with U = [\p{L}&&[^a-z]] and L = [\p{L}&&[^A-Z]] (a letter outside ASCII is
+// both), C = (?i:'s|'t|'re|'ve|'m|'ll|'d) for gpt-4o and nothing for tekken.
 inline bool tk_upper(uint32_t cp) { return is_l(cp) && !(cp >= 'a' && cp <= 'z'); }
 inline bool tk_lower(uint32_t cp) { return is_l(cp) && !(cp >= 'A' && cp <= 'Z'); }
 
-size_t tk_core1(const Span& t, size_t s) {  // U* Lw+ ; returns end or 0
+size_t tk_core1(const Span& t, size_t s) {  // U* L+ ; returns end or 0
   const size_t max_u = run_from(t, s, tk_upper);
   for (size_t k = max_u;; --k) {
     if (k < t.end && tk_lower(t.c[k])) return run_from(t, k, tk_lower);
@@ -345,30 +355,106 @@ size_t tk_core1(const Span& t, size_t s) {  // U* Lw+ ; returns end or 0
   return 0;
 }
 
-size_t tk_core2(const Span& t, size_t s) {  // U+ Lw*
+size_t tk_core2(const Span& t, size_t s) {  // U+ L*
   if (s >= t.end || !tk_upper(t.c[s])) return 0;
   return run_from(t, run_from(t, s, tk_upper), tk_lower);
 }
 
-size_t m_tekken(const Span& t, size_t pos, size_t*) {
+// End of the cased word at pos (the first alternative that matches), or 0.
+size_t cased_word(const Span& t, size_t pos) {
   const uint32_t cp = t.c[pos];
-  const bool prefix = !(cp == '\r' || cp == '\n' || is_l(cp) || is_n(cp)) && pos + 1 < t.end;
+  const bool prefix = !(is_crlf(cp) || is_l(cp) || is_n(cp)) && pos + 1 < t.end;
   if (prefix) {
-    if (size_t e = tk_core1(t, pos + 1)) return e - pos;
+    if (size_t e = tk_core1(t, pos + 1)) return e;
   }
-  if (size_t e = tk_core1(t, pos)) return e - pos;
+  if (size_t e = tk_core1(t, pos)) return e;
   if (prefix) {
-    if (size_t e = tk_core2(t, pos + 1)) return e - pos;
+    if (size_t e = tk_core2(t, pos + 1)) return e;
   }
-  if (size_t e = tk_core2(t, pos)) return e - pos;
-  if (is_n(cp)) return 1;
+  return tk_core2(t, pos);
+}
+
+template <size_t kMaxDigits, bool kContractions>
+size_t m_cased(const Span& t, size_t pos, size_t*) {
+  if (size_t e = cased_word(t, pos)) {
+    if (kContractions && e < t.end) e += contraction(t, e, true);
+    return e - pos;
+  }
+  const uint32_t cp = t.c[pos];
+  if (is_n(cp)) return run_upto(t, pos, is_n, kMaxDigits) - pos;
   size_t q = pos + (cp == ' ' ? 1 : 0);
   if (q < t.end && is_other(t.c[q])) {
     q = run_from(t, q, is_other);
-    q = run_from(t, q, [](uint32_t c) { return c == '\r' || c == '\n' || c == '/'; });
+    q = run_from(t, q, [](uint32_t c) { return is_crlf(c) || c == '/'; });
     return q - pos;
   }
   return whitespace_tail(t, pos, true);
+}
+
+// deepseek-v3's words:
+// [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|
+//  ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// (no alternative for digits or other characters: those stay gaps)
+inline bool is_ascii_letter(uint32_t cp) { return (cp >= 'A' && cp <= 'Z') || (cp >= 'a' && cp <= 'z'); }
+inline bool is_ascii_punct(uint32_t cp) {  // [!-/:-@\[-`{-~]
+  return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
+         (cp >= 0x7B && cp <= 0x7E);
+}
+inline bool is_letter_or_mark(uint32_t cp) { return is_l(cp) || category(cp) == kMark; }
+inline bool is_punct_or_symbol(uint32_t cp) { return is_p(cp) || category(cp) == kSymbol; }
+
+size_t m_deepseek_v3(const Span& t, size_t pos, size_t*) {
+  const uint32_t cp = t.c[pos];
+  const bool has_next = pos + 1 < t.end;
+  if (is_ascii_punct(cp) && has_next && is_ascii_letter(t.c[pos + 1]))
+    return run_from(t, pos + 1, is_ascii_letter) - pos;
+  const bool prefix = !(is_crlf(cp) || is_l(cp) || is_punct_or_symbol(cp));
+  if (prefix && has_next && is_letter_or_mark(t.c[pos + 1])) return run_from(t, pos + 1, is_letter_or_mark) - pos;
+  if (is_letter_or_mark(cp)) return run_from(t, pos, is_letter_or_mark) - pos;
+  size_t q = pos + (cp == ' ' ? 1 : 0);
+  if (q < t.end && is_punct_or_symbol(t.c[q])) {
+    q = run_from(t, q, is_punct_or_symbol);
+    return run_from(t, q, is_crlf) - pos;
+  }
+  return whitespace_tail(t, pos, true);  // 0 when cp is no whitespace
+}
+
+// kimi-k2 as llama.cpp's hand-written splitter does it, which is not quite
+// Kimi's regex (that one has tekken-like cased words without Han and with
+// marks): a run of Han characters; an optional non-letter, non-digit,
+// non-newline character, then a run of other letters whatever their case,
+// then an optional (?i:'s|'t|'re|'ve|'m|'ll|'d) (marks are no letters here);
+// \p{N}{1,3}; then llama3's  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+bool is_han(uint32_t cp) {
+  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
+         (cp >= 0x2A700 && cp <= 0x2B73F) || (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B820 && cp <= 0x2CEAF) ||
+         (cp >= 0x2CEB0 && cp <= 0x2EBEF) || (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+inline bool is_kimi_letter(uint32_t cp) { return is_l(cp) && !is_han(cp); }
+
+size_t m_kimi_k2(const Span& t, size_t pos, size_t*) {
+  const uint32_t cp = t.c[pos];
+  if (is_han(cp)) return run_from(t, pos, is_han) - pos;
+  const bool prefix = !(is_crlf(cp) || is_l(cp) || is_n(cp));
+  if (is_kimi_letter(cp) || (prefix && pos + 1 < t.end && is_kimi_letter(t.c[pos + 1]))) {
+    size_t e = run_from(t, pos + 1, is_kimi_letter);
+    if (e < t.end) e += contraction(t, e, true);
+    return e - pos;
+  }
+  if (is_n(cp)) return run_upto(t, pos, is_n, 3) - pos;
+  size_t q = pos + (cp == ' ' ? 1 : 0);
+  if (q < t.end && is_other(t.c[q])) {
+    q = run_from(t, q, is_other);
+    return run_from(t, q, is_crlf) - pos;
+  }
+  const size_t n = whitespace_tail(t, pos, true);
+  return n > 0 ? n : 1;
+}
+
+// [^\n]+|[\n]+
+size_t m_newline_runs(const Span& t, size_t pos, size_t*) {
+  const bool newline = t.c[pos] == '\n';
+  return run_from(t, pos, [newline](uint32_t c) { return (c == '\n') == newline; }) - pos;
 }
 
 // [\r\n]
@@ -395,6 +481,12 @@ size_t m_one(const Span& t, size_t pos, size_t*) {
   return X(t.c[pos]) ? 1 : 0;
 }
 
+// X{1,N}
+template <bool (*X)(uint32_t), size_t N>
+size_t m_run_upto(const Span& t, size_t pos, size_t*) {
+  return run_upto(t, pos, X, N) - pos;
+}
+
 bool cls_letter(uint32_t cp) { return is_l(cp); }
 bool cls_punct(uint32_t cp) { return is_p(cp); }
 bool cls_number(uint32_t cp) { return is_n(cp); }
@@ -402,6 +494,11 @@ bool cls_number(uint32_t cp) { return is_n(cp); }
 bool cls_cjk(uint32_t cp) {
   cp = raw(cp);
   return (cp >= 0x4E00 && cp <= 0x9FA5) || (cp >= 0x0800 && cp <= 0x4E00) || (cp >= 0xAC00 && cp <= 0xD7FF);
+}
+// [一-龥぀-ゟ゠-ヿ] on raw code points (Han, Hiragana, Katakana)
+bool cls_deepseek_v3_cjk(uint32_t cp) {
+  cp = raw(cp);
+  return (cp >= 0x4E00 && cp <= 0x9FA5) || (cp >= 0x3040 && cp <= 0x309F) || (cp >= 0x30A0 && cp <= 0x30FF);
 }
 bool cls_deepseek_letter(uint32_t cp) { return is_deepseek_letter(raw(cp)); }
 // [!-/:-~！-／：-～‘-‟　-。] on raw code points
@@ -530,9 +627,11 @@ std::vector<Matcher> matchers_for(PreTokenizer kind) {
     case PreTokenizer::Gpt2:
       return {m_gpt2};
     case PreTokenizer::Llama3:
-      return {m_llama3<3>};
+      return {m_llama3<3, cls_letter>};
     case PreTokenizer::Qwen2:
-      return {m_llama3<1>};
+      return {m_llama3<1, cls_letter>};
+    case PreTokenizer::Qwen35:
+      return {m_llama3<1, is_letter_or_mark>};
     case PreTokenizer::DeepseekLlm:
       return {m_newline, m_deepseek_letters, m_deepseek_punct, m_trailing_space, m_run<cls_cjk>,
               m_run<cls_number>};
@@ -548,7 +647,15 @@ std::vector<Matcher> matchers_for(PreTokenizer kind) {
     case PreTokenizer::Viking:
       return {m_bloom, m_one<cls_number>};
     case PreTokenizer::Tekken:
-      return {m_tekken};
+      return {m_cased<1, false>};
+    case PreTokenizer::Gpt4o:
+      return {m_cased<3, true>};
+    case PreTokenizer::DeepseekV3:
+      return {m_run_upto<cls_number, 3>, m_run<cls_deepseek_v3_cjk>, m_deepseek_v3};
+    case PreTokenizer::KimiK2:
+      return {m_kimi_k2};
+    case PreTokenizer::NewlineRuns:
+      return {m_newline_runs};
     case PreTokenizer::Chameleon:
       return {m_sentinel, m_image, m_chameleon_space, m_one<cls_number>, m_one<cls_chameleon_punct>, m_gpt2};
   }

@@ -67,6 +67,11 @@ enum class PreTokenizer {
   Viking,         // viking
   Tekken,         // tekken
   Chameleon,      // chameleon
+  Qwen35,         // qwen35 (qwen2 with combining marks in words)
+  Gpt4o,          // gpt-4o (gpt-oss; tekken's cased words with contractions, up to 3 digits)
+  DeepseekV3,     // deepseek-v3
+  KimiK2,         // kimi-k2
+  NewlineRuns,    // gemma4: runs of newlines and runs of everything else
 };
 
 // Splits text into pre-tokens (UTF-8, not yet byte-encoded). Invalid UTF-8 is

@@ -86,9 +86,15 @@ std::string quote(std::string_view s) {
 
 struct PreSpec {
   unicode::PreTokenizer kind;
-  bool ignore_merges = false;
+  bool ignore_merges = false;  // a pre-token that is a token is taken whole
   bool add_bos = false;
-  bool no_bos = false;  // chatglm: no default BOS token
+  bool no_bos = false;           // chatglm: no default BOS token
+  bool merges_optional = false;  // kimi-k2: a vocabulary may come without merges
+  // Gemma 4's SentencePiece-style BPE: spaces become U+2581 before splitting,
+  // merges run over raw UTF-8 (no byte-level mapping), pieces that are no
+  // token fall back to <0xXX> byte tokens, a run of newlines that is a token
+  // is taken whole, and BOS is added whatever tokenizer.ggml.add_bos_token says.
+  bool spm_style = false;
 };
 
 // tokenizer.ggml.pre names llama.cpp accepts for "gpt2" vocabularies that map
@@ -144,6 +150,12 @@ std::optional<PreSpec> pre_spec(const std::string& name) {
       {"viking", {P::Viking}},
       {"tekken", {P::Tekken, true, true}},
       {"chameleon", {P::Chameleon, false, true}},
+      {"qwen35", {P::Qwen35}},
+      {"gpt-4o", {P::Gpt4o}},
+      {"deepseek-v3", {P::DeepseekV3}},
+      {"kimi-k2", {.kind = P::KimiK2, .merges_optional = true}},
+      // also what tokenizer.ggml.model = "gemma4" means, whatever tokenizer.ggml.pre says
+      {"gemma4", {.kind = P::NewlineRuns, .spm_style = true}},
   };
   const auto it = table.find(name);
   if (it == table.end()) return std::nullopt;
@@ -156,14 +168,14 @@ const std::unordered_set<std::string>& control_by_text() {
   static const std::unordered_set<std::string> s = {
       "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
       "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>", "<end_of_utterance>",
-      "<|eom_id|>", "<|return|>", "<|call|>", "[EOS]", "</s>", "<eos>",
+      "<|eom_id|>", "<|return|>", "<|call|>", "[EOS]", "</s>", "<eos>", "<turn|>", "<|tool_response>",
       // fill-in-the-middle
       "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>",
       "\xE2\x96\x81<PRE>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
       "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<SUF>", "\xE2\x96\x81<SUF>", "<|fim_middle|>",
       "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>", "\xE2\x96\x81<MID>",
-      "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
-      "<reponame>", "<|file_sep|>"};
+      "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+      "<REPO>", "<reponame>", "<|file_sep|>"};
   return s;
 }
 
@@ -210,7 +222,7 @@ class VocabImpl final : public Vocab {
   void load_added_tokens(const gguf::File& f);
   void fix_up_attributes(const gguf::File& f);
   void strip_after_specials();
-  void map_byte_tokens();
+  void map_byte_tokens(bool raw_byte_fallback);
   [[noreturn]] void fail(const std::string& what) const { throw Error(path_ + ": " + what); }
   void check_id(Token t) const {
     if (t < 0 || t >= n_tokens())
@@ -224,6 +236,8 @@ class VocabImpl final : public Vocab {
   std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
   void tokenize_spm(std::string_view text, std::vector<Token>& out) const;
   void tokenize_bpe(std::string_view text, std::vector<Token>& out) const;
+  bool taken_whole(std::string_view word) const;
+  void bpe_byte_fallback(std::string_view piece, std::vector<Token>& out) const;
   void tokenize_wpm(std::string_view text, std::vector<Token>& out) const;
   std::vector<std::string> wpm_words(std::string_view text) const;
 
@@ -241,11 +255,10 @@ class VocabImpl final : public Vocab {
   bool add_eos_ = false;
   bool add_space_prefix_ = false;
 
-  // SentencePiece
+  // SentencePiece and SentencePiece-style BPE
   std::vector<Token> byte_tokens_;  // byte -> <0xXX> token (or -1)
   // BPE
-  unicode::PreTokenizer pre_ = unicode::PreTokenizer::Default;
-  bool ignore_merges_ = false;
+  PreSpec bpe_{unicode::PreTokenizer::Default};
   std::unordered_map<std::string, int> ranks_;  // "left right" -> rank
   // WordPiece
   bool lowercase_ = true;
@@ -270,10 +283,11 @@ void VocabImpl::load(const gguf::File& f) {
   load_special_ids(f, defaults);
   load_added_tokens(f);
   fix_up_attributes(f);
-  if (kind_ == VocabKind::SentencePiece) map_byte_tokens();
+  if (kind_ == VocabKind::SentencePiece || bpe_.spm_style) map_byte_tokens(kind_ == VocabKind::SentencePiece);
 }
 
 // The tokenizer model, its defaults and, for "gpt2", its pre-tokenizer.
+// "gemma4" is BPE with Gemma 4's own pre-tokenizer and no default special tokens.
 VocabImpl::SpecialIds VocabImpl::load_model_kind(const gguf::File& f) {
   const std::optional<std::string> model = f.try_string("tokenizer.ggml.model");
   if (!model) fail("key 'tokenizer.ggml.model' is missing: the file has no tokenizer");
@@ -291,6 +305,9 @@ VocabImpl::SpecialIds VocabImpl::load_model_kind(const gguf::File& f) {
     def.bos = 11;
     def.eos = 11;
     if (set_pre_tokenizer(pre)) def.bos = -1;
+  } else if (*model == "gemma4") {
+    kind_ = VocabKind::BytePairEncoding;
+    set_pre_tokenizer(std::string("gemma4"));
   } else if (*model == "bert") {
     kind_ = VocabKind::WordPiece;
     def.bos = 101;
@@ -300,7 +317,7 @@ VocabImpl::SpecialIds VocabImpl::load_model_kind(const gguf::File& f) {
     add_bos_ = true;
   } else {
     fail("unsupported tokenizer model 'tokenizer.ggml.model' = " + quote(*model) +
-         " (supported: llama, gpt2, bert)");
+         " (supported: llama, gpt2, gemma4, bert)");
   }
   return def;
 }
@@ -314,8 +331,7 @@ bool VocabImpl::set_pre_tokenizer(const std::optional<std::string>& pre) {
     spec = *s;
   }
   // a missing tokenizer.ggml.pre means "default", as in llama.cpp
-  pre_ = spec.kind;
-  ignore_merges_ = spec.ignore_merges;
+  bpe_ = spec;
   add_bos_ = spec.add_bos;
   return spec.no_bos;
 }
@@ -357,7 +373,10 @@ void VocabImpl::load_tokens(const gguf::File& f) {
 
 void VocabImpl::load_merges(const gguf::File& f) {
   std::optional<std::vector<std::string>> merges = f.try_string_array("tokenizer.ggml.merges");
-  if (!merges) fail("key 'tokenizer.ggml.merges' is missing (needed by a 'gpt2' tokenizer)");
+  if (!merges) {
+    if (bpe_.merges_optional) return;  // every character a token of its own, or its bytes
+    fail("key 'tokenizer.ggml.merges' is missing (needed by a BPE tokenizer)");
+  }
   ranks_.reserve(merges->size() * 2);
   for (size_t i = 0; i < merges->size(); ++i) {
     const std::string& m = (*merges)[i];
@@ -394,6 +413,7 @@ void VocabImpl::load_special_ids(const gguf::File& f, const SpecialIds& def) {
 void VocabImpl::load_added_tokens(const gguf::File& f) {
   if (const std::optional<bool> v = try_bool(f, "tokenizer.ggml.add_bos_token")) add_bos_ = *v;
   if (const std::optional<bool> v = try_bool(f, "tokenizer.ggml.add_eos_token")) add_eos_ = *v;
+  if (bpe_.spm_style) add_bos_ = true;  // as llama.cpp does for Gemma 4
   if (add_bos_ && bos_ < 0)
     fail("a BOS token is to be added ('tokenizer.ggml.add_bos_token' or the tokenizer's default) but the "
          "vocabulary has none ('tokenizer.ggml.bos_token_id')");
@@ -444,14 +464,14 @@ void VocabImpl::strip_after_specials() {
   set_rstrip("<|endoftext|>", false);
 }
 
-// SentencePiece: byte -> its <0xXX> token, else the token of the byte itself.
-void VocabImpl::map_byte_tokens() {
+// byte -> its <0xXX> token, else (SentencePiece only) the token of the byte itself.
+void VocabImpl::map_byte_tokens(bool raw_byte_fallback) {
   byte_tokens_.assign(256, -1);
   static const char* hex = "0123456789ABCDEF";
   for (int b = 0; b < 256; ++b) {
     const std::string name = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
     Token t = find(name);
-    if (t < 0) t = find(std::string(1, static_cast<char>(b)));
+    if (t < 0 && raw_byte_fallback) t = find(std::string(1, static_cast<char>(b)));
     byte_tokens_[static_cast<size_t>(b)] = t;
   }
 }
@@ -546,9 +566,15 @@ void VocabImpl::tokenize_bpe(std::string_view text, std::vector<Token>& out) con
     const auto it = ranks_.find(key);
     return it == ranks_.end() ? -1 : it->second;
   };
-  for (const std::string& word : unicode::pre_tokenize(text, pre_)) {
-    const std::string enc = unicode::byte_encode(word);
-    if (ignore_merges_) {
+  std::string escaped;
+  if (bpe_.spm_style) {
+    escaped = text;
+    replace_all(escaped, " ", kEscapedSpace);
+    text = escaped;
+  }
+  for (const std::string& word : unicode::pre_tokenize(text, bpe_.kind)) {
+    const std::string enc = bpe_.spm_style ? word : unicode::byte_encode(word);
+    if (taken_whole(enc)) {
       const Token t = find(enc);
       if (t >= 0) {
         out.push_back(t);
@@ -557,16 +583,28 @@ void VocabImpl::tokenize_bpe(std::string_view text, std::vector<Token>& out) con
     }
     for (std::string_view seg : detail::bpe_segment(enc, rank_of)) {
       const Token t = find(seg);
-      if (t >= 0) {
+      if (t >= 0)
         out.push_back(t);
-        continue;
-      }
-      // llama.cpp looks each byte of the piece up on its own and drops misses
-      for (char c : seg) {
-        const Token b = find(std::string_view(&c, 1));
-        if (b >= 0) out.push_back(b);
-      }
+      else
+        bpe_byte_fallback(seg, out);
     }
+  }
+}
+
+// Pre-tokens looked up whole before merging (when they are tokens): all of
+// them with ignore_merges, runs of newlines in Gemma 4.
+bool VocabImpl::taken_whole(std::string_view word) const {
+  if (bpe_.ignore_merges) return true;
+  return bpe_.spm_style && word.find_first_not_of('\n') == std::string_view::npos;
+}
+
+// A piece that is no token: llama.cpp looks each of its bytes up on its own
+// (byte-level BPE as the byte itself, SentencePiece-style BPE as <0xXX>) and
+// drops the misses.
+void VocabImpl::bpe_byte_fallback(std::string_view piece, std::vector<Token>& out) const {
+  for (char c : piece) {
+    const Token b = bpe_.spm_style ? byte_tokens_[static_cast<uint8_t>(c)] : find(std::string_view(&c, 1));
+    if (b >= 0) out.push_back(b);
   }
 }
 
@@ -703,7 +741,7 @@ std::string VocabImpl::token_to_piece(Token t) const {
     return {};
   }
   if (!(attr & kAttrNormal)) return {};
-  if (kind_ == VocabKind::BytePairEncoding) {
+  if (kind_ == VocabKind::BytePairEncoding && !bpe_.spm_style) {
     std::string out;
     out.reserve(text.size());
     for (uint32_t cp : unicode::decode(text)) {
