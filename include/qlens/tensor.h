@@ -42,7 +42,7 @@ namespace qlens {
 class Buffer;
 
 constexpr int kMaxDims = 4;
-constexpr int kMaxSrc = 4;
+constexpr int kMaxSrc = 6;  // GatedDeltaNet's q, k, v, gate, beta and state
 constexpr int kMaxParams = 8;
 
 enum class Op : uint8_t {
@@ -81,8 +81,11 @@ enum class Op : uint8_t {
   L2Norm,
   Concat,
   SsmConv,  // the short causal convolution of DeltaNet and Mamba layers
+  // The gated delta rule over a sequence of tokens, state in and state out
+  // (ggml's GATED_DELTA_NET): the recurrent core of the DeltaNet layers.
+  GatedDeltaNet,
 };
-constexpr int kOpCount = static_cast<int>(Op::SsmConv) + 1;
+constexpr int kOpCount = static_cast<int>(Op::GatedDeltaNet) + 1;
 
 const char* op_name(Op op);  // "MUL_MAT", ... as in ggml dumps
 std::string op_lower_name(Op op);  // "mul_mat": builders' errors, Vulkan's shader names
@@ -259,6 +262,24 @@ Tensor* concat(Graph& g, Tensor* a, Tensor* b, int dim);
 // (each channel's last d_conv - 1 inputs, then T new ones, for S sequences)
 // and kernels c [d_conv, d] give y [d, T, S], y[i, t, s] = sum_k sx[t + k, i, s] c[k, i].
 Tensor* ssm_conv(Graph& g, Tensor* sx, Tensor* c);
+// The gated delta rule (ggml_gated_delta_net), per head h of H_v and sequence
+// s, over tokens t in order, from the state S (S_v x S_v: S[i, j] with i a
+// key dimension, j a value dimension):
+//   S <- S * exp(g_t)                 (KDA: row i times exp(g_t[i]))
+//   d  = beta_t (v_t - S^T k_t)       (the delta: what S predicts for k_t, corrected)
+//   S <- S + k_t d^T
+//   o_t = S^T q_t / sqrt(S_v)         (the op scales q, not the graph)
+// Sources: q, k [S_v, H_k, T, n_seqs] (H_v % H_k == 0; head h reads q and k
+// head h % H_k, ggml's tiled broadcast), v [S_v, H_v, T, n_seqs], g
+// [1, H_v, T, n_seqs] (a scalar log-decay per head and token) or
+// [S_v, H_v, T, n_seqs] (KDA: one per key dimension), beta [1, H_v, T, n_seqs],
+// state [S_v, S_v, H_v, n_seqs] (element (i, j, h, s) is S[i, j] of head h,
+// sequence s). The result packs, as ggml's, the outputs o [S_v, H_v, T, n_seqs]
+// and then the final states [S_v, S_v, H_v, n_seqs] (same layout as state)
+// into one F32 tensor [S_v H_v, T n_seqs + S_v n_seqs]. `snapshots` is ggml's
+// K (the last K states kept); only 1, the final state, is supported.
+Tensor* gated_delta_net(Graph& g, Tensor* q, Tensor* k, Tensor* v, Tensor* gate, Tensor* beta, Tensor* state,
+                        int64_t snapshots = 1);
 Tensor* cpy(Graph& g, Tensor* a, Tensor* b);
 Tensor* cont(Graph& g, Tensor* a);
 Tensor* reshape(Graph& g, Tensor* a, std::initializer_list<int64_t> ne);

@@ -180,6 +180,22 @@ Tensor* ssm_conv(Graph& g, Tensor* sx, Tensor* c) {
   return checked(make_result(g, Op::SsmConv, {sx->ne[1], sx->ne[0] - c->ne[0] + 1, sx->ne[2], 1}, sx, c));
 }
 
+Tensor* gated_delta_net(Graph& g, Tensor* q, Tensor* k, Tensor* v, Tensor* gate, Tensor* beta, Tensor* state,
+                        int64_t snapshots) {
+  if (!q || !k || !v || !gate || !beta || !state) fail("gated_delta_net", "a source is missing");
+  if (snapshots != 1)
+    fail("gated_delta_net", "only the final state is kept (snapshots K = 1); K = " + std::to_string(snapshots) +
+                                " (the last K states, for rolling back speculative tokens) is not supported");
+  const int64_t S = v->ne[0], H = v->ne[1], T = v->ne[2], seqs = v->ne[3];
+  Tensor* t = make_result(g, Op::GatedDeltaNet, {S * H, T * seqs + snapshots * S * seqs, 1, 1}, q, k);
+  t->src[2] = v;
+  t->src[3] = gate;
+  t->src[4] = beta;
+  t->src[5] = state;
+  t->params[0] = static_cast<int32_t>(snapshots);
+  return checked(t);
+}
+
 Tensor* add_id(Graph& g, Tensor* a, Tensor* b, Tensor* ids) {
   Tensor* t = make_result(g, Op::AddId, a->ne, a, b);
   t->src[2] = ids;

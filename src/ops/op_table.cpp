@@ -187,6 +187,40 @@ std::string ssm_conv(const Tensor& n) {
   return {};
 }
 
+std::string gated_delta_net(const Tensor& n) {
+  if (auto r = result_of(n, DType::F32); !r.empty()) return r;
+  for (int i = 0; i < 6; ++i)
+    if (auto r = f32_source(n.src[i]); !r.empty()) return r;
+  const Tensor& q = *n.src[0];
+  const Tensor& k = *n.src[1];
+  const Tensor& v = *n.src[2];
+  const Tensor& gate = *n.src[3];
+  const Tensor& beta = *n.src[4];
+  const Tensor& state = *n.src[5];
+  const int64_t S = v.ne[0], H = v.ne[1], T = v.ne[2], seqs = v.ne[3];
+  const auto dims = [](std::initializer_list<int64_t> d) {
+    std::string s = "[";
+    for (int64_t x : d) s += (s.size() > 1 ? ", " : "") + std::to_string(x);
+    return s + "]";
+  };
+  if (v.nelements() == 0) return "values " + describe(v) + " must not be empty";
+  if (q.ne != k.ne) return "queries " + describe(q) + " and keys " + describe(k) + " differ in shape";
+  if (q.ne[0] != S || q.ne[1] == 0 || H % q.ne[1] != 0 || q.ne[2] != T || q.ne[3] != seqs)
+    return "queries and keys " + describe(q) + " must be [" + std::to_string(S) + ", H_k, " + std::to_string(T) +
+           ", " + std::to_string(seqs) + "] with H_k dividing the " + std::to_string(H) + " heads of values " +
+           describe(v);
+  if ((gate.ne[0] != 1 && gate.ne[0] != S) || gate.ne[1] != H || gate.ne[2] != T || gate.ne[3] != seqs)
+    return "gate " + describe(gate) + " must be " + dims({1, H, T, seqs}) + " or " + dims({S, H, T, seqs});
+  if (beta.ne != std::array<int64_t, kMaxDims>{1, H, T, seqs})
+    return "beta " + describe(beta) + " must be " + dims({1, H, T, seqs});
+  if (state.ne != std::array<int64_t, kMaxDims>{S, S, H, seqs})
+    return "state " + describe(state) + " must be " + dims({S, S, H, seqs});
+  if (n.params[0] != 1)
+    return "only the final state is kept (snapshots K = 1), not K = " + std::to_string(n.params[0]);
+  if (n.ne != std::array<int64_t, kMaxDims>{S * H, T * seqs + S * seqs, 1, 1}) return "result shape does not match";
+  return {};
+}
+
 std::string add_id(const Tensor& n) {
   if (auto r = f32_unary(n); !r.empty()) return r;
   const Tensor* a = n.src[0];
@@ -248,6 +282,7 @@ constexpr std::array<OpDef, kOpCount> kOps = {{
     {Op::L2Norm, "L2_NORM", false, f32_unary, reference::l2_norm},
     {Op::Concat, "CONCAT", false, concat, reference::concat},
     {Op::SsmConv, "SSM_CONV", false, ssm_conv, reference::ssm_conv},
+    {Op::GatedDeltaNet, "GATED_DELTA_NET", false, gated_delta_net, reference::gated_delta_net},
 }};
 static_assert(rows_follow_ops(kOps), "kOps needs one row per Op, in the enum's order");
 

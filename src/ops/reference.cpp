@@ -340,6 +340,53 @@ void ssm_conv(const Tensor& d) {
   });
 }
 
+// The gated delta rule as tensor.h states it, token by token, in double.
+void gated_delta_net(const Tensor& d) {
+  const Tensor& q = *d.src[0];
+  const Tensor& k = *d.src[1];
+  const Tensor& v = *d.src[2];
+  const Tensor& gate = *d.src[3];
+  const Tensor& beta = *d.src[4];
+  const Tensor& state = *d.src[5];
+  const int64_t S = v.ne[0], H = v.ne[1], T = v.ne[2], seqs = v.ne[3];
+  const bool per_key_gate = gate.ne[0] > 1;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(S));
+  // Element e of the packed result, counted in its logical order.
+  const auto put = [&](int64_t e, double value) { set(d, value, e % d.ne[0], e / d.ne[0]); };
+  const int64_t first_state = S * H * T * seqs;
+  std::vector<double> st(static_cast<size_t>(S * S));  // st[i S + j] = S[i, j]: key i, value j
+  std::vector<double> delta(static_cast<size_t>(S));
+  for (int64_t s = 0; s < seqs; ++s)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h % q.ne[1];  // the tiled broadcast of q and k heads
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t j = 0; j < S; ++j) st[i * S + j] = get(state, i, j, h, s);
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t i = 0; i < S; ++i) {
+          const double decay = std::exp(get(gate, per_key_gate ? i : 0, h, t, s));
+          for (int64_t j = 0; j < S; ++j) st[i * S + j] *= decay;
+        }
+        const double b = get(beta, 0, h, t, s);
+        for (int64_t j = 0; j < S; ++j) {
+          double predicted = 0;
+          for (int64_t i = 0; i < S; ++i) predicted += st[i * S + j] * get(k, i, hk, t, s);
+          delta[j] = b * (get(v, j, h, t, s) - predicted);
+        }
+        for (int64_t i = 0; i < S; ++i) {
+          const double ki = get(k, i, hk, t, s);
+          for (int64_t j = 0; j < S; ++j) st[i * S + j] += ki * delta[j];
+        }
+        for (int64_t j = 0; j < S; ++j) {
+          double o = 0;
+          for (int64_t i = 0; i < S; ++i) o += st[i * S + j] * get(q, i, hk, t, s);
+          put(((s * T + t) * H + h) * S + j, o * scale);
+        }
+      }
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t i = 0; i < S; ++i) put(first_state + ((s * H + h) * S + j) * S + i, st[i * S + j]);
+    }
+}
+
 void add(const Tensor& d) { binary(d, Binary::Add); }
 void mul(const Tensor& d) { binary(d, Binary::Mul); }
 void div(const Tensor& d) { binary(d, Binary::Div); }
