@@ -833,6 +833,70 @@ void rope_cases(Table& t) {
           });
 }
 
+// Multi-section rope (MRope, IMRope): Qwen3.5's IMRope sections {11, 11,
+// 10, 0} over 64 rotated dims with a text token's positions (p, p, p, 0,
+// which must give NeoX rope) and with four different positions per token;
+// an extra section, sections that repeat (summing to fewer than n_dims / 2
+// pairs), unequal sections (IMRope's interleave ends at 3 s), partial
+// rotation, frequency factors with YaRN, a permuted source.
+void rope_multi_cases(Table& t) {
+  struct MultiCase {
+    int64_t head;
+    int n_dims;
+    RopeSections sections;
+    bool text_positions;  // (p, p, p, 0): llama.cpp's positions of a text token
+  };
+  const MultiCase cases[] = {
+      {64, 64, {11, 11, 10, 0}, true}, {64, 64, {11, 11, 10, 0}, false}, {128, 32, {6, 5, 5, 0}, false},
+      {32, 32, {4, 4, 4, 4}, false},   {40, 32, {3, 2, 2, 0}, false},     {32, 32, {8, 4, 2, 2}, false},
+      {16, 16, {0, 5, 3, 0}, false},
+  };
+  const int64_t heads = 3, tokens = 6;
+  const auto positions = [](CaseGraph& c, int64_t n, bool text) {
+    std::vector<int32_t> pos(static_cast<size_t>(4 * n));
+    const std::vector<float> r = c.uniform_values(4 * n, 0, 4096);
+    for (int64_t k = 0; k < 4; ++k)
+      for (int64_t i = 0; i < n; ++i)
+        pos[k * n + i] = text ? (k < 3 ? static_cast<int32_t>(i * 97 + 3) : 0) : static_cast<int32_t>(r[k * n + i]);
+    return c.ints(pos);
+  };
+  for (RopeMode mode : {RopeMode::IMRope, RopeMode::MRope})
+    for (const MultiCase& m : cases) {
+      const std::string name =
+          cat(mode == RopeMode::IMRope ? "imrope" : "mrope", " a", shape({m.head, heads, tokens, 1}), " n_dims=", m.n_dims,
+              " sections {", m.sections[0], ",", m.sections[1], ",", m.sections[2], ",", m.sections[3], "}",
+              m.text_positions ? " text positions (p,p,p,0)" : " positions 0..4095");
+      OpCase& oc = t.add("rope", "multi", name, kernel(), [=](CaseGraph& c) {
+        Tensor* x = c.uniform(DType::F32, {m.head, heads, tokens, 1}, -2, 2);
+        return rope_multi(c.g, x, positions(c, tokens, m.text_positions), m.n_dims, m.sections, mode, 10000000.0f, 1.0f);
+      });
+      if (m.text_positions && mode == RopeMode::IMRope)  // Qwen3.5's 16 query heads of 256, 64 rotated, over a 512-token prompt
+        oc.perf = [=](CaseGraph& c) {
+          Tensor* x = c.normal(DType::F32, {256, 16, 512, 1});
+          return std::vector<Tensor*>{
+              rope_multi(c.g, x, positions(c, 512, true), 64, m.sections, mode, 10000000.0f, 1.0f)};
+        };
+    }
+  // A text token's positions give NeoX rope: the same node as rope's.
+  t.add("rope", "multi", "imrope text positions against neox a{64,3,6,1} n_dims=64", kernel(), [=](CaseGraph& c) {
+    Tensor* x = c.uniform(DType::F32, {64, 3, 6, 1}, -2, 2);
+    Tensor* multi = rope_multi(c.g, x, positions(c, tokens, true), 64, {11, 11, 10, 0}, RopeMode::IMRope, 10000.0f, 1.0f);
+    Tensor* neox = rope(c.g, x, c.ints(spread_positions(tokens)), 64, RopeMode::NeoX, 10000.0f, 1.0f);
+    return std::vector<Tensor*>{multi, neox};
+  });
+  t.add("rope", "multi", "imrope a{64,4,6,1} sections {11,11,10,0} freq factors yarn ext_factor=1 scale=0.25",
+        kernel(), [=](CaseGraph& c) {
+          Tensor* x = c.uniform(DType::F32, {64, 4, 6, 1}, -2, 2);
+          Tensor* f = c.uniform(DType::F32, {32, 1, 1, 1}, 0.5f, 4.0f);
+          return rope_multi(c.g, x, positions(c, 6, false), 64, {11, 11, 10, 0}, RopeMode::IMRope, 10000.0f, 0.25f, f,
+                            RopeYarn{1.0f, 1.0f, 32.0f, 1.0f, 4096});
+        });
+  t.add("rope", "multi", "mrope a permuted{32,4,5,1} n_dims=24 sections {4,4,4,0}", kernel(), [=](CaseGraph& c) {
+    Tensor* x = permute(c.g, c.uniform(DType::F32, {32, 5, 4, 1}, -2, 2), 0, 2, 1, 3);
+    return rope_multi(c.g, x, positions(c, 5, false), 24, {4, 4, 4, 0}, RopeMode::MRope, 10000.0f, 1.0f);
+  });
+}
+
 // A causal mask [kv, rows]: -inf above the diagonal (offset by kv - rows),
 // random values elsewhere, and optionally a fully masked row (row 1).
 Tensor* causal_mask(CaseGraph& c, int64_t kv, int64_t rows, bool full_row) {
@@ -1559,6 +1623,7 @@ const std::vector<OpCase>& op_cases() {
           });
     rms_norm_cases(t);
     rope_cases(t);
+    rope_multi_cases(t);
     soft_max_cases(t);
     glu_cases(t);
     add_id_cases(t);

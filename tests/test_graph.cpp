@@ -231,6 +231,51 @@ TEST(Graph, GatedDeltaNetShapesAndRules) {
   }
 }
 
+// Multi-section rope takes four positions per token and its sections; the
+// other modes one position, and no sections.
+TEST(Graph, RopeMultiTakesFourPositionsPerToken) {
+  Graph g;
+  Tensor* a = g.new_tensor(DType::F32, {64, 2, 5}, "Qcur");
+  Tensor* pos4 = g.new_tensor(DType::I32, {20}, "inp_pos");
+  Tensor* pos1 = g.new_tensor(DType::I32, {5}, "inp_pos1");
+  for (RopeMode mode : {RopeMode::MRope, RopeMode::IMRope}) {
+    Tensor* r = rope_multi(g, a, pos4, 64, {11, 11, 10, 0}, mode, 1e7f, 1.0f);
+    EXPECT_EQ(r->ne, a->ne);
+    EXPECT_EQ(rope_sections(*r), (RopeSections{11, 11, 10, 0}));
+  }
+  EXPECT_NE(refusal([&] { rope_multi(g, a, pos1, 64, {11, 11, 10, 0}, RopeMode::IMRope, 1e7f, 1.0f); })
+                .find("'inp_pos1' {5, 1, 1, 1} must be an I32 vector with four entries per token"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] { rope(g, a, pos4, 64, RopeMode::NeoX, 1e7f, 1.0f); }).find("one entry per token"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] { rope(g, a, pos4, 64, RopeMode::IMRope, 1e7f, 1.0f); }).find("rope_multi"), std::string::npos);
+  EXPECT_NE(refusal([&] { rope_multi(g, a, pos4, 64, {11, 11, 10, 0}, RopeMode::NeoX, 1e7f, 1.0f); })
+                .find("is not MRope or IMRope"),
+            std::string::npos);
+  for (RopeSections bad : {RopeSections{-1, 11, 10, 0}, RopeSections{0, 0, 0, 8}, RopeSections{30, 30, 10, 0}})
+    EXPECT_NE(refusal([&] { rope_multi(g, a, pos4, 64, bad, RopeMode::MRope, 1e7f, 1.0f); }).find("sections {"),
+              std::string::npos);
+}
+
+// ggml's assignment of pairs to positions (time, height, width, extra):
+// Qwen3.5's sections {11, 11, 10, 0} over 32 pairs, MRope in runs, IMRope
+// dealt in turn; sections summing to fewer pairs repeat, and IMRope's lane
+// for a section ends at 3 s (then the extra position).
+TEST(Graph, RopeSectionsAssignPairsAsGgml) {
+  const RopeSections qwen{11, 11, 10, 0};
+  std::string imrope, mrope;
+  for (int64_t i = 0; i < 32; ++i) {
+    imrope += "thwe"[rope_position_of(RopeMode::IMRope, qwen, i)];
+    mrope += "thwe"[rope_position_of(RopeMode::MRope, qwen, i)];
+  }
+  EXPECT_EQ(imrope, "thwthwthwthwthwthwthwthwthwthwth");
+  EXPECT_EQ(mrope, "ttttttttttthhhhhhhhhhhwwwwwwwwww");
+  std::string repeat;
+  for (int64_t i = 0; i < 16; ++i) repeat += "thwe"[rope_position_of(RopeMode::IMRope, {4, 2, 1, 1}, i)];
+  EXPECT_EQ(repeat, "thwthetethwthete");
+  EXPECT_EQ(rope_position_of(RopeMode::NeoX, qwen, 5), 0);
+}
+
 TEST(Graph, TopologicalOrderVisitsSharedNodesOnce) {
   Graph g;
   Tensor* a = g.new_tensor(DType::F32, {4}, "a");

@@ -541,6 +541,34 @@ TEST(Ops, SoftMaxCausalRowsEqualWholeRows) {
   }
 }
 
+// A text token's four positions (p, p, p, 0, as llama.cpp lays them out for
+// Qwen3.5) make multi-section rope NeoX rope, bit for bit, on the reference
+// and on the CPU: every pair turns by p, with the angle of its index.
+TEST(Ops, RopeMultiOfTextPositionsIsNeoX) {
+  const std::vector<int32_t> p = {0, 1, 7, 100, 2047};
+  std::vector<int32_t> p4(p);
+  for (int k = 1; k < 4; ++k)
+    for (int32_t x : p) p4.push_back(k < 3 ? x : 0);
+  for (RopeMode mode : {RopeMode::IMRope, RopeMode::MRope}) {
+    const auto build = [&](bool multi) {
+      return [=](Fixture& f) {
+        Tensor* x = f.rand(DType::F32, {64, 3, 5, 1}, -2, 2);
+        Tensor* r = multi ? rope_multi(f.g, x, f.ints(p4), 64, {11, 11, 10, 0}, mode, 1e7f, 1.0f)
+                          : rope(f.g, x, f.ints(p), 64, RopeMode::NeoX, 1e7f, 1.0f);
+        f.output(r);
+        return r;
+      };
+    };
+    for (Backend* b : {&reference(), &cpu_backend(Isa::Scalar, 2)}) {
+      const std::vector<double> multi = eval(build(true), 3, *b), neox = eval(build(false), 3, *b);
+      ASSERT_EQ(multi.size(), neox.size());
+      size_t bad = 0;
+      for (size_t i = 0; i < multi.size(); ++i) bad += !same_bits(multi[i], neox[i]);
+      EXPECT_EQ(bad, 0u) << b->name();
+    }
+  }
+}
+
 // The gated delta rule on numbers worked out by hand, pinning ggml's
 // conventions: S = 2, one head, one token, state S[i, j] at element (i, j)
 // (key i, value j), the output scaled by 1/sqrt(2), the final state after

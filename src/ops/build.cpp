@@ -123,10 +123,10 @@ float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
          std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2 * static_cast<float>(M_PI))) / (2 * std::log(base));
 }
 
-}  // namespace
-
-Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale,
-             Tensor* freq_factors, const RopeYarn& yarn) {
+// Rope and rope_multi: the node with its sections (zeros but for the
+// multi-section modes).
+Tensor* rope_node(Graph& g, Tensor* a, Tensor* pos, int n_dims, const RopeSections& sections, RopeMode mode,
+                  float freq_base, float freq_scale, Tensor* freq_factors, const RopeYarn& yarn) {
   Tensor* t = make_result(g, Op::Rope, a->ne, a, pos);
   t->src[2] = freq_factors;
   t->params[0] = n_dims;
@@ -143,7 +143,22 @@ Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float 
   }
   t->set_param_f(6, low);
   t->set_param_f(7, high);
+  for (int i = 0; i < 4; ++i) t->params[8 + i] = sections[i];
   return checked(t);
+}
+
+}  // namespace
+
+Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale,
+             Tensor* freq_factors, const RopeYarn& yarn) {
+  if (rope_is_multi(mode)) fail("rope", "the multi-section modes take their sections: rope_multi");
+  return rope_node(g, a, pos, n_dims, {0, 0, 0, 0}, mode, freq_base, freq_scale, freq_factors, yarn);
+}
+
+Tensor* rope_multi(Graph& g, Tensor* a, Tensor* pos, int n_dims, const RopeSections& sections, RopeMode mode,
+                   float freq_base, float freq_scale, Tensor* freq_factors, const RopeYarn& yarn) {
+  if (!rope_is_multi(mode)) fail("rope_multi", "mode " + std::to_string(static_cast<int>(mode)) + " is not MRope or IMRope");
+  return rope_node(g, a, pos, n_dims, sections, mode, freq_base, freq_scale, freq_factors, yarn);
 }
 
 Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale, Tensor* sinks) {

@@ -111,14 +111,26 @@ std::string rope(const Tensor& n) {
   const Tensor& a = *n.src[0];
   const Tensor* pos = n.src[1];
   const Tensor* factors = n.src[2];
-  if (!pos || pos->type != DType::I32 || pos->ne[0] != a.ne[2])
-    return "positions " + (pos ? describe(*pos) : std::string("(none)")) +
-           " must be I32 with one entry per token of " + describe(a);
+  const RopeMode mode = rope_mode(n);
+  if (mode != RopeMode::Normal && mode != RopeMode::NeoX && !rope_is_multi(mode))
+    return "unknown rope mode " + std::to_string(n.params[1]);
+  const int64_t per_token = rope_is_multi(mode) ? 4 : 1;
+  if (!pos || pos->type != DType::I32 || pos->ne[0] != per_token * a.ne[2] || pos->nelements() != pos->ne[0])
+    return "positions " + (pos ? describe(*pos) : std::string("(none)")) + " must be an I32 vector with " +
+           (per_token == 1 ? std::string("one entry") : std::string("four entries")) + " per token of " + describe(a);
   const int n_dims = n.params[0];
   if (n_dims <= 0 || n_dims % 2 != 0 || n_dims > a.ne[0])
     return "rotated dims " + std::to_string(n_dims) + " must be even and at most the head size of " + describe(a);
-  if (n.params[1] != static_cast<int32_t>(RopeMode::Normal) && n.params[1] != static_cast<int32_t>(RopeMode::NeoX))
-    return "unknown rope mode " + std::to_string(n.params[1]);
+  if (rope_is_multi(mode)) {
+    // ggml's bounds: no negative section, some pairs for the three positions
+    // a text or image token has, no more pairs in a period than the head has.
+    const RopeSections s = rope_sections(n);
+    const int64_t total = static_cast<int64_t>(s[0]) + s[1] + s[2] + s[3];
+    if (s[0] < 0 || s[1] < 0 || s[2] < 0 || s[3] < 0 || s[0] + s[1] + s[2] == 0 || total > a.ne[0])
+      return "sections {" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) + ", " +
+             std::to_string(s[3]) + "} must be non-negative, not all of the first three 0, and sum to at most " +
+             "the head size of " + describe(a);
+  }
   if (factors && (factors->type != DType::F32 || factors->nb[0] != sizeof(float) || factors->ne[0] < n_dims / 2 ||
                   factors->nelements() != factors->ne[0]))
     return "frequency factors " + describe(*factors) + " must be a contiguous F32 vector of at least " +

@@ -223,17 +223,25 @@ void rope(const Tensor& d) {
   const Tensor& a = *d.src[0];
   const Tensor& pos = *d.src[1];
   const int64_t n_dims = d.params[0];
-  const bool neox = d.params[1] == static_cast<int32_t>(RopeMode::NeoX);
+  const RopeMode mode = rope_mode(d);
+  const bool neox = rope_neox_pairs(mode);
+  const RopeSections sections = rope_sections(d);
+  const int n_positions = rope_is_multi(mode) ? 4 : 1;
   const double base = d.param_f(2), fscale = d.param_f(3);
   const RopeYarnParams yarn = rope_yarn_params(d);
   for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
     const std::vector<double> x = row(a, i1, i2, i3);
     std::vector<double> y = x;  // dims from n_dims on are copied
     // The angles as the op defines them (ggml's): theta_i in float, by
-    // repeated multiplication from the position; the rest in double.
+    // repeated multiplication from the position (each of the token's
+    // positions, section-major in pos, for the multi-section modes); the
+    // rest in double.
     const float theta_scale = std::pow(static_cast<float>(base), -2.0f / static_cast<float>(n_dims));
-    float theta_i = static_cast<float>(get(pos, i2));
-    for (int64_t i = 0; i < n_dims / 2; ++i, theta_i *= theta_scale) {
+    std::array<float, 4> thetas{};
+    for (int p = 0; p < n_positions; ++p) thetas[p] = static_cast<float>(get(pos, p * a.ne[2] + i2));
+    for (int64_t i = 0; i < n_dims / 2; ++i) {
+      const float theta_i = thetas[rope_position_of(mode, sections, i)];
+      for (float& t : thetas) t *= theta_scale;
       const float f = d.src[2] ? static_cast<float>(get(*d.src[2], i)) : 1.0f;
       const float extrapolated = theta_i / f;
       const float interpolated = static_cast<float>(fscale) * extrapolated;
