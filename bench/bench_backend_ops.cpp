@@ -126,6 +126,7 @@ void time_case(benchmark::State& state, const OpCase& c, const Build& build, Tim
     sched = std::make_unique<Scheduler>(std::vector<Backend*>{tb.backend.get(), &host_fallback()});
     sched->allocate(cg.g);
   }
+  const Restore setting = tb.host && c.cpu_setting ? c.cpu_setting() : Restore();  // the case's CPU setting
   const auto run = [&] { tb.host ? tb.backend->compute(cg.g) : static_cast<void>(sched->compute(cg.g)); };
   run();  // warm up: page faults, pipelines, packing buffers
   for (auto _ : state) run();

@@ -12,6 +12,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/delta_net.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/packed.h"
@@ -368,6 +370,55 @@ void BM_Rope(benchmark::State& state) {
 }
 BENCHMARK(BM_Rope)->Args({64, 32, 1, 0})->Args({64, 32, 512, 0})->Args({64, 32, 512, 2})->UseRealTime()->Unit(
     benchmark::kMicrosecond);
+
+// The gated delta rule's two CPU forms, for the token count from which the
+// chunked one is faster. args: head size, value heads (key heads: half),
+// tokens, per-key gate, form (0 recurrent, 1 chunked). q and k rows of unit
+// length, the gate's log-decay in [-0.5, 0), beta in [0, 1): values a
+// model's layer sees (no overflow, no subnormals).
+void BM_GatedDeltaNet(benchmark::State& state) {
+  const int64_t S = state.range(0), H = state.range(1), T = state.range(2);
+  const bool per_key = state.range(3) != 0;
+  Bench b;
+  const auto unit_rows = [](Tensor* t) {
+    float* x = static_cast<float*>(t->data);
+    for (int64_t r = 0; r < t->nrows(); ++r) {
+      float ss = 0;
+      for (int64_t i = 0; i < t->ne[0]; ++i) ss += x[r * t->ne[0] + i] * x[r * t->ne[0] + i];
+      for (int64_t i = 0; i < t->ne[0]; ++i) x[r * t->ne[0] + i] /= std::sqrt(ss);
+    }
+    return t;
+  };
+  const auto map = [](Tensor* t, float lo, float hi) {  // [-1, 1) to [lo, hi)
+    float* x = static_cast<float*>(t->data);
+    for (int64_t i = 0; i < t->nelements(); ++i) x[i] = lo + (x[i] + 1) / 2 * (hi - lo);
+    return t;
+  };
+  Tensor* q = unit_rows(b.leaf(DType::F32, {S, H / 2, T}));
+  Tensor* k = unit_rows(b.leaf(DType::F32, {S, H / 2, T}));
+  Tensor* v = b.leaf(DType::F32, {S, H, T});
+  Tensor* gate = map(b.leaf(DType::F32, {per_key ? S : 1, H, T}), -0.5f, -1e-4f);
+  Tensor* beta = map(b.leaf(DType::F32, {1, H, T}), 0.0f, 1.0f);
+  Tensor* s0 = map(b.leaf(DType::F32, {S, S, H}), -0.1f, 0.1f);
+  b.finish(gated_delta_net(b.g, q, k, v, gate, beta, s0));
+  const cpu::DeltaNetForm saved =
+      cpu::delta_net_set_form(state.range(4) ? cpu::DeltaNetForm::Chunked : cpu::DeltaNetForm::Recurrent);
+  b.run(state);
+  cpu::delta_net_set_form(saved);
+  state.SetItemsProcessed(state.iterations() * T);  // tokens
+  set_labels(state);
+}
+void GatedDeltaNetArgs(benchmark::internal::Benchmark* bm) {
+  for (int64_t S : {64, 128})
+    for (int64_t per_key : {0, 1})
+      for (int64_t T : {1, 8, 16, 32, 64, 128, 256, 512})
+        for (int64_t form : {0, 1}) bm->Args({S, 32, T, per_key, form});
+}
+BENCHMARK(BM_GatedDeltaNet)
+    ->ArgNames({"S", "H", "T", "per_key", "chunked"})
+    ->Apply(GatedDeltaNetArgs)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // args: elements (silu of an FFN activation)
 void BM_Silu(benchmark::State& state) {

@@ -34,6 +34,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "backend/cpu/delta_net.h"
 #include "backend/cpu/matmul.h"
 #include "qlens/types.h"
 #ifdef QLENS_VULKAN
@@ -832,6 +833,70 @@ void rope_cases(Table& t) {
           });
 }
 
+// Multi-section rope (MRope, IMRope): Qwen3.5's IMRope sections {11, 11,
+// 10, 0} over 64 rotated dims with a text token's positions (p, p, p, 0,
+// which must give NeoX rope) and with four different positions per token;
+// an extra section, sections that repeat (summing to fewer than n_dims / 2
+// pairs), unequal sections (IMRope's interleave ends at 3 s), partial
+// rotation, frequency factors with YaRN, a permuted source.
+void rope_multi_cases(Table& t) {
+  struct MultiCase {
+    int64_t head;
+    int n_dims;
+    RopeSections sections;
+    bool text_positions;  // (p, p, p, 0): llama.cpp's positions of a text token
+  };
+  const MultiCase cases[] = {
+      {64, 64, {11, 11, 10, 0}, true}, {64, 64, {11, 11, 10, 0}, false}, {128, 32, {6, 5, 5, 0}, false},
+      {32, 32, {4, 4, 4, 4}, false},   {40, 32, {3, 2, 2, 0}, false},     {32, 32, {8, 4, 2, 2}, false},
+      {16, 16, {0, 5, 3, 0}, false},
+  };
+  const int64_t heads = 3, tokens = 6;
+  const auto positions = [](CaseGraph& c, int64_t n, bool text) {
+    std::vector<int32_t> pos(static_cast<size_t>(4 * n));
+    const std::vector<float> r = c.uniform_values(4 * n, 0, 4096);
+    for (int64_t k = 0; k < 4; ++k)
+      for (int64_t i = 0; i < n; ++i)
+        pos[k * n + i] = text ? (k < 3 ? static_cast<int32_t>(i * 97 + 3) : 0) : static_cast<int32_t>(r[k * n + i]);
+    return c.ints(pos);
+  };
+  for (RopeMode mode : {RopeMode::IMRope, RopeMode::MRope})
+    for (const MultiCase& m : cases) {
+      const std::string name =
+          cat(mode == RopeMode::IMRope ? "imrope" : "mrope", " a", shape({m.head, heads, tokens, 1}), " n_dims=", m.n_dims,
+              " sections {", m.sections[0], ",", m.sections[1], ",", m.sections[2], ",", m.sections[3], "}",
+              m.text_positions ? " text positions (p,p,p,0)" : " positions 0..4095");
+      OpCase& oc = t.add("rope", "multi", name, kernel(), [=](CaseGraph& c) {
+        Tensor* x = c.uniform(DType::F32, {m.head, heads, tokens, 1}, -2, 2);
+        return rope_multi(c.g, x, positions(c, tokens, m.text_positions), m.n_dims, m.sections, mode, 10000000.0f, 1.0f);
+      });
+      if (m.text_positions && mode == RopeMode::IMRope)  // Qwen3.5's 16 query heads of 256, 64 rotated, over a 512-token prompt
+        oc.perf = [=](CaseGraph& c) {
+          Tensor* x = c.normal(DType::F32, {256, 16, 512, 1});
+          return std::vector<Tensor*>{
+              rope_multi(c.g, x, positions(c, 512, true), 64, m.sections, mode, 10000000.0f, 1.0f)};
+        };
+    }
+  // A text token's positions give NeoX rope: the same node as rope's.
+  t.add("rope", "multi", "imrope text positions against neox a{64,3,6,1} n_dims=64", kernel(), [=](CaseGraph& c) {
+    Tensor* x = c.uniform(DType::F32, {64, 3, 6, 1}, -2, 2);
+    Tensor* multi = rope_multi(c.g, x, positions(c, tokens, true), 64, {11, 11, 10, 0}, RopeMode::IMRope, 10000.0f, 1.0f);
+    Tensor* neox = rope(c.g, x, c.ints(spread_positions(tokens)), 64, RopeMode::NeoX, 10000.0f, 1.0f);
+    return std::vector<Tensor*>{multi, neox};
+  });
+  t.add("rope", "multi", "imrope a{64,4,6,1} sections {11,11,10,0} freq factors yarn ext_factor=1 scale=0.25",
+        kernel(), [=](CaseGraph& c) {
+          Tensor* x = c.uniform(DType::F32, {64, 4, 6, 1}, -2, 2);
+          Tensor* f = c.uniform(DType::F32, {32, 1, 1, 1}, 0.5f, 4.0f);
+          return rope_multi(c.g, x, positions(c, 6, false), 64, {11, 11, 10, 0}, RopeMode::IMRope, 10000.0f, 0.25f, f,
+                            RopeYarn{1.0f, 1.0f, 32.0f, 1.0f, 4096});
+        });
+  t.add("rope", "multi", "mrope a permuted{32,4,5,1} n_dims=24 sections {4,4,4,0}", kernel(), [=](CaseGraph& c) {
+    Tensor* x = permute(c.g, c.uniform(DType::F32, {32, 5, 4, 1}, -2, 2), 0, 2, 1, 3);
+    return rope_multi(c.g, x, positions(c, 5, false), 24, {4, 4, 4, 0}, RopeMode::MRope, 10000.0f, 1.0f);
+  });
+}
+
 // A causal mask [kv, rows]: -inf above the diagonal (offset by kv - rows),
 // random values elsewhere, and optionally a fully masked row (row 1).
 Tensor* causal_mask(CaseGraph& c, int64_t kv, int64_t rows, bool full_row) {
@@ -1007,6 +1072,135 @@ void ssm_conv_cases(Table& t) {
     return std::vector<Tensor*>{
         ssm_conv(c.g, c.normal(DType::F32, {515, 10240, 1, 1}), c.normal(DType::F32, {4, 10240, 1, 1}))};
   };
+}
+
+// The gated delta rule (Qwen3.5's and Kimi's DeltaNet layers): q and k
+// rows of unit length (as the layers' l2_norm leaves them), v normal, beta
+// in (0, 1), a non-zero initial state; the gate's log-decay strong (ggml's
+// test range, most of the state forgotten each token) or weak (the state
+// carries across many tokens and chunks). One token (generation) and
+// prompts across the chunked form's chunk boundaries (64; 16 with a per-key
+// gate), at head sizes 16, 64 and 128, with H_v = H_k, 2 H_k and 4 H_k (the
+// tiled broadcast) and two sequences. Forced forms: the CPU's recurrent and
+// chunked forms each on the same cases. The outputs and the final state are
+// compared apart (each its own NMSE).
+struct DeltaNetShape {
+  int64_t S, H_k, H_v, T, seqs;
+  bool per_key_gate;
+  bool weak_decay;
+};
+
+std::string describe(const DeltaNetShape& d) {
+  return cat("S=", d.S, " H_k=", d.H_k, " H_v=", d.H_v, " T=", d.T, " seqs=", d.seqs,
+             d.per_key_gate ? " per-key gate" : " scalar gate", d.weak_decay ? " weak decay" : " strong decay");
+}
+
+// Normal values with each row of ne[0] scaled to unit length.
+Tensor* unit_rows(CaseGraph& c, Shape ne) {
+  std::vector<float> x = c.normal_values(ne[0] * ne[1] * ne[2] * ne[3], 1.0f);
+  for (size_t r = 0; r < x.size(); r += static_cast<size_t>(ne[0])) {
+    double ss = 0;
+    for (int64_t i = 0; i < ne[0]; ++i) ss += static_cast<double>(x[r + i]) * x[r + i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(std::max(ss, 1e-30)));
+    for (int64_t i = 0; i < ne[0]; ++i) x[r + i] *= inv;
+  }
+  return c.leaf(DType::F32, ne, x);
+}
+
+enum class Layout { Contiguous, Permuted, KeysStrided };
+
+Tensor* delta_net_node(CaseGraph& c, const DeltaNetShape& d, Layout layout = Layout::Contiguous) {
+  Tensor *q, *k, *v;
+  if (layout == Layout::Permuted) {  // [S, T, H, seqs] seen as [S, H, T, seqs]: rows adjacent, heads strided
+    q = permute(c.g, unit_rows(c, {d.S, d.T, d.H_k, d.seqs}), 0, 2, 1, 3);
+    k = permute(c.g, unit_rows(c, {d.S, d.T, d.H_k, d.seqs}), 0, 2, 1, 3);
+    v = permute(c.g, c.normal(DType::F32, {d.S, d.T, d.H_v, d.seqs}), 0, 2, 1, 3);
+  } else {
+    q = unit_rows(c, {d.S, d.H_k, d.T, d.seqs});
+    k = unit_rows(c, {d.S, d.H_k, d.T, d.seqs});
+    v = c.normal(DType::F32, {d.S, d.H_v, d.T, d.seqs});
+  }
+  if (layout == Layout::KeysStrided)  // a key's elements H_k floats apart: a transposed copy, seen transposed
+    k = transpose(c.g, cont(c.g, transpose(c.g, k)));
+  const float lo = d.weak_decay ? -0.05f : -20.0f;
+  Tensor* gate = c.uniform(DType::F32, {d.per_key_gate ? d.S : 1, d.H_v, d.T, d.seqs}, lo, -1e-4f);
+  Tensor* beta = c.uniform(DType::F32, {1, d.H_v, d.T, d.seqs}, 0.0f, 1.0f);
+  Tensor* state = c.normal(DType::F32, {d.S, d.S, d.H_v, d.seqs}, 0.5f);
+  return gated_delta_net(c.g, q, k, v, gate, beta, state);
+}
+
+// The outputs [S, H_v, T, seqs] and the final state [S, S, H_v, seqs] of the
+// packed result, as copies (exact on every backend).
+std::vector<Tensor*> outputs_and_state(CaseGraph& c, Tensor* r, const DeltaNetShape& d) {
+  const size_t f = sizeof(float);
+  Tensor* o = view(c.g, r, {d.S, d.H_v, d.T, d.seqs}, {d.S * f, d.S * d.H_v * f, d.S * d.H_v * d.T * f}, 0);
+  Tensor* st = view(c.g, r, {d.S, d.S, d.H_v, d.seqs}, {d.S * f, d.S * d.S * f, d.S * d.S * d.H_v * f},
+                    d.S * d.H_v * d.T * d.seqs * f);
+  return {cont(c.g, o), cont(c.g, st)};
+}
+
+// A CPU setting: GatedDeltaNet's form.
+std::function<Restore()> delta_net_form(cpu::DeltaNetForm form) {
+  return [form] {
+    const cpu::DeltaNetForm saved = cpu::delta_net_set_form(form);
+    return Restore([saved] { cpu::delta_net_set_form(saved); });
+  };
+}
+
+void gated_delta_net_cases(Table& t) {
+  const auto add = [&](const std::string& group, const DeltaNetShape& d, const std::string& note = "",
+                       Layout layout = Layout::Contiguous) -> OpCase& {
+    return t.add("gated_delta_net", group, describe(d) + note, kernel(),
+                 [=](CaseGraph& c) { return outputs_and_state(c, delta_net_node(c, d, layout), d); });
+  };
+  // Qwen3.5-9B-like heads (16 key heads, 32 value heads of 128), the perf shapes.
+  const auto qwen35 = [](int64_t T) {
+    return [T](CaseGraph& c) {
+      return std::vector<Tensor*>{delta_net_node(c, {128, 16, 32, T, 1, false, true})};
+    };
+  };
+  // Generation: one token.
+  for (int64_t S : {16, 64, 128})
+    for (int64_t ratio : {1, 2, 4})
+      for (bool per_key : {false, true}) {
+        OpCase& oc = add("", {S, 4 / ratio, 4, 1, ratio == 2 ? 2 : 1, per_key, ratio != 4});
+        if (S == 128 && ratio == 2 && !per_key) oc.perf = qwen35(1);
+      }
+  // Prompts across chunk boundaries.
+  const DeltaNetShape prompts[] = {
+      {16, 2, 2, 7, 1, false, true},    {16, 2, 4, 64, 2, false, true},  {16, 1, 4, 65, 1, false, true},
+      {16, 2, 4, 200, 1, false, true},  {16, 2, 2, 7, 2, true, true},    {16, 1, 4, 64, 1, true, true},
+      {16, 2, 4, 65, 1, true, false},   {16, 2, 2, 200, 1, true, true},  {64, 2, 4, 7, 2, false, false},
+      {64, 1, 2, 65, 1, false, true},   {64, 2, 2, 200, 1, false, false}, {64, 1, 4, 65, 1, true, true},
+      {128, 1, 2, 65, 1, false, true},  {128, 1, 1, 65, 1, true, true},
+  };
+  for (const DeltaNetShape& d : prompts) {
+    OpCase& oc = add("", d);
+    oc.cpu_threads = {3};
+    if (d.S == 128 && !d.per_key_gate) oc.perf = qwen35(512);
+  }
+  // Each CPU form on the same cases, forced (a node's shape picks one:
+  // delta_net.cpp), across chunks and with strong decay (whole chunks'
+  // decay underflowing to 0).
+  const DeltaNetShape forced[] = {
+      {64, 2, 4, 65, 2, false, true},  {64, 1, 2, 130, 1, false, false}, {16, 1, 2, 200, 1, true, true},
+      {16, 2, 4, 65, 1, true, false},  {128, 1, 2, 7, 1, false, true},   {16, 2, 2, 1, 1, true, false},
+  };
+  for (const DeltaNetShape& d : forced) {
+    add("forms", d, " (CPU: recurrent form)").cpu_setting = delta_net_form(cpu::DeltaNetForm::Recurrent);
+    add("forms", d, " (CPU: chunked form)").cpu_setting = delta_net_form(cpu::DeltaNetForm::Chunked);
+  }
+  // Views: q, k and v permuted (heads strided); keys whose elements are
+  // strided (the CPU copies them; Vulkan takes adjacent elements only).
+  add("", {64, 2, 4, 65, 2, false, true}, " q k v permuted", Layout::Permuted);
+  add("", {16, 2, 4, 70, 1, true, true}, " q k v permuted", Layout::Permuted);
+  for (bool chunked : {false, true}) {
+    OpCase& oc = add("", {16, 2, 4, 70, 1, chunked, true},
+                     chunked ? " keys strided (CPU: chunked form)" : " keys strided (CPU: recurrent form)",
+                     Layout::KeysStrided);
+    oc.must_run = kCpu;
+    oc.cpu_setting = delta_net_form(chunked ? cpu::DeltaNetForm::Chunked : cpu::DeltaNetForm::Recurrent);
+  }
 }
 
 // The experts' biases: rows (u, t) of a plus row ids[u, t] of b.
@@ -1429,12 +1623,14 @@ const std::vector<OpCase>& op_cases() {
           });
     rms_norm_cases(t);
     rope_cases(t);
+    rope_multi_cases(t);
     soft_max_cases(t);
     glu_cases(t);
     add_id_cases(t);
     l2_norm_cases(t);
     concat_cases(t);
     ssm_conv_cases(t);
+    gated_delta_net_cases(t);
     argsort_cases(t);
     sum_rows_clamp_cases(t);
     div_cases(t);

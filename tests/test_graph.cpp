@@ -179,6 +179,103 @@ TEST(Graph, BuildersCheckNodesByTheOpTable) {
   }
 }
 
+// The builder's error for a refused build ("" when it built).
+std::string refusal(const std::function<void()>& build) {
+  try {
+    build();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// GatedDeltaNet's result packs ggml's way (outputs, then the final states:
+// [S H_v, T seqs + S seqs]); its rules name the tensor and the shape it must
+// have, and only the final state (K = 1) is kept.
+TEST(Graph, GatedDeltaNetShapesAndRules) {
+  Graph g;
+  const int64_t S = 16, H_k = 2, H = 4, T = 5, seqs = 3;
+  const auto f32 = [&](std::initializer_list<int64_t> ne, const char* name) { return g.new_tensor(DType::F32, ne, name); };
+  Tensor* q = f32({S, H_k, T, seqs}, "q");
+  Tensor* k = f32({S, H_k, T, seqs}, "k");
+  Tensor* v = f32({S, H, T, seqs}, "v");
+  Tensor* gate = f32({1, H, T, seqs}, "g");
+  Tensor* gate_per_key = f32({S, H, T, seqs}, "g_kda");
+  Tensor* beta = f32({1, H, T, seqs}, "beta");
+  Tensor* state = f32({S, S, H, seqs}, "state");
+  for (Tensor* gt : {gate, gate_per_key}) {
+    Tensor* r = gated_delta_net(g, q, k, v, gt, beta, state);
+    EXPECT_EQ(r->ne, (std::array<int64_t, 4>{S * H, T * seqs + S * seqs, 1, 1}));
+    EXPECT_STREQ(op_name(r->op), "GATED_DELTA_NET");
+  }
+  const struct {
+    std::function<void()> build;
+    const char* words;
+  } refused[] = {
+      {[&] { gated_delta_net(g, q, k, v, gate, beta, f32({S, S, H, 2}, "state2")); },
+       "state 'state2' {16, 16, 4, 2} must be [16, 16, 4, 3]"},
+      {[&] { gated_delta_net(g, f32({S, 3, T, seqs}, "q3"), f32({S, 3, T, seqs}, "k3"), v, gate, beta, state); },
+       "with H_k dividing the 4 heads of values 'v'"},
+      {[&] { gated_delta_net(g, q, f32({S, 1, T, seqs}, "k1"), v, gate, beta, state); }, "differ in shape"},
+      {[&] { gated_delta_net(g, q, k, v, f32({2, H, T, seqs}, "g2"), beta, state); },
+       "gate 'g2' {2, 4, 5, 3} must be [1, 4, 5, 3] or [16, 4, 5, 3]"},
+      {[&] { gated_delta_net(g, q, k, v, gate, f32({S, H, T, seqs}, "beta16"), state); },
+       "beta 'beta16' {16, 4, 5, 3} must be [1, 4, 5, 3]"},
+      {[&] { gated_delta_net(g, q, k, v, gate, beta, state, 2); }, "only the final state is kept"},
+      {[&] { gated_delta_net(g, q, k, v, gate, beta, nullptr); }, "a source is missing"},
+  };
+  for (const auto& r : refused) {
+    const std::string why = refusal(r.build);
+    EXPECT_NE(why.find(r.words), std::string::npos) << why;
+    EXPECT_EQ(why.rfind("gated_delta_net: ", 0), 0u) << why;
+  }
+}
+
+// Multi-section rope takes four positions per token and its sections; the
+// other modes one position, and no sections.
+TEST(Graph, RopeMultiTakesFourPositionsPerToken) {
+  Graph g;
+  Tensor* a = g.new_tensor(DType::F32, {64, 2, 5}, "Qcur");
+  Tensor* pos4 = g.new_tensor(DType::I32, {20}, "inp_pos");
+  Tensor* pos1 = g.new_tensor(DType::I32, {5}, "inp_pos1");
+  for (RopeMode mode : {RopeMode::MRope, RopeMode::IMRope}) {
+    Tensor* r = rope_multi(g, a, pos4, 64, {11, 11, 10, 0}, mode, 1e7f, 1.0f);
+    EXPECT_EQ(r->ne, a->ne);
+    EXPECT_EQ(rope_sections(*r), (RopeSections{11, 11, 10, 0}));
+  }
+  EXPECT_NE(refusal([&] { rope_multi(g, a, pos1, 64, {11, 11, 10, 0}, RopeMode::IMRope, 1e7f, 1.0f); })
+                .find("'inp_pos1' {5, 1, 1, 1} must be an I32 vector with four entries per token"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] { rope(g, a, pos4, 64, RopeMode::NeoX, 1e7f, 1.0f); }).find("one entry per token"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] { rope(g, a, pos4, 64, RopeMode::IMRope, 1e7f, 1.0f); }).find("rope_multi"), std::string::npos);
+  EXPECT_NE(refusal([&] { rope_multi(g, a, pos4, 64, {11, 11, 10, 0}, RopeMode::NeoX, 1e7f, 1.0f); })
+                .find("is not MRope or IMRope"),
+            std::string::npos);
+  for (RopeSections bad : {RopeSections{-1, 11, 10, 0}, RopeSections{0, 0, 0, 8}, RopeSections{30, 30, 10, 0}})
+    EXPECT_NE(refusal([&] { rope_multi(g, a, pos4, 64, bad, RopeMode::MRope, 1e7f, 1.0f); }).find("sections {"),
+              std::string::npos);
+}
+
+// ggml's assignment of pairs to positions (time, height, width, extra):
+// Qwen3.5's sections {11, 11, 10, 0} over 32 pairs, MRope in runs, IMRope
+// dealt in turn; sections summing to fewer pairs repeat, and IMRope's lane
+// for a section ends at 3 s (then the extra position).
+TEST(Graph, RopeSectionsAssignPairsAsGgml) {
+  const RopeSections qwen{11, 11, 10, 0};
+  std::string imrope, mrope;
+  for (int64_t i = 0; i < 32; ++i) {
+    imrope += "thwe"[rope_position_of(RopeMode::IMRope, qwen, i)];
+    mrope += "thwe"[rope_position_of(RopeMode::MRope, qwen, i)];
+  }
+  EXPECT_EQ(imrope, "thwthwthwthwthwthwthwthwthwthwth");
+  EXPECT_EQ(mrope, "ttttttttttthhhhhhhhhhhwwwwwwwwww");
+  std::string repeat;
+  for (int64_t i = 0; i < 16; ++i) repeat += "thwe"[rope_position_of(RopeMode::IMRope, {4, 2, 1, 1}, i)];
+  EXPECT_EQ(repeat, "thwthetethwthete");
+  EXPECT_EQ(rope_position_of(RopeMode::NeoX, qwen, 5), 0);
+}
+
 TEST(Graph, TopologicalOrderVisitsSharedNodesOnce) {
   Graph g;
   Tensor* a = g.new_tensor(DType::F32, {4}, "a");

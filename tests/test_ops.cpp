@@ -541,6 +541,72 @@ TEST(Ops, SoftMaxCausalRowsEqualWholeRows) {
   }
 }
 
+// A text token's four positions (p, p, p, 0, as llama.cpp lays them out for
+// Qwen3.5) make multi-section rope NeoX rope, bit for bit, on the reference
+// and on the CPU: every pair turns by p, with the angle of its index.
+TEST(Ops, RopeMultiOfTextPositionsIsNeoX) {
+  const std::vector<int32_t> p = {0, 1, 7, 100, 2047};
+  std::vector<int32_t> p4(p);
+  for (int k = 1; k < 4; ++k)
+    for (int32_t x : p) p4.push_back(k < 3 ? x : 0);
+  for (RopeMode mode : {RopeMode::IMRope, RopeMode::MRope}) {
+    const auto build = [&](bool multi) {
+      return [=](Fixture& f) {
+        Tensor* x = f.rand(DType::F32, {64, 3, 5, 1}, -2, 2);
+        Tensor* r = multi ? rope_multi(f.g, x, f.ints(p4), 64, {11, 11, 10, 0}, mode, 1e7f, 1.0f)
+                          : rope(f.g, x, f.ints(p), 64, RopeMode::NeoX, 1e7f, 1.0f);
+        f.output(r);
+        return r;
+      };
+    };
+    for (Backend* b : {&reference(), &cpu_backend(Isa::Scalar, 2)}) {
+      const std::vector<double> multi = eval(build(true), 3, *b), neox = eval(build(false), 3, *b);
+      ASSERT_EQ(multi.size(), neox.size());
+      size_t bad = 0;
+      for (size_t i = 0; i < multi.size(); ++i) bad += !same_bits(multi[i], neox[i]);
+      EXPECT_EQ(bad, 0u) << b->name();
+    }
+  }
+}
+
+// The gated delta rule on numbers worked out by hand, pinning ggml's
+// conventions: S = 2, one head, one token, state S[i, j] at element (i, j)
+// (key i, value j), the output scaled by 1/sqrt(2), the final state after
+// the outputs. S0 = [[1, 2], [3, 4]] (S[0, 1] = 2), g = ln 0.5, beta = 0.5,
+// k = (1, 0), v = (10, 20), q = (0, 1): decayed S = [[0.5, 1], [1.5, 2]];
+// S^T k = (0.5, 1); d = 0.5 ((10, 20) - (0.5, 1)) = (4.75, 9.5); S += k d^T
+// = [[5.25, 10.5], [1.5, 2]]; o = S^T q / sqrt 2 = (1.5, 2) / sqrt 2. With
+// a per-key gate (ln 0.5, ln 1) only key 0's row decays: [[0.5, 1], [3, 4]].
+TEST(Ops, GatedDeltaNetOnAWorkedExample) {
+  for (bool per_key : {false, true}) {
+    const auto build = [&](Fixture& f) {
+      const auto put = [&](Shape4 ne, std::vector<float> v) {
+        Tensor* t = f.leaf(DType::F32, ne);
+        std::memcpy(t->data, v.data(), v.size() * sizeof(float));
+        return t;
+      };
+      Tensor* q = put({2, 1, 1, 1}, {0, 1});
+      Tensor* k = put({2, 1, 1, 1}, {1, 0});
+      Tensor* v = put({2, 1, 1, 1}, {10, 20});
+      Tensor* g = per_key ? put({2, 1, 1, 1}, {std::log(0.5f), 0}) : put({1, 1, 1, 1}, {std::log(0.5f)});
+      Tensor* beta = put({1, 1, 1, 1}, {0.5f});
+      Tensor* s0 = put({2, 2, 1, 1}, {1, 3, 2, 4});  // element (i, j) at i + 2 j: S[0, 1] = 2
+      Tensor* r = gated_delta_net(f.g, q, k, v, g, beta, s0);
+      f.output(r);
+      return r;
+    };
+    const double r2 = std::sqrt(2.0);
+    // Outputs (j = 0, 1), then the state in the source's layout.
+    const std::vector<double> want = per_key ? std::vector<double>{3 / r2, 4 / r2, 5.25, 3, 10.5, 4}
+                                             : std::vector<double>{1.5 / r2, 2 / r2, 5.25, 1.5, 10.5, 2};
+    for (Backend* b : {&reference(), &cpu_backend(Isa::Scalar, 1)}) {
+      const std::vector<double> got = eval(build, 1, *b);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << b->name() << " element " << i;
+    }
+  }
+}
+
 // The order itself, on a row with a known answer (ties keep index order).
 TEST(Ops, ArgSortOrdersAKnownRow) {
   Fixture f(1);

@@ -15,7 +15,8 @@
 //   RmsNorm(a; eps)                      -> a / sqrt(mean(a^2 over dim 0) + eps)
 //   Rope(a[D,H,N,1], pos:I32[N]; n_dims, mode, freq_base, freq_scale)
 //                                         rotates the first n_dims of each row;
-//                                         mode 0 pairs (2i, 2i+1), mode 2 (NeoX) pairs (i, i+n_dims/2)
+//                                         mode 0 pairs (2i, 2i+1), mode 2 (NeoX) pairs (i, i+n_dims/2);
+//                                         modes 8, 40 (rope_multi): NeoX pairs, 4 positions per token
 //   SoftMax(a[K,N,H,1], mask?[K,>=N]; scale)  softmax over dim 0 of a*scale + mask
 //   Silu(a)                              -> a * sigmoid(a)
 //   Gelu(a)                              -> 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3)))
@@ -42,8 +43,8 @@ namespace qlens {
 class Buffer;
 
 constexpr int kMaxDims = 4;
-constexpr int kMaxSrc = 4;
-constexpr int kMaxParams = 8;
+constexpr int kMaxSrc = 6;      // GatedDeltaNet's q, k, v, gate, beta and state
+constexpr int kMaxParams = 12;  // Rope's: 8 and the 4 sections of its multi-section modes
 
 enum class Op : uint8_t {
   None,  // leaf
@@ -81,15 +82,27 @@ enum class Op : uint8_t {
   L2Norm,
   Concat,
   SsmConv,  // the short causal convolution of DeltaNet and Mamba layers
+  // The gated delta rule over a sequence of tokens, state in and state out
+  // (ggml's GATED_DELTA_NET): the recurrent core of the DeltaNet layers.
+  GatedDeltaNet,
 };
-constexpr int kOpCount = static_cast<int>(Op::SsmConv) + 1;
+constexpr int kOpCount = static_cast<int>(Op::GatedDeltaNet) + 1;
 
 const char* op_name(Op op);  // "MUL_MAT", ... as in ggml dumps
 std::string op_lower_name(Op op);  // "mul_mat": builders' errors, Vulkan's shader names
 // Ops whose result shares its source's memory and needs no computation.
 bool op_is_view(Op op);
 
-enum class RopeMode : int32_t { Normal = 0, NeoX = 2 };
+// ggml's rope types (GGML_ROPE_TYPE_*). MRope and IMRope (ggml_rope_multi:
+// Qwen2-VL's and Qwen3-VL / Qwen3.5's) rotate NeoX pairs whose angles come
+// from one of four positions per token (time, height, width, extra), by
+// sections of pairs: MRope in runs ([t t t h h w w ...]), IMRope interleaved
+// ([t h w t h w ...] while each section lasts).
+enum class RopeMode : int32_t { Normal = 0, NeoX = 2, MRope = 8, IMRope = 40 };
+
+// The four sections of a multi-section rope: how many rotated pairs take
+// each position, in order time, height, width, extra (ggml's `sections`).
+using RopeSections = std::array<int32_t, 4>;
 
 // YaRN's context extension as ggml's rope_ext takes it: ext_factor 0 turns
 // the blend of interpolated and extrapolated angles off; attn_factor scales
@@ -234,6 +247,15 @@ Tensor* rms_norm(Graph& g, Tensor* a, float eps);
 // freq_base, freq_scale, ext_factor, attn_factor, and the two correction dims.
 Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale,
              Tensor* freq_factors = nullptr, const RopeYarn& yarn = {});
+// Multi-section rope (ggml_rope_multi; mode MRope or IMRope): pos holds four
+// positions per token, section-major (I32 [4 N]: entry k N + i is token i's
+// k-th position; llama.cpp gives a text token at p the positions p, p, p, 0).
+// Pair i (of n_dims / 2) turns by the position its section assigns, with
+// the angle pair i has in rope (freq_base^(-2i / n_dims), not restarted per
+// section); sections repeat when they cover fewer than n_dims / 2 pairs.
+// Sections are params 8-11.
+Tensor* rope_multi(Graph& g, Tensor* a, Tensor* pos, int n_dims, const RopeSections& sections, RopeMode mode,
+                   float freq_base, float freq_scale, Tensor* freq_factors = nullptr, const RopeYarn& yarn = {});
 // Softmax of each row of a * scale + mask (mask may be null). sinks (F32
 // [a.ne2], one per head, optional: gpt-oss's attention sinks) join each row
 // of head i2 as one more logit that takes its share of the sum and has no
@@ -259,6 +281,24 @@ Tensor* concat(Graph& g, Tensor* a, Tensor* b, int dim);
 // (each channel's last d_conv - 1 inputs, then T new ones, for S sequences)
 // and kernels c [d_conv, d] give y [d, T, S], y[i, t, s] = sum_k sx[t + k, i, s] c[k, i].
 Tensor* ssm_conv(Graph& g, Tensor* sx, Tensor* c);
+// The gated delta rule (ggml_gated_delta_net), per head h of H_v and sequence
+// s, over tokens t in order, from the state S (S_v x S_v: S[i, j] with i a
+// key dimension, j a value dimension):
+//   S <- S * exp(g_t)                 (KDA: row i times exp(g_t[i]))
+//   d  = beta_t (v_t - S^T k_t)       (the delta: what S predicts for k_t, corrected)
+//   S <- S + k_t d^T
+//   o_t = S^T q_t / sqrt(S_v)         (the op scales q, not the graph)
+// Sources: q, k [S_v, H_k, T, n_seqs] (H_v % H_k == 0; head h reads q and k
+// head h % H_k, ggml's tiled broadcast), v [S_v, H_v, T, n_seqs], g
+// [1, H_v, T, n_seqs] (a scalar log-decay per head and token) or
+// [S_v, H_v, T, n_seqs] (KDA: one per key dimension), beta [1, H_v, T, n_seqs],
+// state [S_v, S_v, H_v, n_seqs] (element (i, j, h, s) is S[i, j] of head h,
+// sequence s). The result packs, as ggml's, the outputs o [S_v, H_v, T, n_seqs]
+// and then the final states [S_v, S_v, H_v, n_seqs] (same layout as state)
+// into one F32 tensor [S_v H_v, T n_seqs + S_v n_seqs]. `snapshots` is ggml's
+// K (the last K states kept); only 1, the final state, is supported.
+Tensor* gated_delta_net(Graph& g, Tensor* q, Tensor* k, Tensor* v, Tensor* gate, Tensor* beta, Tensor* state,
+                        int64_t snapshots = 1);
 Tensor* cpy(Graph& g, Tensor* a, Tensor* b);
 Tensor* cont(Graph& g, Tensor* a);
 Tensor* reshape(Graph& g, Tensor* a, std::initializer_list<int64_t> ne);

@@ -123,10 +123,10 @@ float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
          std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2 * static_cast<float>(M_PI))) / (2 * std::log(base));
 }
 
-}  // namespace
-
-Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale,
-             Tensor* freq_factors, const RopeYarn& yarn) {
+// Rope and rope_multi: the node with its sections (zeros but for the
+// multi-section modes).
+Tensor* rope_node(Graph& g, Tensor* a, Tensor* pos, int n_dims, const RopeSections& sections, RopeMode mode,
+                  float freq_base, float freq_scale, Tensor* freq_factors, const RopeYarn& yarn) {
   Tensor* t = make_result(g, Op::Rope, a->ne, a, pos);
   t->src[2] = freq_factors;
   t->params[0] = n_dims;
@@ -143,7 +143,22 @@ Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float 
   }
   t->set_param_f(6, low);
   t->set_param_f(7, high);
+  for (int i = 0; i < 4; ++i) t->params[8 + i] = sections[i];
   return checked(t);
+}
+
+}  // namespace
+
+Tensor* rope(Graph& g, Tensor* a, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale,
+             Tensor* freq_factors, const RopeYarn& yarn) {
+  if (rope_is_multi(mode)) fail("rope", "the multi-section modes take their sections: rope_multi");
+  return rope_node(g, a, pos, n_dims, {0, 0, 0, 0}, mode, freq_base, freq_scale, freq_factors, yarn);
+}
+
+Tensor* rope_multi(Graph& g, Tensor* a, Tensor* pos, int n_dims, const RopeSections& sections, RopeMode mode,
+                   float freq_base, float freq_scale, Tensor* freq_factors, const RopeYarn& yarn) {
+  if (!rope_is_multi(mode)) fail("rope_multi", "mode " + std::to_string(static_cast<int>(mode)) + " is not MRope or IMRope");
+  return rope_node(g, a, pos, n_dims, sections, mode, freq_base, freq_scale, freq_factors, yarn);
 }
 
 Tensor* soft_max(Graph& g, Tensor* a, Tensor* mask, float scale, Tensor* sinks) {
@@ -178,6 +193,22 @@ Tensor* concat(Graph& g, Tensor* a, Tensor* b, int dim) {
 
 Tensor* ssm_conv(Graph& g, Tensor* sx, Tensor* c) {
   return checked(make_result(g, Op::SsmConv, {sx->ne[1], sx->ne[0] - c->ne[0] + 1, sx->ne[2], 1}, sx, c));
+}
+
+Tensor* gated_delta_net(Graph& g, Tensor* q, Tensor* k, Tensor* v, Tensor* gate, Tensor* beta, Tensor* state,
+                        int64_t snapshots) {
+  if (!q || !k || !v || !gate || !beta || !state) fail("gated_delta_net", "a source is missing");
+  if (snapshots != 1)
+    fail("gated_delta_net", "only the final state is kept (snapshots K = 1); K = " + std::to_string(snapshots) +
+                                " (the last K states, for rolling back speculative tokens) is not supported");
+  const int64_t S = v->ne[0], H = v->ne[1], T = v->ne[2], seqs = v->ne[3];
+  Tensor* t = make_result(g, Op::GatedDeltaNet, {S * H, T * seqs + snapshots * S * seqs, 1, 1}, q, k);
+  t->src[2] = v;
+  t->src[3] = gate;
+  t->src[4] = beta;
+  t->src[5] = state;
+  t->params[0] = static_cast<int32_t>(snapshots);
+  return checked(t);
 }
 
 Tensor* add_id(Graph& g, Tensor* a, Tensor* b, Tensor* ids) {

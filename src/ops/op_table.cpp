@@ -111,14 +111,26 @@ std::string rope(const Tensor& n) {
   const Tensor& a = *n.src[0];
   const Tensor* pos = n.src[1];
   const Tensor* factors = n.src[2];
-  if (!pos || pos->type != DType::I32 || pos->ne[0] != a.ne[2])
-    return "positions " + (pos ? describe(*pos) : std::string("(none)")) +
-           " must be I32 with one entry per token of " + describe(a);
+  const RopeMode mode = rope_mode(n);
+  if (mode != RopeMode::Normal && mode != RopeMode::NeoX && !rope_is_multi(mode))
+    return "unknown rope mode " + std::to_string(n.params[1]);
+  const int64_t per_token = rope_is_multi(mode) ? 4 : 1;
+  if (!pos || pos->type != DType::I32 || pos->ne[0] != per_token * a.ne[2] || pos->nelements() != pos->ne[0])
+    return "positions " + (pos ? describe(*pos) : std::string("(none)")) + " must be an I32 vector with " +
+           (per_token == 1 ? std::string("one entry") : std::string("four entries")) + " per token of " + describe(a);
   const int n_dims = n.params[0];
   if (n_dims <= 0 || n_dims % 2 != 0 || n_dims > a.ne[0])
     return "rotated dims " + std::to_string(n_dims) + " must be even and at most the head size of " + describe(a);
-  if (n.params[1] != static_cast<int32_t>(RopeMode::Normal) && n.params[1] != static_cast<int32_t>(RopeMode::NeoX))
-    return "unknown rope mode " + std::to_string(n.params[1]);
+  if (rope_is_multi(mode)) {
+    // ggml's bounds: no negative section, some pairs for the three positions
+    // a text or image token has, no more pairs in a period than the head has.
+    const RopeSections s = rope_sections(n);
+    const int64_t total = static_cast<int64_t>(s[0]) + s[1] + s[2] + s[3];
+    if (s[0] < 0 || s[1] < 0 || s[2] < 0 || s[3] < 0 || s[0] + s[1] + s[2] == 0 || total > a.ne[0])
+      return "sections {" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) + ", " +
+             std::to_string(s[3]) + "} must be non-negative, not all of the first three 0, and sum to at most " +
+             "the head size of " + describe(a);
+  }
   if (factors && (factors->type != DType::F32 || factors->nb[0] != sizeof(float) || factors->ne[0] < n_dims / 2 ||
                   factors->nelements() != factors->ne[0]))
     return "frequency factors " + describe(*factors) + " must be a contiguous F32 vector of at least " +
@@ -187,6 +199,40 @@ std::string ssm_conv(const Tensor& n) {
   return {};
 }
 
+std::string gated_delta_net(const Tensor& n) {
+  if (auto r = result_of(n, DType::F32); !r.empty()) return r;
+  for (int i = 0; i < 6; ++i)
+    if (auto r = f32_source(n.src[i]); !r.empty()) return r;
+  const Tensor& q = *n.src[0];
+  const Tensor& k = *n.src[1];
+  const Tensor& v = *n.src[2];
+  const Tensor& gate = *n.src[3];
+  const Tensor& beta = *n.src[4];
+  const Tensor& state = *n.src[5];
+  const int64_t S = v.ne[0], H = v.ne[1], T = v.ne[2], seqs = v.ne[3];
+  const auto dims = [](std::initializer_list<int64_t> d) {
+    std::string s = "[";
+    for (int64_t x : d) s += (s.size() > 1 ? ", " : "") + std::to_string(x);
+    return s + "]";
+  };
+  if (v.nelements() == 0) return "values " + describe(v) + " must not be empty";
+  if (q.ne != k.ne) return "queries " + describe(q) + " and keys " + describe(k) + " differ in shape";
+  if (q.ne[0] != S || q.ne[1] == 0 || H % q.ne[1] != 0 || q.ne[2] != T || q.ne[3] != seqs)
+    return "queries and keys " + describe(q) + " must be [" + std::to_string(S) + ", H_k, " + std::to_string(T) +
+           ", " + std::to_string(seqs) + "] with H_k dividing the " + std::to_string(H) + " heads of values " +
+           describe(v);
+  if ((gate.ne[0] != 1 && gate.ne[0] != S) || gate.ne[1] != H || gate.ne[2] != T || gate.ne[3] != seqs)
+    return "gate " + describe(gate) + " must be " + dims({1, H, T, seqs}) + " or " + dims({S, H, T, seqs});
+  if (beta.ne != std::array<int64_t, kMaxDims>{1, H, T, seqs})
+    return "beta " + describe(beta) + " must be " + dims({1, H, T, seqs});
+  if (state.ne != std::array<int64_t, kMaxDims>{S, S, H, seqs})
+    return "state " + describe(state) + " must be " + dims({S, S, H, seqs});
+  if (n.params[0] != 1)
+    return "only the final state is kept (snapshots K = 1), not K = " + std::to_string(n.params[0]);
+  if (n.ne != std::array<int64_t, kMaxDims>{S * H, T * seqs + S * seqs, 1, 1}) return "result shape does not match";
+  return {};
+}
+
 std::string add_id(const Tensor& n) {
   if (auto r = f32_unary(n); !r.empty()) return r;
   const Tensor* a = n.src[0];
@@ -248,6 +294,7 @@ constexpr std::array<OpDef, kOpCount> kOps = {{
     {Op::L2Norm, "L2_NORM", false, f32_unary, reference::l2_norm},
     {Op::Concat, "CONCAT", false, concat, reference::concat},
     {Op::SsmConv, "SSM_CONV", false, ssm_conv, reference::ssm_conv},
+    {Op::GatedDeltaNet, "GATED_DELTA_NET", false, gated_delta_net, reference::gated_delta_net},
 }};
 static_assert(rows_follow_ops(kOps), "kOps needs one row per Op, in the enum's order");
 

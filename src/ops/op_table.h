@@ -46,6 +46,35 @@ inline RopeYarnParams rope_yarn_params(const Tensor& rope) {
   return p;
 }
 
+// A Rope node's mode (params[1]), and whether it is a multi-section one
+// (rope_multi: four positions per token, NeoX pairs).
+inline RopeMode rope_mode(const Tensor& rope) { return static_cast<RopeMode>(rope.params[1]); }
+inline bool rope_is_multi(RopeMode mode) { return mode == RopeMode::MRope || mode == RopeMode::IMRope; }
+inline bool rope_neox_pairs(RopeMode mode) { return mode != RopeMode::Normal; }  // pairs (i, i + n_dims / 2)
+// A multi-section Rope node's sections (params 8..11).
+inline RopeSections rope_sections(const Tensor& rope) {
+  return {rope.params[8], rope.params[9], rope.params[10], rope.params[11]};
+}
+// Which of its token's four positions (0 time, 1 height, 2 width, 3 extra)
+// turns pair `pair` of a multi-section rope, as ggml's rope_multi assigns
+// them: sections repeat every s0 + s1 + s2 + s3 pairs; MRope gives each
+// section a run of pairs in order, IMRope deals time, height, width in turn
+// to pairs 0, 1, 2, 3, ... of a period while its own section lasts (3 s
+// pairs), and the extra position the pairs no section claims. 0 for the
+// other modes (one position per token).
+inline int rope_position_of(RopeMode mode, const RopeSections& s, int64_t pair) {
+  if (!rope_is_multi(mode)) return 0;
+  const int64_t sector = pair % (static_cast<int64_t>(s[0]) + s[1] + s[2] + s[3]);
+  if (mode == RopeMode::IMRope) {
+    const int lane = static_cast<int>(sector % 3);  // 0 time, 1 height, 2 width
+    return sector < 3 * static_cast<int64_t>(s[lane]) ? lane : 3;
+  }
+  if (sector < s[0]) return 0;
+  if (sector < s[0] + s[1]) return 1;
+  if (sector < s[0] + s[1] + s[2]) return 2;
+  return 3;
+}
+
 // A backend's kernel table must have one row per op in the enum's order,
 // each row naming its op: checked at compile time by
 // static_assert(rows_follow_ops(table)).

@@ -223,17 +223,25 @@ void rope(const Tensor& d) {
   const Tensor& a = *d.src[0];
   const Tensor& pos = *d.src[1];
   const int64_t n_dims = d.params[0];
-  const bool neox = d.params[1] == static_cast<int32_t>(RopeMode::NeoX);
+  const RopeMode mode = rope_mode(d);
+  const bool neox = rope_neox_pairs(mode);
+  const RopeSections sections = rope_sections(d);
+  const int n_positions = rope_is_multi(mode) ? 4 : 1;
   const double base = d.param_f(2), fscale = d.param_f(3);
   const RopeYarnParams yarn = rope_yarn_params(d);
   for_rows(a, [&](int64_t i1, int64_t i2, int64_t i3) {
     const std::vector<double> x = row(a, i1, i2, i3);
     std::vector<double> y = x;  // dims from n_dims on are copied
     // The angles as the op defines them (ggml's): theta_i in float, by
-    // repeated multiplication from the position; the rest in double.
+    // repeated multiplication from the position (each of the token's
+    // positions, section-major in pos, for the multi-section modes); the
+    // rest in double.
     const float theta_scale = std::pow(static_cast<float>(base), -2.0f / static_cast<float>(n_dims));
-    float theta_i = static_cast<float>(get(pos, i2));
-    for (int64_t i = 0; i < n_dims / 2; ++i, theta_i *= theta_scale) {
+    std::array<float, 4> thetas{};
+    for (int p = 0; p < n_positions; ++p) thetas[p] = static_cast<float>(get(pos, p * a.ne[2] + i2));
+    for (int64_t i = 0; i < n_dims / 2; ++i) {
+      const float theta_i = thetas[rope_position_of(mode, sections, i)];
+      for (float& t : thetas) t *= theta_scale;
       const float f = d.src[2] ? static_cast<float>(get(*d.src[2], i)) : 1.0f;
       const float extrapolated = theta_i / f;
       const float interpolated = static_cast<float>(fscale) * extrapolated;
@@ -338,6 +346,53 @@ void ssm_conv(const Tensor& d) {
       set(d, sum, i, t, s);
     }
   });
+}
+
+// The gated delta rule as tensor.h states it, token by token, in double.
+void gated_delta_net(const Tensor& d) {
+  const Tensor& q = *d.src[0];
+  const Tensor& k = *d.src[1];
+  const Tensor& v = *d.src[2];
+  const Tensor& gate = *d.src[3];
+  const Tensor& beta = *d.src[4];
+  const Tensor& state = *d.src[5];
+  const int64_t S = v.ne[0], H = v.ne[1], T = v.ne[2], seqs = v.ne[3];
+  const bool per_key_gate = gate.ne[0] > 1;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(S));
+  // Element e of the packed result, counted in its logical order.
+  const auto put = [&](int64_t e, double value) { set(d, value, e % d.ne[0], e / d.ne[0]); };
+  const int64_t first_state = S * H * T * seqs;
+  std::vector<double> st(static_cast<size_t>(S * S));  // st[i S + j] = S[i, j]: key i, value j
+  std::vector<double> delta(static_cast<size_t>(S));
+  for (int64_t s = 0; s < seqs; ++s)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h % q.ne[1];  // the tiled broadcast of q and k heads
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t j = 0; j < S; ++j) st[i * S + j] = get(state, i, j, h, s);
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t i = 0; i < S; ++i) {
+          const double decay = std::exp(get(gate, per_key_gate ? i : 0, h, t, s));
+          for (int64_t j = 0; j < S; ++j) st[i * S + j] *= decay;
+        }
+        const double b = get(beta, 0, h, t, s);
+        for (int64_t j = 0; j < S; ++j) {
+          double predicted = 0;
+          for (int64_t i = 0; i < S; ++i) predicted += st[i * S + j] * get(k, i, hk, t, s);
+          delta[j] = b * (get(v, j, h, t, s) - predicted);
+        }
+        for (int64_t i = 0; i < S; ++i) {
+          const double ki = get(k, i, hk, t, s);
+          for (int64_t j = 0; j < S; ++j) st[i * S + j] += ki * delta[j];
+        }
+        for (int64_t j = 0; j < S; ++j) {
+          double o = 0;
+          for (int64_t i = 0; i < S; ++i) o += st[i * S + j] * get(q, i, hk, t, s);
+          put(((s * T + t) * H + h) * S + j, o * scale);
+        }
+      }
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t i = 0; i < S; ++i) put(first_state + ((s * H + h) * S + j) * S + i, st[i * S + j]);
+    }
 }
 
 void add(const Tensor& d) { binary(d, Binary::Add); }

@@ -30,6 +30,7 @@ void add_id(const Tensor& node);
 void l2_norm(const Tensor& node);
 void concat(const Tensor& node);
 void ssm_conv(const Tensor& node);
+void gated_delta_net(const Tensor& node);
 void sum_rows(const Tensor& node);
 void argsort_desc(const Tensor& node);
 void cpy(const Tensor& node);

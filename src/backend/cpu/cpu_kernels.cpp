@@ -4,6 +4,7 @@
 // null) and supports_op says no.
 #include "backend/cpu/cpu_kernels.h"
 
+#include "backend/cpu/delta_net.h"
 #include "backend/cpu/matmul.h"
 #include "ops/op_table.h"
 
@@ -83,6 +84,7 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     kernel(Op::L2Norm, op_l2_norm, one_row),
     kernel(Op::Concat, op_concat, no_scratch),
     kernel(Op::SsmConv, op_ssm_conv, no_scratch),
+    kernel(Op::GatedDeltaNet, op_gated_delta_net, delta_net_scratch),
 }};
 static_assert(rows_follow_ops(kKernels), "the CPU needs one kernel row per Op, in the enum's order");
 

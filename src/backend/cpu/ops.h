@@ -56,6 +56,7 @@ void op_softplus(const Tensor& node, const KernelCtx& c);
 void op_l2_norm(const Tensor& node, const KernelCtx& c);
 void op_concat(const Tensor& node, const KernelCtx& c);
 void op_ssm_conv(const Tensor& node, const KernelCtx& c);
+void op_gated_delta_net(const Tensor& node, const KernelCtx& c);  // delta_net.h
 void op_rms_norm(const Tensor& node, const KernelCtx& c);
 void op_rope(const Tensor& node, const KernelCtx& c);
 void op_soft_max(const Tensor& node, const KernelCtx& c);

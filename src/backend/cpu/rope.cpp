@@ -2,7 +2,9 @@
 //   theta_i = pos * freq_scale * freq_base^(-2i / n_dims) / f_i, i < n_dims / 2
 // (f_i the optional frequency factors, src[2]; 1 without)
 // Normal mode rotates pairs (x[2i], x[2i+1]), NeoX mode (x[i], x[i + n_dims/2]);
-// dims from n_dims on are copied. YaRN (ext_factor != 0) blends each angle
+// dims from n_dims on are copied. The multi-section modes (MRope, IMRope)
+// rotate NeoX pairs, pair i by the one of the token's four positions its
+// section assigns (rope_position_of). YaRN (ext_factor != 0) blends each angle
 // with its extrapolation by a ramp over the dims and scales cos and sin by
 // mscale, as ggml's rope_yarn does.
 //
@@ -26,7 +28,10 @@ void op_rope(const Tensor& d, const KernelCtx& c) {
   const Tensor& a = *d.src[0];
   const Tensor& pos = *d.src[1];
   const int64_t n_dims = d.params[0];
-  const bool neox = d.params[1] == static_cast<int32_t>(RopeMode::NeoX);
+  const RopeMode mode = rope_mode(d);
+  const bool neox = rope_neox_pairs(mode);
+  const RopeSections sections = rope_sections(d);
+  const int n_positions = rope_is_multi(mode) ? 4 : 1;
   const float freq_base = d.param_f(2);
   const float freq_scale = d.param_f(3);
   const RopeYarnParams yarn = rope_yarn_params(d);
@@ -47,8 +52,14 @@ void op_rope(const Tensor& d, const KernelCtx& c) {
     row_coords(a, r, &i1, &i2, &i3);
     if (i2 != cached_token) {
       cached_token = i2;
-      float theta = static_cast<float>(*reinterpret_cast<const int32_t*>(pos.at(i2)));
+      // Each of the token's positions turns by theta_scale per pair, in
+      // step (the multi-section modes take pair i's angle from the position
+      // its section assigns, ggml's rope_multi).
+      float thetas[4] = {};
+      for (int p = 0; p < n_positions; ++p)
+        thetas[p] = static_cast<float>(*reinterpret_cast<const int32_t*>(pos.at(p * a.ne[2] + i2)));
       for (int64_t i = 0; i < half; ++i) {
+        const float theta = thetas[rope_position_of(mode, sections, i)];
         const float extrapolated = factors ? theta / factors[i] : theta;
         float t = freq_scale * extrapolated;
         if (yarn.ext_factor != 0.0f) {
@@ -59,7 +70,7 @@ void op_rope(const Tensor& d, const KernelCtx& c) {
         }
         cos_t[i] = std::cos(t) * yarn.mscale;
         sin_t[i] = std::sin(t) * yarn.mscale;
-        theta *= theta_scale;
+        for (int p = 0; p < n_positions; ++p) thetas[p] *= theta_scale;
       }
     }
     const float* x = reinterpret_cast<const float*>(a.at(0, i1, i2, i3));

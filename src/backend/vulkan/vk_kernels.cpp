@@ -48,6 +48,7 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     {Op::L2Norm, supports_f32_row_op, l2_norm_shaders, record_rms_norm},
     {Op::Concat, supports_concat, concat_shaders, record_concat},
     {Op::SsmConv, supports_binary, ssm_conv_shaders, record_ssm_conv},
+    {Op::GatedDeltaNet, supports_gated_delta_net, gated_delta_net_shaders, record_gated_delta_net},
 }};
 static_assert(rows_follow_ops(kKernels), "Vulkan needs one kernel row per Op, in the enum's order");
 

@@ -61,6 +61,11 @@ bool supports_add_id(const Tensor& node);
 std::vector<ShaderUse> add_id_shaders(const Tensor& node, bool is_cpu, bool has_float64);
 void record_add_id(Recorder& r, const Tensor& node);
 
+// vk_delta_net.cpp: GatedDeltaNet (shaders/gated_delta_net.comp).
+bool supports_gated_delta_net(const Tensor& node);
+std::vector<ShaderUse> gated_delta_net_shaders(const Tensor& node, bool is_cpu, bool has_float64);
+void record_gated_delta_net(Recorder& r, const Tensor& node);
+
 // vk_rows.cpp: RmsNorm, SoftMax, Rope, SumRows, ArgSort.
 bool supports_f32_row_op(const Tensor& node);  // RmsNorm, SumRows
 bool supports_soft_max(const Tensor& node);

@@ -16,9 +16,10 @@ class Device;
 // Every shader takes its parameters as push constants of at most this size
 // (the minimum every Vulkan device guarantees).
 constexpr uint32_t kPushConstantBytes = 128;
-// The most storage buffers a shader takes (mul_mat_id's weights, activations,
-// result, ids and lattice); a device that allows fewer builds no such shader.
-constexpr uint32_t kMaxBuffers = 5;
+// The most storage buffers a shader takes (gated_delta_net's six sources and
+// result); a device that allows fewer than a shader takes builds no such
+// shader.
+constexpr uint32_t kMaxBuffers = 7;
 
 struct Pipeline {
   VkPipeline pipeline = VK_NULL_HANDLE;

@@ -61,8 +61,9 @@ struct RopePush {
   uint32_t ne[4];
   uint32_t a_nb[4];
   uint32_t d_nb[4];
+  uint32_t sections[4];  // the multi-section modes'
   uint32_t a_off, d_off, pos_off, pos_nb0;
-  uint32_t n_dims, neox;
+  uint32_t n_dims, mode;  // 0 normal, 1 NeoX, 2 MRope, 3 IMRope
   float freq_scale, theta_scale_hi, theta_scale_lo;
   uint32_t f_off, has_factors;
   float ext_factor, mscale, corr_low, corr_high;
@@ -99,8 +100,6 @@ bool supports_rope(const Tensor& node) {
   const Tensor* pos = node.src[1];
   const Tensor* factors = node.src[2];
   return supports_f32_row_op(node) && pos && pos->type == DType::I32 && indexable(*pos, 4) &&
-         (node.params[1] == static_cast<int32_t>(RopeMode::Normal) ||
-          node.params[1] == static_cast<int32_t>(RopeMode::NeoX)) &&
          (!factors || (factors->type == DType::F32 && indexable(*factors, 4)));
 }
 
@@ -177,7 +176,10 @@ void record_rope(Recorder& r, const Tensor& node) {
   p.pos_off = bp.offset_in(4, quoted(pos));
   p.pos_nb0 = element_strides(pos, 4)[0];
   p.n_dims = static_cast<uint32_t>(node.params[0]);
-  p.neox = node.params[1] == static_cast<int32_t>(RopeMode::NeoX) ? 1 : 0;
+  const RopeMode mode = rope_mode(node);
+  p.mode = mode == RopeMode::Normal ? 0 : mode == RopeMode::NeoX ? 1 : mode == RopeMode::MRope ? 2 : 3;
+  const RopeSections sections = rope_sections(node);
+  for (int i = 0; i < 4; ++i) p.sections[i] = static_cast<uint32_t>(sections[i]);
   p.freq_scale = node.param_f(3);
   // theta_scale = base^(-2/n_dims) in double, handed over as hi + lo floats.
   const double theta_scale = std::pow(static_cast<double>(node.param_f(2)), -2.0 / static_cast<double>(p.n_dims));

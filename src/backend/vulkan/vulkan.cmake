@@ -23,6 +23,7 @@ set(QLENS_VK_VARIANTS
   "add_id|add_id.comp|"
   "concat|concat.comp|"
   "ssm_conv|ssm_conv.comp|"
+  "gated_delta_net|gated_delta_net.comp|"
 )
 # The element-wise ops: one variant per OP_<NAME> that elementwise.comp
 # defines, named as the op's ggml name in lower case ("silu"), which is what

@@ -1,4 +1,6 @@
 // Rope: one thread per element. theta_i = pos * freq_scale * theta_scale^i / f_i
+// (pos: the token's position, or in the multi-section modes the one of its
+// four that pair i's section assigns)
 // with theta_scale = freq_base^(-2/n_dims) (from the host in double as a
 // hi + lo pair of floats); with YaRN, blended with the extrapolated angle
 // pos * theta_scale^i / f_i by the ramp, cos and sin scaled by mscale. Variant ROPE_F64 (devices with shaderFloat64)
@@ -18,8 +20,9 @@ layout(push_constant) uniform Params {
   uvec4 ne;
   uvec4 a_nb;  // floats
   uvec4 d_nb;
+  uvec4 sections;  // pairs per position (time, height, width, extra) of the multi-section modes
   uint a_off, d_off, pos_off, pos_nb0;  // pos in ints
-  uint n_dims, neox;
+  uint n_dims, mode;  // 0 normal, 1 NeoX, 2 MRope, 3 IMRope (NeoX pairs from 1 on)
   float freq_scale, theta_scale_hi, theta_scale_lo;
   uint f_off, has_factors;
   float ext_factor, mscale, corr_low, corr_high;  // YaRN (ext_factor 0: off)
@@ -29,6 +32,21 @@ layout(push_constant) uniform Params {
 float yarn_ramp(uint i) {
   const float y = (float(i) - p.corr_low) / max(0.001, p.corr_high - p.corr_low);
   return (1.0 - min(1.0, max(0.0, y))) * p.ext_factor;
+}
+
+// Which of the token's four positions turns pair i (op_table.h's
+// rope_position_of): MRope's sections as runs of pairs, IMRope's dealt in
+// turn (time, height, width) while each lasts, the extra position the pairs
+// no section claims; sections repeat. The one position in the other modes.
+uint position_of(uint i) {
+  if (p.mode < 2u) return 0u;
+  const uvec4 s = p.sections;
+  const uint sector = i % (s.x + s.y + s.z + s.w);
+  if (p.mode == 3u) {
+    const uint lane = sector % 3u;
+    return sector < 3u * s[lane] ? lane : 3u;
+  }
+  return sector < s.x ? 0u : sector < s.x + s.y ? 1u : sector < s.x + s.y + s.z ? 2u : 3u;
 }
 
 void main() {
@@ -43,7 +61,7 @@ void main() {
   }
   const uint half_dims = p.n_dims / 2u;
   uint pair, j0, j1;
-  if (p.neox != 0u) {
+  if (p.mode != 0u) {
     pair = i.x < half_dims ? i.x : i.x - half_dims;
     j0 = pair;
     j1 = pair + half_dims;
@@ -52,7 +70,8 @@ void main() {
     j0 = 2u * pair;
     j1 = j0 + 1u;
   }
-  const int position = pos[p.pos_off + i.z * p.pos_nb0];
+  // Positions are section-major in pos: entry k N + i is token i's k-th.
+  const int position = pos[p.pos_off + (position_of(pair) * p.ne.z + i.z) * p.pos_nb0];
   const float factor = p.has_factors != 0u ? freq_factors[p.f_off + pair] : 1.0f;
   const float ramp = p.ext_factor != 0.0 ? yarn_ramp(pair) : 0.0;
 #if defined(ROPE_F64)
