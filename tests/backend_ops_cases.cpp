@@ -1232,6 +1232,35 @@ void add_id_cases(Table& t) {
   });
 }
 
+// DeepSeek V3's grouped routing: a tensor of -inf (Fill), and the chosen
+// groups' rows written back into it (SetRows), with ids broadcast over a's
+// dims 2 and 3, duplicate ids (the last row wins), and a permuted source.
+void fill_set_rows_cases(Table& t) {
+  for (float v : {0.0f, -2.5f, -std::numeric_limits<float>::infinity()})
+    t.add("fill", "", cat("{7,3,2,2} with ", v), exact(),
+          [=](CaseGraph& c) { return fill(c.g, c.normal(DType::F32, {7, 3, 2, 2}), v); });
+  struct Rows {
+    int64_t n, rows_a, rows_b, ne2, ne3, ids_ne2, ids_ne3;
+  };
+  for (Rows s : {Rows{32, 8, 4, 5, 1, 5, 1}, Rows{4, 8, 4, 512, 1, 512, 1}, Rows{7, 6, 3, 4, 2, 2, 1},
+                 Rows{1, 3, 5, 1, 1, 1, 1}}) {
+    t.add("set_rows", "",
+          cat("a{", s.n, ",", s.rows_a, ",", s.ne2, ",", s.ne3, "} b{", s.n, ",", s.rows_b, "} ids{", s.rows_b, ",",
+              s.ids_ne2, ",", s.ids_ne3, "}"),
+          exact(), [=](CaseGraph& c) {
+            std::vector<int32_t> ids(static_cast<size_t>(s.rows_b * s.ids_ne2 * s.ids_ne3));
+            for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 5 + 3) % s.rows_a);
+            Tensor* a = fill(c.g, c.normal(DType::F32, {s.n, s.rows_a, s.ne2, s.ne3}), -INFINITY);
+            return set_rows(c.g, a, c.normal(DType::F32, {s.n, s.rows_b, s.ne2, s.ne3}),
+                            c.ints(ids, {s.rows_b, s.ids_ne2, s.ids_ne3, 1}));
+          });
+  }
+  t.add("set_rows", "", "a permuted{16,5,3} b{16,2,3} ids", exact(), [](CaseGraph& c) {
+    Tensor* a = permute(c.g, c.normal(DType::F32, {16, 3, 5, 1}), 0, 2, 1, 3);
+    return set_rows(c.g, a, c.normal(DType::F32, {16, 2, 3, 1}), c.ints({4, 1, 0, 0, 2, 3}, {2, 3, 1, 1}));
+  });
+}
+
 // =============================================================================
 // the router's ops (mixtures of experts)
 
@@ -1629,6 +1658,7 @@ const std::vector<OpCase>& op_cases() {
     add_id_cases(t);
     l2_norm_cases(t);
     concat_cases(t);
+    fill_set_rows_cases(t);
     ssm_conv_cases(t);
     gated_delta_net_cases(t);
     argsort_cases(t);

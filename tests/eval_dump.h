@@ -165,6 +165,7 @@ inline std::vector<NodeMatch> match_eval_dump(const std::vector<DumpNode>& ref,
       // sum|x| / sqrt(n).
       const double n = static_cast<double>(t->ne[0] * t->ne[1] * t->ne[2]);
       m.sum_rel = std::fabs(sum - r.sum) / std::max(std::fabs(r.sum), sum_abs / std::sqrt(n));
+      if (std::isinf(r.sum) && sum == r.sum) m.sum_rel = 0;  // -inf scores of masked experts in both
     }
     out.push_back(m);
   }

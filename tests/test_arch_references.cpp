@@ -41,15 +41,14 @@ struct ArchReference {
   int routing_flips = 0;        // (token, expert) choices an imatrix run may make otherwise, per layer
 };
 
-// deepseek2-tiny and glm4moe-tiny: 4096 sigmoid routing choices of 8
-// experts in an imatrix run; llama.cpp's own -fa on and F16-cache runs move
-// values by up to 7.2e-3 (deepseek2, and send one row to another expert)
-// and 7.9e-3 (glm4moe) where the counts agree. Their last layers' nodes
-// differ by about 1e-3, one F16 step of the unit-size activations upstream,
-// which is up to 4.5e-3 of a small node's own scale with the kernel sets'
-// sum orders (tests/data/README.md).
+// deepseek2-tiny and glm4moe-tiny: llama.cpp's own runs with other settings
+// move their imatrix values by up to 7.2e-3 (deepseek2's draws) and 7.9e-3
+// (glm4moe) where the counts agree. Their last layers' nodes differ by about
+// 1e-3, one F16 step of the unit-size activations upstream, which is up to
+// 4.5e-3 of a small node's own scale with the kernel sets' sum orders
+// (tests/data/README.md).
 const ArchReference kReferences[] = {{"gpt-oss-tiny", "gpt-oss", "mxfp4"},
-                                     {"deepseek2-tiny", "deepseek2", nullptr, 5e-3, 7.5e-3, 1},
+                                     {"deepseek2-tiny", "deepseek2", nullptr, 5e-3, 7.5e-3, 0},
                                      {"glm4moe-tiny", "glm4moe", nullptr, 5e-3, 8e-3, 0}};
 
 class ArchReferenceTest : public testing::TestWithParam<ArchReference> {

@@ -85,8 +85,12 @@ enum class Op : uint8_t {
   // The gated delta rule over a sequence of tokens, state in and state out
   // (ggml's GATED_DELTA_NET): the recurrent core of the DeltaNet layers.
   GatedDeltaNet,
+  // DeepSeek V3's grouped routing: a tensor of one value (ggml's FILL), and
+  // a tensor's rows replaced by others at given row ids (SET_ROWS).
+  Fill,
+  SetRows,
 };
-constexpr int kOpCount = static_cast<int>(Op::GatedDeltaNet) + 1;
+constexpr int kOpCount = static_cast<int>(Op::SetRows) + 1;
 
 const char* op_name(Op op);  // "MUL_MAT", ... as in ggml dumps
 std::string op_lower_name(Op op);  // "mul_mat": builders' errors, Vulkan's shader names
@@ -277,6 +281,12 @@ inline Tensor* softplus(Graph& g, Tensor* a) { return unary(g, Op::Softplus, a);
 Tensor* l2_norm(Graph& g, Tensor* a, float eps);
 // a and b joined along dim (0-3): every other dimension equal (ggml_concat).
 Tensor* concat(Graph& g, Tensor* a, Tensor* b, int dim);
+// A tensor of a's shape, every element c (F32; a gives only the shape).
+Tensor* fill(Graph& g, Tensor* a, float c);
+// a (F32 [n, ne1, ne2, ne3]) with rows replaced: row u of b (F32 [n, rows,
+// ne2, ne3]) at (i2, i3) becomes row ids[u, i2 % ids.ne1, i3 % ids.ne2] (I32
+// [rows, ne11, ne12]) of the result (ggml_set_rows, as a new tensor).
+Tensor* set_rows(Graph& g, Tensor* a, Tensor* b, Tensor* ids);
 // The short causal convolution (ggml_ssm_conv): sx [d_conv - 1 + T, d, S]
 // (each channel's last d_conv - 1 inputs, then T new ones, for S sequences)
 // and kernels c [d_conv, d] give y [d, T, S], y[i, t, s] = sum_k sx[t + k, i, s] c[k, i].

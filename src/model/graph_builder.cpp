@@ -194,8 +194,23 @@ Tensor* GraphBuilder::deepseek_moe_feed_forward(Tensor* cur, int il, const char*
   return named(add(g_, moe, shared), "ffn_out", il);
 }
 
-Tensor* GraphBuilder::best_groups_only(Tensor*, int) {
-  throw Error(ctx_.model().path() + ": grouped expert routing (expert_group_count > 1) is not supported yet");
+// As llama.cpp's build_moe_ffn: a group's score is the sum of its two best
+// experts' scores; the experts of the n_group_used best groups keep theirs,
+// the others get -inf. The groups' rows are [P, G * N] while they are ranked
+// (get_rows then takes 2-D ids), which gives llama.cpp's sums.
+Tensor* GraphBuilder::best_groups_only(Tensor* selection, int il) {
+  const HParams& hp = hparams();
+  Graph& g = g_;
+  const int64_t N = selection->ne[1], G = hp.n_expert_groups, P = hp.n_expert / G;
+  Tensor* groups = reshape(g, selection, {P, G, N});
+  Tensor* flat = reshape(g, selection, {P, G * N});
+  Tensor* best_two = top_k(g, flat, 2);                                                 // [2, G N]
+  Tensor* best_scores = get_rows(g, reshape(g, flat, {1, P, G * N}), best_two);        // [1, 2, G N]
+  Tensor* group_scores = sum_rows(g, reshape(g, best_scores, {2, G * N}));             // [1, G N]
+  Tensor* chosen = named(top_k(g, reshape(g, group_scores, {G, N}), hp.n_group_used), "ffn_moe_group_topk", il);
+  Tensor* kept = get_rows(g, groups, chosen);                                          // [P, used, N]
+  Tensor* masked = set_rows(g, fill(g, groups, -std::numeric_limits<float>::infinity()), kept, chosen);
+  return named(reshape(g, masked, {hp.n_expert, N}), "ffn_moe_probs_masked", il);
 }
 
 Tensor* GraphBuilder::experts(Tensor* cur, int il, const Routing& routing, FfnActivation act) {

@@ -191,6 +191,18 @@ Tensor* concat(Graph& g, Tensor* a, Tensor* b, int dim) {
   return checked(t);
 }
 
+Tensor* fill(Graph& g, Tensor* a, float c) {
+  Tensor* t = make_result(g, Op::Fill, a->ne, a);
+  t->set_param_f(0, c);
+  return checked(t);
+}
+
+Tensor* set_rows(Graph& g, Tensor* a, Tensor* b, Tensor* ids) {
+  Tensor* t = make_result(g, Op::SetRows, a->ne, a, b);
+  t->src[2] = ids;
+  return checked(t);
+}
+
 Tensor* ssm_conv(Graph& g, Tensor* sx, Tensor* c) {
   return checked(make_result(g, Op::SsmConv, {sx->ne[1], sx->ne[0] - c->ne[0] + 1, sx->ne[2], 1}, sx, c));
 }

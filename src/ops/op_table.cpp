@@ -183,6 +183,22 @@ std::string concat(const Tensor& n) {
   return {};
 }
 
+std::string set_rows(const Tensor& n) {
+  if (auto r = f32_unary(n); !r.empty()) return r;
+  const Tensor* a = n.src[0];
+  const Tensor* b = n.src[1];
+  const Tensor* ids = n.src[2];
+  if (auto r = f32_source(b); !r.empty()) return r;
+  if (!ids || ids->type != DType::I32 || ids->ne[3] != 1) return "ids must be I32 [rows, ne11, ne12]";
+  if (b->ne[0] != a->ne[0] || b->ne[2] != a->ne[2] || b->ne[3] != a->ne[3])
+    return "rows " + describe(*b) + " must be [" + std::to_string(a->ne[0]) + ", rows, " + std::to_string(a->ne[2]) +
+           ", " + std::to_string(a->ne[3]) + "]";
+  if (ids->ne[0] != b->ne[1] || a->ne[2] % ids->ne[1] != 0 || a->ne[3] % ids->ne[2] != 0)
+    return "ids " + describe(*ids) + " must have one id per row of " + describe(*b) + ", broadcast over " +
+           describe(*a);
+  return {};
+}
+
 std::string ssm_conv(const Tensor& n) {
   if (auto r = result_of(n, DType::F32); !r.empty()) return r;
   const Tensor* sx = n.src[0];
@@ -295,6 +311,8 @@ constexpr std::array<OpDef, kOpCount> kOps = {{
     {Op::Concat, "CONCAT", false, concat, reference::concat},
     {Op::SsmConv, "SSM_CONV", false, ssm_conv, reference::ssm_conv},
     {Op::GatedDeltaNet, "GATED_DELTA_NET", false, gated_delta_net, reference::gated_delta_net},
+    {Op::Fill, "FILL", false, f32_unary, reference::fill},
+    {Op::SetRows, "SET_ROWS", false, set_rows, reference::set_rows},
 }};
 static_assert(rows_follow_ops(kOps), "kOps needs one row per Op, in the enum's order");
 

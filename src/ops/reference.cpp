@@ -336,6 +336,32 @@ void concat(const Tensor& d) {
   });
 }
 
+void fill(const Tensor& d) {
+  const double c = d.param_f(0);
+  for_rows(d, [&](int64_t i1, int64_t i2, int64_t i3) {
+    for (int64_t i0 = 0; i0 < d.ne[0]; ++i0) set(d, c, i0, i1, i2, i3);
+  });
+}
+
+// Row by row of the result: the last row of b whose id names it, else a's.
+void set_rows(const Tensor& d) {
+  const Tensor& a = *d.src[0];
+  const Tensor& b = *d.src[1];
+  const Tensor& ids = *d.src[2];
+  for_rows(d, [&](int64_t i1, int64_t i2, int64_t i3) {
+    int64_t from = -1;
+    for (int64_t u = 0; u < b.ne[1]; ++u) {
+      const auto id = static_cast<int64_t>(get(ids, u, i2 % ids.ne[1], i3 % ids.ne[2]));
+      if (id < 0 || id >= d.ne[1])
+        throw Error("set_rows: id " + std::to_string(id) + " is outside the " + std::to_string(d.ne[1]) + " rows of " +
+                    describe(d));
+      if (id == i1) from = u;
+    }
+    for (int64_t i0 = 0; i0 < d.ne[0]; ++i0)
+      set(d, from < 0 ? get(a, i0, i1, i2, i3) : get(b, i0, from, i2, i3), i0, i1, i2, i3);
+  });
+}
+
 void ssm_conv(const Tensor& d) {
   const Tensor& sx = *d.src[0];
   const Tensor& c = *d.src[1];

@@ -29,6 +29,8 @@ void glu(const Tensor& node);
 void add_id(const Tensor& node);
 void l2_norm(const Tensor& node);
 void concat(const Tensor& node);
+void fill(const Tensor& node);
+void set_rows(const Tensor& node);
 void ssm_conv(const Tensor& node);
 void gated_delta_net(const Tensor& node);
 void sum_rows(const Tensor& node);

@@ -136,4 +136,25 @@ void op_concat(const Tensor& node, const KernelCtx& c) {
   }
 }
 
+// SetRows: each result row is the last row of b whose id names it, else a's
+// (rows split among threads, so no two threads write one row).
+void op_set_rows(const Tensor& node, const KernelCtx& c) {
+  const Tensor& a = *node.src[0];
+  const Tensor& b = *node.src[1];
+  const Tensor& ids = *node.src[2];
+  int64_t r0, r1;
+  split_range(node.nrows(), c.ith, c.nth, &r0, &r1);
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t i1, i2, i3;
+    row_coords(node, r, &i1, &i2, &i3);
+    int64_t from = -1;
+    for (int64_t u = 0; u < b.ne[1]; ++u)
+      if (*reinterpret_cast<const int32_t*>(ids.at(u, i2 % ids.ne[1], i3 % ids.ne[2])) == i1) from = u;
+    const Tensor& src = from < 0 ? a : b;
+    const char* p = src.at(0, from < 0 ? i1 : from, i2, i3);
+    float* y = reinterpret_cast<float*>(node.at(0, i1, i2, i3));
+    for (int64_t k = 0; k < node.ne[0]; ++k) y[k] = *reinterpret_cast<const float*>(p + k * src.nb[0]);
+  }
+}
+
 }  // namespace qlens::cpu

@@ -163,6 +163,11 @@ void op_softplus(const Tensor& node, const KernelCtx& c) {
   });
 }
 
+void op_fill(const Tensor& node, const KernelCtx& c) {
+  const float v = node.param_f(0);
+  unary(node, c, [v](int64_t n, float* y, const float*) { std::fill(y, y + n, v); });
+}
+
 void op_sigmoid(const Tensor& node, const KernelCtx& c) {
   unary(node, c, [](int64_t n, float* y, const float* x) {
     for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));

@@ -55,6 +55,8 @@ void op_add_id(const Tensor& node, const KernelCtx& c);
 void op_softplus(const Tensor& node, const KernelCtx& c);
 void op_l2_norm(const Tensor& node, const KernelCtx& c);
 void op_concat(const Tensor& node, const KernelCtx& c);
+void op_fill(const Tensor& node, const KernelCtx& c);
+void op_set_rows(const Tensor& node, const KernelCtx& c);
 void op_ssm_conv(const Tensor& node, const KernelCtx& c);
 void op_gated_delta_net(const Tensor& node, const KernelCtx& c);  // delta_net.h
 void op_rms_norm(const Tensor& node, const KernelCtx& c);

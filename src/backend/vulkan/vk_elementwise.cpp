@@ -47,6 +47,16 @@ struct AddIdPush {
   uint32_t a_off, b_off, ids_off, d_off;
 };
 
+struct SetRowsPush {
+  uint32_t ne[4];
+  uint32_t a_nb[4];
+  uint32_t b_nb[4];
+  uint32_t d_nb[4];
+  uint32_t ids_ne[4];
+  uint32_t ids_nb[4];
+  uint32_t a_off, b_off, ids_off, d_off;
+};
+
 struct CopyPush {
   uint32_t a_ne[4];
   uint32_t a_nb[4];
@@ -221,6 +231,29 @@ void record_add_id(Recorder& r, const Tensor& node) {
   p.ids_off = bi.offset_in(4, "'" + ids.name + "'");
   p.d_off = bd.offset_in(4, "'" + node.name + "'");
   r.dispatch("add_id", {ba, bb, bi, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
+}
+
+bool supports_set_rows(const Tensor& node) { return supports_add_id(node); }
+
+std::vector<ShaderUse> set_rows_shaders(const Tensor&, bool, bool) { return {{"set_rows", 4}}; }
+
+void record_set_rows(Recorder& r, const Tensor& node) {
+  const Tensor& a = *node.src[0];
+  const Tensor& b = *node.src[1];
+  const Tensor& ids = *node.src[2];
+  const Bound ba = r.bind(a, "source"), bb = r.bind(b, "rows"), bi = r.bind(ids, "ids"), bd = r.bind(node, "result");
+  SetRowsPush p{};
+  copy4(p.ne, shape_u32(node));
+  copy4(p.a_nb, element_strides(a, 4));
+  copy4(p.b_nb, element_strides(b, 4));
+  copy4(p.d_nb, element_strides(node, 4));
+  copy4(p.ids_ne, shape_u32(ids));
+  copy4(p.ids_nb, element_strides(ids, 4));
+  p.a_off = ba.offset_in(4, "'" + a.name + "'");
+  p.b_off = bb.offset_in(4, "'" + b.name + "'");
+  p.ids_off = bi.offset_in(4, "'" + ids.name + "'");
+  p.d_off = bd.offset_in(4, "'" + node.name + "'");
+  r.dispatch("set_rows", {ba, bb, bi, bd}, p, ceil_div(static_cast<uint64_t>(node.nelements()), kElementwiseGroup));
 }
 
 void record_copy(Recorder& r, const Tensor& node) {

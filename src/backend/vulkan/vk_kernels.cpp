@@ -49,6 +49,8 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     {Op::Concat, supports_concat, concat_shaders, record_concat},
     {Op::SsmConv, supports_binary, ssm_conv_shaders, record_ssm_conv},
     {Op::GatedDeltaNet, supports_gated_delta_net, gated_delta_net_shaders, record_gated_delta_net},
+    elementwise(Op::Fill, supports_unary),
+    {Op::SetRows, supports_set_rows, set_rows_shaders, record_set_rows},
 }};
 static_assert(rows_follow_ops(kKernels), "Vulkan needs one kernel row per Op, in the enum's order");
 

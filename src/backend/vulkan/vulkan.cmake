@@ -22,6 +22,7 @@ set(QLENS_VK_VARIANTS
   "sum_rows_f64|sum_rows.comp|-DSUM_F64"
   "add_id|add_id.comp|"
   "concat|concat.comp|"
+  "set_rows|set_rows.comp|"
   "ssm_conv|ssm_conv.comp|"
   "gated_delta_net|gated_delta_net.comp|"
 )

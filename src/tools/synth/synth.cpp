@@ -74,21 +74,22 @@ const std::vector<SynthPreset>& synth_presets() {
        .n_ff_exp = 64, .rope_yarn_factor = 32, .rope_yarn_original_ctx = 4096},
       // openai/gpt-oss-20b's layers (32 experts of 2880, 4 used; 64 query heads
       // of 64, 8 KV heads; window 128), 2 of its 24: 796M expert weights a
-      // layer (write it in MXFP4, as the release is: --type mxfp4).
+      // layer (quantize it with the MXFP4_MOE mix, as the release is).
       {.name = "gpt-oss-20b-2l", .arch = "gpt-oss", .n_embd = 2880, .n_ff = 2880, .n_layer = 2, .n_head = 64,
        .n_head_kv = 8, .n_vocab = 201088, .n_ctx = 131072, .head_dim = 64, .rope_freq_base = 150000.0f,
        .rms_eps = 1e-5f, .n_swa = 128, .swa_period = 2, .rope_freq_base_swa = 150000.0f, .n_expert = 32,
        .n_expert_used = 4, .n_ff_exp = 2880, .rope_yarn_factor = 32, .rope_yarn_original_ctx = 4096},
       // DeepSeek V3 in small: a leading dense layer, then two mixtures of
-      // 8 experts (2 used, sigmoid routing with the selection bias, weights
-      // normalized and scaled by 2.5) with a shared expert; latent attention
-      // with q's low-rank pair, YaRN with DeepSeek's attention scale.
+      // 8 experts in 4 groups of which 2 compete (2 used, sigmoid routing
+      // with the selection bias, weights normalized and scaled by 2.5) with a
+      // shared expert; latent attention with q's low-rank pair, YaRN with
+      // DeepSeek's attention scale.
       {.name = "deepseek2-tiny", .arch = "deepseek2", .n_embd = 64, .n_ff = 96, .n_layer = 3, .n_head = 4,
        .n_head_kv = 1, .n_vocab = 512, .n_ctx = 256, .head_dim = 48, .rope_freq_base = 10000.0f, .rms_eps = 1e-6f,
        .n_rot = 16, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 32, .rope_yarn_factor = 40,
        .rope_yarn_original_ctx = 4096, .rope_yarn_log_mul = 1.0f, .n_lora_q = 48, .n_lora_kv = 32,
-       .head_dim_k_mla = 48, .head_dim_v_mla = 32, .sigmoid_gating = true, .n_expert_shared = 1,
-       .n_layer_dense_lead = 1, .expert_weights_scale = 2.5f},
+       .head_dim_k_mla = 48, .head_dim_v_mla = 32, .sigmoid_gating = true, .n_expert_groups = 4,
+       .n_group_used = 2, .n_expert_shared = 1, .n_layer_dense_lead = 1, .expert_weights_scale = 2.5f},
       // GLM-4.5-Air in small: a leading dense layer, two mixtures of 8
       // experts (2 used, sigmoid routing with the selection bias) with a
       // shared expert, q/k/v biases, NeoX rope on half of each head, and the
@@ -113,11 +114,12 @@ const std::vector<SynthPreset>& synth_presets() {
       // zai-org/GLM-4.5-Air's layer shapes (4096 wide, 96 query heads and 8 KV
       // heads of 128, rope on half; the first of 46 layers dense with 10944,
       // the others 128 experts of 1408, 8 used, and a shared expert), 2 of its
-      // layers and its NextN layer, every expert.
+      // layers with every expert; without its NextN layer (4.4 GB in F16 that
+      // no graph runs: glm4moe-tiny has one).
       {.name = "glm-4.5-air-2l", .arch = "glm4moe", .n_embd = 4096, .n_ff = 10944, .n_layer = 2, .n_head = 96,
        .n_head_kv = 8, .n_vocab = 151552, .n_ctx = 131072, .head_dim = 128, .rope_freq_base = 1e6f, .rms_eps = 1e-5f,
        .n_rot = 64, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 1408, .sigmoid_gating = true,
-       .n_expert_shared = 1, .n_layer_dense_lead = 1, .expert_weights_scale = 1.0f, .n_layer_nextn = 1},
+       .n_expert_shared = 1, .n_layer_dense_lead = 1, .expert_weights_scale = 1.0f},
       {.name = "gemma3-1b", .arch = "gemma3", .n_embd = 1152, .n_ff = 6912, .n_layer = 26, .n_head = 4,
        .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
        .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},

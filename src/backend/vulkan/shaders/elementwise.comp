@@ -36,6 +36,8 @@ void main() {
   const float y = x / b[p.b_off + offset4(i % p.b_ne, p.b_nb)];
 #elif defined(OP_SCALE)
   const float y = x * p.param;
+#elif defined(OP_FILL)
+  const float y = p.param;
 #elif defined(OP_CLAMP)
   // As ggml's MAX(MIN(x, hi), lo), comparisons rather than min/max (whose
   // result GLSL leaves undefined for NaN): NaN becomes hi.
