@@ -15,12 +15,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <map>
 
 #include "model/arch/architecture.h"
 #include "model/sequence_state.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "test_util.h"
+#include "tools/synth/synth.h"
 
 namespace qlens {
 namespace {
@@ -185,6 +188,8 @@ TEST(AttentionBlocks, EveryArchitecturePicksItsBlockAndItsCache) {
     SCOPED_TRACE(name);
     hp.arch = name;
     const bool latent = name == "deepseek2";
+    // The hybrids' layers are all full attention while no layer is marked
+    // recurrent (AQwen35LayerIsDeltaNetOrGatedAttention covers the others).
     for (int il = 0; il < hp.n_layer; ++il) {
       const auto block = find_architecture(name)->attention(hp, il);
       EXPECT_STREQ(block->kind(), latent ? "latent" : "standard");
@@ -284,6 +289,91 @@ TEST(AttentionBlocks, AStoppedBatchLeavesTheRecurrentStateAsItWas) {
   EXPECT_EQ(read(*ctx.state().layer(0)[0]), before);
   stop = false;
   EXPECT_EQ(all_logits(ctx, rest), want);
+}
+
+// Qwen3.5's hybrids: the marked layers are gated DeltaNet (a conv state of
+// the last d_conv - 1 inputs per channel and an S x S state per value head,
+// both F32 and independent of n_ctx), the others gated full attention.
+TEST(AttentionBlocks, AQwen35LayerIsDeltaNetOrGatedAttention) {
+  HParams hp;
+  hp.n_layer = 2;
+  hp.n_embd = 64;
+  hp.n_head = 4;
+  hp.n_head_kv = 2;
+  hp.head_dim = 32;
+  hp.ssm_d_conv = 4;
+  hp.ssm_d_state = 16;
+  hp.ssm_dt_rank = 4;
+  hp.ssm_n_group = 2;
+  hp.ssm_d_inner = 64;
+  hp.recurrent_layers = {true, false};
+  for (const char* name : {"qwen35", "qwen35moe"}) {
+    SCOPED_TRACE(name);
+    hp.arch = name;
+    const auto delta = find_architecture(name)->attention(hp, 0);
+    EXPECT_STREQ(delta->kind(), "recurrent");
+    EXPECT_EQ(delta->state_kind(), StateKind::Recurrent);
+    const std::vector<StateSpec> state = delta->state(hp, 0, 64, DType::F16);
+    ASSERT_EQ(state.size(), 2u);
+    EXPECT_EQ(state[0].name, "cache_r_l0");
+    EXPECT_EQ(state[0].type, DType::F32);
+    EXPECT_EQ(state[0].ne[0], 3 * (2 * 2 * 16 + 4 * 16));  // (d_conv - 1) x (q, k: 2 heads; v: 4 heads) of 16
+    EXPECT_EQ(state[1].name, "cache_s_l0");
+    EXPECT_EQ(state[1].ne[0], 16 * 16 * 4);
+    EXPECT_STREQ(find_architecture(name)->attention(hp, 1)->kind(), "standard");
+  }
+}
+
+std::string qwen35_model(const std::string& preset) {
+  static std::map<std::string, std::string> made;
+  std::string& path = made[preset];
+  if (path.empty()) {
+    path = test::temp_dir() + "/" + preset + ".gguf";
+    tools::SynthOptions o;
+    o.preset = preset;
+    o.type = DType::F32;
+    o.seed = 7;
+    tools::synth_model(o, path);
+  }
+  return path;
+}
+
+// The acceptance: a token's logits generated step by step equal
+// those of the same sequence evaluated as one prompt, and so do batches of
+// 2 (fewer inputs than the conv state holds: the new state takes some of
+// the old) and of 5, for the dense and the MoE hybrid.
+TEST(AttentionBlocks, Qwen35GivesTheSameLogitsWhateverTheBatching) {
+  for (const char* preset : {"qwen35-tiny", "qwen35moe-tiny"}) {
+    SCOPED_TRACE(preset);
+    auto m = Model::load(qwen35_model(preset));
+    ASSERT_STREQ(m->attention_block(0).kind(), "recurrent");
+    ASSERT_STREQ(m->attention_block(3).kind(), "standard");
+    const auto tokens = some_tokens(*m, 23);
+    Context whole(*m, options(64));
+    const std::vector<float> want = all_logits(whole, tokens);
+    for (int64_t n_batch : {1, 2, 5}) {
+      Context ctx(*m, options(n_batch));
+      const float d = max_abs_difference(all_logits(ctx, tokens), want);
+      std::printf("%s, batches of %lld: max |logit difference| %.3g of %.3g\n", preset,
+                  static_cast<long long>(n_batch), d, max_abs(want));
+      EXPECT_LT(d, 1e-4f * max_abs(want)) << "batches of " << n_batch;
+    }
+    // The state carries the sequence: the second half from a cleared state
+    // is far from it, and a new sequence starts from zero.
+    const std::vector<Token> first(tokens.begin(), tokens.begin() + 11), rest(tokens.begin() + 11, tokens.end());
+    Context ctx(*m, options(64));
+    const std::vector<float> with_state = [&] {
+      all_logits(ctx, first);
+      return all_logits(ctx, rest);
+    }();
+    EXPECT_LT(max_abs_difference(with_state, std::vector<float>(want.begin() + 11 * m->hparams().n_vocab, want.end())),
+              1e-4f * max_abs(want));
+    EXPECT_GT(max_abs(read(*ctx.state().layer(0)[1])), 0.0f);
+    ctx.clear();
+    EXPECT_EQ(max_abs(read(*ctx.state().layer(0)[0])), 0.0f);
+    EXPECT_EQ(max_abs(read(*ctx.state().layer(0)[1])), 0.0f);
+    EXPECT_GT(max_abs_difference(all_logits(ctx, rest), with_state), 100 * 1e-4f * max_abs(want));
+  }
 }
 
 }  // namespace

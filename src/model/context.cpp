@@ -250,7 +250,8 @@ bool Context::decode_batch(std::span<const Token> tokens, bool all_logits, const
   }
   Graph& g = graph_;
   g.clear();
-  GraphBuilder b(*this, g, GraphInputs::make(g, N, n_past_ + N, model_.hparams().has_swa()), all_logits);
+  GraphBuilder b(*this, g, GraphInputs::make(g, N, n_past_ + N, model_.hparams().has_swa(),
+                                                       model_.hparams().n_pos_per_token()), all_logits);
   Tensor* residual = r.first > 0 ? b.residual_input() : b.embed();
   for (int il = r.first; il < r.last; ++il) b.layer(il);
   // A batch wholly before the first wanted logit computes its layers only.

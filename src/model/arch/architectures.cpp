@@ -25,6 +25,8 @@ constexpr Entry kArchitectures[] = {
     {"gpt-oss", gpt_oss_architecture},
     {"deepseek2", deepseek2_architecture},
     {"glm4moe", glm4moe_architecture},
+    {"qwen35", qwen35_architecture},
+    {"qwen35moe", qwen35moe_architecture},
 };
 
 int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
