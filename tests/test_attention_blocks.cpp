@@ -376,5 +376,48 @@ TEST(AttentionBlocks, Qwen35GivesTheSameLogitsWhateverTheBatching) {
   }
 }
 
+// A copy of qwen35-tiny with one metadata key set (value) or dropped (no
+// value) and one tensor dropped.
+std::string mutated_qwen35(const std::string& key, const gguf::Value* value, const std::string& drop) {
+  auto src = gguf::File::open(qwen35_model("qwen35-tiny"));
+  gguf::Writer w;
+  for (const auto& kv : src->metadata())
+    if (kv.key != key) w.set(kv.key, kv.value);
+  if (value) w.set(key, *value);
+  for (const auto& t : src->tensors()) {
+    if (t.name == drop) continue;
+    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+    w.add_tensor(t.name, t.type, ne, src->tensor_data(t), t.nbytes);
+  }
+  const std::string path = test::temp_dir() + "/qwen35-mutated.gguf";
+  w.write(path);
+  return path;
+}
+
+// Broken Qwen3.5 files are refused with the file and what is wrong named.
+TEST(AttentionBlocks, BrokenQwen35FilesAreRefusedByName) {
+  auto error_for = [](const std::string& path) { return test::error_of([&] { Model::load(path); }); };
+  const std::string missing_a = error_for(mutated_qwen35("", nullptr, "blk.1.ssm_a"));
+  EXPECT_TRUE(test::contains(missing_a, "blk.1.ssm_a")) << missing_a;  // the one role without a suffix
+  const std::string missing_gate = error_for(mutated_qwen35("", nullptr, "blk.0.attn_gate.weight"));
+  EXPECT_TRUE(test::contains(missing_gate, "blk.0.attn_gate.weight")) << missing_gate;
+  const std::string no_conv = error_for(mutated_qwen35("qwen35.ssm.conv_kernel", nullptr, ""));
+  EXPECT_TRUE(test::contains(no_conv, "qwen35.ssm.conv_kernel")) << no_conv;
+  EXPECT_TRUE(test::contains(no_conv, "qwen35-mutated.gguf")) << no_conv;
+  const gguf::Value inner = gguf::Value::make_u32(48);  // not 4 value heads x 16
+  const std::string bad_inner = error_for(mutated_qwen35("qwen35.ssm.inner_size", &inner, ""));
+  EXPECT_TRUE(test::contains(bad_inner, "ssm.inner_size 48")) << bad_inner;
+  const gguf::Value marks = gguf::Value::make_i32_array({1, 1, 0});  // 4 layers
+  const std::string short_marks = error_for(mutated_qwen35("qwen35.attention.recurrent_layers", &marks, ""));
+  EXPECT_TRUE(test::contains(short_marks, "recurrent_layers")) << short_marks;
+  const std::string no_sections = error_for(mutated_qwen35("qwen35.rope.dimension_sections", nullptr, ""));
+  EXPECT_TRUE(test::contains(no_sections, "rope.dimension_sections")) << no_sections;
+  // The marks decide the layers: layer 2 marked full attention wants attn_q,
+  // which the file has only for layer 3.
+  const gguf::Value other = gguf::Value::make_i32_array({1, 1, 0, 0});
+  const std::string moved = error_for(mutated_qwen35("qwen35.attention.recurrent_layers", &other, ""));
+  EXPECT_TRUE(test::contains(moved, "blk.2.")) << moved;
+}
+
 }  // namespace
 }  // namespace qlens
