@@ -122,6 +122,9 @@ bool Context::device_runs(const Tensor& w, Op reader) const {
                   static_cast<int>(2 * w.ne[0]), RopeMode::Normal, 10000.0f, 1.0f, weight);
       break;
     case Op::GetRows: node = get_rows(probe, weight, probe.new_tensor(DType::I32, {1})); break;
+    case Op::SsmConv:  // DeltaNet's kernels [d_conv, channels] over one token's window
+      node = ssm_conv(probe, probe.new_tensor(DType::F32, {w.ne[0], w.ne[1], 1}), weight);
+      break;
     default: return false;  // a reader no role has
   }
   return device_->supports_op(*node);
