@@ -376,6 +376,36 @@ TEST(AttentionBlocks, Qwen35GivesTheSameLogitsWhateverTheBatching) {
   }
 }
 
+// A batch stopped after the DeltaNet layers wrote their states (in the
+// full-attention layer 3) leaves both states of every DeltaNet layer as
+// they were, and the batch decoded again gives the logits of one that never
+// stopped.
+TEST(AttentionBlocks, AStoppedQwen35BatchLeavesTheDeltaNetStatesAsTheyWere) {
+  auto m = Model::load(qwen35_model("qwen35-tiny"));
+  const auto tokens = some_tokens(*m, 12);
+  const std::vector<Token> first(tokens.begin(), tokens.begin() + 6), rest(tokens.begin() + 6, tokens.end());
+  Context ref(*m, options(64));
+  all_logits(ref, first);
+  const std::vector<float> want = all_logits(ref, rest);
+
+  Context ctx(*m, options(64));
+  all_logits(ctx, first);
+  std::vector<std::vector<float>> before;
+  for (int il = 0; il < 3; ++il)
+    for (Tensor* t : ctx.state().layer(il)) before.push_back(read(*t));
+  bool stop = true;
+  ctx.set_observe_callback([&](const Tensor& t, bool ask) {
+    if (ask) return t.name == "attn_output-3";
+    return !stop;
+  });
+  EXPECT_FALSE(ctx.decode(rest, true));
+  size_t i = 0;
+  for (int il = 0; il < 3; ++il)
+    for (Tensor* t : ctx.state().layer(il)) EXPECT_EQ(read(*t), before[i++]) << t->name;
+  stop = false;
+  EXPECT_EQ(all_logits(ctx, rest), want);
+}
+
 // A copy of qwen35-tiny with one metadata key set (value) or dropped (no
 // value) and one tensor dropped.
 std::string mutated_qwen35(const std::string& key, const gguf::Value* value, const std::string& drop) {
