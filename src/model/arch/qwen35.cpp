@@ -66,6 +66,9 @@ class Qwen35 final : public Architecture {
       hp.n_ff_shexp = f.try_int(a + "expert_shared_feed_forward_length").value_or(0);
       if (hp.n_ff_shexp < 0) throw Error(f.path() + ": " + a + "expert_shared_feed_forward_length is negative");
       if (hp.n_ff_shexp == 0) hp.n_ff_shexp = hp.n_ff;  // llama.cpp's fallback
+      if (hp.n_ff_shexp == 0)
+        throw Error(f.path() + ": missing metadata key '" + a +
+                    "expert_shared_feed_forward_length' (and no feed_forward_length to fall back on)");
       hp.expert_weights_norm = true;
       hp.expert_gating = ExpertGating::Softmax;
     }

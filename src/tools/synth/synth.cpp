@@ -134,6 +134,24 @@ const std::vector<SynthPreset>& synth_presets() {
        .n_rot = 8, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 32, .ssm_d_conv = 4, .ssm_d_state = 16,
        .ssm_v_heads = 4, .ssm_k_heads = 2, .full_attention_interval = 4, .rope_sections = {2, 1, 1, 0},
        .n_ff_shexp = 32},
+      // Qwen/Qwen3.5-27B's (and Qwen3.6-27B's) layer shapes, 2 of its 64
+      // layers: a gated DeltaNet layer (48 value heads and 16 key heads of
+      // 128, conv width 4) and a gated full-attention layer (24 query heads
+      // and 4 KV heads of 256, IMRope on 64 dims, sections 11, 11, 10); a
+      // dense feed-forward of 17408; every width as released.
+      {.name = "qwen3.5-27b-2l", .arch = "qwen35", .n_embd = 5120, .n_ff = 17408, .n_layer = 2, .n_head = 24,
+       .n_head_kv = 4, .n_vocab = 248320, .n_ctx = 262144, .head_dim = 256, .rope_freq_base = 1e7f,
+       .rms_eps = 1e-6f, .n_rot = 64, .ssm_d_conv = 4, .ssm_d_state = 128, .ssm_v_heads = 48, .ssm_k_heads = 16,
+       .full_attention_interval = 2, .rope_sections = {11, 11, 10, 0}},
+      // Qwen/Qwen3.5-35B-A3B's (and Qwen3.6-35B-A3B's) layer shapes, 2 of its
+      // 40 layers as above (32 value heads and 16 key heads of 128; 16 query
+      // and 2 KV heads of 256), each with all 256 experts of 512 (8 used) and
+      // the shared expert of 512.
+      {.name = "qwen3.5-35b-a3b-2l", .arch = "qwen35moe", .n_embd = 2048, .n_ff = 512, .n_layer = 2, .n_head = 16,
+       .n_head_kv = 2, .n_vocab = 248320, .n_ctx = 262144, .head_dim = 256, .rope_freq_base = 1e7f,
+       .rms_eps = 1e-6f, .n_rot = 64, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 512, .ssm_d_conv = 4,
+       .ssm_d_state = 128, .ssm_v_heads = 32, .ssm_k_heads = 16, .full_attention_interval = 2,
+       .rope_sections = {11, 11, 10, 0}, .n_ff_shexp = 512},
       {.name = "gemma3-1b", .arch = "gemma3", .n_embd = 1152, .n_ff = 6912, .n_layer = 26, .n_head = 4,
        .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
        .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},
