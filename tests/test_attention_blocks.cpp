@@ -408,8 +408,9 @@ TEST(AttentionBlocks, AStoppedQwen35BatchLeavesTheDeltaNetStatesAsTheyWere) {
 
 // A copy of qwen35-tiny with one metadata key set (value) or dropped (no
 // value) and one tensor dropped.
-std::string mutated_qwen35(const std::string& key, const gguf::Value* value, const std::string& drop) {
-  auto src = gguf::File::open(qwen35_model("qwen35-tiny"));
+std::string mutated_qwen35(const std::string& key, const gguf::Value* value, const std::string& drop,
+                           const std::string& preset = "qwen35-tiny") {
+  auto src = gguf::File::open(qwen35_model(preset));
   gguf::Writer w;
   for (const auto& kv : src->metadata())
     if (kv.key != key) w.set(kv.key, kv.value);
@@ -447,6 +448,41 @@ TEST(AttentionBlocks, BrokenQwen35FilesAreRefusedByName) {
   const gguf::Value other = gguf::Value::make_i32_array({1, 1, 0, 0});
   const std::string moved = error_for(mutated_qwen35("qwen35.attention.recurrent_layers", &other, ""));
   EXPECT_TRUE(test::contains(moved, "blk.2.")) << moved;
+  // feed_forward_length: required for the dense model; the MoE one loads
+  // without it (Qwen3.5-MoE converters write none), its shared expert's
+  // width from its own key.
+  const std::string no_ff = error_for(mutated_qwen35("qwen35.feed_forward_length", nullptr, ""));
+  EXPECT_TRUE(test::contains(no_ff, "qwen35.feed_forward_length")) << no_ff;
+  auto moe = Model::load(mutated_qwen35("qwen35moe.feed_forward_length", nullptr, "", "qwen35moe-tiny"));
+  EXPECT_EQ(moe->hparams().n_ff_shexp, 32);
+}
+
+// The real-width presets have Qwen3.5-27B's and Qwen3.5-35B-A3B's shapes.
+TEST(AttentionBlocks, Qwen35RealWidthPresetsHaveTheReleasedShapes) {
+  auto shapes = [](const char* name) {
+    const tools::SynthPreset& p = tools::find_synth_preset(name);
+    std::map<std::string, std::array<int64_t, kMaxDims>> out;
+    for (const auto& t : tools::synth_tensor_plan(tools::synth_hparams(p), p.tied_output)) out[t.name] = t.ne;
+    return out;
+  };
+  using Shape = std::array<int64_t, kMaxDims>;
+  const auto dense = shapes("qwen3.5-27b-2l");
+  EXPECT_EQ(dense.at("blk.0.attn_qkv.weight"), (Shape{5120, 10240, 1, 1}));  // q, k: 16 x 128; v: 48 x 128
+  EXPECT_EQ(dense.at("blk.0.attn_gate.weight"), (Shape{5120, 6144, 1, 1}));
+  EXPECT_EQ(dense.at("blk.0.ssm_conv1d.weight"), (Shape{4, 10240, 1, 1}));
+  EXPECT_EQ(dense.at("blk.0.ssm_a"), (Shape{48, 1, 1, 1}));
+  EXPECT_EQ(dense.at("blk.0.ssm_out.weight"), (Shape{6144, 5120, 1, 1}));
+  EXPECT_EQ(dense.at("blk.1.attn_q.weight"), (Shape{5120, 12288, 1, 1}));  // 24 heads of 256, each with its gate
+  EXPECT_EQ(dense.at("blk.1.attn_k.weight"), (Shape{5120, 1024, 1, 1}));
+  EXPECT_EQ(dense.at("blk.1.attn_output.weight"), (Shape{6144, 5120, 1, 1}));
+  EXPECT_EQ(dense.at("blk.1.ffn_up.weight"), (Shape{5120, 17408, 1, 1}));
+  const auto moe = shapes("qwen3.5-35b-a3b-2l");
+  EXPECT_EQ(moe.at("blk.0.attn_qkv.weight"), (Shape{2048, 8192, 1, 1}));  // v: 32 x 128
+  EXPECT_EQ(moe.at("blk.1.attn_q.weight"), (Shape{2048, 8192, 1, 1}));
+  EXPECT_EQ(moe.at("blk.1.ffn_gate_exps.weight"), (Shape{2048, 512, 256, 1}));
+  EXPECT_EQ(moe.at("blk.1.ffn_gate_inp_shexp.weight"), (Shape{2048, 1, 1, 1}));
+  EXPECT_EQ(moe.at("blk.1.ffn_down_shexp.weight"), (Shape{512, 2048, 1, 1}));
+  EXPECT_EQ(moe.at("output.weight"), (Shape{2048, 248320, 1, 1}));
 }
 
 }  // namespace
