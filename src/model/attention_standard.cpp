@@ -42,6 +42,8 @@ class StandardAttention final : public AttentionBlock {
     constexpr size_t fs = sizeof(float);
     Tensor* gate = nullptr;
     if (opt_.output_gate) {
+      if (b.weight(Role::AttnQkv, il))
+        throw Error("attention: layer " + std::to_string(il) + " has a fused attn_qkv; the output gate needs attn_q");
       // Each head's 2 D rows: its query, then its gate.
       Tensor* full = named(q, "Qcur_full", il);
       q = named(view(g, full, {D, hp.n_head, N}, {2 * D * fs, 2 * D * hp.n_head * fs}, 0), "Qcur_reshaped", il);
