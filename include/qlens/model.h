@@ -91,10 +91,29 @@ struct HParams {
   int64_t n_lora_kv = 0;
   int64_t head_dim_k_mla = 0;
   int64_t head_dim_v_mla = 0;
+  // Multi-section rope (rope.dimension_sections; Qwen3.5's IMRope): the
+  // pairs each of the four positions of a token turns.
+  RopeSections rope_sections{};
+  // Gated DeltaNet layers (Qwen3.5/3.6, llama.cpp's ssm.* keys): the short
+  // convolution's width (ssm.conv_kernel), n_v_heads (ssm.time_step_rank)
+  // value heads and n_k_heads (ssm.group_count) key heads of ssm_d_state
+  // each (ssm.state_size), ssm_d_inner (ssm.inner_size) = the value heads'
+  // total width. recurrent_layers marks the DeltaNet layers (empty: none).
+  int64_t ssm_d_conv = 0, ssm_d_inner = 0, ssm_d_state = 0, ssm_dt_rank = 0, ssm_n_group = 0;
+  std::vector<bool> recurrent_layers;
+  int64_t n_ff_shexp = 0;  // the shared expert's width (Qwen3.5 MoE: expert_shared_feed_forward_length)
 
   int64_t n_embd_q() const { return head_dim * n_head; }
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }
   bool is_swa(int il) const { return il >= 0 && static_cast<size_t>(il) < swa_layers.size() && swa_layers[il]; }
+  bool is_recurrent(int il) const {
+    return il >= 0 && static_cast<size_t>(il) < recurrent_layers.size() && recurrent_layers[il];
+  }
+  // Positions per token the graph's inp_pos holds: four for the
+  // multi-section rope (text: p, p, p, 0), else one.
+  int64_t n_pos_per_token() const {
+    return rope_mode == RopeMode::MRope || rope_mode == RopeMode::IMRope ? 4 : 1;
+  }
   bool has_swa() const { return n_swa > 0 && std::find(swa_layers.begin(), swa_layers.end(), true) != swa_layers.end(); }
   // Every field as (name, value) text, for messages and for comparing two
   // models (qlens compare refuses models whose graphs differ).
@@ -165,8 +184,22 @@ enum class Role : uint8_t {
   NextnEmbedTokens,
   NextnSharedHeadHead,
   NextnSharedHeadNorm,
+  // Gated DeltaNet (Qwen3.5/3.6): the z gate's projection (attn_gate; q, k
+  // and v come from attn_qkv), the short convolution's kernels, the decay's
+  // bias (ssm_dt.bias) and -exp(A_log) per value head (ssm_a, a name with
+  // no suffix), the beta and alpha projections, the gated norm and the out
+  // projection; and the MoE's sigmoid gate of the shared expert.
+  AttnGate,
+  SsmConv1d,
+  SsmDt,
+  SsmA,
+  SsmBeta,
+  SsmAlpha,
+  SsmNorm,
+  SsmOut,
+  FfnGateInpShexp,
 };
-constexpr int kRoleCount = static_cast<int>(Role::NextnSharedHeadNorm) + 1;
+constexpr int kRoleCount = static_cast<int>(Role::FfnGateInpShexp) + 1;
 
 struct RoleInfo {
   const char* name;    // "attn_q"

@@ -72,6 +72,11 @@ struct StandardAttentionOptions {
   // tanh op exists.
   float softcap = 0;
   bool sinks = false;  // gpt-oss: attn_sinks, one logit per head beside the scores
+  // Qwen3.5/3.6's gated attention: attn_q gives each head its query then a
+  // gate of the head's size; the attention's output ("attn_pregate") is
+  // multiplied by sigmoid(gate) ("attn_gated") before attn_output
+  // ("attn_output").
+  bool output_gate = false;
 };
 std::unique_ptr<AttentionBlock> make_standard_attention(const StandardAttentionOptions& options);
 
@@ -79,5 +84,10 @@ std::unique_ptr<AttentionBlock> make_standard_attention(const StandardAttentionO
 // over a cache of one row per token: the compressed kv (n_lora_kv) and the
 // shared rope key (n_rot), as llama.cpp caches them.
 std::unique_ptr<AttentionBlock> make_latent_attention();
+
+// Gated DeltaNet (Qwen3.5/3.6's linear attention; attention_recurrent.cpp):
+// a recurrent block whose per-sequence state is the short convolution's
+// last inputs and an S x S matrix per value head (HParams' ssm_* sizes).
+std::unique_ptr<AttentionBlock> make_gated_delta_net_block();
 
 }  // namespace qlens

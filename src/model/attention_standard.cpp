@@ -39,6 +39,17 @@ class StandardAttention final : public AttentionBlock {
     const size_t v_row = static_cast<size_t>(n_ctx) * esize;           // one value dimension over the context
 
     auto [q, k, v] = project(b, il, cur);
+    constexpr size_t fs = sizeof(float);
+    Tensor* gate = nullptr;
+    if (opt_.output_gate) {
+      if (b.weight(Role::AttnQkv, il))
+        throw Error("attention: layer " + std::to_string(il) + " has a fused attn_qkv; the output gate needs attn_q");
+      // Each head's 2 D rows: its query, then its gate.
+      Tensor* full = named(q, "Qcur_full", il);
+      q = named(view(g, full, {D, hp.n_head, N}, {2 * D * fs, 2 * D * hp.n_head * fs}, 0), "Qcur_reshaped", il);
+      gate = view(g, full, {D, hp.n_head, N}, {2 * D * fs, 2 * D * hp.n_head * fs}, D * fs);
+      gate = named(reshape(g, cont(g, gate), {D * hp.n_head, N}), "gate_reshaped", il);
+    }
     // GLM-4.5 has per-head norms, GLM-4.5-Air not: the table's optional rows decide.
     if (opt_.qk_norm || b.weight(Role::AttnQNorm, il)) {
       q = b.norm(q, Role::AttnQNorm, il, "Qcur_normed");
@@ -49,8 +60,14 @@ class StandardAttention final : public AttentionBlock {
     const float freq_scale = opt_.sliding_window ? hp.rope_freq_scale_swa : hp.rope_freq_scale;
     Tensor* factors = b.weight(Role::RopeFreqs);
     Tensor* positions = b.inputs().positions;
-    q = named(rope(g, q, positions, n_rot, hp.rope_mode, base, freq_scale, factors, hp.rope_yarn), "Qcur", il);
-    k = named(rope(g, k, positions, n_rot, hp.rope_mode, base, freq_scale, factors, hp.rope_yarn), "Kcur", il);
+    auto rotate = [&](Tensor* t) {
+      if (hp.n_pos_per_token() == 4)
+        return rope_multi(g, t, positions, n_rot, hp.rope_sections, hp.rope_mode, base, freq_scale, factors,
+                          hp.rope_yarn);
+      return rope(g, t, positions, n_rot, hp.rope_mode, base, freq_scale, factors, hp.rope_yarn);
+    };
+    q = named(rotate(q), "Qcur", il);
+    k = named(rotate(k), "Kcur", il);
     float kq_scale = 1.0f / std::sqrt(static_cast<float>(D));
     if (opt_.q_scale != 0) {
       q = named(scale(g, q, opt_.q_scale), "Qcur", il);
@@ -79,6 +96,12 @@ class StandardAttention final : public AttentionBlock {
     Tensor* merged = named(permute(g, kqv, 0, 2, 1, 3), "kqv_merged", il);
     cur = named(cont(g, merged), "kqv_merged_cont", il);
     cur = reshape(g, cur, {D * hp.n_head, N});
+    if (gate) {
+      named(cur, "attn_pregate", il);
+      Tensor* gate_sigmoid = named(sigmoid(g, gate), "gate_sigmoid", il);
+      cur = named(mul(g, cur, gate_sigmoid), "attn_gated", il);
+      return named(b.matmul(Role::AttnOutput, il, cur), "attn_output", il);
+    }
     cur = named(b.matmul(Role::AttnOutput, il, cur), "kqv_out", il);
     if (Tensor* bias = b.weight(Role::AttnOutputBias, il)) cur = named(add(g, cur, bias), "attn_out", il);
     return cur;
@@ -107,7 +130,8 @@ class StandardAttention final : public AttentionBlock {
       if (Tensor* bias_weight = b.weight(bias, il)) t = named(add(g, t, bias_weight), name, il);
       return t;
     };
-    Tensor* q = reshape(g, projection(Role::AttnQ, Role::AttnQBias, "Qcur"), {D, hp.n_head, N});
+    Tensor* q = projection(Role::AttnQ, Role::AttnQBias, "Qcur");
+    q = reshape(g, q, {q->ne[0] / hp.n_head, hp.n_head, N});  // [2 D, heads, N] with the output gate
     Tensor* k = reshape(g, projection(Role::AttnK, Role::AttnKBias, "Kcur"), {D, hp.n_head_kv, N});
     return {q, k, projection(Role::AttnV, Role::AttnVBias, "Vcur")};
   }

@@ -122,6 +122,9 @@ bool Context::device_runs(const Tensor& w, Op reader) const {
                   static_cast<int>(2 * w.ne[0]), RopeMode::Normal, 10000.0f, 1.0f, weight);
       break;
     case Op::GetRows: node = get_rows(probe, weight, probe.new_tensor(DType::I32, {1})); break;
+    case Op::SsmConv:  // DeltaNet's kernels [d_conv, channels] over one token's window
+      node = ssm_conv(probe, probe.new_tensor(DType::F32, {w.ne[0], w.ne[1], 1}), weight);
+      break;
     default: return false;  // a reader no role has
   }
   return device_->supports_op(*node);
@@ -250,7 +253,8 @@ bool Context::decode_batch(std::span<const Token> tokens, bool all_logits, const
   }
   Graph& g = graph_;
   g.clear();
-  GraphBuilder b(*this, g, GraphInputs::make(g, N, n_past_ + N, model_.hparams().has_swa()), all_logits);
+  GraphBuilder b(*this, g, GraphInputs::make(g, N, n_past_ + N, model_.hparams().has_swa(),
+                                                       model_.hparams().n_pos_per_token()), all_logits);
   Tensor* residual = r.first > 0 ? b.residual_input() : b.embed();
   for (int il = r.first; il < r.last; ++il) b.layer(il);
   // A batch wholly before the first wanted logit computes its layers only.

@@ -83,7 +83,8 @@ bool ContextPair::decode_batch(std::span<const Token> tokens, int64_t first_logi
   const int64_t N = static_cast<int64_t>(tokens.size());
   const int64_t n_past = ref_.n_past(), n_kv = n_past + N;
   Graph g;
-  const GraphInputs in = GraphInputs::make(g, N, n_kv, ref_.model().hparams().has_swa());
+  const GraphInputs in = GraphInputs::make(g, N, n_kv, ref_.model().hparams().has_swa(),
+                                             ref_.model().hparams().n_pos_per_token());
   GraphBuilder ref_b(ref_, g, in, /*all_logits=*/true);
   GraphBuilder test_b(test_, g, in, /*all_logits=*/true);
 

@@ -1,6 +1,7 @@
 // The blocks architectures are written with (norms, the layer's attention
 // block, gated feed-forward, experts) and the inputs of a batch, with
 // llama.cpp's node names.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -12,10 +13,10 @@
 
 namespace qlens {
 
-GraphInputs GraphInputs::make(Graph& g, int64_t n_tokens, int64_t n_kv, bool swa) {
+GraphInputs GraphInputs::make(Graph& g, int64_t n_tokens, int64_t n_kv, bool swa, int64_t pos_per_token) {
   GraphInputs in;
   in.tokens = g.new_tensor(DType::I32, {n_tokens}, "inp_tokens");
-  in.positions = g.new_tensor(DType::I32, {n_tokens}, "inp_pos");
+  in.positions = g.new_tensor(DType::I32, {n_tokens * pos_per_token}, "inp_pos");
   in.mask = g.new_tensor(DType::F32, {n_kv, n_tokens}, "KQ_mask");
   if (swa) in.mask_swa = g.new_tensor(DType::F32, {n_kv, n_tokens}, "KQ_mask_swa");
   for (Tensor* t : {in.tokens, in.positions, in.mask, in.mask_swa})
@@ -27,14 +28,19 @@ void GraphInputs::write(std::span<const Token> batch, int64_t n_past, int64_t n_
   // An input the graph does not read (a graph of a layer range) is null.
   const int64_t N = static_cast<int64_t>(batch.size());
   const int64_t n_kv = n_past + N;
-  if ((tokens && tokens->ne[0] != N) || (positions && positions->ne[0] != N) || (mask && mask->ne[0] != n_kv))
+  const int64_t per_token = positions && N > 0 ? positions->ne[0] / N : 1;
+  if ((tokens && tokens->ne[0] != N) || (positions && positions->ne[0] != N * per_token) ||
+      (per_token != 1 && per_token != 4) || (mask && mask->ne[0] != n_kv))
     throw Error("graph inputs: a batch of " + std::to_string(N) + " at position " + std::to_string(n_past) +
                 " does not fit the graph's inputs");
   if (tokens) tensor_write(*tokens, batch.data(), 0, N * sizeof(Token));
   if (positions) {
-    std::vector<int32_t> pos(N);
-    for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(n_past + i);
-    tensor_write(*positions, pos.data(), 0, N * sizeof(int32_t));
+    // Section-major: entry k N + i is token i's k-th position; a text
+    // token's fourth is 0 (llama.cpp's text positions for rope_multi).
+    std::vector<int32_t> pos(N * per_token, 0);
+    for (int64_t k = 0; k < std::min<int64_t>(per_token, 3); ++k)
+      for (int64_t i = 0; i < N; ++i) pos[k * N + i] = static_cast<int32_t>(n_past + i);
+    tensor_write(*positions, pos.data(), 0, pos.size() * sizeof(int32_t));
   }
   if (!mask && !mask_swa) return;
   constexpr float kHidden = -std::numeric_limits<float>::infinity();

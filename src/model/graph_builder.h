@@ -12,12 +12,14 @@ namespace qlens {
 // The inputs of one batch's graph, shared by the models of a ContextPair.
 struct GraphInputs {
   Tensor* tokens = nullptr;     // I32 [N]       "inp_tokens"
-  Tensor* positions = nullptr;  // I32 [N]       "inp_pos"
+  Tensor* positions = nullptr;  // I32 [N]       "inp_pos" (I32 [4 N], section-major, for the multi-section rope)
   Tensor* mask = nullptr;       // F32 [n_kv, N] "KQ_mask": causal
   Tensor* mask_swa = nullptr;   // F32 [n_kv, N] "KQ_mask_swa": causal and sliding window (null when unused)
 
-  static GraphInputs make(Graph& g, int64_t n_tokens, int64_t n_kv, bool swa);
-  // Writes tokens, positions n_past.. and the masks (a query at position p
+  // pos_per_token: HParams::n_pos_per_token() (1, or 4 for rope_multi).
+  static GraphInputs make(Graph& g, int64_t n_tokens, int64_t n_kv, bool swa, int64_t pos_per_token = 1);
+  // Writes tokens, positions n_past.. (four per token when the graph holds
+  // four: p, p, p, 0 as llama.cpp gives a text token) and the masks (a query at position p
   // sees keys at positions <= p, and with the window only those > p - n_swa).
   void write(std::span<const Token> batch, int64_t n_past, int64_t n_swa) const;
 };

@@ -39,6 +39,11 @@ constexpr RoleInfo kRoles[kRoleCount] = {
     {"nextn.eh_proj", "weight", true, Op::MulMat},  {"nextn.enorm", "weight", true, Op::Mul},
     {"nextn.hnorm", "weight", true, Op::Mul},       {"nextn.embed_tokens", "weight", true, Op::GetRows},
     {"nextn.shared_head_head", "weight", true, Op::MulMat}, {"nextn.shared_head_norm", "weight", true, Op::Mul},
+    {"attn_gate", "weight", true, Op::MulMat},     {"ssm_conv1d", "weight", true, Op::SsmConv},
+    {"ssm_dt", "bias", true, Op::Add},             {"ssm_a", "", true, Op::Mul},
+    {"ssm_beta", "weight", true, Op::MulMat},      {"ssm_alpha", "weight", true, Op::MulMat},
+    {"ssm_norm", "weight", true, Op::Mul},         {"ssm_out", "weight", true, Op::MulMat},
+    {"ffn_gate_inp_shexp", "weight", true, Op::MulMat},
 };
 
 std::string shape_text(const std::array<int64_t, kMaxDims>& ne) {
@@ -62,18 +67,22 @@ const RoleInfo& role_info(Role role) { return kRoles[static_cast<int>(role)]; }
 
 bool role_reads_f32(Role role) {
   const Op reader = role_info(role).reader;
-  return reader == Op::Mul || reader == Op::Add || reader == Op::AddId || reader == Op::Rope || reader == Op::SoftMax;
+  return reader == Op::Mul || reader == Op::Add || reader == Op::AddId || reader == Op::Rope || reader == Op::SoftMax ||
+         reader == Op::SsmConv;
 }
 
 std::string tensor_name(Role role, int layer) {
   const RoleInfo& r = role_info(role);
-  const std::string base = std::string(r.name) + "." + r.suffix;
+  // ssm_a has no suffix: "blk.0.ssm_a", as llama.cpp names it.
+  const std::string base = *r.suffix ? std::string(r.name) + "." + r.suffix : std::string(r.name);
   return r.per_layer ? "blk." + std::to_string(layer) + "." + base : base;
 }
 
 std::vector<std::pair<std::string, std::string>> HParams::fields() const {
   std::string swa;
   for (bool s : swa_layers) swa += s ? '1' : '0';
+  std::string recurrent;
+  for (bool r : recurrent_layers) recurrent += r ? '1' : '0';
   return {{"architecture", arch},
           {"layer count", text(n_layer)},
           {"NextN layers", text(n_layer_nextn)},
@@ -108,7 +117,14 @@ std::vector<std::pair<std::string, std::string>> HParams::fields() const {
           {"latent attention ranks (q, kv)", text(n_lora_q) + " " + text(n_lora_kv)},
           {"latent attention head dims (k, v)", text(head_dim_k_mla) + " " + text(head_dim_v_mla)},
           {"YaRN", text(rope_yarn.ext_factor) + " " + text(rope_yarn.attn_factor) + " " + text(rope_yarn.beta_fast) +
-                       " " + text(rope_yarn.beta_slow) + " " + text(rope_yarn.n_ctx_orig)}};
+                       " " + text(rope_yarn.beta_slow) + " " + text(rope_yarn.n_ctx_orig)},
+          {"rope sections", text(rope_sections[0]) + " " + text(rope_sections[1]) + " " + text(rope_sections[2]) + " " +
+                                text(rope_sections[3])},
+          {"DeltaNet (conv, inner, state, v heads, k heads)", text(ssm_d_conv) + " " + text(ssm_d_inner) + " " +
+                                                               text(ssm_d_state) + " " + text(ssm_dt_rank) + " " +
+                                                               text(ssm_n_group)},
+          {"DeltaNet layers", recurrent},
+          {"shared expert feed-forward length", text(n_ff_shexp)}};
 }
 
 Model::~Model() = default;

@@ -92,5 +92,7 @@ const Architecture& qwen3moe_architecture();
 const Architecture& gpt_oss_architecture();
 const Architecture& deepseek2_architecture();
 const Architecture& glm4moe_architecture();
+const Architecture& qwen35_architecture();
+const Architecture& qwen35moe_architecture();
 
 }  // namespace qlens

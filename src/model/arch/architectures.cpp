@@ -25,6 +25,8 @@ constexpr Entry kArchitectures[] = {
     {"gpt-oss", gpt_oss_architecture},
     {"deepseek2", deepseek2_architecture},
     {"glm4moe", glm4moe_architecture},
+    {"qwen35", qwen35_architecture},
+    {"qwen35moe", qwen35moe_architecture},
 };
 
 int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
@@ -163,7 +165,10 @@ void read_common_hparams(const gguf::File& f, HParams& hp) {
   const std::string& path = f.path();
   const std::string a = hp.arch + ".";
   hp.n_embd = positive_key(f, a + "embedding_length");
-  hp.n_ff = positive_key(f, a + "feed_forward_length");
+  // Optional in a file of experts, as llama.cpp reads it: the converter
+  // writes none where the model has no dense width (Qwen3.5/3.6 MoE).
+  const bool experts = f.find(a + "expert_count") != nullptr;
+  hp.n_ff = positive_key(f, a + "feed_forward_length", experts ? std::optional<int64_t>(0) : std::nullopt);
   hp.n_layer = positive_key(f, a + "block_count");
   // Every layer has tensors of its own: a count beyond the file's tensors is
   // hostile or broken, and must fail before per-layer tables are allocated.

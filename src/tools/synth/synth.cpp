@@ -120,6 +120,40 @@ const std::vector<SynthPreset>& synth_presets() {
        .n_head_kv = 8, .n_vocab = 151552, .n_ctx = 131072, .head_dim = 128, .rope_freq_base = 1e6f, .rms_eps = 1e-5f,
        .n_rot = 64, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 1408, .sigmoid_gating = true,
        .n_expert_shared = 1, .n_layer_dense_lead = 1, .expert_weights_scale = 1.0f},
+      // Qwen3.5 in small: three gated DeltaNet layers then one of gated full
+      // attention (the released proportion), 4 value heads and 2 key heads
+      // of 16 in the DeltaNet layers, IMRope on a quarter of each 32-wide
+      // head (sections 2, 1, 1, 0 of the 8 pairs: Qwen3.5's 11, 11, 10 of 64
+      // in proportion), conv width 4.
+      {.name = "qwen35-tiny", .arch = "qwen35", .n_embd = 64, .n_ff = 128, .n_layer = 4, .n_head = 4,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .head_dim = 32, .rope_freq_base = 1e7f, .rms_eps = 1e-6f,
+       .n_rot = 8, .ssm_d_conv = 4, .ssm_d_state = 16, .ssm_v_heads = 4, .ssm_k_heads = 2,
+       .full_attention_interval = 4, .rope_sections = {2, 1, 1, 0}},
+      // Qwen3.5-35B-A3B in small: the same layers, 8 experts of 32 (2 used,
+      // softmax, weights normalized) and a gated shared expert of 32.
+      {.name = "qwen35moe-tiny", .arch = "qwen35moe", .n_embd = 64, .n_ff = 128, .n_layer = 4, .n_head = 4,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .head_dim = 32, .rope_freq_base = 1e7f, .rms_eps = 1e-6f,
+       .n_rot = 8, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 32, .ssm_d_conv = 4, .ssm_d_state = 16,
+       .ssm_v_heads = 4, .ssm_k_heads = 2, .full_attention_interval = 4, .rope_sections = {2, 1, 1, 0},
+       .n_ff_shexp = 32},
+      // Qwen/Qwen3.5-27B's (and Qwen3.6-27B's) layer shapes, 2 of its 64
+      // layers: a gated DeltaNet layer (48 value heads and 16 key heads of
+      // 128, conv width 4) and a gated full-attention layer (24 query heads
+      // and 4 KV heads of 256, IMRope on 64 dims, sections 11, 11, 10); a
+      // dense feed-forward of 17408; every width as released.
+      {.name = "qwen3.5-27b-2l", .arch = "qwen35", .n_embd = 5120, .n_ff = 17408, .n_layer = 2, .n_head = 24,
+       .n_head_kv = 4, .n_vocab = 248320, .n_ctx = 262144, .head_dim = 256, .rope_freq_base = 1e7f,
+       .rms_eps = 1e-6f, .n_rot = 64, .ssm_d_conv = 4, .ssm_d_state = 128, .ssm_v_heads = 48, .ssm_k_heads = 16,
+       .full_attention_interval = 2, .rope_sections = {11, 11, 10, 0}},
+      // Qwen/Qwen3.5-35B-A3B's (and Qwen3.6-35B-A3B's) layer shapes, 2 of its
+      // 40 layers as above (32 value heads and 16 key heads of 128; 16 query
+      // and 2 KV heads of 256), each with all 256 experts of 512 (8 used) and
+      // the shared expert of 512.
+      {.name = "qwen3.5-35b-a3b-2l", .arch = "qwen35moe", .n_embd = 2048, .n_ff = 512, .n_layer = 2, .n_head = 16,
+       .n_head_kv = 2, .n_vocab = 248320, .n_ctx = 262144, .head_dim = 256, .rope_freq_base = 1e7f,
+       .rms_eps = 1e-6f, .n_rot = 64, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 512, .ssm_d_conv = 4,
+       .ssm_d_state = 128, .ssm_v_heads = 32, .ssm_k_heads = 16, .full_attention_interval = 2,
+       .rope_sections = {11, 11, 10, 0}, .n_ff_shexp = 512},
       {.name = "gemma3-1b", .arch = "gemma3", .n_embd = 1152, .n_ff = 6912, .n_layer = 26, .n_head = 4,
        .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
        .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},
@@ -217,6 +251,18 @@ HParams synth_hparams(const SynthPreset& p) {
   hp.n_layer_nextn = p.n_layer_nextn;
   hp.expert_weights_scale = p.expert_weights_scale;
   hp.rope_yarn_log_mul = p.rope_yarn_log_mul;
+  if (p.ssm_d_state > 0) {
+    hp.rope_mode = RopeMode::IMRope;
+    hp.rope_sections = p.rope_sections;
+    hp.ssm_d_conv = p.ssm_d_conv;
+    hp.ssm_d_state = p.ssm_d_state;
+    hp.ssm_dt_rank = p.ssm_v_heads;
+    hp.ssm_n_group = p.ssm_k_heads;
+    hp.ssm_d_inner = p.ssm_v_heads * p.ssm_d_state;
+    hp.recurrent_layers.resize(p.n_layer);
+    for (int64_t il = 0; il < p.n_layer; ++il) hp.recurrent_layers[il] = (il + 1) % p.full_attention_interval != 0;
+    hp.n_ff_shexp = p.n_ff_shexp;
+  }
   if (p.rope_yarn_factor > 0) {
     hp.rope_freq_scale = 1.0f / p.rope_yarn_factor;
     if (p.n_swa > 0) hp.rope_freq_scale_swa = hp.rope_freq_scale;
@@ -375,10 +421,26 @@ int64_t synth_model(const SynthOptions& opt, const std::string& path) {
     // them so); rope factors as the converter computes them.
     // Attention sinks (read by soft_max) are F32 logits of about the scores' size.
     const Op reader = role_info(t.role).reader;
+    // DeltaNet's -exp(A_log) per head: negative, so that the state decays
+    // (exp of the log-decay below 1), A_log ~ N(0, 0.5) as trained models
+    // spread it.
+    if (t.role == Role::SsmA) {
+      std::vector<float> values(n);
+      for (float& v : values) v = -std::exp(0.5f * rng.normal());
+      auto bytes = std::make_unique<std::vector<uint8_t>>(values.size() * sizeof(float));
+      std::memcpy(bytes->data(), values.data(), bytes->size());
+      w.add_tensor(t.name, DType::F32, std::span<const int64_t>(t.ne.data(), t.n_dims), bytes->data(), bytes->size());
+      buffers.push_back(std::move(bytes));
+      n_params += n;
+      continue;
+    }
     if (role_reads_f32(t.role) && reader != Op::Mul) {
       std::vector<float> values = t.role == Role::RopeFreqs ? llama3_rope_factors(preset, hp.n_rot) : std::vector<float>(n);
       if (t.role != Role::RopeFreqs)
-        for (float& v : values) v = (reader == Op::SoftMax ? 1.0f : 0.1f) * rng.normal();
+        // Convolution kernels: N(0, 1/d_conv), so the convolution keeps its input's scale.
+        for (float& v : values)
+          v = (reader == Op::SoftMax ? 1.0f : reader == Op::SsmConv ? 1.0f / std::sqrt(static_cast<float>(t.ne[0])) : 0.1f) *
+              rng.normal();
       auto bytes = std::make_unique<std::vector<uint8_t>>(values.size() * sizeof(float));
       std::memcpy(bytes->data(), values.data(), bytes->size());
       w.add_tensor(t.name, DType::F32, std::span<const int64_t>(t.ne.data(), t.n_dims), bytes->data(), bytes->size());

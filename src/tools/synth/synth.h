@@ -51,6 +51,13 @@ struct SynthPreset {
   int64_t n_expert_groups = 0, n_group_used = 0, n_expert_shared = 0, n_layer_dense_lead = 0;
   float expert_weights_scale = 0;
   int64_t n_layer_nextn = 0;  // NextN layers after the n_layer the graph runs (GLM-4.5)
+  // Qwen3.5's hybrids (ssm_d_state > 0): gated DeltaNet layers of ssm_v_heads
+  // value heads and ssm_k_heads key heads of ssm_d_state, a convolution of
+  // ssm_d_conv; every full_attention_interval-th layer full attention with
+  // IMRope over rope_sections; the MoE's shared expert of n_ff_shexp.
+  int64_t ssm_d_conv = 0, ssm_d_state = 0, ssm_v_heads = 0, ssm_k_heads = 0, full_attention_interval = 0;
+  std::array<int32_t, 4> rope_sections{};
+  int64_t n_ff_shexp = 0;
 };
 
 // rope_freqs.weight of a preset with Llama 3 rope scaling: per frequency
