@@ -118,15 +118,21 @@ Tensor* GraphBuilder::last_row_if_final(Tensor* t, int il) {
   return view(g_, t, {t->ne[0]}, {}, static_cast<size_t>(n_tokens_ - 1) * t->nb[1]);
 }
 
-Tensor* GraphBuilder::pre_norm_block(Tensor* in, int il, FfnActivation act) {
+Tensor* GraphBuilder::residual_layer(Tensor* in, int il, const char* residual_name, Role ffn_norm,
+                                     const char* ffn_norm_name, const std::function<Tensor*(Tensor*)>& ffn) {
   Tensor* cur = norm(in, Role::AttnNorm, il, "attn_norm");
   cur = attention(cur, il);
   cur = last_row_if_final(cur, il);
   in = last_row_if_final(in, il);
-  Tensor* ffn_inp = named(add(g_, cur, in), "ffn_inp", il);
-  cur = norm(ffn_inp, Role::FfnNorm, il, "ffn_norm");
-  cur = weight(Role::FfnGateInp, il) ? moe_feed_forward(cur, il, act) : feed_forward(cur, il, act);
-  return named(add(g_, cur, ffn_inp), "l_out", il);
+  Tensor* residual = named(add(g_, cur, in), residual_name, il);
+  cur = ffn(norm(residual, ffn_norm, il, ffn_norm_name));
+  return named(add(g_, cur, residual), "l_out", il);
+}
+
+Tensor* GraphBuilder::pre_norm_block(Tensor* in, int il, FfnActivation act) {
+  return residual_layer(in, il, "ffn_inp", Role::FfnNorm, "ffn_norm", [&](Tensor* cur) {
+    return weight(Role::FfnGateInp, il) ? moe_feed_forward(cur, il, act) : feed_forward(cur, il, act);
+  });
 }
 
 Tensor* GraphBuilder::attention(Tensor* cur, int il) {

@@ -2,6 +2,7 @@
 // are written with. Private to src/model: tools see a Model and a Context.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 
@@ -100,6 +101,12 @@ class GraphBuilder {
   // On the last layer, when only the last token's logits are wanted, the
   // rest of the layer sees only the last row (as llama.cpp's inp_out_ids).
   Tensor* last_row_if_final(Tensor* t, int il);
+  // The pre-norm residual layer most architectures share: attn_norm, the
+  // layer's attention block, the residual (named `residual_name`: "ffn_inp"
+  // in most graphs), the norm of `ffn_norm` (named `ffn_norm_name`), the
+  // feed-forward `ffn`, the residual ("l_out").
+  Tensor* residual_layer(Tensor* in, int il, const char* residual_name, Role ffn_norm, const char* ffn_norm_name,
+                         const std::function<Tensor*(Tensor*)>& ffn);
   // The pre-norm block of llama and its descendants (Qwen 2/3, Phi-3):
   // attn_norm, attention, residual ("ffn_inp"), ffn_norm, feed-forward
   // (mixture of experts where the layer has a router), residual ("l_out").

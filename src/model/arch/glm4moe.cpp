@@ -45,15 +45,8 @@ class Glm4Moe final : public Architecture {
   }
 
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
-    Graph& g = b.graph();
-    Tensor* cur = b.norm(in, Role::AttnNorm, il, "attn_norm");
-    cur = b.attention(cur, il);
-    cur = b.last_row_if_final(cur, il);
-    in = b.last_row_if_final(in, il);
-    Tensor* ffn_inp = named(add(g, cur, in), "ffn_inp", il);
-    cur = b.norm(ffn_inp, Role::AttnPostNorm, il, "post_attn_norm");
-    cur = b.deepseek_moe_feed_forward(cur, il, "ffn_shexp_out");
-    return named(add(g, cur, ffn_inp), "l_out", il);
+    return b.residual_layer(in, il, "ffn_inp", Role::AttnPostNorm, "post_attn_norm",
+                            [&](Tensor* cur) { return b.deepseek_moe_feed_forward(cur, il, "ffn_shexp_out"); });
   }
 };
 

@@ -54,15 +54,8 @@ class GptOss final : public Architecture {
   }
 
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
-    Graph& g = b.graph();
-    Tensor* cur = b.norm(in, Role::AttnNorm, il, "attn_norm");
-    cur = b.attention(cur, il);
-    cur = b.last_row_if_final(cur, il);
-    in = b.last_row_if_final(in, il);
-    Tensor* ffn_inp = named(add(g, cur, in), "ffn_inp", il);
-    cur = b.norm(ffn_inp, Role::AttnPostNorm, il, "attn_post_norm");
-    cur = b.moe_feed_forward(cur, il, FfnActivation::SwigluOai);
-    return named(add(g, cur, ffn_inp), "l_out", il);
+    return b.residual_layer(in, il, "ffn_inp", Role::AttnPostNorm, "attn_post_norm",
+                            [&](Tensor* cur) { return b.moe_feed_forward(cur, il, FfnActivation::SwigluOai); });
   }
 };
 

@@ -150,15 +150,9 @@ class Qwen35 final : public Architecture {
   }
 
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
-    Graph& g = b.graph();
-    Tensor* cur = b.norm(in, Role::AttnNorm, il, "attn_norm");
-    cur = b.attention(cur, il);
-    cur = b.last_row_if_final(cur, il);
-    in = b.last_row_if_final(in, il);
-    Tensor* residual = named(add(g, cur, in), "attn_residual", il);
-    cur = b.norm(residual, Role::AttnPostNorm, il, "attn_post_norm");
-    cur = moe_ ? moe_ffn(b, il, cur) : b.feed_forward(cur, il, FfnActivation::Silu);
-    return named(add(g, cur, residual), "l_out", il);
+    return b.residual_layer(in, il, "attn_residual", Role::AttnPostNorm, "attn_post_norm", [&](Tensor* cur) {
+      return moe_ ? moe_ffn(b, il, cur) : b.feed_forward(cur, il, FfnActivation::Silu);
+    });
   }
 
  private:
