@@ -12,9 +12,8 @@
 // A block declares the state tensors it needs for a layer; the context
 // allocates them (in device memory when the layer is offloaded), keeps them
 // between batches and resets what must be reset, and the block's graph reads
-// and writes them. The standard block is below; the latent and recurrent
-// blocks come with their architectures (tests/test_attention_blocks.cpp
-// shows both through this interface with test doubles).
+// and writes them. The three makers are below (attention_standard.cpp,
+// attention_latent.cpp, attention_recurrent.cpp).
 #pragma once
 
 #include <array>

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,10 @@ class Architecture {
 
 // The architecture of a general.architecture name; null when unknown.
 const Architecture* find_architecture(const std::string& name);
+
+// An integer key in (0, 2^31]: `fallback` when the file lacks it, else an
+// error naming the file and the key (missing, or out of range).
+int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt);
 
 // The keys every architecture here has: embedding_length, block_count,
 // feed_forward_length, head counts, key length, rope, norm epsilon, context.

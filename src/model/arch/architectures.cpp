@@ -29,7 +29,12 @@ constexpr Entry kArchitectures[] = {
     {"qwen35moe", qwen35moe_architecture},
 };
 
-int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
+
+uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
+
+}  // namespace
+
+int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback) {
   std::optional<int64_t> v = f.try_int(key);
   if (!v) {
     if (fallback) return *fallback;
@@ -39,10 +44,6 @@ int64_t positive_key(const gguf::File& f, const std::string& key, std::optional<
     throw Error(f.path() + ": metadata key '" + key + "' has invalid value " + std::to_string(*v));
   return *v;
 }
-
-uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
-
-}  // namespace
 
 const Architecture* find_architecture(const std::string& name) {
   for (const Entry& e : kArchitectures)

@@ -21,7 +21,7 @@ class Deepseek2 final : public Architecture {
     const std::string a = hp.arch + ".";
     hp.rope_mode = RopeMode::Normal;
     hp.n_lora_q = f.try_int(a + "attention.q_lora_rank").value_or(0);
-    hp.n_lora_kv = required(f, a + "attention.kv_lora_rank");
+    hp.n_lora_kv = positive_key(f, a + "attention.kv_lora_rank");
     const auto k_mla = f.try_int(a + "attention.key_length_mla"), v_mla = f.try_int(a + "attention.value_length_mla");
     if (!k_mla || !v_mla)
       throw Error(f.path() + ": a deepseek2 file without attention.key_length_mla / value_length_mla (one " +
@@ -72,13 +72,6 @@ class Deepseek2 final : public Architecture {
   Tensor* layer(GraphBuilder& b, int il, Tensor* in) const override {
     return b.residual_layer(in, il, "ffn_inp", Role::FfnNorm, "ffn_norm",
                             [&](Tensor* cur) { return b.deepseek_moe_feed_forward(cur, il, "ffn_shexp"); });
-  }
-
- private:
-  static int64_t required(const gguf::File& f, const std::string& key) {
-    const auto v = f.try_int(key);
-    if (!v || *v <= 0) throw Error(f.path() + ": missing or invalid metadata key '" + key + "'");
-    return *v;
   }
 };
 

@@ -28,11 +28,7 @@ class Qwen35 final : public Architecture {
     if (!sections || sections->size() < 4)
       throw Error(f.path() + ": missing metadata key '" + a + "rope.dimension_sections' (four integers)");
     for (int i = 0; i < 4; ++i) hp.rope_sections[i] = static_cast<int32_t>((*sections)[i]);
-    auto ssm_key = [&](const char* key) {
-      const auto v = f.try_int(a + key);
-      if (!v || *v <= 0) throw Error(f.path() + ": missing or invalid metadata key '" + a + key + "'");
-      return *v;
-    };
+    auto ssm_key = [&](const char* key) { return positive_key(f, a + key); };
     hp.ssm_d_conv = ssm_key("ssm.conv_kernel");
     hp.ssm_d_inner = ssm_key("ssm.inner_size");
     hp.ssm_d_state = ssm_key("ssm.state_size");

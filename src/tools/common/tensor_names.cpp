@@ -21,4 +21,6 @@ int tensor_layer(const std::string& name) {
   return std::atoi(name.c_str() + 4);
 }
 
+bool never_quantized(const std::string& role) { return role == "ffn_gate_inp" || role == "ssm_conv1d"; }
+
 }  // namespace qlens::tools

@@ -201,14 +201,8 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
       // llama.cpp quantizes only names that end in "weight": gpt-oss's 2-D
       // expert biases stay as they are.
       p.reason = "not a weight: kept";
-    } else if (role_of(t.name).name == "ffn_gate_inp") {
-      // As llama.cpp: the router is never quantized (its logits pick the
-      // experts; it is tiny).
-      p.reason = "router: kept";
-    } else if (role_of(t.name).name == "ssm_conv1d") {
-      // As llama.cpp: DeltaNet's and Mamba's convolution kernels are tiny
-      // and read by ssm_conv, which takes F32 only.
-      p.reason = "convolution kernels: kept";
+    } else if (never_quantized(tensor_role(t.name))) {
+      p.reason = tensor_role(t.name) == "ffn_gate_inp" ? "router: kept" : "convolution kernels: kept";
     } else if (!type_traits(t.type).to_float) {
       // Its values cannot be read, so whatever a rule or the mix asks, its
       // bytes go to the output as they are (gpt-oss's MXFP4 experts).

@@ -320,9 +320,8 @@ std::vector<Tensor*> sensitivity_probed_weights(const Model& model, const std::s
   std::vector<Tensor*> probed;
   for (const auto& [name, w] : model.weights()) {
     // Matrices, and the 3-D expert tensors (all experts share one type, as
-    // GGUF stores them); the router is never quantized (as in llama.cpp).
-    const bool matrices = w->ne[1] > 1 && w->ne[3] == 1 && tensor_role(name) != "ffn_gate_inp" &&
-                          tensor_role(name) != "ssm_conv1d";  // kept F32 by quantize, as llama.cpp keeps them
+    // GGUF stores them), but for those quantize keeps as they are.
+    const bool matrices = w->ne[1] > 1 && w->ne[3] == 1 && !never_quantized(tensor_role(name));
     if (matrices && (tensors_regex.empty() || std::regex_search(name, filter))) probed.push_back(w);
   }
   return probed;
