@@ -1646,6 +1646,7 @@ const std::vector<OpCase>& op_cases() {
     activation_cases(t, "gelu", gelu);
     activation_cases(t, "sigmoid", sigmoid);
     activation_cases(t, "softplus", softplus);
+    activation_cases(t, "tanh", tanh);
     t.add("gelu", "", "a{257,3,1,1} sigma 120", gelu_tolerance(),
           [](CaseGraph& c) {  // Vulkan's clamps: x, and 0 from x = -10
             return gelu(c.g, c.normal(DType::F32, {257, 3, 1, 1}, 120.0f));

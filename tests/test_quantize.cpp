@@ -177,8 +177,8 @@ TEST(QuantizePlan, RulesFlagsAndOneDimensionalTensors) {
 
 // Every mix gives every tensor llama-quantize's type (tests/data/mix-types.txt:
 // its --dry-run on the synth families, the MoE synth models, Gemma 3 270M,
-// the 1.1B preset, gpt-oss-tiny, deepseek2-tiny, glm4moe-tiny, qwen35-tiny and
-// qwen35moe-tiny, with and without an imatrix;
+// the 1.1B preset, gpt-oss-tiny, deepseek2-tiny, glm4moe-tiny, qwen35-tiny,
+// qwen35moe-tiny, gemma4-tiny and gemma4moe-tiny, with and without an imatrix;
 // tests/data/README.md), and
 // what it refuses (a Q1_0 mix where rows fit no block of 128, a very-low-bit
 // type without an imatrix) qlens refuses too, before any work.
@@ -196,9 +196,9 @@ std::vector<std::string> expand_types(const std::string& rle) {
 
 std::string mix_model_path(const std::string& label, const std::string& dir) {
   if (label == "gemma-3-270m") return test::cache_path(test::kGemma3F32);
-  if (label == "gpt-oss-tiny" || label == "deepseek2-tiny" || label == "glm4moe-tiny" || label == "qwen35-tiny" ||
-      label == "qwen35moe-tiny")
-    return QLENS_SOURCE_DIR "/tests/data/" + label + ".gguf";
+  // The architectures' tiny references (gpt-oss-tiny, ..., gemma4moe-tiny).
+  if (const std::string own = QLENS_SOURCE_DIR "/tests/data/" + label + ".gguf"; std::filesystem::exists(own))
+    return own;
   if (label == "1.1b") {
     const char* slow = std::getenv("QLENS_SLOW_TESTS");
     if (slow && std::string(slow) == "0") return "";

@@ -80,7 +80,7 @@ TEST(Synth, SmallPresetsLoadWithTheTableAndTheirHyperParameters) {
     auto m = Model::load(synth(p.name));
     EXPECT_EQ(m->hparams().arch, p.arch);
     // Every row of the architecture's table, with its shape; nothing else.
-    const auto plan = tools::synth_tensor_plan(m->hparams(), p.tied_output);
+    const auto plan = tools::synth_tensor_plan(m->hparams(), p.tied_output, false, p.values_are_keys);
     EXPECT_EQ(m->weights().size(), plan.size());
     for (const auto& t : plan) {
       Tensor* w = m->get(t.role, t.layer);
@@ -394,6 +394,44 @@ TEST(Synth, RealModelPresetsHaveTheirModelsParameterCounts) {
   const std::vector<float> want = {1, 1, 3.568533f, 8, 8, 8, 8, 8};
   ASSERT_EQ(f.size(), want.size());
   for (size_t i = 0; i < f.size(); ++i) EXPECT_NEAR(f[i], want[i], 1e-6) << i;
+}
+
+// Gemma 4's real-width presets have E4B's and 26B-A4B's shapes: heads of 256
+// on the sliding layers and 512 on the full ones, E4B's per-layer
+// embeddings and shared KV layers (no k or v of their own), 26B-A4B's
+// experts beside the dense feed-forward and its full layers' values from
+// their keys (no attn_v).
+TEST(Synth, Gemma4RealWidthPresetsHaveTheReleasedShapes) {
+  auto shapes = [](const char* name) {
+    const tools::SynthPreset& p = tools::find_synth_preset(name);
+    std::map<std::string, Shape> out;
+    for (const auto& t : tools::synth_tensor_plan(tools::synth_hparams(p), p.tied_output, false, p.values_are_keys))
+      out[t.name] = t.ne;
+    return out;
+  };
+  const auto e4b = shapes("gemma-4-e4b-4l");
+  EXPECT_EQ(e4b.at("blk.0.attn_q.weight"), (Shape{2560, 2048, 1, 1}));  // 8 heads of 256
+  EXPECT_EQ(e4b.at("blk.0.attn_k.weight"), (Shape{2560, 512, 1, 1}));
+  EXPECT_EQ(e4b.at("blk.1.attn_q.weight"), (Shape{2560, 4096, 1, 1}));  // 8 heads of 512
+  EXPECT_EQ(e4b.at("blk.1.attn_v.weight"), (Shape{2560, 1024, 1, 1}));
+  EXPECT_EQ(e4b.count("blk.2.attn_k.weight"), 0u);  // shares layer 0's cache
+  EXPECT_EQ(e4b.count("blk.3.attn_v.weight"), 0u);  // shares layer 1's
+  EXPECT_EQ(e4b.at("blk.3.ffn_up.weight"), (Shape{2560, 10240, 1, 1}));
+  EXPECT_EQ(e4b.at("blk.0.inp_gate.weight"), (Shape{2560, 256, 1, 1}));
+  EXPECT_EQ(e4b.at("blk.0.proj.weight"), (Shape{256, 2560, 1, 1}));
+  EXPECT_EQ(e4b.at("per_layer_token_embd.weight"), (Shape{1024, 262144, 1, 1}));  // 256 x 4 layers
+  EXPECT_EQ(e4b.at("per_layer_model_proj.weight"), (Shape{2560, 1024, 1, 1}));
+  EXPECT_EQ(e4b.at("rope_freqs.weight"), (Shape{256, 1, 1, 1}));
+  const auto a4b = shapes("gemma-4-26b-a4b-2l");
+  EXPECT_EQ(a4b.at("blk.0.attn_q.weight"), (Shape{2816, 4096, 1, 1}));  // 16 heads of 256
+  EXPECT_EQ(a4b.at("blk.0.attn_v.weight"), (Shape{2816, 2048, 1, 1}));  // 8 KV heads
+  EXPECT_EQ(a4b.at("blk.1.attn_k.weight"), (Shape{2816, 1024, 1, 1}));  // 2 KV heads of 512
+  EXPECT_EQ(a4b.count("blk.1.attn_v.weight"), 0u);
+  EXPECT_EQ(a4b.at("blk.1.ffn_gate.weight"), (Shape{2816, 2112, 1, 1}));
+  EXPECT_EQ(a4b.at("blk.1.ffn_gate_exps.weight"), (Shape{2816, 704, 128, 1}));
+  EXPECT_EQ(a4b.at("blk.1.ffn_down_exps.scale"), (Shape{128, 1, 1, 1}));
+  EXPECT_EQ(a4b.at("blk.1.ffn_gate_inp.scale"), (Shape{2816, 1, 1, 1}));
+  EXPECT_EQ(a4b.count("per_layer_token_embd.weight"), 0u);
 }
 
 }  // namespace

@@ -373,7 +373,8 @@ TEST(VulkanModel, ArchReferencesRunOnTheDeviceAndPerplexityEqualsTheCpu) {
   const std::string text = read_text_file(text_path).substr(0, 200000);
   const std::string data = std::string(QLENS_SOURCE_DIR) + "/tests/data/";
   for (const char* name :
-       {"gpt-oss-tiny", "gpt-oss-tiny.mxfp4", "deepseek2-tiny", "glm4moe-tiny", "qwen35-tiny", "qwen35moe-tiny"}) {
+       {"gpt-oss-tiny", "gpt-oss-tiny.mxfp4", "deepseek2-tiny", "glm4moe-tiny", "qwen35-tiny", "qwen35moe-tiny", "gemma4-tiny",
+        "gemma4moe-tiny"}) {
     const std::string path = data + name + ".gguf";
     SCOPED_TRACE(path);
     auto m = Model::load(path);

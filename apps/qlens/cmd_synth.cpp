@@ -45,8 +45,8 @@ int cmd_synth(int argc, char** argv) {
               "qlens synth --preset NAME -o FILE [--arch ARCH] [--type F16|F32|BF16] [--seed S] [--vocab FILE | "
               "--n-vocab N]",
               "Writes a GGUF model of a preset's architecture (llama, llama3 = llama with rope_freqs, gemma3,\n"
-              "qwen2, qwen3, qwen3moe, phi3, gpt-oss) with random weights of realistic shapes and a working\n"
-              "vocabulary, for tests and benchmarks.");
+              "qwen2, qwen3, qwen3moe, phi3, gpt-oss, deepseek2, glm4moe, qwen35, qwen35moe, gemma4) with\n"
+              "random weights of realistic shapes and a working vocabulary, for tests and benchmarks.");
   std::string presets;
   for (const auto& s : tools::synth_presets()) presets += preset_line(s);
   p.add({"--preset"}, &preset, "NAME", "model shape and architecture (default tiny, or the first preset of --arch)");

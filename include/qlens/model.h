@@ -102,10 +102,45 @@ struct HParams {
   int64_t ssm_d_conv = 0, ssm_d_inner = 0, ssm_d_state = 0, ssm_dt_rank = 0, ssm_n_group = 0;
   std::vector<bool> recurrent_layers;
   int64_t n_ff_shexp = 0;  // the shared expert's width (Qwen3.5 MoE: expert_shared_feed_forward_length)
+  // Per-layer shapes (Gemma 4): the sliding layers' head size and rotated
+  // dims (attention.key_length_swa, rope.dimension_count_swa; 0: as the
+  // others), and head_count_kv and feed_forward_length given per layer
+  // (empty: n_head_kv and n_ff everywhere).
+  int64_t head_dim_swa = 0;
+  int64_t n_rot_swa = 0;
+  std::vector<int64_t> n_head_kv_layers;
+  std::vector<int64_t> n_ff_layers;
+  // Shared KV layers (Gemma 4's attention.shared_kv_layers): only the first
+  // n_layer_kv layers have a KV cache (0: all); a later layer attends to the
+  // cache of one of them (kv_layer_of).
+  int64_t n_layer_kv = 0;
+  // Per-layer embeddings (Gemma 4 E2B/E4B): n_embd_per_layer values per token
+  // and layer, added to the residual stream after each layer's feed-forward.
+  int64_t n_embd_per_layer = 0;
+  float final_logit_softcap = 0;  // cap tanh(logits / cap) (0: none)
 
   int64_t n_embd_q() const { return head_dim * n_head; }
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }
   bool is_swa(int il) const { return il >= 0 && static_cast<size_t>(il) < swa_layers.size() && swa_layers[il]; }
+  // Layer il's shapes, where they may differ per layer.
+  int64_t head_dim_of(int il) const { return is_swa(il) && head_dim_swa > 0 ? head_dim_swa : head_dim; }
+  int64_t n_rot_of(int il) const { return is_swa(il) && n_rot_swa > 0 ? n_rot_swa : n_rot; }
+  int64_t n_head_kv_of(int il) const { return at_layer(n_head_kv_layers, il, n_head_kv); }
+  int64_t n_ff_of(int il) const { return at_layer(n_ff_layers, il, n_ff); }
+  int64_t n_embd_q_of(int il) const { return head_dim_of(il) * n_head; }
+  int64_t n_embd_kv_of(int il) const { return head_dim_of(il) * n_head_kv_of(il); }
+  // The layer whose KV cache layer il attends to: itself, or for a shared
+  // KV layer one of the last two with a cache, as llama.cpp reuses them: the
+  // one before the last for a sliding layer, else the last (the reader
+  // checks that their kinds fit).
+  // Whether a layer reads more than the residual stream (another layer's
+  // cache, the per-layer inputs): a graph of a layer range must then start
+  // from the embedding.
+  bool layers_read_beyond_residual() const { return n_layer_kv > 0 || n_embd_per_layer > 0; }
+  int kv_layer_of(int il) const {
+    if (n_layer_kv <= 0 || il < n_layer_kv) return il;
+    return static_cast<int>(n_layer_kv) - (is_swa(il) ? 2 : 1);
+  }
   bool is_recurrent(int il) const {
     return il >= 0 && static_cast<size_t>(il) < recurrent_layers.size() && recurrent_layers[il];
   }
@@ -115,6 +150,9 @@ struct HParams {
     return rope_mode == RopeMode::MRope || rope_mode == RopeMode::IMRope ? 4 : 1;
   }
   bool has_swa() const { return n_swa > 0 && std::find(swa_layers.begin(), swa_layers.end(), true) != swa_layers.end(); }
+  static int64_t at_layer(const std::vector<int64_t>& v, int il, int64_t all) {
+    return il >= 0 && static_cast<size_t>(il) < v.size() ? v[il] : all;
+  }
   // Every field as (name, value) text, for messages and for comparing two
   // models (qlens compare refuses models whose graphs differ).
   std::vector<std::pair<std::string, std::string>> fields() const;
@@ -198,8 +236,29 @@ enum class Role : uint8_t {
   SsmNorm,
   SsmOut,
   FfnGateInpShexp,
+  // Gemma 4: per-layer embeddings (their table, the projection of the
+  // embedded token into them and its norm; per layer the gate, the
+  // projection back and its norm), the scalar each layer's output is
+  // multiplied by, the MoE layers' norms around the dense and the expert
+  // feed-forwards, and the per-channel scale of the router's input.
+  PerLayerTokenEmbd,
+  PerLayerModelProj,
+  PerLayerProjNorm,
+  PerLayerInpGate,
+  PerLayerProj,
+  PerLayerPostNorm,
+  LayerOutputScale,
+  FfnPreNorm2,
+  FfnPostNorm1,
+  FfnPostNorm2,
+  FfnGateInpScale,
+  FfnDownExpsScale,  // one per expert: the experts' outputs times their own (Model::scale_of)
+  // The experts' gate and up matrices as one tensor, gate rows then up rows
+  // per expert ([n_embd, 2 n_ff_exp, n_expert]): how llama.cpp's converter
+  // writes Gemma 4's experts (and any model converted with fused experts).
+  FfnGateUpExps,
 };
-constexpr int kRoleCount = static_cast<int>(Role::FfnGateInpShexp) + 1;
+constexpr int kRoleCount = static_cast<int>(Role::FfnGateUpExps) + 1;
 
 struct RoleInfo {
   const char* name;    // "attn_q"
@@ -289,6 +348,7 @@ class Model {
   Model() = default;
   static std::unique_ptr<Model> load(std::unique_ptr<gguf::File> file, const Architecture& arch);
   Tensor* bind(const TensorSpec& spec, int layer);
+  void check_expert_forms() const;
   void bind_scales();
 
   std::unique_ptr<gguf::File> file_;
@@ -355,7 +415,9 @@ class Context {
   // goes there and no logits are computed; without, last must be n_layer and
   // the logits of tokens first_logit onwards are (logits(i) for those i; the
   // output matrix is applied to those rows only). The KV cache of the other
-  // layers is not written.
+  // layers is not written. A model whose layers read more than the residual
+  // stream (HParams::layers_read_beyond_residual) computes the range from its
+  // embedding, `in` unused.
   bool decode_layers(std::span<const Token> tokens, int first, int last, const float* in, std::vector<float>* out,
                      int64_t first_logit = 0);
   // Logits of the i-th token of the last decode (i < number of rows computed).

@@ -19,6 +19,7 @@
 //                                         modes 8, 40 (rope_multi): NeoX pairs, 4 positions per token
 //   SoftMax(a[K,N,H,1], mask?[K,>=N]; scale)  softmax over dim 0 of a*scale + mask
 //   Silu(a)                              -> a * sigmoid(a)
+//   Tanh(a)                              -> tanh(a)
 //   Gelu(a)                              -> 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3)))
 //                                          (ggml's tanh form); 0 at a = -inf
 //   Cpy(a, b)                            -> writes a into b (same element count, b may be
@@ -89,8 +90,9 @@ enum class Op : uint8_t {
   // a tensor's rows replaced by others at given row ids (SET_ROWS).
   Fill,
   SetRows,
+  Tanh,  // Gemma 4's final logit soft-capping: cap tanh(x / cap)
 };
-constexpr int kOpCount = static_cast<int>(Op::SetRows) + 1;
+constexpr int kOpCount = static_cast<int>(Op::Tanh) + 1;
 
 const char* op_name(Op op);  // "MUL_MAT", ... as in ggml dumps
 std::string op_lower_name(Op op);  // "mul_mat": builders' errors, Vulkan's shader names
@@ -275,6 +277,7 @@ Tensor* unary(Graph& g, Op op, Tensor* a);
 inline Tensor* silu(Graph& g, Tensor* a) { return unary(g, Op::Silu, a); }
 inline Tensor* gelu(Graph& g, Tensor* a) { return unary(g, Op::Gelu, a); }
 inline Tensor* sigmoid(Graph& g, Tensor* a) { return unary(g, Op::Sigmoid, a); }
+inline Tensor* tanh(Graph& g, Tensor* a) { return unary(g, Op::Tanh, a); }
 // ln(1 + e^x), and x itself above 20 (ggml's softplus).
 inline Tensor* softplus(Graph& g, Tensor* a) { return unary(g, Op::Softplus, a); }
 // Each row divided by its length, at least eps (ggml_l2_norm).

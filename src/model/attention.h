@@ -76,6 +76,16 @@ struct StandardAttentionOptions {
   // multiplied by sigmoid(gate) ("attn_gated") before attn_output
   // ("attn_output").
   bool output_gate = false;
+  // Gemma 4: the softmax's scale (0: 1/sqrt(head_dim)); values RMS-normed
+  // per head without a weight ("Vcur_normed"); rope_freqs only where
+  // rope_factors (its full-attention layers); the roped q and k named
+  // "Qcur_pos" and "Kcur_pos" as its graph names them. A layer whose
+  // HParams::kv_layer_of is another layer keeps no cache and attends to that
+  // layer's (Gemma 4's shared KV layers).
+  float kq_scale = 0;
+  bool v_norm = false;
+  bool rope_factors = true;
+  bool pos_names = false;
 };
 std::unique_ptr<AttentionBlock> make_standard_attention(const StandardAttentionOptions& options);
 

@@ -255,8 +255,12 @@ bool Context::decode_batch(std::span<const Token> tokens, bool all_logits, const
   g.clear();
   GraphBuilder b(*this, g, GraphInputs::make(g, N, n_past_ + N, model_.hparams().has_swa(),
                                                        model_.hparams().n_pos_per_token()), all_logits);
-  Tensor* residual = r.first > 0 ? b.residual_input() : b.embed();
-  for (int il = r.first; il < r.last; ++il) b.layer(il);
+  // Gemma 4's layers read earlier layers' caches and the embedding's
+  // per-layer inputs: their range is computed from the embedding on (the
+  // same numbers, as the earlier layers are unchanged).
+  const int first = model_.hparams().layers_read_beyond_residual() ? 0 : r.first;
+  Tensor* residual = first > 0 ? b.residual_input() : b.embed();
+  for (int il = first; il < r.last; ++il) b.layer(il);
   // A batch wholly before the first wanted logit computes its layers only.
   const bool logits = r.out == nullptr && r.first_logit < N;
   Tensor* out = logits ? b.output(r.first_logit) : b.current();
@@ -283,7 +287,7 @@ bool Context::decode_batch(std::span<const Token> tokens, bool all_logits, const
   in.mask = g.find("KQ_mask");
   in.mask_swa = g.find("KQ_mask_swa");
   in.write(tokens, n_past_, model_.hparams().n_swa);
-  if (r.first > 0) tensor_write(*residual, r.in, 0, residual->nbytes());
+  if (first > 0) tensor_write(*residual, r.in, 0, residual->nbytes());
 
   if (compute_batch(*sched_, g, {state_.get()}) == ComputeStatus::Stopped) return false;
   if (observer_) observer_(g);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "model/arch/architecture.h"
 #include "model/graph_builder.h"
@@ -139,6 +140,24 @@ Tensor* GraphBuilder::attention(Tensor* cur, int il) {
   return ctx_.model().attention_block(il).build(*this, il, cur, ctx_.state().layer(il));
 }
 
+void GraphBuilder::set_layer_kv(int il, const LayerKv& kv) {
+  if (static_cast<int>(layer_kv_.size()) <= il) layer_kv_.resize(il + 1);
+  layer_kv_[il] = kv;
+}
+
+LayerKv GraphBuilder::layer_kv(int il) const {
+  if (il < 0 || il >= static_cast<int>(layer_kv_.size()) || !layer_kv_[il].k)
+    throw Error("graph: a layer reads the KV cache of layer " + std::to_string(il) +
+                ", which this graph does not run (a graph of a layer range must include it)");
+  return layer_kv_[il];
+}
+
+Tensor* GraphBuilder::per_layer_inputs() const {
+  if (!per_layer_inputs_)
+    throw Error("graph: " + ctx_.model().path() + " needs its per-layer inputs, which only the embedding step makes");
+  return per_layer_inputs_;
+}
+
 Tensor* GraphBuilder::feed_forward(Tensor* cur, int il, FfnActivation act, const FfnRoles& roles,
                                    const char* out_name) {
   Graph& g = g_;
@@ -163,10 +182,14 @@ Tensor* GraphBuilder::feed_forward(Tensor* cur, int il, FfnActivation act, const
 }
 
 GraphBuilder::Routing GraphBuilder::route(Tensor* cur, int il) {
+  return route_logits(mul_mat(g_, weight(Role::FfnGateInp, il), cur), il);
+}
+
+GraphBuilder::Routing GraphBuilder::route_logits(Tensor* logits, int il) {
   const HParams& hp = hparams();
   Graph& g = g_;
-  const int64_t N = cur->ne[1], E = hp.n_expert, U = hp.n_expert_used;
-  Tensor* logits = named(mul_mat(g, weight(Role::FfnGateInp, il), cur), "ffn_moe_logits", il);
+  const int64_t N = logits->ne[1], E = hp.n_expert, U = hp.n_expert_used;
+  named(logits, "ffn_moe_logits", il);
   if (Tensor* bias = weight(Role::FfnGateInpBias, il)) logits = named(add(g, logits, bias), "ffn_moe_logits_biased", il);
   // SoftmaxWeight ranks the logits themselves (llama.cpp names them "ffn_moe_probs" then).
   Tensor* probs = logits;
@@ -229,14 +252,34 @@ Tensor* GraphBuilder::experts(Tensor* cur, int il, const Routing& routing, FfnAc
   Graph& g = g_;
   const int64_t n_embd = cur->ne[0], N = cur->ne[1], U = routing.selected->ne[0];
   Tensor* x = reshape(g, cur, {n_embd, 1, N});
-  // An expert matrix's rows for each slot, plus its bias row where the model has biases.
-  auto project = [&](Role role, Role bias, Tensor* in, const std::string& name) {
+  // An expert matrix's rows for each slot, times the expert's scale where
+  // the model has one (Gemma 4's ffn_down_exps.scale), plus its bias row
+  // where the model has biases (bias: a role, or null for none).
+  auto project = [&](Role role, std::optional<Role> bias, Tensor* in, const std::string& name) {
     Tensor* t = named(mul_mat_id(g, weight(role, il), in, routing.selected), name, il);
-    if (Tensor* b = weight(bias, il)) t = named(add_id(g, t, b, routing.selected), name + "_biased", il);
+    if (Tensor* s = ctx_.model().scale_of(ctx_.model().get(role, il))) {
+      // Each slot's expert's scale: the [1, n_expert] row, seen once per
+      // token (a stride of 0), indexed by the slots' ids.
+      Tensor* w = ctx_.weight(s);
+      Tensor* rows = view(g, w, {1, w->ne[0], N}, {w->nb[0], 0}, 0);
+      t = named(mul(g, t, get_rows(g, rows, routing.selected)), name + "_scaled", il);
+    }
+    if (Tensor* b = bias ? weight(*bias, il) : nullptr)
+      t = named(add_id(g, t, b, routing.selected), name + "_biased", il);
     return t;
   };
-  Tensor* up = project(Role::FfnUpExps, Role::FfnUpExpsBias, x, "ffn_moe_up");
-  Tensor* gate = project(Role::FfnGateExps, Role::FfnGateExpsBias, x, "ffn_moe_gate");
+  Tensor *up, *gate;
+  if (weight(Role::FfnGateUpExps, il)) {
+    // gate | up rows per expert in one product, then the halves as views.
+    Tensor* both = project(Role::FfnGateUpExps, std::nullopt, x, "ffn_moe_gate_up");
+    const int64_t F = both->ne[0] / 2;
+    gate = named(view(g, both, {F, both->ne[1], both->ne[2]}, {both->nb[1], both->nb[2]}, 0), "ffn_moe_gate", il);
+    up = named(view(g, both, {F, both->ne[1], both->ne[2]}, {both->nb[1], both->nb[2]}, F * sizeof(float)),
+               "ffn_moe_up", il);
+  } else {
+    up = project(Role::FfnUpExps, Role::FfnUpExpsBias, x, "ffn_moe_up");
+    gate = project(Role::FfnGateExps, Role::FfnGateExpsBias, x, "ffn_moe_gate");
+  }
   Tensor* par;
   if (act == FfnActivation::SwigluOai) {
     par = named(glu(g, GluKind::SwigluOai, gate, up, 1.702f, 7.0f), "ffn_moe_swiglu_oai", il);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "qlens/model.h"
 
@@ -23,6 +24,14 @@ struct GraphInputs {
   // four: p, p, p, 0 as llama.cpp gives a text token) and the masks (a query at position p
   // sees keys at positions <= p, and with the window only those > p - n_swa).
   void write(std::span<const Token> batch, int64_t n_past, int64_t n_swa) const;
+};
+
+// The keys and values a standard attention layer attends to: views of its
+// cache over the batch's n_kv positions, K [D, n_kv, heads] and V
+// transposed [n_kv, D, heads], which depend on the batch's stores.
+struct LayerKv {
+  Tensor* k = nullptr;
+  Tensor* v = nullptr;
 };
 
 // Activation of a gated feed-forward: act(gate) * up; SwigluOai is
@@ -67,6 +76,15 @@ class GraphBuilder {
   // The attention block of layer il (the one the architecture picked) on
   // the normed input, with the layer's state ("kqv_out-il" for attention).
   Tensor* attention(Tensor* cur, int il);
+  // The cache views layer il's attention built in this graph, for the layers
+  // that share its KV cache (an error when layer il is not in this graph).
+  void set_layer_kv(int il, const LayerKv& kv);
+  LayerKv layer_kv(int il) const;
+  // A stream of values beside the residual one, made by the embedding step
+  // for the layers (Gemma 4's per-layer embeddings: [n_embd_per_layer, N,
+  // n_layer]); null when the architecture has none.
+  void set_per_layer_inputs(Tensor* t) { per_layer_inputs_ = t; }
+  Tensor* per_layer_inputs() const;
   // Gated feed-forward: down(act(gate(x)) * up(x)), named `out_name`
   // ("ffn_out-il"), with the layer's dense matrices or others (the shared
   // experts' ffn_*_shexp).
@@ -93,6 +111,9 @@ class GraphBuilder {
     Tensor* weights;   // F32 [1, n_expert_used, N]
   };
   Routing route(Tensor* cur, int il);
+  // The same from router logits computed otherwise (Gemma 4's router reads
+  // its own norm of the residual): "ffn_moe_logits" onwards.
+  Routing route_logits(Tensor* logits, int il);
   // Grouped routing: the scores of the experts outside the n_group_used
   // groups with the best two-expert sums set to -inf ("ffn_moe_probs_masked").
   Tensor* best_groups_only(Tensor* selection, int il);
@@ -119,6 +140,8 @@ class GraphBuilder {
   bool all_logits_;
   int64_t n_tokens_;
   Tensor* cur_ = nullptr;  // the result of the last step
+  std::vector<LayerKv> layer_kv_;
+  Tensor* per_layer_inputs_ = nullptr;
 };
 
 

@@ -44,6 +44,13 @@ constexpr RoleInfo kRoles[kRoleCount] = {
     {"ssm_beta", "weight", true, Op::MulMat},      {"ssm_alpha", "weight", true, Op::MulMat},
     {"ssm_norm", "weight", true, Op::Mul},         {"ssm_out", "weight", true, Op::MulMat},
     {"ffn_gate_inp_shexp", "weight", true, Op::MulMat},
+    {"per_layer_token_embd", "weight", false, Op::GetRows}, {"per_layer_model_proj", "weight", false, Op::MulMat},
+    {"per_layer_proj_norm", "weight", false, Op::Mul}, {"inp_gate", "weight", true, Op::MulMat},
+    {"proj", "weight", true, Op::MulMat},          {"post_norm", "weight", true, Op::Mul},
+    {"layer_output_scale", "weight", true, Op::Mul}, {"pre_ffw_norm_2", "weight", true, Op::Mul},
+    {"post_ffw_norm_1", "weight", true, Op::Mul},  {"post_ffw_norm_2", "weight", true, Op::Mul},
+    {"ffn_gate_inp", "scale", true, Op::Mul},      {"ffn_down_exps", "scale", true, Op::Mul},
+    {"ffn_gate_up_exps", "weight", true, Op::MulMatId},
 };
 
 std::string shape_text(const std::array<int64_t, kMaxDims>& ne) {
@@ -58,6 +65,12 @@ template <typename T>
 std::string text(T v) {
   std::ostringstream o;
   o << v;
+  return o.str();
+}
+
+std::string list(const std::vector<int64_t>& v) {
+  std::ostringstream o;
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? " " : "") << v[i];
   return o.str();
 }
 
@@ -124,7 +137,13 @@ std::vector<std::pair<std::string, std::string>> HParams::fields() const {
                                                                text(ssm_d_state) + " " + text(ssm_dt_rank) + " " +
                                                                text(ssm_n_group)},
           {"DeltaNet layers", recurrent},
-          {"shared expert feed-forward length", text(n_ff_shexp)}};
+          {"shared expert feed-forward length", text(n_ff_shexp)},
+          {"sliding layers' head dimension, rope dimensions", text(head_dim_swa) + " " + text(n_rot_swa)},
+          {"KV head counts per layer", list(n_head_kv_layers)},
+          {"feed-forward lengths per layer", list(n_ff_layers)},
+          {"layers with a KV cache", text(n_layer_kv)},
+          {"per-layer embedding length", text(n_embd_per_layer)},
+          {"final logit soft-cap", text(final_logit_softcap)}};
 }
 
 Model::~Model() = default;
@@ -208,6 +227,7 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, const Archi
   for (int il = 0; il < hp.n_layer + hp.n_layer_nextn; ++il)
     for (const TensorSpec& spec : m->arch_->tensors(hp, il))
       m->layers_[il][static_cast<int>(spec.role)] = m->bind(spec, il);
+  m->check_expert_forms();
   m->bind_scales();
   check_prec_a4(f);
   for (const auto& info : f.tensors())
@@ -244,11 +264,32 @@ Tensor* Model::bind(const TensorSpec& spec, int layer) {
   return &t;
 }
 
+// The experts' gate and up matrices are two tensors or one fused tensor
+// (the tables make all three optional): exactly one form per layer.
+void Model::check_expert_forms() const {
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const auto& l = layers_[il];
+    auto has = [&](Role r) { return l[static_cast<int>(r)] != nullptr; };
+    const bool split = has(Role::FfnGateExps) || has(Role::FfnUpExps), fused = has(Role::FfnGateUpExps);
+    const std::string blk = "blk." + std::to_string(il) + ".";
+    if (split && fused)
+      throw Error(file_->path() + ": layer " + std::to_string(il) + " has both " + blk + "ffn_gate_up_exps and " +
+                  blk + "ffn_gate_exps / ffn_up_exps; a file holds one form of the experts' gate and up matrices");
+    if (split && !(has(Role::FfnGateExps) && has(Role::FfnUpExps)))
+      throw Error(file_->path() + ": missing tensor '" + blk +
+                  (has(Role::FfnGateExps) ? "ffn_up_exps" : "ffn_gate_exps") + ".weight'");
+    if (has(Role::FfnDownExps) && !split && !fused)
+      throw Error(file_->path() + ": missing tensor '" + blk + "ffn_gate_exps.weight' (or '" + blk +
+                  "ffn_gate_up_exps.weight')");
+  }
+}
+
 // A matrix's optional ".scale" (llama.cpp's generic pass: shape [1] for a
 // matrix, [n_expert] for an expert tensor), F32.
 void Model::bind_scales() {
   // The matrices llama.cpp looks for a scale beside (the layers' projections).
-  static const std::regex kScaled(R"(blk\.\d+\.(attn_(q|k|v|qkv|output)|ffn_(gate|up|down)(_shexp|_exps)?)\.weight)");
+  static const std::regex kScaled(
+      R"(blk\.\d+\.(attn_(q|k|v|qkv|output)|ffn_(gate|up|down)(_shexp|_exps)?|ffn_gate_up_exps)\.weight)");
   std::vector<std::pair<std::string, Tensor*>> matrices;
   for (const auto& [name, t] : weights_)
     if (std::regex_match(name, kScaled)) matrices.push_back({name, t});
@@ -256,11 +297,16 @@ void Model::bind_scales() {
     const std::string scale_name = name.substr(0, name.size() - 7) + ".scale";
     const gguf::TensorInfo* info = file_->find_tensor(scale_name);
     if (!info) continue;
-    if (w->ne[2] > 1)
-      throw Error(file_->path() + ": tensor '" + scale_name + "': per-expert scales are not supported yet");
-    if (info->ne != std::array<int64_t, 4>{1, 1, 1, 1} || info->type != DType::F32)
-      throw Error(file_->path() + ": tensor '" + scale_name + "' must be one F32 value, is " +
-                  std::string(type_name(info->type)) + " " + shape_text(info->ne));
+    if (auto table = weights_.find(scale_name); table != weights_.end()) {  // a row of the architecture's table
+      scales_[w] = table->second;
+      continue;
+    }
+    // An expert tensor's scale has one value per expert (Gemma 4's ffn_down_exps.scale).
+    const std::array<int64_t, 4> want = {w->ne[2], 1, 1, 1};
+    if (info->ne != want || info->type != DType::F32)
+      throw Error(file_->path() + ": tensor '" + scale_name + "' must be " +
+                  (w->ne[2] > 1 ? "one F32 value per expert " + shape_text(want) : std::string("one F32 value")) +
+                  ", is " + std::string(type_name(info->type)) + " " + shape_text(info->ne));
     Tensor& t = storage_.emplace_back();
     t.type = DType::F32;
     t.ne = info->ne;

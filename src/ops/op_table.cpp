@@ -276,6 +276,7 @@ std::string copy(const Tensor& n) {
 }
 
 double sigmoid_of(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double tanh_of(double x) { return std::tanh(x); }
 // ggml's softplus: x itself above 20, where ln(1 + e^x) rounds to it in float.
 double softplus_of(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 
@@ -313,6 +314,7 @@ constexpr std::array<OpDef, kOpCount> kOps = {{
     {Op::GatedDeltaNet, "GATED_DELTA_NET", false, gated_delta_net, reference::gated_delta_net},
     {Op::Fill, "FILL", false, f32_unary, reference::fill},
     {Op::SetRows, "SET_ROWS", false, set_rows, reference::set_rows},
+    {Op::Tanh, "TANH", false, f32_unary, reference::map_with<tanh_of>},
 }};
 static_assert(rows_follow_ops(kOps), "kOps needs one row per Op, in the enum's order");
 

@@ -11,6 +11,7 @@
 #   e.g. make_arch_reference.sh build/qlens /tmp/lcp-build/bin ts.txt gpt-oss-tiny 42 gpt-oss-tiny MXFP4_MOE mxfp4
 #
 # TEXT: the first 200,000 bytes of ../shared/data/tinystories/tinystories_val.txt.
+# TYPE (environment): the matrices' type, F16 (default) or F32.
 #
 # On a busy machine llama.cpp 0c1e570's tools sometimes stop part-way with
 # exit status 0 (seen with 2 cores and other work running); each run is
@@ -39,7 +40,7 @@ until_done() {
   exit 1
 }
 
-"$Q" synth --preset "$PRESET" --type F16 --seed "$SEED" -o "$M"
+"$Q" synth --preset "$PRESET" --type "${TYPE:-F16}" --seed "$SEED" -o "$M"
 until_done "Final estimate" "$B/llama-perplexity" -m "$M" -f "$TEXT" -c 128 --chunks 4 $R \
   --kl-divergence-base "$D/$NAME.kld"
 # The node dump from its first node on (the load log before it cut off).

@@ -60,7 +60,7 @@ void write_model(const Seed& s, const std::string& path) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     return static_cast<float>(static_cast<int64_t>(state >> 40) - (1ll << 23)) / static_cast<float>(1ll << 25);
   };
-  for (const tools::SynthTensor& t : tools::synth_tensor_plan(hp, p.tied_output)) {
+  for (const tools::SynthTensor& t : tools::synth_tensor_plan(hp, p.tied_output, false, p.values_are_keys)) {
     int64_t n = 1;
     for (int d = 0; d < t.n_dims; ++d) n *= t.ne[d];
     const Op reader = role_info(t.role).reader;
@@ -217,6 +217,27 @@ int main(int argc, char** argv) {
     q35.full_attention_interval = 2;
     q35.rope_sections = {1, 1, 0, 0};
     seeds.push_back({"qwen35-f16.gguf", q35, DType::F16});
+    // Gemma 4 with every feature at once: sliding layers 0, 1, 3 of heads
+    // of 4 and a full layer 2 of 8 (one KV head, values from its keys),
+    // layer 3 sharing layer 1's cache, per-layer embeddings, experts beside
+    // the dense feed-forward, soft-capped logits.
+    tools::SynthPreset g4 = tiny("gemma4", 8, 2, 2);
+    g4.n_layer = 4;
+    g4.head_dim = 8;
+    g4.head_dim_swa = 4;
+    g4.n_head_kv_full = 1;
+    g4.n_swa = 4;
+    g4.swa_period = 3;
+    g4.n_shared_kv_layers = 1;
+    g4.n_embd_per_layer = 2;
+    g4.n_expert = 2;
+    g4.n_expert_used = 1;
+    g4.n_ff_exp = 8;
+    g4.values_are_keys = true;
+    g4.rope_partial_full = 0.5f;
+    g4.final_logit_softcap = 30.0f;
+    g4.tied_output = true;
+    seeds.push_back({"gemma4-f16.gguf", g4, DType::F16});
     std::filesystem::create_directories(dir + "/gguf");
     for (const Seed& s : seeds) write_model(s, dir + "/gguf/" + s.file);
     write_imatrices(dir);

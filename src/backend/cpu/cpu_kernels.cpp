@@ -87,6 +87,7 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     kernel(Op::GatedDeltaNet, op_gated_delta_net, delta_net_scratch),
     kernel(Op::Fill, op_fill, one_row),
     kernel(Op::SetRows, op_set_rows, no_scratch),
+    kernel(Op::Tanh, op_tanh, one_row),
 }};
 static_assert(rows_follow_ops(kKernels), "the CPU needs one kernel row per Op, in the enum's order");
 

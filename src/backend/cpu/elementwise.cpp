@@ -174,4 +174,10 @@ void op_sigmoid(const Tensor& node, const KernelCtx& c) {
   });
 }
 
+void op_tanh(const Tensor& node, const KernelCtx& c) {
+  unary(node, c, [](int64_t n, float* y, const float* x) {
+    for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+  });
+}
+
 }  // namespace qlens::cpu

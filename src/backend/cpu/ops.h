@@ -50,6 +50,7 @@ void op_scale(const Tensor& node, const KernelCtx& c);
 void op_silu(const Tensor& node, const KernelCtx& c);
 void op_gelu(const Tensor& node, const KernelCtx& c);
 void op_sigmoid(const Tensor& node, const KernelCtx& c);
+void op_tanh(const Tensor& node, const KernelCtx& c);
 void op_glu(const Tensor& node, const KernelCtx& c);
 void op_add_id(const Tensor& node, const KernelCtx& c);
 void op_softplus(const Tensor& node, const KernelCtx& c);

@@ -1,4 +1,4 @@
-// Add, Mul, Div, Scale, Clamp, Silu, Gelu, Sigmoid, Glu
+// Add, Mul, Div, Scale, Clamp, Silu, Gelu, Sigmoid, Tanh, Glu
 // (shaders/elementwise.comp), AddId (shaders/add_id.comp) and Cpy, Cont
 // (shaders/copy.comp): one thread per element, any strides.
 #include <limits>

@@ -51,6 +51,7 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     {Op::GatedDeltaNet, supports_gated_delta_net, gated_delta_net_shaders, record_gated_delta_net},
     elementwise(Op::Fill, supports_unary),
     {Op::SetRows, supports_set_rows, set_rows_shaders, record_set_rows},
+    elementwise(Op::Tanh, supports_unary),
 }};
 static_assert(rows_follow_ops(kKernels), "Vulkan needs one kernel row per Op, in the enum's order");
 

@@ -82,6 +82,10 @@ std::vector<TensorSpec> ffn_tensors(const HParams& hp);
 void read_deepseek_moe_hparams(const gguf::File& f, HParams& hp, ExpertGating gating);
 void write_deepseek_moe_hparams(gguf::Writer& w, const HParams& hp);
 std::vector<TensorSpec> deepseek_moe_ffn_tensors(const HParams& hp, int il);
+// The experts' matrices: gate and up (written by synth), or the two fused
+// (ffn_gate_up_exps, as converters write Gemma 4's; Model::load wants one
+// form), and down. E wide, F rows per expert, X experts.
+std::vector<TensorSpec> expert_tensors(int64_t E, int64_t F, int64_t X);
 // A NextN (multi-token prediction) layer's own rows, beside a full layer's.
 std::vector<TensorSpec> nextn_tensors(const HParams& hp);
 // Appends `more` to `rows`.
@@ -99,5 +103,6 @@ const Architecture& deepseek2_architecture();
 const Architecture& glm4moe_architecture();
 const Architecture& qwen35_architecture();
 const Architecture& qwen35moe_architecture();
+const Architecture& gemma4_architecture();
 
 }  // namespace qlens

@@ -1,4 +1,5 @@
 // The architectures qlens runs, and the hyper-parameters they share.
+#include <algorithm>
 #include <cmath>
 
 #include "model/arch/architecture.h"
@@ -27,10 +28,19 @@ constexpr Entry kArchitectures[] = {
     {"glm4moe", glm4moe_architecture},
     {"qwen35", qwen35_architecture},
     {"qwen35moe", qwen35moe_architecture},
+    {"gemma4", gemma4_architecture},
 };
 
 
 uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
+
+// One value for every layer, or an array of one per layer where they differ.
+gguf::Value per_layer_value(const HParams& hp, int64_t all, const std::vector<int64_t>& per_layer) {
+  if (per_layer.empty()) return gguf::Value::make_u32(u32(all));
+  std::vector<int32_t> v(per_layer.begin(), per_layer.end());
+  v.resize(hp.n_layer + hp.n_layer_nextn, static_cast<int32_t>(all));
+  return gguf::Value::make_i32_array(v);
+}
 
 }  // namespace
 
@@ -52,6 +62,28 @@ const Architecture* find_architecture(const std::string& name) {
 }
 
 namespace {
+
+// A key that is one positive integer for every layer or an array of one per
+// layer (llama.cpp's get_key_or_arr over block_count, NextN layers
+// included): the first layer's value, and `per_layer` filled when they
+// differ (else left empty).
+int64_t per_layer_key(const gguf::File& f, const std::string& key, const HParams& hp,
+                      std::optional<int64_t> fallback, std::vector<int64_t>& per_layer) {
+  per_layer.clear();
+  const gguf::Value* v = f.find(key);
+  if (!v || v->type != gguf::ValueType::Array) return positive_key(f, key, fallback);
+  const auto values = f.try_int_array(key);
+  const int64_t n_all = hp.n_layer + hp.n_layer_nextn;
+  if (!values || static_cast<int64_t>(values->size()) != n_all)
+    throw Error(f.path() + ": metadata key '" + key + "' must hold one integer per layer (" + std::to_string(n_all) +
+                ")");
+  for (int64_t x : *values)
+    if (x <= 0 || x > (int64_t{1} << 31))
+      throw Error(f.path() + ": metadata key '" + key + "' has invalid value " + std::to_string(x));
+  if (std::any_of(values->begin(), values->end(), [&](int64_t x) { return x != values->front(); }))
+    per_layer = *values;
+  return values->front();
+}
 
 const Architecture& known_architecture(const std::string& name) {
   const Architecture* arch = find_architecture(name);
@@ -169,7 +201,6 @@ void read_common_hparams(const gguf::File& f, HParams& hp) {
   // Optional in a file of experts, as llama.cpp reads it: the converter
   // writes none where the model has no dense width (Qwen3.5/3.6 MoE).
   const bool experts = f.find(a + "expert_count") != nullptr;
-  hp.n_ff = positive_key(f, a + "feed_forward_length", experts ? std::optional<int64_t>(0) : std::nullopt);
   hp.n_layer = positive_key(f, a + "block_count");
   // Every layer has tensors of its own: a count beyond the file's tensors is
   // hostile or broken, and must fail before per-layer tables are allocated.
@@ -183,11 +214,15 @@ void read_common_hparams(const gguf::File& f, HParams& hp) {
                 ", block_count " + std::to_string(hp.n_layer));
   hp.n_layer -= hp.n_layer_nextn;
   hp.n_head = positive_key(f, a + "attention.head_count");
-  hp.n_head_kv = positive_key(f, a + "attention.head_count_kv", hp.n_head);
+  hp.n_head_kv = per_layer_key(f, a + "attention.head_count_kv", hp, hp.n_head, hp.n_head_kv_layers);
+  hp.n_ff = per_layer_key(f, a + "feed_forward_length", hp, experts ? std::optional<int64_t>(0) : std::nullopt,
+                          hp.n_ff_layers);
   hp.n_ctx_train = positive_key(f, a + "context_length", 2048);
-  if (hp.n_head % hp.n_head_kv != 0)
-    throw Error(path + ": head_count " + std::to_string(hp.n_head) + " is not a multiple of head_count_kv " +
-                std::to_string(hp.n_head_kv));
+  for (int il = 0; il < hp.n_layer; ++il)
+    if (hp.n_head % hp.n_head_kv_of(il) != 0)
+      throw Error(path + ": head_count " + std::to_string(hp.n_head) + " is not a multiple of head_count_kv " +
+                  std::to_string(hp.n_head_kv_of(il)) +
+                  (hp.n_head_kv_layers.empty() ? "" : " of layer " + std::to_string(il)));
   hp.head_dim = positive_key(f, a + "attention.key_length", hp.n_embd / hp.n_head);
   if (hp.head_dim * hp.n_head != hp.n_embd && !f.find(a + "attention.key_length"))
     throw Error(path + ": embedding_length " + std::to_string(hp.n_embd) + " is not divisible by head_count " +
@@ -237,15 +272,20 @@ std::vector<TensorSpec> attention_tensors(const HParams& hp, bool qk_norm) {
   return t;
 }
 
+std::vector<TensorSpec> expert_tensors(int64_t E, int64_t F, int64_t X) {
+  return {{Role::FfnGateExps, {E, F, X, 1}, false, true},
+          {Role::FfnUpExps, {E, F, X, 1}, false, true},
+          {Role::FfnGateUpExps, {E, 2 * F, X, 1}, false},
+          {Role::FfnDownExps, {F, E, X, 1}}};
+}
+
 std::vector<TensorSpec> ffn_tensors(const HParams& hp) {
   const int64_t E = hp.n_embd;
   std::vector<TensorSpec> t = {{Role::FfnNorm, {E, 1, 1, 1}}};
   if (hp.n_expert > 0) {
     const int64_t F = hp.n_ff_exp, X = hp.n_expert;
-    append(t, {{Role::FfnGateInp, {E, X, 1, 1}},
-               {Role::FfnGateExps, {E, F, X, 1}},
-               {Role::FfnUpExps, {E, F, X, 1}},
-               {Role::FfnDownExps, {F, E, X, 1}}});
+    t.push_back({Role::FfnGateInp, {E, X, 1, 1}});
+    append(t, expert_tensors(E, F, X));
   } else {
     const int64_t F = hp.n_ff;
     append(t, {{Role::FfnGate, {E, F, 1, 1}}, {Role::FfnUp, {E, F, 1, 1}}, {Role::FfnDown, {F, E, 1, 1}}});
@@ -298,11 +338,8 @@ std::vector<TensorSpec> deepseek_moe_ffn_tensors(const HParams& hp, int il) {
   if (il < hp.n_layer_dense_lead)
     return {{Role::FfnGate, {E, hp.n_ff, 1, 1}}, {Role::FfnUp, {E, hp.n_ff, 1, 1}}, {Role::FfnDown, {hp.n_ff, E, 1, 1}}};
   const int64_t F = hp.n_ff_exp, X = hp.n_expert, S = F * hp.n_expert_shared;
-  std::vector<TensorSpec> t = {{Role::FfnGateInp, {E, X, 1, 1}},
-                               {Role::FfnExpProbsB, {X, 1, 1, 1}, false, true},
-                               {Role::FfnGateExps, {E, F, X, 1}},
-                               {Role::FfnUpExps, {E, F, X, 1}},
-                               {Role::FfnDownExps, {F, E, X, 1}}};
+  std::vector<TensorSpec> t = {{Role::FfnGateInp, {E, X, 1, 1}}, {Role::FfnExpProbsB, {X, 1, 1, 1}, false, true}};
+  append(t, expert_tensors(E, F, X));
   if (S > 0)
     append(t, {{Role::FfnGateShexp, {E, S, 1, 1}}, {Role::FfnUpShexp, {E, S, 1, 1}}, {Role::FfnDownShexp, {S, E, 1, 1}}});
   return t;
@@ -327,11 +364,11 @@ void write_common_hparams(gguf::Writer& w, const HParams& hp) {
   w.set("general.architecture", gguf::Value::make_string(hp.arch));
   w.set(a + "context_length", gguf::Value::make_u32(u32(hp.n_ctx_train)));
   w.set(a + "embedding_length", gguf::Value::make_u32(u32(hp.n_embd)));
-  w.set(a + "feed_forward_length", gguf::Value::make_u32(u32(hp.n_ff)));
+  w.set(a + "feed_forward_length", per_layer_value(hp, hp.n_ff, hp.n_ff_layers));
   w.set(a + "block_count", gguf::Value::make_u32(u32(hp.n_layer + hp.n_layer_nextn)));
   if (hp.n_layer_nextn > 0) w.set(a + "nextn_predict_layers", gguf::Value::make_u32(u32(hp.n_layer_nextn)));
   w.set(a + "attention.head_count", gguf::Value::make_u32(u32(hp.n_head)));
-  w.set(a + "attention.head_count_kv", gguf::Value::make_u32(u32(hp.n_head_kv)));
+  w.set(a + "attention.head_count_kv", per_layer_value(hp, hp.n_head_kv, hp.n_head_kv_layers));
   if (hp.head_dim * hp.n_head != hp.n_embd) {
     w.set(a + "attention.key_length", gguf::Value::make_u32(u32(hp.head_dim)));
   }

@@ -124,11 +124,9 @@ class Qwen35 final : public Architecture {
     }
     if (moe_) {
       const int64_t F = hp.n_ff_exp, X = hp.n_expert, Fs = hp.n_ff_shexp;
-      append(t, {{Role::FfnGateInp, {E, X, 1, 1}},
-                 {Role::FfnGateExps, {E, F, X, 1}},
-                 {Role::FfnUpExps, {E, F, X, 1}},
-                 {Role::FfnDownExps, {F, E, X, 1}},
-                 {Role::FfnGateInpShexp, {E, 1, 1, 1}},
+      t.push_back({Role::FfnGateInp, {E, X, 1, 1}});
+      append(t, expert_tensors(E, F, X));
+      append(t, {{Role::FfnGateInpShexp, {E, 1, 1, 1}},
                  {Role::FfnGateShexp, {E, Fs, 1, 1}},
                  {Role::FfnUpShexp, {E, Fs, 1, 1}},
                  {Role::FfnDownShexp, {Fs, E, 1, 1}}});

@@ -21,6 +21,10 @@ int tensor_layer(const std::string& name) {
   return std::atoi(name.c_str() + 4);
 }
 
-bool never_quantized(const std::string& role) { return role == "ffn_gate_inp" || role == "ssm_conv1d"; }
+bool is_token_embedding(const std::string& role) { return role == "token_embd" || role == "per_layer_token_embd"; }
+
+bool never_quantized(const std::string& role) {
+  return role == "ffn_gate_inp" || role == "ssm_conv1d" || role == "per_layer_model_proj";
+}
 
 }  // namespace qlens::tools

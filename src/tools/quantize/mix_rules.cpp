@@ -26,7 +26,15 @@ ModelFacts read_model_facts(const gguf::File& in) {
   ModelFacts facts;
   facts.n_layer = static_cast<int>(in.try_int(arch + ".block_count").value_or(0));
   const int64_t n_head = in.try_int(arch + ".attention.head_count").value_or(1);
-  const int64_t n_head_kv = in.try_int(arch + ".attention.head_count_kv").value_or(n_head);
+  // A count per layer (Gemma 4): the first layer's, as llama.cpp's n_gqa() reads it.
+  const std::string kv_key = arch + ".attention.head_count_kv";
+  const gguf::Value* kv = in.find(kv_key);
+  int64_t n_head_kv = n_head;
+  if (kv && kv->type == gguf::ValueType::Array) {
+    if (auto counts = in.try_int_array(kv_key); counts && !counts->empty()) n_head_kv = counts->front();
+  } else {
+    n_head_kv = in.try_int(kv_key).value_or(n_head);
+  }
   facts.n_gqa = n_head_kv > 0 ? n_head / n_head_kv : 1;
   facts.tied_output = in.find_tensor("output.weight") == nullptr;
   facts.n_expert = in.try_int(arch + ".expert_count").value_or(0);
@@ -163,7 +171,7 @@ std::optional<DType> ffn_gate_up_rule(const Ask& a, int& counter) {
 std::optional<DType> category_rule(const Ask& a) {
   const std::string& r = a.role.name;
   if (a.m == "MXFP4_MOE") return a.ne[2] > 1 ? DType::MXFP4 : DType::Q8_0;
-  if (r == "token_embd") return token_embd_rule(a);
+  if (is_token_embedding(r)) return token_embd_rule(a);
   if (tiny_mix(a.m)) return tiny_mix_rule(a);
   if (is_attention_v(r)) return attention_v_rule(a);
   if (r == "attn_k") {
@@ -191,7 +199,7 @@ DType role_type(const QuantMix& mix, const Role& role, const std::array<int64_t,
                 bool has_imatrix, MixCounters& counters, std::string* reason) {
   const Ask a{mix.name, mix.base, role, ne, facts, has_imatrix, counters};
   // A tied embedding is the output matrix too, and gets its type.
-  const bool output = role.name == "output" || (role.name == "token_embd" && facts.tied_output);
+  const bool output = role.name == "output" || (is_token_embedding(role.name) && facts.tied_output);
   const std::optional<DType> t = output ? std::optional(output_rule(a)) : category_rule(a);
   if (!t || *t == mix.base) return mix.base;
   *reason = "role " + role.name;
@@ -228,7 +236,7 @@ DType fallback_type(DType wanted, int64_t n, const std::string& tensor) {
 }
 
 bool requires_imatrix(const std::string& role, DType type, const QuantMix& mix) {
-  if (role == "token_embd" || role == "output") return false;
+  if (is_token_embedding(role) || role == "output") return false;
   switch (type) {
     case DType::IQ3_XXS:
     case DType::IQ2_XXS:

@@ -217,7 +217,7 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
       const TypeRule* rule = nullptr;
       for (const TypeRule& r : rules)
         if (!rule && std::regex_search(t.name, r.re)) rule = &r;
-      if (role.name == "token_embd" && opt.token_embedding_type) {
+      if (is_token_embedding(role.name) && opt.token_embedding_type) {
         want = *opt.token_embedding_type;
         p.reason = "--token-embedding-type";
       } else if (role.name == "output" && opt.leave_output_tensor) {
@@ -446,7 +446,7 @@ std::vector<float> tensor_importance_logged(const gguf::TensorInfo& t, const Ima
       log << ") ";
     }
   }
-  if (importance.empty() && t.name != "token_embd.weight") {
+  if (importance.empty() && !is_token_embedding(tensor_role(t.name))) {
     if (opt.imatrix_strict) throw Error(opt.imatrix_path + ": no entry for tensor '" + t.name + "'");
     log << "(not in the imatrix) ";
   }
@@ -495,7 +495,7 @@ ImatrixCoverage quantize_imatrix_coverage(const gguf::File& in, const QuantizePl
   std::vector<std::string> weights, all;
   for (const TensorPlan& p : plan.tensors) {
     all.push_back(p.name);
-    if (type_traits(p.to).is_quantized && p.to != p.from && tensor_role(p.name) != "token_embd")
+    if (type_traits(p.to).is_quantized && p.to != p.from && !is_token_embedding(tensor_role(p.name)))
       weights.push_back(p.name);
   }
   return imatrix_coverage(imatrix, weights, all, in.try_string("general.name").value_or(""));

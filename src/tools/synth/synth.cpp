@@ -154,11 +154,60 @@ const std::vector<SynthPreset>& synth_presets() {
        .rms_eps = 1e-6f, .n_rot = 64, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 512, .ssm_d_conv = 4,
        .ssm_d_state = 128, .ssm_v_heads = 32, .ssm_k_heads = 16, .full_attention_interval = 2,
        .rope_sections = {11, 11, 10, 0}, .n_ff_shexp = 512},
+      // Gemma 4 E-style (E2B/E4B) in small: sliding layers of 32-wide heads,
+      // full-attention layers (2, 5) of 64 with proportional rope (a quarter
+      // rotated), the last 3 layers sharing the caches of layers 1 and 2
+      // with a double-wide feed-forward, per-layer embeddings of 16; a
+      // window shorter than the references' chunks and a soft-cap small
+      // enough to matter at these logits.
+      {.name = "gemma4-tiny", .arch = "gemma4", .n_embd = 128, .n_ff = 256, .n_layer = 6, .n_head = 4,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .tied_output = true, .head_dim = 64, .rope_freq_base = 1e6f,
+       .rms_eps = 1e-6f, .n_swa = 32, .swa_period = 3, .rope_freq_base_swa = 1e4f, .head_dim_swa = 32,
+       .n_shared_kv_layers = 3, .n_embd_per_layer = 16, .double_wide_mlp = true, .rope_partial_full = 0.25f,
+       .final_logit_softcap = 10.0f, .logit_stddev = 1.5f},
+      // Gemma 4 26B-A4B-style in small: the dense feed-forward beside 8
+      // experts (2 used), full-attention layers with one KV head whose
+      // values are their keys.
+      {.name = "gemma4moe-tiny", .arch = "gemma4", .n_embd = 128, .n_ff = 128, .n_layer = 4, .n_head = 4,
+       .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .tied_output = true, .head_dim = 64, .rope_freq_base = 1e6f,
+       .rms_eps = 1e-6f, .n_swa = 32, .swa_period = 2, .rope_freq_base_swa = 1e4f, .n_expert = 8,
+       .n_expert_used = 2, .n_ff_exp = 32, .head_dim_swa = 32, .n_head_kv_full = 1, .values_are_keys = true,
+       .rope_partial_full = 0.25f, .final_logit_softcap = 10.0f, .logit_stddev = 1.5f},
+      // google/gemma-4-E4B's layer shapes (2560 wide, 8 query and 2 KV
+      // heads of 256 on sliding layers and 512 on full ones, a quarter of
+      // those rotated, window 512, feed-forward 10240, per-layer embeddings
+      // of 256, soft-cap 30), 4 of its 42 layers so that both kinds and the
+      // sharing of caches appear: sliding and full alternate (the real
+      // model: five sliding to one full) and the last 2 share the first 2's
+      // caches (the real model: its last 18).
+      {.name = "gemma-4-e4b-4l", .arch = "gemma4", .n_embd = 2560, .n_ff = 10240, .n_layer = 4, .n_head = 8,
+       .n_head_kv = 2, .n_vocab = 262144, .n_ctx = 131072, .tied_output = true, .head_dim = 512,
+       .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 2, .rope_freq_base_swa = 1e4f,
+       .head_dim_swa = 256, .n_shared_kv_layers = 2, .n_embd_per_layer = 256, .rope_partial_full = 0.25f,
+       .final_logit_softcap = 30.0f},
+      // google/gemma-4-26B-A4B's layer shapes (2816 wide, 16 query heads, 8
+      // KV heads of 256 on sliding layers, 2 of 512 on full ones whose values
+      // are their keys, window 1024, the dense feed-forward 2112 beside 128
+      // experts of 704, 8 used, soft-cap 30), 2 of its 30 layers: one sliding,
+      // one full.
+      {.name = "gemma-4-26b-a4b-2l", .arch = "gemma4", .n_embd = 2816, .n_ff = 2112, .n_layer = 2, .n_head = 16,
+       .n_head_kv = 8, .n_vocab = 262144, .n_ctx = 262144, .tied_output = true, .head_dim = 512,
+       .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 1024, .swa_period = 2, .rope_freq_base_swa = 1e4f,
+       .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 704, .head_dim_swa = 256, .n_head_kv_full = 2,
+       .values_are_keys = true, .rope_partial_full = 0.25f, .final_logit_softcap = 30.0f},
       {.name = "gemma3-1b", .arch = "gemma3", .n_embd = 1152, .n_ff = 6912, .n_layer = 26, .n_head = 4,
        .n_head_kv = 1, .n_vocab = 262144, .n_ctx = 32768, .tied_output = true, .head_dim = 256,
        .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .n_swa = 512, .swa_period = 6, .rope_freq_base_swa = 1e4f},
   };
   return presets;
+}
+
+std::vector<float> proportional_rope_factors(const SynthPreset& p, int64_t n_rot) {
+  // As llama.cpp's converter: int(head_dim * partial / 2) rotated pairs.
+  const auto rotated = static_cast<int64_t>(static_cast<float>(n_rot) * p.rope_partial_full / 2);
+  std::vector<float> f(n_rot / 2, 1e30f);
+  std::fill(f.begin(), f.begin() + std::min<int64_t>(rotated, n_rot / 2), 1.0f);
+  return f;
 }
 
 std::vector<float> llama3_rope_factors(const SynthPreset& p, int64_t n_rot) {
@@ -263,6 +312,14 @@ HParams synth_hparams(const SynthPreset& p) {
     for (int64_t il = 0; il < p.n_layer; ++il) hp.recurrent_layers[il] = (il + 1) % p.full_attention_interval != 0;
     hp.n_ff_shexp = p.n_ff_shexp;
   }
+  if (p.head_dim_swa > 0) hp.head_dim_swa = hp.n_rot_swa = p.head_dim_swa;
+  if (p.n_shared_kv_layers > 0) hp.n_layer_kv = p.n_layer - p.n_shared_kv_layers;
+  for (int il = 0; il < p.n_layer && p.n_head_kv_full > 0; ++il)
+    hp.n_head_kv_layers.push_back(hp.is_swa(il) ? p.n_head_kv : p.n_head_kv_full);
+  for (int il = 0; il < p.n_layer && p.double_wide_mlp; ++il)
+    hp.n_ff_layers.push_back(hp.kv_layer_of(il) == il ? p.n_ff : 2 * p.n_ff);
+  hp.n_embd_per_layer = p.n_embd_per_layer;
+  hp.final_logit_softcap = p.final_logit_softcap;
   if (p.rope_yarn_factor > 0) {
     hp.rope_freq_scale = 1.0f / p.rope_yarn_factor;
     if (p.n_swa > 0) hp.rope_freq_scale_swa = hp.rope_freq_scale;
@@ -272,7 +329,7 @@ HParams synth_hparams(const SynthPreset& p) {
   return hp;
 }
 
-std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output, bool rope_freqs) {
+std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output, bool rope_freqs, bool values_are_keys) {
   auto tensor = [](const TensorSpec& spec, int layer) {
     int n_dims = kMaxDims;
     while (n_dims > 1 && spec.ne[n_dims - 1] == 1) --n_dims;
@@ -284,12 +341,14 @@ std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output, 
   std::vector<SynthTensor> plan, after_layers;
   for (const TensorSpec& spec : architecture_tensors(hp, -1)) {
     if (spec.role == Role::Output && tied_output) continue;
-    if (spec.role == Role::RopeFreqs ? !rope_freqs : !spec.required && spec.role != Role::Output) continue;
+    if (spec.role == Role::RopeFreqs ? !rope_freqs && !spec.required : !spec.required && spec.role != Role::Output)
+      continue;
     (role_info(spec.role).reader == Op::GetRows ? plan : after_layers).push_back(tensor(spec, -1));
   }
   for (int il = 0; il < hp.n_layer + hp.n_layer_nextn; ++il)
     for (const TensorSpec& spec : architecture_tensors(hp, il))
-      if (spec.required || spec.published) plan.push_back(tensor(spec, il));
+      if ((spec.required || spec.published) && !(values_are_keys && spec.role == Role::AttnV && !hp.is_swa(il)))
+        plan.push_back(tensor(spec, il));
   plan.insert(plan.end(), after_layers.begin(), after_layers.end());
   return plan;
 }
@@ -414,7 +473,8 @@ int64_t synth_model(const SynthOptions& opt, const std::string& path) {
   Rng rng(opt.seed);
   std::vector<std::unique_ptr<std::vector<uint8_t>>> buffers;  // keep data alive until write
   int64_t n_params = 0;
-  for (const SynthTensor& t : synth_tensor_plan(hp, preset.tied_output, preset.rope_scaling_factor > 0)) {
+  for (const SynthTensor& t :
+       synth_tensor_plan(hp, preset.tied_output, preset.rope_scaling_factor > 0, preset.values_are_keys)) {
     int64_t n = 1;
     for (int d = 0; d < t.n_dims; ++d) n *= t.ne[d];
     // Biases and rope factors stay F32 (element-wise kernels and rope read
@@ -435,7 +495,9 @@ int64_t synth_model(const SynthOptions& opt, const std::string& path) {
       continue;
     }
     if (role_reads_f32(t.role) && reader != Op::Mul) {
-      std::vector<float> values = t.role == Role::RopeFreqs ? llama3_rope_factors(preset, hp.n_rot) : std::vector<float>(n);
+      std::vector<float> values = t.role != Role::RopeFreqs     ? std::vector<float>(n)
+                                  : preset.rope_partial_full > 0 ? proportional_rope_factors(preset, hp.n_rot)
+                                                                 : llama3_rope_factors(preset, hp.n_rot);
       if (t.role != Role::RopeFreqs)
         // Convolution kernels: N(0, 1/d_conv), so the convolution keeps its input's scale.
         for (float& v : values)
@@ -457,7 +519,9 @@ int64_t synth_model(const SynthOptions& opt, const std::string& path) {
     // small, so an untrained model's perplexity is near its vocabulary size.
     // Other matrices: N(0, 1/fan_in), so activations keep their scale.
     const bool is_vocab_matrix = t.role == Role::TokenEmbd || t.role == Role::Output;
-    const float stddev = is_vocab_matrix ? 0.02f : 1.0f / std::sqrt(static_cast<float>(t.ne[0]));
+    const float vocab_stddev =
+        preset.logit_stddev > 0 ? preset.logit_stddev / std::sqrt(static_cast<float>(hp.n_embd)) : 0.02f;
+    const float stddev = is_vocab_matrix ? vocab_stddev : 1.0f / std::sqrt(static_cast<float>(t.ne[0]));
     const DType type = is_norm || is_router ? DType::F32 : opt.type;
     std::vector<float> values(n);
     for (float& v : values) v = is_norm ? 1.0f + 0.1f * rng.normal() : stddev * rng.normal();

@@ -58,12 +58,30 @@ struct SynthPreset {
   int64_t ssm_d_conv = 0, ssm_d_state = 0, ssm_v_heads = 0, ssm_k_heads = 0, full_attention_interval = 0;
   std::array<int32_t, 4> rope_sections{};
   int64_t n_ff_shexp = 0;
+  // Gemma 4: the sliding layers' head size (0: head_dim; they rotate all of
+  // it); the full-attention layers' KV heads (0: n_head_kv); the last
+  // n_shared_kv_layers layers attend to earlier layers' caches (with
+  // double_wide_mlp, their feed-forward twice n_ff wide); per-layer
+  // embeddings of n_embd_per_layer; full-attention layers whose values are
+  // their keys (no attn_v); the rotated fraction of the full-attention
+  // layers' dims (proportional rope: rope_freqs of 1 then 1e30; 0: none);
+  // the final logits' soft-cap.
+  int64_t head_dim_swa = 0, n_head_kv_full = 0, n_shared_kv_layers = 0, n_embd_per_layer = 0;
+  bool double_wide_mlp = false, values_are_keys = false;
+  float rope_partial_full = 0, final_logit_softcap = 0;
+  // The standard deviation of the logits the token embedding and output
+  // give at unit-RMS hidden states (0: embedding values of 0.02, logits
+  // near 0 and a perplexity near the vocabulary's size).
+  float logit_stddev = 0;
 };
 
 // rope_freqs.weight of a preset with Llama 3 rope scaling: per frequency
 // i < n_rot / 2 the divisor 1 (short wavelengths), the factor (long ones)
 // or the smooth blend between.
 std::vector<float> llama3_rope_factors(const SynthPreset& preset, int64_t n_rot);
+// rope_freqs.weight of a preset with Gemma 4's proportional rope: 1 for the
+// first rope_partial_full of the n_rot / 2 pairs, 1e30 (no rotation) after.
+std::vector<float> proportional_rope_factors(const SynthPreset& preset, int64_t n_rot);
 
 const std::vector<SynthPreset>& synth_presets();
 
@@ -88,8 +106,11 @@ struct SynthTensor {
 // What synth_model writes for these hyper-parameters: the architecture's
 // table, the embedding first, then the layers, then the output tensors
 // (output.weight only when not tied).
-// rope_freqs: write rope_freqs.weight (a preset with Llama 3 rope scaling).
-std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output, bool rope_freqs = false);
+// rope_freqs: write rope_freqs.weight (a preset with Llama 3 rope scaling;
+// always where the table requires it). values_are_keys: no attn_v on the
+// full-attention layers (Gemma 4's 26B-A4B and 31B).
+std::vector<SynthTensor> synth_tensor_plan(const HParams& hp, bool tied_output, bool rope_freqs = false,
+                                           bool values_are_keys = false);
 
 struct SynthOptions {
   std::string preset = "tiny";

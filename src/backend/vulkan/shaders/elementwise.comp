@@ -1,5 +1,5 @@
 // The element-wise ops: Add, Mul, Div (b broadcast over a), Scale, Clamp,
-// the activations (Silu, Gelu, Sigmoid, Softplus) and Glu's variants (Swiglu,
+// the activations (Silu, Gelu, Sigmoid, Tanh, Softplus) and Glu's variants (Swiglu,
 // SwigluOai); one thread per element of the result; every tensor may have
 // any strides. vulkan.cmake builds one variant per OP_<NAME> tested below
 // (shader "<name>": the op's ggml name in lower case; Glu's, its variant's).
@@ -55,6 +55,10 @@ void main() {
   const float y = v / (1.0 + exp(clamp(-2.0 * u, -87.0, 87.0)));
 #elif defined(OP_SIGMOID)
   const float y = 1.0 / (1.0 + exp(-x));
+#elif defined(OP_TANH)
+  // GLSL's tanh may overflow in e^2x past |x| ~ 44: 1 - 2 / (e^2x + 1) with
+  // the exponent clamped is exact to float there.
+  const float y = 1.0 - 2.0 / (exp(clamp(2.0 * x, -87.0, 87.0)) + 1.0);
 #elif defined(OP_SOFTPLUS)
   const float y = x > 20.0 ? x : log(1.0 + exp(x));  // ggml's
 #elif defined(OP_SWIGLU)
