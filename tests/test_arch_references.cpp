@@ -50,24 +50,18 @@ struct ArchReference {
   double kld_bound = 1e-7;
 };
 
-// deepseek2-tiny and glm4moe-tiny: llama.cpp's own runs with other settings
-// move their imatrix values by up to 7.2e-3 (deepseek2's draws) and 7.9e-3
-// (glm4moe) where the counts agree. Their last layers' nodes differ by about
-// 1e-3, one F16 step of the unit-size activations upstream, which is up to
-// 4.5e-3 of a small node's own scale with the kernel sets' sum orders
-// (tests/data/README.md).
-// qwen35-tiny and qwen35moe-tiny: from layer 1 on their nodes differ by up
-// to 2e-3 of a node's scale (tests/data/README.md: F16 steps of unit-size
-// activations upstream, growing through the DeltaNet layers as glm4moe's
-// through its experts); qwen35moe's imatrix values by up to 1.4e-3 where
-// llama.cpp's own -fa on run moves them by 4.4e-4.
-// gemma4moe-tiny: llama.cpp's own -fa on run moves its imatrix values by up
-// to 4.9e-3 (the last layer's experts), qlens's differ by 1.1e-3.
+// The references' matrices are F32 (as the issue asks), so llama.cpp and
+// qlens differ by the order of F32 sums alone: the five older models' nodes
+// agree within 2.1e-6 of a node's scale and their imatrix values within
+// 8e-5. Gemma 4's unscaled attention scores amplify those differences: its
+// nodes agree within 5.5e-4. gemma4moe-tiny: llama.cpp's own -fa on run
+// moves its imatrix values by up to 4.9e-3 (the last layer's experts),
+// qlens's differ by 1.1e-3 (tests/data/README.md).
 const ArchReference kReferences[] = {{"gpt-oss-tiny", "gpt-oss", "mxfp4"},
-                                     {"deepseek2-tiny", "deepseek2", nullptr, 5e-3, 7.5e-3, 0},
-                                     {"glm4moe-tiny", "glm4moe", nullptr, 5e-3, 8e-3, 0},
-                                     {"qwen35-tiny", "qwen35", nullptr, 5e-3},
-                                     {"qwen35moe-tiny", "qwen35moe", nullptr, 5e-3, 2e-3, 0},
+                                     {"deepseek2-tiny", "deepseek2"},
+                                     {"glm4moe-tiny", "glm4moe"},
+                                     {"qwen35-tiny", "qwen35"},
+                                     {"qwen35moe-tiny", "qwen35moe"},
                                      {"gemma4-tiny", "gemma4", nullptr, 1e-3, 1e-3, 0, 1e-6},
                                      {"gemma4moe-tiny", "gemma4", nullptr, 1e-3, 5e-3, 0, 1e-6}};
 

@@ -47,6 +47,7 @@ until_done "Final estimate" "$B/llama-perplexity" -m "$M" -f "$TEXT" -c 128 --ch
 # On glm4moe-tiny llama-eval-callback stops at the last layer's shared
 # expert every time: the longest of 8 dumps is kept.
 DUMP=$(mktemp)
+rm -f "$D/$NAME.eval-callback.txt"  # an earlier model's dump is not kept
 for _ in 1 2 3 4 5 6 7 8; do
   "$B/llama-eval-callback" -m "$M" -p "$PROMPT" $R -lv 4 > "$OUT" 2> "$LOG" < /dev/null || true
   awk 'f||/common_debug_cb_eval/{f=1; print}' "$OUT" "$LOG" | grep -v "^[0-9.]* I \(llama_perf\|common_perf\)" > "$DUMP"
