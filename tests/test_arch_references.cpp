@@ -43,11 +43,15 @@ struct ArchReference {
   double node_bound = 1e-3;     // of a node's scale, every kernel set
   double imatrix_bound = 1e-3;  // relative, per value of the matrices whose counts agree
   int routing_flips = 0;        // (token, expert) choices an imatrix run may make otherwise, per layer
-  // Mean KLD against the .kld (the maximum: 100 times it). Gemma 4's
-  // references (F32) have logits of standard deviation 1.5 where the others'
-  // are near 0, and its attention scores are unscaled dot products of
-  // unit-RMS heads: sums' rounding moves them more (tests/data/README.md).
-  double kld_bound = 1e-7;
+  // Mean KLD against the .kld (the maximum: 100 times it). The models'
+  // logits have a standard deviation near 1.5, and the .kld keeps each
+  // log-probability in 16 bits: llama.cpp's own reruns reach a maximum of
+  // 1e-5 against it too (tests/data/README.md).
+  double kld_bound = 1e-6;
+  // The quantized file's perplexity against llama.cpp's (relative): 1e-4,
+  // or twice llama.cpp's own spread where its -fa on / -fa off runs move it
+  // more (gpt-oss-tiny's MXFP4 file: 1.9e-3, its routers' near-ties).
+  double quantized_bound = 1e-4;
 };
 
 // The references' matrices are F32 (as the issue asks), so llama.cpp and
@@ -57,13 +61,13 @@ struct ArchReference {
 // nodes agree within 5.5e-4. gemma4moe-tiny: llama.cpp's own -fa on run
 // moves its imatrix values by up to 4.9e-3 (the last layer's experts),
 // qlens's differ by 1.1e-3 (tests/data/README.md).
-const ArchReference kReferences[] = {{"gpt-oss-tiny", "gpt-oss", "mxfp4"},
+const ArchReference kReferences[] = {{"gpt-oss-tiny", "gpt-oss", "mxfp4", 1e-3, 1e-3, 0, 1e-6, 4e-3},
                                      {"deepseek2-tiny", "deepseek2"},
                                      {"glm4moe-tiny", "glm4moe"},
                                      {"qwen35-tiny", "qwen35"},
                                      {"qwen35moe-tiny", "qwen35moe"},
-                                     {"gemma4-tiny", "gemma4", nullptr, 1e-3, 1e-3, 0, 1e-6},
-                                     {"gemma4moe-tiny", "gemma4", nullptr, 1e-3, 5e-3, 0, 1e-6}};
+                                     {"gemma4-tiny", "gemma4"},
+                                     {"gemma4moe-tiny", "gemma4", nullptr, 1e-3, 5e-3}};
 
 class ArchReferenceTest : public testing::TestWithParam<ArchReference> {
  protected:
@@ -77,9 +81,9 @@ std::vector<Token> reference_text(const Model& m) {
   return m.vocab().tokenize(read_text_file(path).substr(0, 200000), true);
 }
 
-// gpt-oss-tiny: llama.cpp's own F16 runs agree to a mean KLD of 0; qlens's
-// to 3e-8. The features each move it by far more (measured by switching one
-// off: tests/data/README.md), so the bound of 1e-7 sees any of them.
+// qlens agrees with each .kld to a mean KLD of at most 4.2e-7; each
+// architecture's features, switched off one at a time, move it by 1e-4 to 1
+// (tests/data/README.md), so the bound of 1e-6 sees any of them.
 TEST_P(ArchReferenceTest, LogProbabilitiesMatchLlamaCpp) {
   const auto base = tools::LlamaLogitsFile::load(file(".kld"));
   auto m = Model::load(file(".gguf"));
@@ -185,7 +189,8 @@ TEST_P(ArchReferenceTest, ImatrixMatchesLlamaCpp) {
   std::printf("%s: %zu imatrix entries, worst relative difference %.3g\n", GetParam().model, ref.entries.size(), worst);
 }
 
-// The quantized file: llama.cpp's perplexity of it ("Mean PPL(Q)") within 1e-4.
+// The quantized file: llama.cpp's perplexity of it ("Mean PPL(Q)") within
+// quantized_bound.
 TEST_P(ArchReferenceTest, QuantizedFilePerplexityMatchesLlamaCpp) {
   if (!GetParam().quantized) GTEST_SKIP() << "no quantized reference for " << GetParam().model;
   QLENS_REQUIRE_SHARED(text, "data/tinystories/tinystories_val.txt");
@@ -203,12 +208,14 @@ TEST_P(ArchReferenceTest, QuantizedFilePerplexityMatchesLlamaCpp) {
   opt.cpu = test::cpu_options();
   const auto r = tools::perplexity(*m, reference_text(*m), opt);
   std::printf("%s: PPL %.4f, llama.cpp %.4f (%+.2e)\n", variant.c_str(), r.ppl, want, r.ppl / want - 1);
-  EXPECT_NEAR(r.ppl, want, want * 1e-4);
+  EXPECT_NEAR(r.ppl, want, want * GetParam().quantized_bound);
 }
 
 // The main job on each, through the CLI (test::run_main_job): imatrix,
 // sensitivity, a plan at 5 bits per weight, the planned file's perplexity
-// within 10% of the model's; the imatrix has llama-imatrix's entries.
+// within 20% of the model's (these random models' logits of standard
+// deviation 1.5 move by up to 11% at 5 bits per weight: a broken plan moves
+// them by far more); the imatrix has llama-imatrix's entries.
 TEST_P(ArchReferenceTest, TheMainJobRuns) {
   QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
   const test::MainJob job = test::run_main_job(file(".gguf"), text_path);
@@ -216,7 +223,7 @@ TEST_P(ArchReferenceTest, TheMainJobRuns) {
   for (const auto& [name, entry] : tools::load_imatrix(file(".imatrix.gguf")).entries) llama_entries.insert(name);
   EXPECT_EQ(job.imatrix_tensors, llama_entries);
   std::printf("%s: PPL %.2f, planned at 5 bpw %.2f\n", GetParam().model, job.ppl, job.ppl_planned);
-  EXPECT_LT(std::fabs(job.ppl_planned / job.ppl - 1), 0.1);
+  EXPECT_LT(std::fabs(job.ppl_planned / job.ppl - 1), 0.2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, ArchReferenceTest, testing::ValuesIn(kReferences),

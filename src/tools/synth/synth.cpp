@@ -71,7 +71,7 @@ const std::vector<SynthPreset>& synth_presets() {
       {.name = "gpt-oss-tiny", .arch = "gpt-oss", .n_embd = 64, .n_ff = 64, .n_layer = 2, .n_head = 4,
        .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .head_dim = 32, .rope_freq_base = 150000.0f, .rms_eps = 1e-5f,
        .n_swa = 16, .swa_period = 2, .rope_freq_base_swa = 150000.0f, .n_expert = 4, .n_expert_used = 2,
-       .n_ff_exp = 64, .rope_yarn_factor = 32, .rope_yarn_original_ctx = 4096},
+       .n_ff_exp = 64, .rope_yarn_factor = 32, .rope_yarn_original_ctx = 4096, .logit_stddev = 1.5f},
       // openai/gpt-oss-20b's layers (32 experts of 2880, 4 used; 64 query heads
       // of 64, 8 KV heads; window 128), 2 of its 24: 796M expert weights a
       // layer (quantize it with the MXFP4_MOE mix, as the release is).
@@ -89,7 +89,7 @@ const std::vector<SynthPreset>& synth_presets() {
        .n_rot = 16, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 32, .rope_yarn_factor = 40,
        .rope_yarn_original_ctx = 4096, .rope_yarn_log_mul = 1.0f, .n_lora_q = 48, .n_lora_kv = 32,
        .head_dim_k_mla = 48, .head_dim_v_mla = 32, .sigmoid_gating = true, .n_expert_groups = 4,
-       .n_group_used = 2, .n_expert_shared = 1, .n_layer_dense_lead = 1, .expert_weights_scale = 2.5f},
+       .n_group_used = 2, .n_expert_shared = 1, .n_layer_dense_lead = 1, .expert_weights_scale = 2.5f, .logit_stddev = 1.5f},
       // GLM-4.5-Air in small: a leading dense layer, two mixtures of 8
       // experts (2 used, sigmoid routing with the selection bias) with a
       // shared expert, q/k/v biases, NeoX rope on half of each head, and the
@@ -97,7 +97,7 @@ const std::vector<SynthPreset>& synth_presets() {
       {.name = "glm4moe-tiny", .arch = "glm4moe", .n_embd = 64, .n_ff = 96, .n_layer = 3, .n_head = 4,
        .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .head_dim = 32, .rope_freq_base = 1e6f, .rms_eps = 1e-5f,
        .n_rot = 16, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 32, .sigmoid_gating = true,
-       .n_expert_shared = 1, .n_layer_dense_lead = 1, .expert_weights_scale = 1.0f, .n_layer_nextn = 1},
+       .n_expert_shared = 1, .n_layer_dense_lead = 1, .expert_weights_scale = 1.0f, .n_layer_nextn = 1, .logit_stddev = 1.5f},
       // deepseek-ai/DeepSeek-V3's layer shapes (7168 wide, 128 latent-attention
       // heads, q rank 1536, kv latent 512 + rope key 64; the first 3 of 61
       // layers dense with 18432, the others 256 experts of 2048, 8 used, in 8
@@ -128,14 +128,14 @@ const std::vector<SynthPreset>& synth_presets() {
       {.name = "qwen35-tiny", .arch = "qwen35", .n_embd = 64, .n_ff = 128, .n_layer = 4, .n_head = 4,
        .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .head_dim = 32, .rope_freq_base = 1e7f, .rms_eps = 1e-6f,
        .n_rot = 8, .ssm_d_conv = 4, .ssm_d_state = 16, .ssm_v_heads = 4, .ssm_k_heads = 2,
-       .full_attention_interval = 4, .rope_sections = {2, 1, 1, 0}},
+       .full_attention_interval = 4, .rope_sections = {2, 1, 1, 0}, .logit_stddev = 1.5f},
       // Qwen3.5-35B-A3B in small: the same layers, 8 experts of 32 (2 used,
       // softmax, weights normalized) and a gated shared expert of 32.
       {.name = "qwen35moe-tiny", .arch = "qwen35moe", .n_embd = 64, .n_ff = 128, .n_layer = 4, .n_head = 4,
        .n_head_kv = 2, .n_vocab = 512, .n_ctx = 256, .head_dim = 32, .rope_freq_base = 1e7f, .rms_eps = 1e-6f,
        .n_rot = 8, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 32, .ssm_d_conv = 4, .ssm_d_state = 16,
        .ssm_v_heads = 4, .ssm_k_heads = 2, .full_attention_interval = 4, .rope_sections = {2, 1, 1, 0},
-       .n_ff_shexp = 32},
+       .n_ff_shexp = 32, .logit_stddev = 1.5f},
       // Qwen/Qwen3.5-27B's (and Qwen3.6-27B's) layer shapes, 2 of its 64
       // layers: a gated DeltaNet layer (48 value heads and 16 key heads of
       // 128, conv width 4) and a gated full-attention layer (24 query heads
