@@ -72,6 +72,11 @@ const ArchReference kReferences[] = {{"gpt-oss-tiny", "gpt-oss", "mxfp4", 1e-3, 
 class ArchReferenceTest : public testing::TestWithParam<ArchReference> {
  protected:
   std::string file(const std::string& suffix) const { return kData + GetParam().model + suffix; }
+  // The model (made at test time: test::arch_reference_model), or its
+  // quantized file (variant ".mxfp4", committed).
+  std::string model(const std::string& variant = "") const {
+    return variant.empty() ? test::arch_reference_model(GetParam().model) : file(variant + ".gguf");
+  }
 };
 
 // llama.cpp's perplexity runs: -c 128 --chunks 4 on the first 200,000 bytes of
@@ -86,7 +91,7 @@ std::vector<Token> reference_text(const Model& m) {
 // (tests/data/README.md), so the bound of 1e-6 sees any of them.
 TEST_P(ArchReferenceTest, LogProbabilitiesMatchLlamaCpp) {
   const auto base = tools::LlamaLogitsFile::load(file(".kld"));
-  auto m = Model::load(file(".gguf"));
+  auto m = Model::load(model());
   EXPECT_EQ(m->hparams().arch, GetParam().arch);
   tools::KldOptions ko;
   ko.cpu = test::cpu_options();
@@ -109,7 +114,7 @@ TEST_P(ArchReferenceTest, LogProbabilitiesMatchLlamaCpp) {
 TEST_P(ArchReferenceTest, EveryNodeMatchesLlamaCppDump) {
   auto aliases = test::kLlamaCppAliases;
   aliases.erase("attn_out");
-  const auto matches = test::compare_model_with_dump(file(".gguf"), file(".eval-callback.txt"), "Once upon a time",
+  const auto matches = test::compare_model_with_dump(model(), file(".eval-callback.txt"), "Once upon a time",
                                                      aliases, test::cpu_options(), DType::F32);
   ASSERT_GT(matches.size(), 20u);
   const test::NodeMatch* worst = &matches[0];
@@ -127,7 +132,7 @@ TEST_P(ArchReferenceTest, GreedyTextMatchesLlamaCpp) {
   std::vector<std::string> variants = {""};
   if (GetParam().quantized) variants.push_back(std::string(".") + GetParam().quantized);
   for (const std::string& variant : variants) {
-    auto m = Model::load(file(variant + ".gguf"));
+    auto m = Model::load(model(variant));
     tools::GenerateOptions opt;
     opt.n_predict = 24;
     opt.sampler.temperature = 0;
@@ -155,7 +160,7 @@ TEST_P(ArchReferenceTest, GreedyTextMatchesLlamaCpp) {
 TEST_P(ArchReferenceTest, ImatrixMatchesLlamaCpp) {
   QLENS_REQUIRE_SHARED(text, "data/tinystories/tinystories_val.txt");
   tools::Imatrix ref = tools::load_imatrix(file(".imatrix.gguf"));
-  auto m = Model::load(file(".gguf"));
+  auto m = Model::load(model());
   tools::check_imatrix_matches_model(ref, *m);  // llama-imatrix's one-count 3-D entries get their matrices
   tools::ImatrixOptions opt;
   opt.n_ctx = 128;
@@ -199,7 +204,7 @@ TEST_P(ArchReferenceTest, QuantizedFilePerplexityMatchesLlamaCpp) {
   const std::string log = read_text_file(file(variant + ".kld.log"));
   ASSERT_TRUE(std::regex_search(log, match, std::regex(R"(Mean PPL\(Q\)\s*: ([0-9.]+))")));
   const double want = std::stod(match[1]);
-  auto m = Model::load(file(variant + ".gguf"));
+  auto m = Model::load(model(variant));
   tools::PerplexityOptions opt;
   opt.n_ctx = 128;
   opt.n_batch = 128;
@@ -218,7 +223,7 @@ TEST_P(ArchReferenceTest, QuantizedFilePerplexityMatchesLlamaCpp) {
 // them by far more); the imatrix has llama-imatrix's entries.
 TEST_P(ArchReferenceTest, TheMainJobRuns) {
   QLENS_REQUIRE_SHARED(text_path, "data/tinystories/tinystories_val.txt");
-  const test::MainJob job = test::run_main_job(file(".gguf"), text_path);
+  const test::MainJob job = test::run_main_job(model(), text_path);
   std::set<std::string> llama_entries;  // llama-imatrix's
   for (const auto& [name, entry] : tools::load_imatrix(file(".imatrix.gguf")).entries) llama_entries.insert(name);
   EXPECT_EQ(job.imatrix_tensors, llama_entries);
@@ -274,7 +279,7 @@ std::string with_fused_experts(const std::string& path, bool keep = false) {
 TEST(ArchFusedExperts, GateUpInOneTensorGivesTheSameLogProbabilities) {
   for (const char* model : {"gemma4moe-tiny", "qwen35moe-tiny"}) {
     SCOPED_TRACE(model);
-    const std::string path = kData + model + ".gguf";
+    const std::string path = test::arch_reference_model(model);
     const auto base = tools::LlamaLogitsFile::load(kData + model + ".kld");
     tools::KldOptions ko;
     ko.cpu = test::cpu_options();
@@ -289,7 +294,7 @@ TEST(ArchFusedExperts, GateUpInOneTensorGivesTheSameLogProbabilities) {
     EXPECT_NEAR(a.ppl, b.ppl, a.ppl * 1e-7);
   }
   try {
-    Model::load(with_fused_experts(kData + "gemma4moe-tiny.gguf", /*keep=*/true));
+    Model::load(with_fused_experts(test::arch_reference_model("gemma4moe-tiny"), /*keep=*/true));
     ADD_FAILURE() << "a layer with both forms of the experts loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("blk.0.ffn_gate_up_exps"), std::string::npos) << e.what();

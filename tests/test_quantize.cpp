@@ -197,8 +197,7 @@ std::vector<std::string> expand_types(const std::string& rle) {
 std::string mix_model_path(const std::string& label, const std::string& dir) {
   if (label == "gemma-3-270m") return test::cache_path(test::kGemma3F32);
   // The architectures' tiny references (gpt-oss-tiny, ..., gemma4moe-tiny).
-  if (const std::string own = QLENS_SOURCE_DIR "/tests/data/" + label + ".gguf"; std::filesystem::exists(own))
-    return own;
+  if (test::is_arch_reference(label)) return test::arch_reference_model(label);
   if (label == "1.1b") {
     const char* slow = std::getenv("QLENS_SLOW_TESTS");
     if (slow && std::string(slow) == "0") return "";

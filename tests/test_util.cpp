@@ -2,12 +2,14 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <regex>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 
@@ -67,6 +69,47 @@ std::string tiny_model_path() {
     tools::synth_model(o, file);
   }
   return file;
+}
+
+namespace {
+
+// The tiny models the architecture references were made from.
+struct MadeModel {
+  const char* name;
+  uint64_t seed;
+  uint64_t fnv1a;  // of the file the references were made from
+};
+const MadeModel kArchReferenceModels[] = {
+    {"gpt-oss-tiny", 1, 0x3e752bb27ad18ffbull},   {"deepseek2-tiny", 3, 0x847562c51c5660deull},
+    {"glm4moe-tiny", 4, 0xd8eb1650f41b11f1ull},   {"qwen35-tiny", 42, 0x349326caf427ef8bull},
+    {"qwen35moe-tiny", 4, 0x3c7a955a04f99965ull}, {"gemma4-tiny", 42, 0x35352fa6962c4558ull},
+    {"gemma4moe-tiny", 28, 0x854e8af307d6d106ull}};
+
+}  // namespace
+
+bool is_arch_reference(const std::string& name) {
+  for (const MadeModel& m : kArchReferenceModels)
+    if (name == m.name) return true;
+  return false;
+}
+
+std::string arch_reference_model(const std::string& name) {
+  for (const MadeModel& m : kArchReferenceModels) {
+    if (name != m.name) continue;
+    const std::string file = temp_dir() + "/" + name + ".gguf";
+    if (std::filesystem::exists(file)) return file;
+    tools::SynthOptions o;
+    o.preset = name;
+    o.type = DType::F32;
+    o.seed = m.seed;
+    tools::synth_model(o, file);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (char c : read_text_file(file)) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+    EXPECT_EQ(h, m.fnv1a) << "qlens synth no longer writes the " << name
+                          << " that tests/data's llama.cpp outputs were made from (tests/data/README.md)";
+    return file;
+  }
+  throw std::runtime_error("no architecture reference model '" + name + "'");
 }
 
 std::vector<Token> spread_tokens(int64_t n_vocab, size_t n, size_t salt) {

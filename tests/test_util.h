@@ -93,6 +93,16 @@ std::string temp_dir();
 // The synthetic `tiny` llama (2 layers, grouped-query attention, 512
 // tokens) in F32, written once per test process.
 std::string tiny_model_path();
+
+// The tiny model of one of tests/data's architecture references
+// (tests/data/README.md: "gpt-oss-tiny", ..., "gemma4moe-tiny"): not
+// committed but made here by qlens synth (F32, the preset of that name, the
+// seed the references were made with), once per test process, and checked
+// byte for byte (by hash) against the file llama.cpp's outputs were made
+// from. Throws for another name; fails the test when synth no longer writes
+// that file.
+std::string arch_reference_model(const std::string& name);
+bool is_arch_reference(const std::string& name);
 // n token ids spread over a vocabulary of n_vocab (a fixed sequence; salt
 // shifts it).
 std::vector<Token> spread_tokens(int64_t n_vocab, size_t n, size_t salt = 0);

@@ -8,10 +8,10 @@
 # text of it.
 #
 #   make_arch_reference.sh QLENS LLAMA_BIN TEXT PRESET SEED NAME [MIX SUFFIX]
-#   e.g. make_arch_reference.sh build/qlens /tmp/lcp-build/bin ts.txt gpt-oss-tiny 42 gpt-oss-tiny MXFP4_MOE mxfp4
+#   e.g. make_arch_reference.sh build/qlens /tmp/lcp-build/bin ts.txt gpt-oss-tiny 1 gpt-oss-tiny MXFP4_MOE mxfp4
 #
 # TEXT: the first 200,000 bytes of ../shared/data/tinystories/tinystories_val.txt.
-# TYPE (environment): the matrices' type, F16 (default) or F32.
+# TYPE (environment): the matrices' type, F32 (default) or F16.
 #
 # On a busy machine llama.cpp 0c1e570's tools sometimes stop part-way with
 # exit status 0 (seen with 2 cores and other work running); each run is
@@ -20,12 +20,14 @@ set -eu
 Q=$1 B=$2 TEXT=$3 PRESET=$4 SEED=$5 NAME=$6
 MIX=${7:-} SUFFIX=${8:-}
 D=$(dirname "$0")
-M=$D/$NAME.gguf
+# The model itself is not kept: the tests make it again with qlens synth
+# (tests/test_util.cpp, arch_reference_model, which checks its hash).
+M=$(mktemp --suffix=.gguf)
 R="-t 2 -fa off -ctk f32 -ctv f32"
 PROMPT="Once upon a time"
 LOG=$(mktemp)
 OUT=$(mktemp)
-trap 'rm -f "$LOG" "$OUT"' EXIT
+trap 'rm -f "$LOG" "$OUT" "$M"' EXIT
 
 # until_done PATTERN COMMAND...: runs COMMAND (stdout to $OUT, stderr to
 # $LOG) until $OUT or $LOG holds PATTERN, at most 8 times.
@@ -40,7 +42,7 @@ until_done() {
   exit 1
 }
 
-"$Q" synth --preset "$PRESET" --type "${TYPE:-F16}" --seed "$SEED" -o "$M"
+"$Q" synth --preset "$PRESET" --type "${TYPE:-F32}" --seed "$SEED" -o "$M"
 until_done "Final estimate" "$B/llama-perplexity" -m "$M" -f "$TEXT" -c 128 --chunks 4 $R \
   --kl-divergence-base "$D/$NAME.kld"
 # The node dump from its first node on (the load log before it cut off).
@@ -69,3 +71,8 @@ if [ -n "$MIX" ]; then
   until_done "common_perf_print: *total time" "$B/llama-completion" -m "$QM" -p "$PROMPT" -n 24 --temp 0 -no-cnv $R
   cat "$OUT" > "$D/$NAME.$SUFFIX.greedy.txt"
 fi
+# The hash the tests check the model they make against (FNV-1a, 64 bits).
+python3 -c 'import sys
+h = 0xcbf29ce484222325
+for b in open(sys.argv[1], "rb").read(): h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+print("%s: seed %s, fnv1a 0x%016x (tests/test_util.cpp)" % (sys.argv[2], sys.argv[3], h))' "$M" "$NAME" "$SEED"

@@ -123,9 +123,9 @@ class Gemma4 final : public Architecture {
                  {Role::FfnGateInpScale, {E, 1, 1, 1}},
                  {Role::FfnPreNorm2, {E, 1, 1, 1}},
                  {Role::FfnPostNorm1, {E, 1, 1, 1}},
-                 {Role::FfnPostNorm2, {E, 1, 1, 1}},
-                 {Role::FfnDownExpsScale, {X, 1, 1, 1}, false, true}});
+                 {Role::FfnPostNorm2, {E, 1, 1, 1}}});
       append(t, expert_tensors(E, Fe, X));
+      t.push_back({Role::FfnDownExpsScale, {X, 1, 1, 1}, false, true});
     }
     if (P > 0)
       append(t, {{Role::PerLayerInpGate, {E, P, 1, 1}},
