@@ -129,14 +129,14 @@ struct HParams {
   int64_t n_ff_of(int il) const { return at_layer(n_ff_layers, il, n_ff); }
   int64_t n_embd_q_of(int il) const { return head_dim_of(il) * n_head; }
   int64_t n_embd_kv_of(int il) const { return head_dim_of(il) * n_head_kv_of(il); }
-  // The layer whose KV cache layer il attends to: itself, or for a shared
-  // KV layer one of the last two with a cache, as llama.cpp reuses them: the
-  // one before the last for a sliding layer, else the last (the reader
-  // checks that their kinds fit).
   // Whether a layer reads more than the residual stream (another layer's
   // cache, the per-layer inputs): a graph of a layer range must then start
   // from the embedding.
   bool layers_read_beyond_residual() const { return n_layer_kv > 0 || n_embd_per_layer > 0; }
+  // The layer whose KV cache layer il attends to: itself, or for a shared
+  // KV layer one of the last two with a cache, as llama.cpp reuses them: the
+  // one before the last for a sliding layer, else the last (the reader
+  // checks that their kinds fit).
   int kv_layer_of(int il) const {
     if (n_layer_kv <= 0 || il < n_layer_kv) return il;
     return static_cast<int>(n_layer_kv) - (is_swa(il) ? 2 : 1);

@@ -67,8 +67,8 @@ struct StandardAttentionOptions {
   bool qk_norm = false;        // attn_q_norm / attn_k_norm per head before rope ("Qcur_normed", "Kcur_normed")
   float q_scale = 0;           // scale Q by this before attention (softmax scale 1); 0: softmax scale 1/sqrt(head_dim)
   bool sliding_window = false;  // the layer sees the n_swa latest positions (KQ_mask_swa) and uses the local rope
-  // Gemma 2's soft-capped scores (cap * tanh(kq / cap)): refused until a
-  // tanh op exists.
+  // Gemma 2's soft-capped scores (cap * tanh(kq / cap)): refused, as no
+  // architecture here has them (the tanh op they need exists).
   float softcap = 0;
   bool sinks = false;  // gpt-oss: attn_sinks, one logit per head beside the scores
   // Qwen3.5/3.6's gated attention: attn_q gives each head its query then a

@@ -15,7 +15,7 @@ class StandardAttention final : public AttentionBlock {
  public:
   explicit StandardAttention(const StandardAttentionOptions& opt) : opt_(opt) {
     if (opt.softcap != 0)
-      throw Error("attention: soft-capped scores (Gemma 2) need a tanh op, which qlens does not have yet");
+      throw Error("attention: soft-capped scores (Gemma 2) are not supported: no architecture qlens runs has them");
   }
 
   const char* kind() const override { return "standard"; }

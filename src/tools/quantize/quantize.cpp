@@ -202,7 +202,10 @@ QuantizePlan plan_quantization(const gguf::File& in, const QuantizeOptions& opt)
       // expert biases stay as they are.
       p.reason = "not a weight: kept";
     } else if (never_quantized(tensor_role(t.name))) {
-      p.reason = tensor_role(t.name) == "ffn_gate_inp" ? "router: kept" : "convolution kernels: kept";
+      const std::string role = tensor_role(t.name);
+      p.reason = role == "ffn_gate_inp"           ? "router: kept"
+                 : role == "per_layer_model_proj" ? "per-layer embedding projection: kept"
+                                                  : "convolution kernels: kept";
     } else if (!type_traits(t.type).to_float) {
       // Its values cannot be read, so whatever a rule or the mix asks, its
       // bytes go to the output as they are (gpt-oss's MXFP4 experts).
