@@ -33,7 +33,7 @@ bench: build
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer.
 VULKAN_TESTS = Vulkan|Cli.Devices
 asan: deps
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQLENS_SANITIZE=ON -DQLENS_BUILD_BENCH=OFF
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQLENS_SANITIZE=ON -DQLENS_BUILD_BENCH=OFF -DQLENS_MPI=OFF
 	cmake --build build-asan -j$(JOBS)
 	cd build-asan && QLENS_SLOW_TESTS=0 ctest --output-on-failure -j$(JOBS) -E '$(VULKAN_TESTS)'
 	# The Vulkan driver (lavapipe, dlopen'ed and unloaded at exit) leaves a few
@@ -42,12 +42,13 @@ asan: deps
 	cd build-asan && QLENS_SLOW_TESTS=0 ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j$(JOBS) -R '$(VULKAN_TESTS)'
 
 # CI's sanitizer step: the suite's fast subset under ASan and UBSan (GCC),
-# without Vulkan (lavapipe under ASan is slow and its driver leaks) and
+# built without MPI (so CI builds and tests both: `make test`'s build has MPI
+# when Open MPI is installed, this one never), without Vulkan (lavapipe under ASan is slow and its driver leaks) and
 # without the reruns of the model suites with narrower kernels; measured in
 # docs/ROBUSTNESS.md.
 ASAN_FAST_EXCLUDE = Vulkan|Cli.Devices|gpu_kernels|\.avx2$$|\.scalar$$|\.no_vnni$$|ReportBrowser|JsonFiles|Gemma3
 asan-fast: deps
-	cmake -S . -B build-asan-fast -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQLENS_SANITIZE=ON -DQLENS_BUILD_BENCH=OFF -DQLENS_VULKAN=OFF
+	cmake -S . -B build-asan-fast -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQLENS_SANITIZE=ON -DQLENS_BUILD_BENCH=OFF -DQLENS_VULKAN=OFF -DQLENS_MPI=OFF
 	cmake --build build-asan-fast -j$(JOBS)
 	cd build-asan-fast && QLENS_SLOW_TESTS=0 ctest --output-on-failure -j$(JOBS) -E '$(ASAN_FAST_EXCLUDE)'
 

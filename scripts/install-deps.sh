@@ -9,9 +9,11 @@ set -euo pipefail
 # implementation of Vulkan) so the Vulkan backend's tests run without a GPU.
 # clang and its runtime libraries (libFuzzer, the sanitizers): the fuzz
 # targets (make fuzz, scripts/fuzz.sh). strace: the crash-safety test checks
-# the order of fsync and rename with it.
+# the order of fsync and rename with it. Open MPI: runs across processes and
+# machines (mpirun; the build turns MPI on when it finds it: docs/CLUSTER.md).
 packages=(cmake g++ make libgtest-dev libbenchmark-dev python3 python3-pip
-          libvulkan-dev glslc mesa-vulkan-drivers clang libclang-rt-14-dev strace)
+          libvulkan-dev glslc mesa-vulkan-drivers clang libclang-rt-14-dev strace
+          openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "core/output_path.h"
 #include "core/text_file.h"
+#include "dist/comm.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "tools/common/chunks.h"
@@ -182,14 +183,25 @@ int collect(const ImatrixFlags& f) {
       model->vocab(), f.text_path, opt.max_chunks >= 0 ? (opt.first_chunk + opt.max_chunks) * opt.n_ctx : -1,
       "imatrix", f.parse_special);
 
-  tools::Imatrix m = tools::imatrix_run_start(f.resume_path, f.in_files, opt.n_ctx, f.saving.out_path);
   opt.dataset = f.text_path;
+  // Under mpirun every rank runs the chunks it is given; rank 0 alone holds
+  // the matrix, prints and writes.
+  dist::Comm& comm = dist::world();
+  tools::Imatrix m;
+  if (!comm.is_root()) {
+    tools::imatrix_chunk_range(static_cast<int64_t>(tokens.size()), opt, m);  // the same errors, before any work
+    tools::collect_imatrix(*model, tokens, opt, m);
+    return 0;
+  }
+  m = tools::imatrix_run_start(f.resume_path, f.in_files, opt.n_ctx, f.saving.out_path);
   const auto range = tools::imatrix_chunk_range(static_cast<int64_t>(tokens.size()), opt, m);
   tools::check_imatrix_matches_model(m, *model);
   std::fprintf(stderr, "%s: tokenized %s: %zu tokens; chunks %lld..%lld of %lld tokens%s\n", f.model_path.c_str(),
                f.text_path.c_str(), tokens.size(), static_cast<long long>(range.first),
                static_cast<long long>(range.end - 1), static_cast<long long>(opt.n_ctx),
                f.resume_path.empty() ? "" : " (resumed)");
+  if (comm.size() > 1)
+    std::fprintf(stderr, "%d processes: chunks go round-robin, rank 0 adds them in order\n", comm.size());
 
   tools::ImatrixRunSummary run;
   run.model_path = f.model_path;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "commands.h"
+#include "dist/comm.h"
 #include "qlens/error.h"
 
 namespace {
@@ -38,6 +39,28 @@ void usage(FILE* out) {
   std::fprintf(out, "\nqlens %s\n", QLENS_VERSION);
 }
 
+// Runs a command; an error is printed (by a rank other than 0 with its
+// rank) and, when the run has several processes, ends them all: the others
+// would wait for this one forever.
+int run_command(const Command& c, int argc, char** argv) {
+  std::string error;
+  try {
+    return c.run(argc, argv);
+  } catch (const qlens::Error& e) {
+    error = e.what();
+  } catch (const std::bad_alloc&) {
+    error = "out of memory";
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  std::fprintf(stderr, "\nerror: %s%s\n", qlens::dist::rank_prefix().c_str(), error.c_str());
+  if (qlens::dist::world().size() > 1) {
+    std::fflush(stderr);
+    qlens::dist::world().abort(1);
+  }
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -56,18 +79,11 @@ int main(int argc, char** argv) {
   }
   for (const auto& c : kCommands) {
     if (name != c.name) continue;
-    try {
-      return c.run(argc - 2, argv + 2);
-    } catch (const qlens::Error& e) {
-      std::fprintf(stderr, "\nerror: %s\n", e.what());
-      return 1;
-    } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "\nerror: out of memory\n");
-      return 1;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "\nerror: %s\n", e.what());
-      return 1;
-    }
+    // Under an MPI launcher (a build with MPI), the ranks join here.
+    qlens::dist::start(&argc, &argv);
+    const int rc = run_command(c, argc - 2, argv + 2);
+    qlens::dist::finish();
+    return rc;
   }
   std::fprintf(stderr, "qlens: unknown command '%s'\n\n", name.c_str());
   usage(stderr);

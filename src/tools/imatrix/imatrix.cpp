@@ -7,6 +7,7 @@
 #include <map>
 
 #include "qlens/error.h"
+#include "dist/bytes.h"
 #include "tools/common/chunks.h"
 #include "tools/perplexity/perplexity.h"
 
@@ -125,6 +126,54 @@ void start_run(Imatrix& m, const Model& model, const ImatrixOptions& opt) {
     m.datasets.push_back(opt.dataset);
 }
 
+// One chunk's contribution: what the rank that ran it sends to rank 0, which
+// adds the chunks in their order.
+struct ChunkResult {
+  int64_t chunk = -1;  // -1: none (a rank without a chunk in the last round)
+  std::map<std::string, TapResult> sums;
+  ImatrixRunState run;  // the chunk's perplexity terms
+  std::string error;    // why the chunk failed (nothing else is set then)
+};
+
+std::string serialize(const ChunkResult& r) {
+  dist::ByteWriter w;
+  w.put(r.chunk);
+  w.put(r.error);
+  w.put(r.run.nll_sum);
+  w.put(r.run.nll_sq_sum);
+  w.put(r.run.n_scored);
+  w.put(static_cast<uint64_t>(r.sums.size()));
+  for (const auto& [name, t] : r.sums) {
+    w.put(name);
+    w.put(t.column_sum_sq);
+    w.put(t.rows);
+    w.put(t.expert_rows);
+    w.put(t.batch_matrices);
+  }
+  return w.take();
+}
+
+ChunkResult parse_chunk_result(const std::string& bytes) {
+  dist::ByteReader in(bytes);
+  ChunkResult r;
+  r.chunk = in.get<int64_t>();
+  r.error = in.get_string();
+  r.run.nll_sum = in.get<double>();
+  r.run.nll_sq_sum = in.get<double>();
+  r.run.n_scored = in.get<int64_t>();
+  const auto n = in.get<uint64_t>();
+  for (uint64_t i = 0; i < n; ++i) {
+    const std::string name = in.get_string();
+    TapResult& t = r.sums[name];
+    t.kind = TapKind::ColumnSumSq;
+    t.column_sum_sq = in.get_vector<double>();
+    t.rows = in.get<int64_t>();
+    t.expert_rows = in.get_vector<int64_t>();
+    t.batch_matrices = in.get<int64_t>();
+  }
+  return r;
+}
+
 // Chunk by chunk: the column sums of the activations entering the collected
 // weights, and the chunk's perplexity terms.
 class ChunkCollector {
@@ -143,28 +192,27 @@ class ChunkCollector {
     }
   }
 
-  // Runs chunk c and adds its sums to m (whole chunks only); returns its
-  // perplexity terms.
-  ImatrixRunState collect(int64_t c, Imatrix& m) {
+  // Runs chunk c: its sums and perplexity terms, or why they are spoilt.
+  ChunkResult run(int64_t c) {
     decode(c);
-    ImatrixRunState chunk_run;
+    ChunkResult r;
+    r.chunk = c;
     try {
-      const std::exception_ptr logits_error = opt_.compute_ppl ? score(c, chunk_run) : nullptr;
-      std::map<std::string, TapResult> sums = chunk_sums();
+      const std::exception_ptr logits_error = opt_.compute_ppl ? score(c, r.run) : nullptr;
+      r.sums = chunk_sums();
       // Spoilt logits come from non-finite activations, which the sums name
-      // by tensor: check those first (into a scratch matrix, so that `m`
-      // keeps only whole chunks).
+      // by tensor: check those first (into a scratch matrix).
       if (logits_error) {
         Imatrix scratch;
-        add_column_sums(scratch, sums);
+        add_column_sums(scratch, r.sums);
         std::rethrow_exception(logits_error);
       }
-      add_column_sums(m, sums);
     } catch (const Error& e) {
-      throw Error("imatrix: chunk " + std::to_string(c) + " of " + model_.path() + ": " + e.what() + " (" +
-                  std::to_string(m.chunk_count) + " chunks collected before it)");
+      r = ChunkResult{};
+      r.chunk = c;
+      r.error = e.what();
     }
-    return chunk_run;
+    return r;
   }
 
  private:
@@ -192,7 +240,7 @@ class ChunkCollector {
   }
 
   // Adds the chunk's scored predictions to run; returns the error of a
-  // spoilt logit, if any, for collect to report after the sums.
+  // spoilt logit, if any, for run() to report after the sums.
   std::exception_ptr score(int64_t c, ImatrixRunState& run) const {
     const int64_t n_vocab = model_.hparams().n_vocab;
     try {
@@ -224,12 +272,20 @@ class ChunkCollector {
   std::map<std::string, TapResult> host_sums_;  // the callback path's chunk sums
 };
 
-void add_chunk_run(Imatrix& m, const ImatrixRunState& chunk_run, int64_t c) {
-  m.run.nll_sum += chunk_run.nll_sum;
-  m.run.nll_sq_sum += chunk_run.nll_sq_sum;
-  m.run.n_scored += chunk_run.n_scored;
+// Adds a chunk to m (whole chunks only: a failed chunk adds nothing).
+void add_chunk(Imatrix& m, const ChunkResult& r, const Model& model) {
+  try {
+    if (!r.error.empty()) throw Error(r.error);
+    add_column_sums(m, r.sums);
+  } catch (const Error& e) {
+    throw Error("imatrix: chunk " + std::to_string(r.chunk) + " of " + model.path() + ": " + e.what() + " (" +
+                std::to_string(m.chunk_count) + " chunks collected before it)");
+  }
+  m.run.nll_sum += r.run.nll_sum;
+  m.run.nll_sq_sum += r.run.nll_sq_sum;
+  m.run.n_scored += r.run.n_scored;
   ++m.chunk_count;
-  m.run.next_chunk = c + 1;
+  m.run.next_chunk = r.chunk + 1;
 }
 
 void update_report(ImatrixChunkReport& report, const Imatrix& m, int64_t c, int64_t n_ctx,
@@ -244,17 +300,38 @@ void update_report(ImatrixChunkReport& report, const Imatrix& m, int64_t c, int6
 }  // namespace
 
 void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt, Imatrix& m,
-                     const std::function<bool(const ImatrixChunkReport&, const Imatrix&)>& on_chunk) {
-  const ImatrixChunkRange range = imatrix_chunk_range(static_cast<int64_t>(tokens.size()), opt, m);
-  start_run(m, model, opt);
+                     const std::function<bool(const ImatrixChunkReport&, const Imatrix&)>& on_chunk,
+                     dist::Comm& comm) {
+  // Rank 0 holds the matrix (and where a resumed run goes on); the others
+  // learn the range from it.
+  ImatrixChunkRange range;
+  if (comm.is_root()) {
+    range = imatrix_chunk_range(static_cast<int64_t>(tokens.size()), opt, m);
+    start_run(m, model, opt);
+  }
+  dist::ByteWriter w;
+  w.put(range);
+  const std::string range_bytes = comm.broadcast(w.bytes(), 0);
+  range = dist::ByteReader(range_bytes).get<ImatrixChunkRange>();
+
   ChunkCollector collector(model, tokens, opt);
   const auto t0 = std::chrono::steady_clock::now();
   ImatrixChunkReport report;
   report.total = range.end - range.first;
-  for (int64_t c = range.first; c < range.end; ++c) {
-    add_chunk_run(m, collector.collect(c, m), c);
-    update_report(report, m, c, opt.n_ctx, t0);
-    if (on_chunk && !on_chunk(report, m)) break;
+  // Rounds of one chunk per rank; rank 0 adds them in chunk order, so the
+  // matrix is the one a single process makes.
+  for (int64_t base = range.first; base < range.end; base += comm.size()) {
+    const int64_t c = base + comm.rank();
+    const std::vector<std::string> round = comm.gather(serialize(c < range.end ? collector.run(c) : ChunkResult{}), 0);
+    bool go_on = true;
+    for (const std::string& bytes : round) {
+      const ChunkResult r = parse_chunk_result(bytes);
+      if (r.chunk < 0 || !go_on) continue;
+      add_chunk(m, r, model);
+      update_report(report, m, r.chunk, opt.n_ctx, t0);
+      if (on_chunk && !on_chunk(report, m)) go_on = false;
+    }
+    if (comm.broadcast(go_on ? "1" : "0", 0) != "1") break;
   }
 }
 

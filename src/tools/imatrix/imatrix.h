@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/comm.h"
 #include "qlens/model.h"
 #include "tools/imatrix/imatrix_file.h"
 
@@ -81,7 +82,14 @@ void add_column_sums(Imatrix& m, const std::map<std::string, TapResult>& chunk);
 // save checkpoints); returning false stops after that chunk.
 // Sums are rounded to F32 after every chunk, as the file stores them, so that
 // a run resumed from a checkpoint ends with exactly the same file.
+//
+// Across the processes of `comm` (mpirun -np N): every rank calls this with
+// the same model, text and options; the chunks go round-robin to the ranks,
+// one round at a time, and rank 0, which alone holds `m` (the others' is left
+// as it is) and alone calls on_chunk, adds each round's chunks in their
+// order, so the matrix and its perplexity are exactly those of one process.
 void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt, Imatrix& m,
-                     const std::function<bool(const ImatrixChunkReport&, const Imatrix&)>& on_chunk = {});
+                     const std::function<bool(const ImatrixChunkReport&, const Imatrix&)>& on_chunk = {},
+                     dist::Comm& comm = dist::world());
 
 }  // namespace qlens::tools

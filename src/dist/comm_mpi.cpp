@@ -1,0 +1,136 @@
+// A build with MPI (-DQLENS_MPI=ON): a run started by an MPI launcher is one
+// process per rank of MPI_COMM_WORLD; any other run is a single process and
+// never calls MPI, so the same binary runs plainly too.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "dist/comm.h"
+#include "qlens/error.h"
+
+namespace qlens::dist {
+
+namespace {
+
+// MPI counts are ints: bytes go in pieces of at most 1 GiB.
+constexpr int64_t kPiece = int64_t{1} << 30;
+
+void check(int rc, const char* call) {
+  if (rc != MPI_SUCCESS) throw Error(std::string("MPI: ") + call + " failed (error " + std::to_string(rc) + ")");
+}
+
+void send_bytes(const char* data, int64_t n, int to, int tag) {
+  for (int64_t at = 0; at < n; at += kPiece) {
+    const int piece = static_cast<int>(std::min(kPiece, n - at));
+    check(MPI_Send(data + at, piece, MPI_BYTE, to, tag, MPI_COMM_WORLD), "MPI_Send");
+  }
+}
+
+void receive_bytes(char* data, int64_t n, int from, int tag) {
+  for (int64_t at = 0; at < n; at += kPiece) {
+    const int piece = static_cast<int>(std::min(kPiece, n - at));
+    check(MPI_Recv(data + at, piece, MPI_BYTE, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+  }
+}
+
+class MpiWorld final : public Comm {
+ public:
+  MpiWorld() {
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  // Point-to-point under the hood: the root receives rank by rank, which
+  // also keeps each piece within MPI's int counts.
+  std::vector<std::string> gather(const std::string& bytes, int root) override {
+    std::vector<std::string> all;
+    if (rank_ != root) {
+      send(bytes, root);
+      return all;
+    }
+    all.resize(size_);
+    for (int r = 0; r < size_; ++r) all[r] = r == root ? bytes : receive(r);
+    return all;
+  }
+
+  std::string broadcast(const std::string& bytes, int root) override {
+    int64_t n = rank_ == root ? static_cast<int64_t>(bytes.size()) : 0;
+    check(MPI_Bcast(&n, 1, MPI_INT64_T, root, MPI_COMM_WORLD), "MPI_Bcast");
+    std::string out = rank_ == root ? bytes : std::string(n, '\0');
+    for (int64_t at = 0; at < n; at += kPiece) {
+      const int piece = static_cast<int>(std::min(kPiece, n - at));
+      check(MPI_Bcast(out.data() + at, piece, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+    }
+    return out;
+  }
+
+  void send(const std::string& bytes, int to) override {
+    const int64_t n = static_cast<int64_t>(bytes.size());
+    check(MPI_Send(&n, 1, MPI_INT64_T, to, kTag, MPI_COMM_WORLD), "MPI_Send");
+    send_bytes(bytes.data(), n, to, kTag);
+  }
+
+  std::string receive(int from) override {
+    int64_t n = 0;
+    check(MPI_Recv(&n, 1, MPI_INT64_T, from, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+    std::string out(n, '\0');
+    receive_bytes(out.data(), n, from, kTag);
+    return out;
+  }
+
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::exit(code);  // MPI_Abort does not return; if it did, still end
+  }
+
+ private:
+  static constexpr int kTag = 7;
+  int rank_ = 0, size_ = 1;
+};
+
+// The variables MPI launchers give each process: Open MPI's mpirun, PMIx
+// (Open MPI 4+, srun --mpi=pmix), PMI/PMI2 (MPICH's hydra, srun --mpi=pmi2).
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+std::unique_ptr<MpiWorld>& mpi_world() {
+  static std::unique_ptr<MpiWorld> w;
+  return w;
+}
+
+}  // namespace
+
+void start(int* argc, char*** argv) {
+  if (mpi_world() || !launched_by_mpi()) return;
+  // Only the main thread calls MPI; the compute threads never do.
+  int provided = 0;
+  check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  // Errors come back as codes (thrown as qlens::Error) instead of ending the job.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  mpi_world() = std::make_unique<MpiWorld>();
+}
+
+void finish() {
+  if (!mpi_world()) return;
+  mpi_world().reset();
+  MPI_Finalize();
+}
+
+Comm& world() {
+  if (mpi_world()) return *mpi_world();
+  return single_process();
+}
+
+bool built_with_mpi() { return true; }
+
+}  // namespace qlens::dist

@@ -1,0 +1,171 @@
+// Runs across processes (mpirun): each must give what one process gives, byte
+// for byte, and a run a rank died in must resume to the same result. Skips in
+// a build without MPI or without mpirun (Debian: openmpi-bin libopenmpi-dev).
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/text_file.h"
+#include "dist/comm.h"
+#include "test_util.h"
+#include "tools/synth/synth.h"
+
+namespace qlens {
+namespace {
+
+using test::contains;
+using test::run_command;
+
+// What a rank's process runs: qlens, one compute thread (ranks share the
+// machine's cores).
+const std::string kQlens = std::string(QLENS_BINARY);
+
+class Mpi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!dist::built_with_mpi()) GTEST_SKIP() << "built without MPI (-DQLENS_MPI=OFF)";
+    if (run_command("command -v mpirun", nullptr) != 0) GTEST_SKIP() << "mpirun not found (Debian: openmpi-bin)";
+    dir_ = test::temp_dir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::create_directories(dir_);
+  }
+
+  // mpirun of N ranks on this machine (CI runs as root, which Open MPI
+  // refuses unless told).
+  static std::string mpirun(int n_ranks) {
+    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np " +
+           std::to_string(n_ranks) + " ";
+  }
+
+  // Runs `qlens ARGS` on n_ranks processes (1: plainly); returns stdout and
+  // stderr, failing the test on a non-zero exit.
+  std::string qlens(int n_ranks, const std::string& args) {
+    std::string out;
+    const std::string cmd = (n_ranks > 1 ? mpirun(n_ranks) : std::string()) + kQlens + " " + args + " 2>&1";
+    const int rc = run_command(cmd, &out);
+    EXPECT_EQ(rc, 0) << cmd << "\n" << out;
+    return out;
+  }
+
+  std::string dir_;
+};
+
+// A model the tests make: a synth preset in F32.
+std::string synth_model(const std::string& preset) {
+  const std::string file = test::temp_dir() + "/" + preset + ".gguf";
+  if (!std::filesystem::exists(file)) {
+    tools::SynthOptions o;
+    o.preset = preset;
+    o.type = DType::F32;
+    tools::synth_model(o, file);
+  }
+  return file;
+}
+
+// A text of plain words, different in every chunk (the synth models'
+// generated vocabularies tokenize any text).
+std::string word_text() {
+  const std::string file = test::temp_dir() + "/words.txt";
+  if (std::filesystem::exists(file)) return file;
+  const std::vector<std::string> words = {"the", "model", "quant", "layer", "tensor", "bits", "of",  "a",
+                                          "river", "stone", "light", "runs", "under", "every", "small", "town"};
+  std::string text;
+  uint64_t x = 12345;
+  for (int i = 0; i < 12000; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    text += words[(x >> 33) % words.size()];
+    text += (x >> 40) % 11 == 0 ? ".\n" : " ";
+  }
+  write_file_atomic(file, text);
+  return file;
+}
+
+struct ModelAndText {
+  std::string model, text;
+};
+
+// stories260K on TinyStories (../shared), and two synth models on the word
+// text: a family with sliding-window layers (gemma3) and an MoE.
+std::vector<ModelAndText> models() {
+  std::vector<ModelAndText> list;
+  const std::string stories = test::shared_path("models/stories260K.gguf");
+  const std::string tiny_stories = test::shared_path("data/tinystories/tinystories_val.txt");
+  if (!stories.empty() && !tiny_stories.empty()) list.push_back({stories, tiny_stories});
+  list.push_back({synth_model("gemma3-tiny"), word_text()});
+  list.push_back({synth_model("qwen3moe-tiny"), word_text()});
+  return list;
+}
+
+std::string final_estimate(const std::string& out) {
+  const size_t at = out.find("Final estimate");
+  return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+}
+
+TEST_F(Mpi, ImatrixEqualsOneProcessByteForByte) {
+  if (test::shared_path("models/stories260K.gguf").empty())
+    std::printf("note: ../shared absent: stories260K is left out, the synth models run\n");
+  for (const ModelAndText& mt : models()) {
+    SCOPED_TRACE(mt.model);
+    const std::string args = "imatrix -m " + mt.model + " -f " + mt.text + " -c 64 --chunks 7 -t 1 -o ";
+    const std::string one = qlens(1, args + dir_ + "/one.gguf");
+    for (int n : {2, 3}) {
+      const std::string out_path = dir_ + "/np" + std::to_string(n) + ".gguf";
+      const std::string out = qlens(n, args + out_path);
+      EXPECT_TRUE(contains(out, std::to_string(n) + " processes")) << out;
+      EXPECT_EQ(read_text_file(out_path), read_text_file(dir_ + "/one.gguf")) << n << " ranks";
+      EXPECT_EQ(final_estimate(out), final_estimate(one)) << n << " ranks";
+      EXPECT_FALSE(final_estimate(out).empty()) << out;
+    }
+  }
+}
+
+// Open MPI ends the whole job when a rank dies; rank 0's checkpoints hold
+// whole chunks in order, and --resume (on any number of ranks) completes the
+// same file as one uninterrupted process.
+TEST_F(Mpi, ImatrixKilledRankResumesToTheSameFile) {
+  const std::string model = synth_model("gemma3-tiny"), text = word_text();
+  const std::string args = "imatrix -m " + model + " -f " + text + " -c 32 --chunks 240 -t 1 ";
+  qlens(1, args + "-o " + dir_ + "/one.gguf");
+
+  // Rank 1 killed once the checkpoint after 8 chunks exists.
+  const std::string out = dir_ + "/run.gguf";
+  const std::string script = mpirun(2) + kQlens + " " + args + "--save-frequency 4 -o " + out + " > " + dir_ +
+                             "/run.log 2>&1 & pid=$!; "
+                             "while [ ! -e " + out + ".at_8 ] && kill -0 $pid 2>/dev/null; do sleep 0.002; done; "
+                             "for p in $(pgrep -P $pid); do "
+                             "  if tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1; then kill -9 $p; fi; "
+                             "done; wait $pid";
+  std::string log;
+  const int rc = run_command("bash -c '" + script + "'", &log);
+  ASSERT_NE(rc, 0) << "the run ended before rank 1 was killed: " << read_text_file(dir_ + "/run.log");
+
+  // The latest whole checkpoint.
+  int64_t latest = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    const std::string name = entry.path().filename().string(), prefix = "run.gguf.at_";
+    if (name.rfind(prefix, 0) == 0 && name.find(".tmp") == std::string::npos)
+      latest = std::max<int64_t>(latest, std::stoll(name.substr(prefix.size())));
+  }
+  std::printf("killed after checkpoint %lld of 240 chunks\n", static_cast<long long>(latest));
+  ASSERT_GE(latest, 8);
+  ASSERT_LT(latest, 240);
+  const std::string resumed = qlens(3, args + "--resume " + out + ".at_" + std::to_string(latest) + " -o " + out);
+  EXPECT_TRUE(contains(resumed, "(resumed)")) << resumed;
+  EXPECT_EQ(read_text_file(out), read_text_file(dir_ + "/one.gguf"));
+}
+
+// An error on the ranks (here a missing model) ends the run with a non-zero
+// exit and the message, naming the file and the rank.
+TEST_F(Mpi, AnErrorEndsEveryRankWithItsMessage) {
+  std::string out;
+  const int rc = run_command(mpirun(2) + kQlens + " imatrix -m " + dir_ + "/missing.gguf -f " + word_text() +
+                                 " -o " + dir_ + "/x.gguf 2>&1",
+                             &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "missing.gguf")) << out;
+  EXPECT_TRUE(contains(out, " of 2: ")) << out;
+}
+
+}  // namespace
+}  // namespace qlens
