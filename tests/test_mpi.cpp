@@ -48,6 +48,22 @@ class Mpi : public ::testing::Test {
     return out;
   }
 
+  // Starts `qlens ARGS` on n_ranks processes, SIGKILLs rank `victim` once
+  // `wait_for` exists, and returns the job's exit status (its output in
+  // DIR/run.log).
+  int run_and_kill(int n_ranks, const std::string& args, const std::string& wait_for, int victim) {
+    const std::string script = dir_ + "/kill.sh";
+    write_file_atomic(script, mpirun(n_ranks) + kQlens + " " + args + " > " + dir_ + "/run.log 2>&1 &\n" +
+                                  "pid=$!\n"
+                                  "while [ ! -e " + wait_for + " ] && kill -0 $pid 2>/dev/null; do sleep 0.002; done\n"
+                                  "for p in $(pgrep -P $pid); do\n"
+                                  "  if tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=" +
+                                  std::to_string(victim) + "; then kill -9 $p; fi\n"
+                                  "done\n"
+                                  "wait $pid\n");
+    return run_command("bash " + script, nullptr);
+  }
+
   std::string dir_;
 };
 
@@ -130,15 +146,8 @@ TEST_F(Mpi, ImatrixKilledRankResumesToTheSameFile) {
 
   // Rank 1 killed once the checkpoint after 8 chunks exists.
   const std::string out = dir_ + "/run.gguf";
-  const std::string script = mpirun(2) + kQlens + " " + args + "--save-frequency 4 -o " + out + " > " + dir_ +
-                             "/run.log 2>&1 & pid=$!; "
-                             "while [ ! -e " + out + ".at_8 ] && kill -0 $pid 2>/dev/null; do sleep 0.002; done; "
-                             "for p in $(pgrep -P $pid); do "
-                             "  if tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1; then kill -9 $p; fi; "
-                             "done; wait $pid";
-  std::string log;
-  const int rc = run_command("bash -c '" + script + "'", &log);
-  ASSERT_NE(rc, 0) << "the run ended before rank 1 was killed: " << read_text_file(dir_ + "/run.log");
+  ASSERT_NE(run_and_kill(2, args + "--save-frequency 4 -o " + out, out + ".at_8", 1), 0)
+      << "the run ended before rank 1 was killed: " << read_text_file(dir_ + "/run.log");
 
   // The latest whole checkpoint.
   int64_t latest = 0;
@@ -153,6 +162,48 @@ TEST_F(Mpi, ImatrixKilledRankResumesToTheSameFile) {
   const std::string resumed = qlens(3, args + "--resume " + out + ".at_" + std::to_string(latest) + " -o " + out);
   EXPECT_TRUE(contains(resumed, "(resumed)")) << resumed;
   EXPECT_EQ(read_text_file(out), read_text_file(dir_ + "/one.gguf"));
+}
+
+// Sensitivity: each rank makes the reference and probes its share; rank 0's
+// JSON is one process's, byte for byte (quant and noise mode, tensors and
+// groups), and the ranks' checkpoints are gone at the end.
+TEST_F(Mpi, SensitivityEqualsOneProcessByteForByte) {
+  for (const ModelAndText& mt : models()) {
+    SCOPED_TRACE(mt.model);
+    const std::string base = "sensitivity -m " + mt.model + " -f " + mt.text + " -c 64 --chunks 2 -t 1 ";
+    std::vector<std::string> runs = {"--types Q4_0,Q8_0", "--mode noise --noise-levels 0.02,0.08 --types Q4_0,Q5_1"};
+    if (mt.model.find("moe") != std::string::npos) runs.push_back("--types Q4_0,Q8_0 --group experts");
+    for (const std::string& flags : runs) {
+      SCOPED_TRACE(flags);
+      qlens(1, base + flags + " --json " + dir_ + "/one.json");
+      for (int n : {2, 3}) {
+        const std::string json = dir_ + "/np" + std::to_string(n) + ".json";
+        qlens(n, base + flags + " --json " + json);
+        EXPECT_EQ(read_text_file(json), read_text_file(dir_ + "/one.json")) << n << " ranks";
+        for (int r = 1; r < n; ++r)
+          EXPECT_FALSE(std::filesystem::exists(json + ".rank" + std::to_string(r))) << "rank " << r << "'s checkpoint";
+      }
+    }
+  }
+}
+
+// A rank killed mid-run ends the job; every rank checkpointed each finished
+// tensor (JSON, JSON.rank<R>), and --resume on another number of ranks
+// completes the table as one uninterrupted process makes it.
+TEST_F(Mpi, SensitivityKilledRankResumesToTheSameTable) {
+  const std::string model = synth_model("gemma3-tiny"), text = word_text();
+  const std::string args = "sensitivity -m " + model + " -f " + text +
+                           " -c 64 --chunks 4 -t 1 --types Q4_0,Q4_1,Q5_0,Q5_1,Q8_0,IQ4_NL --json ";
+  qlens(1, args + dir_ + "/one.json");
+
+  const std::string json = dir_ + "/run.json";
+  ASSERT_NE(run_and_kill(3, args + json, json + ".rank2", 2), 0)
+      << "the run ended before rank 2 was killed: " << read_text_file(dir_ + "/run.log");
+  ASSERT_TRUE(std::filesystem::exists(json + ".rank2"));
+  const std::string resumed = qlens(2, args + json + " --resume");
+  EXPECT_TRUE(contains(resumed, "resuming: ")) << resumed;
+  EXPECT_EQ(read_text_file(json), read_text_file(dir_ + "/one.json"));
+  for (int r = 1; r <= 2; ++r) EXPECT_FALSE(std::filesystem::exists(json + ".rank" + std::to_string(r)));
 }
 
 // An error on the ranks (here a missing model) ends the run with a non-zero

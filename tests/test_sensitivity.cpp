@@ -17,6 +17,7 @@
 #include "test_util.h"
 #include "tools/imatrix/imatrix_file.h"
 #include "tools/sensitivity/sensitivity.h"
+#include "tools/sensitivity/sensitivity_dist.h"
 #include "tools/sensitivity/sensitivity_run.h"
 
 namespace qlens {
@@ -433,6 +434,61 @@ TEST(SensitivityRun, TheModelMustBeUnquantizedAndTheImatrixCoverageCountsTheProb
   EXPECT_EQ(all.n_weights, probed);  // token_embd's rows are looked up: no importance
   EXPECT_GT(all.n_weights, 2);
   EXPECT_EQ(all.n_covered(), 1);
+}
+
+
+// ---- sharing the probes among ranks (tools/sensitivity/sensitivity_dist.h) ----
+
+TEST(SensitivityDist, SharesBalanceTheCostWithinOneUnit) {
+  // Units in the cache's order: later layers cost less (the layer cache).
+  std::vector<double> costs;
+  for (int layer = 0; layer < 30; ++layer)
+    for (int t = 0; t < 7; ++t) costs.push_back(tools::sensitivity_unit_cost(t == 6 ? 4 : 6, layer, 30));
+  for (int n_ranks : {1, 2, 3, 8}) {
+    const std::vector<int> owner = tools::sensitivity_shares(costs, n_ranks);
+    ASSERT_EQ(owner.size(), costs.size());
+    std::vector<double> load(n_ranks, 0.0);
+    for (size_t i = 0; i < costs.size(); ++i) {
+      ASSERT_GE(owner[i], 0);
+      ASSERT_LT(owner[i], n_ranks);
+      load[owner[i]] += costs[i];
+    }
+    const double max_cost = *std::max_element(costs.begin(), costs.end());
+    EXPECT_LE(*std::max_element(load.begin(), load.end()) - *std::min_element(load.begin(), load.end()), max_cost)
+        << n_ranks << " ranks";
+  }
+  EXPECT_EQ(tools::sensitivity_unit_cost(2, 30, 30), 2.0) << "the output matrix: one layer's worth per pass";
+  EXPECT_EQ(tools::sensitivity_unit_cost(1, 0, 30), 31.0);
+}
+
+TEST(SensitivityDist, UnitsRoundTripAsBytes) {
+  tools::SensitivityTensor t;
+  t.name = "blk.3.ffn_up_exps.weight";
+  t.role = "ffn_up_exps";
+  t.layer = 3;
+  t.n_elements = 1 << 20;
+  t.shape = {64, 128};
+  t.source_type = DType::BF16;
+  t.noise_coefficient = 1.0 / 3;
+  t.noise_exponent = 0.7;
+  t.noise_points = {{1e-3, 2e-5}, {4e-3, 9e-5}};
+  t.members = {"a", "b"};
+  tools::SensitivityCandidate c;
+  c.type = DType::IQ2_XXS;
+  c.bytes = 12345;
+  c.delta_kld = 0.1 + 1e-17;
+  c.measured = true;
+  t.candidates = {c, c};
+  const auto back = tools::parse_sensitivity_units(tools::serialize_sensitivity_units({t, t}) +
+                                                   tools::serialize_sensitivity_units({t}));
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_EQ(tools::serialize_sensitivity_units({back[2]}), tools::serialize_sensitivity_units({t}));
+  EXPECT_EQ(back[0].noise_points, t.noise_points);
+  EXPECT_EQ(back[0].members, t.members);
+  EXPECT_EQ(back[0].candidates[1].delta_kld, c.delta_kld);
+  EXPECT_EQ(back[0].candidates[1].type, DType::IQ2_XXS);
+  const std::string bytes = tools::serialize_sensitivity_units({t});
+  EXPECT_THROW(tools::parse_sensitivity_units(bytes.substr(0, bytes.size() - 3)), Error) << "a cut message";
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/parallel.h"
+#include "dist/comm.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
 
@@ -212,14 +213,16 @@ void add_cache_type_option(ArgParser& p, DType* out) {
 namespace {
 
 // Every run that loads a model says where it runs, on stderr (llama.cpp's
-// users read its device lines the same way).
+// users read its device lines the same way); under mpirun, each rank.
 void announce_device(const DeviceInfo& d, int n_gpu_layers) {
+  const std::string rank = dist::rank_prefix();
   if (d.id == "cpu") {
-    std::fprintf(stderr, "device: cpu, %s\n", d.name.c_str());
+    std::fprintf(stderr, "%sdevice: cpu, %s\n", rank.c_str(), d.name.c_str());
     return;
   }
   const std::string layers = n_gpu_layers < 0 ? std::string("every layer") : "-ngl " + std::to_string(n_gpu_layers);
-  std::fprintf(stderr, "device: %s, %s (%s; the rest on the CPU)\n", d.id.c_str(), d.name.c_str(), layers.c_str());
+  std::fprintf(stderr, "%sdevice: %s, %s (%s; the rest on the CPU)\n", rank.c_str(), d.id.c_str(), d.name.c_str(),
+               layers.c_str());
 }
 
 }  // namespace

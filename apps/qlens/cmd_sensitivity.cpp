@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "core/output_path.h"
 #include "core/text_file.h"
+#include "dist/comm.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "tools/common/chunks.h"
@@ -121,21 +122,41 @@ void settle_sensitivity_flags(SensitivityFlags& f) {
   opt.noise_levels = parse_levels(f.levels);
 }
 
-// The probes, with a progress bar and the --json checkpoint after each tensor.
+// The probes, with a progress bar (rank 0's) and this rank's checkpoint
+// after each tensor.
 tools::SensitivityResult measure_with_progress(const Model& model, const std::vector<Token>& tokens,
                                                const SensitivityFlags& f,
                                                const std::optional<tools::SensitivityResult>& previous) {
   std::unique_ptr<tools::Progress> bar;
+  const dist::Comm& comm = dist::world();
+  const std::string checkpoint = tools::sensitivity_rank_checkpoint(f.json_path, comm.rank());
   auto r = tools::measure_sensitivity(model, tokens, f.opt, previous ? &*previous : nullptr,
                                       [&](const tools::SensitivityResult& partial, int64_t done, int64_t total) {
-                                        if (!bar) bar = std::make_unique<tools::Progress>("sensitivity", total, "tensors");
-                                        bar->update(done, partial.groups.empty() ? partial.tensors.back().name
-                                                                                 : partial.groups.back().name);
+                                        if (comm.is_root()) {
+                                          if (!bar)
+                                            bar = std::make_unique<tools::Progress>(
+                                                comm.size() > 1 ? "sensitivity, rank 0's share" : "sensitivity", total,
+                                                "tensors");
+                                          bar->update(done, partial.groups.empty() ? partial.tensors.back().name
+                                                                                   : partial.groups.back().name);
+                                        }
                                         if (!f.json_path.empty())
-                                          tools::write_sensitivity_checkpoint(f.json_path, partial, f.text_path);
+                                          tools::write_sensitivity_checkpoint(checkpoint, partial, f.text_path);
                                       });
   if (bar) bar->finish();
   return r;
+}
+
+// Rank 0, after the probes: the cost, the table, the JSON.
+void report_and_write(const SensitivityFlags& f, tools::SensitivityResult& r) {
+  if (r.n_probes > 0 && r.reference_seconds > 0)
+    std::fprintf(stderr, "sensitivity: %lld probes, %.2f s each on average, %.0f%% of a full pass (%.2f s)%s\n",
+                 static_cast<long long>(r.n_probes), r.probe_seconds / r.n_probes,
+                 100.0 * r.probe_seconds / r.n_probes / r.reference_seconds, r.reference_seconds,
+                 f.opt.layer_cache ? "" : "; --no-layer-cache");
+  r.text_path = f.text_path;
+  tools::print_sensitivity(std::cout, r, static_cast<size_t>(f.top));
+  if (!f.json_path.empty()) tools::write_sensitivity_checkpoint(f.json_path, r, f.text_path);
 }
 
 }  // namespace
@@ -154,19 +175,23 @@ int cmd_sensitivity(int argc, char** argv) {
   if (!opt.imatrix_path.empty())
     tools::print_imatrix_coverage(std::cerr, tools::sensitivity_imatrix_coverage(*model, opt));
 
+  // Under mpirun every rank probes its share; rank 0 prints and writes the
+  // result, then the ranks' own checkpoints go.
+  dist::Comm& comm = dist::world();
   std::optional<tools::SensitivityResult> previous;
   if (f.resume) previous = tools::sensitivity_resume_point(f.json_path, f.model_path, opt);
-  if (previous) std::fprintf(stderr, "resuming: %zu tensors already measured\n", previous->tensors.size());
+  if (previous && comm.is_root())
+    std::fprintf(stderr, "resuming: %zu %s already measured\n",
+                 previous->groups.empty() ? previous->tensors.size() : previous->groups.size(),
+                 previous->groups.empty() ? "tensors" : "groups");
+  if (comm.size() > 1 && comm.is_root())
+    std::fprintf(stderr, "%d processes: each makes the reference and probes its share of the tensors by cost\n",
+                 comm.size());
 
   auto r = measure_with_progress(*model, tokens, f, previous);
-  if (r.n_probes > 0 && r.reference_seconds > 0)
-    std::fprintf(stderr, "sensitivity: %lld probes, %.2f s each on average, %.0f%% of a full pass (%.2f s)%s\n",
-                 static_cast<long long>(r.n_probes), r.probe_seconds / r.n_probes,
-                 100.0 * r.probe_seconds / r.n_probes / r.reference_seconds, r.reference_seconds,
-                 opt.layer_cache ? "" : "; --no-layer-cache");
-  r.text_path = f.text_path;
-  tools::print_sensitivity(std::cout, r, static_cast<size_t>(f.top));
-  if (!f.json_path.empty()) tools::write_sensitivity_checkpoint(f.json_path, r, f.text_path);
+  if (comm.is_root()) report_and_write(f, r);
+  comm.barrier();
+  if (!f.json_path.empty()) tools::remove_sensitivity_rank_checkpoints(f.json_path, comm.rank());
   return 0;
 }
 

@@ -15,12 +15,14 @@
 #include "core/json_reader.h"
 #include "core/json_writer.h"
 #include "core/parallel.h"
+#include "dist/bytes.h"
 #include "qlens/error.h"
 #include "tools/common/chunks.h"
 #include "tools/compare/compare_logits.h"
 #include "tools/imatrix/imatrix_file.h"
 #include "tools/common/json_header.h"
 #include "tools/common/user_regex.h"
+#include "tools/sensitivity/sensitivity_dist.h"
 
 namespace qlens::tools {
 
@@ -45,6 +47,13 @@ std::vector<DType> sensitivity_types(const SensitivityOptions& o) {
 namespace {
 
 int layer_of(const std::string& name) { return tensor_layer(name); }
+
+// FNV-1a of a tensor's name: its noise generator's seed with --seed.
+uint64_t name_hash(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return h;
+}
 
 // The reference's output distribution, compactly: per scored token the top-K
 // log-probabilities, the log of the remaining mass, and the next token's nll.
@@ -126,6 +135,11 @@ class Runner {
 
   double probe_seconds() const { return probe_seconds_; }
   int64_t n_probes() const { return n_probes_; }
+  // Probes another rank ran (rank 0's totals).
+  void add_probes(int64_t n, double seconds) {
+    n_probes_ += n;
+    probe_seconds_ += seconds;
+  }
   double reference_seconds() const { return reference_seconds_; }
 
   void make_reference() {
@@ -470,24 +484,12 @@ SensitivityCandidate probe_group_type(Probe& p, const std::vector<Tensor*>& grou
   return c;
 }
 
-void measure_group(Probe& p, const std::string& name, const std::vector<Tensor*>& group) {
+SensitivityTensor measure_group(Probe& p, const std::string& name, const std::vector<Tensor*>& group, int first) {
   SensitivityTensor st = group_entry(name, group, p.opt.group);
-  const int first = cached_start(p.runner, first_layer_reading(p.model, group));
   for (DType type : p.types)
     if (std::all_of(group.begin(), group.end(), [&](Tensor* w) { return w->type != type && fits(type, *w); }))
       st.candidates.push_back(probe_group_type(p, group, type, first, st.n_elements));
-  p.r.groups.push_back(std::move(st));
-}
-
-void measure_groups(Probe& p, const std::vector<Tensor*>& probed, const OnTensor& on_tensor) {
-  if (p.opt.mode != SensitivityMode::Quant) throw Error("sensitivity: --group layer|role needs --mode quant");
-  Groups members;
-  for (Tensor* w : probed) members[group_name(*w, p.opt.group)].push_back(w);
-  int64_t done = 0;
-  for (const auto* member : groups_in_layer_order(p.model, members)) {
-    measure_group(p, member->first, member->second);
-    if (on_tensor) on_tensor(p.r, ++done, static_cast<int64_t>(members.size()));
-  }
+  return st;
 }
 
 // ---- --group tensor
@@ -599,57 +601,156 @@ void probe_noise(Probe& p, Tensor* w, const std::vector<float>& x, const std::ve
   fit_noise_response(st);
 }
 
-SensitivityTensor measure_tensor(Probe& p, Tensor* w, std::mt19937_64& rng) {
+SensitivityTensor measure_tensor(Probe& p, Tensor* w, int first) {
   SensitivityTensor st = tensor_entry(*w);
   const std::vector<float> x = tensor_to_f32(*w);
   const std::vector<float> importance = weight_importance(p.imatrix, *w);
-  const int first = cached_start(p.runner, first_layer_reading(p.model, {w}));
   for (DType type : p.types)
     if (type != w->type && fits(type, *w)) st.candidates.push_back(probe_type(p, w, type, x, importance, first));
-  if (p.opt.mode == SensitivityMode::Noise) probe_noise(p, w, x, importance, first, rng, st);
+  if (p.opt.mode == SensitivityMode::Noise) {
+    // Each tensor's noise from its own generator (the seed and its name), so
+    // that it does not depend on which tensors ran before it: a resumed run
+    // or another rank draws what one uninterrupted process draws.
+    std::seed_seq seq{p.opt.seed, name_hash(w->name)};
+    std::mt19937_64 rng(seq);
+    probe_noise(p, w, x, importance, first, rng, st);
+  }
   return st;
 }
 
-// Tensors the resumed run measured are taken as they are.
-void measure_tensors(Probe& p, const std::vector<Tensor*>& probed, const SensitivityResult* resume,
-                     const OnTensor& on_tensor) {
-  std::map<std::string, const SensitivityTensor*> done_before;
-  if (resume)
-    for (const SensitivityTensor& t : resume->tensors) done_before[t.name] = &t;
-  std::mt19937_64 rng(p.opt.seed);
-  int64_t n_done = 0;
-  for (Tensor* w : probed) {
-    if (auto it = done_before.find(w->name); it != done_before.end())
-      p.r.tensors.push_back(*it->second);
-    else
-      p.r.tensors.push_back(measure_tensor(p, w, rng));
-    if (on_tensor) on_tensor(p.r, ++n_done, static_cast<int64_t>(probed.size()));
+// ---- the units probed (tensors, or groups) and their share among ranks
+
+struct ProbeUnit {
+  std::string name;
+  std::vector<Tensor*> members;
+  int first_layer = 0;  // the first layer its members change
+  double cost = 0;      // sensitivity_unit_cost
+};
+
+// In the order of the first layer each unit changes, so that the cache only
+// moves forward ("layer 2" before "layer 10"; the output matrix last).
+std::vector<ProbeUnit> probe_units(const Probe& p, std::vector<Tensor*> probed) {
+  std::vector<ProbeUnit> units;
+  if (p.opt.group == SensitivityGroup::Tensor) {
+    sort_by_layer(probed);
+    for (Tensor* w : probed) units.push_back({w->name, {w}, first_layer_reading(p.model, {w})});
+  } else {
+    if (p.opt.mode != SensitivityMode::Quant) throw Error("sensitivity: --group layer|role needs --mode quant");
+    Groups members;
+    for (Tensor* w : probed) members[group_name(*w, p.opt.group)].push_back(w);
+    for (const auto* m : groups_in_layer_order(p.model, members))
+      units.push_back({m->first, m->second, first_layer_reading(p.model, m->second)});
   }
+  const int n_layer = static_cast<int>(p.model.hparams().n_layer);
+  for (ProbeUnit& u : units) {
+    int passes = 0;
+    if (p.opt.mode == SensitivityMode::Noise)
+      passes = static_cast<int>(p.opt.noise_levels.size());
+    else
+      for (DType type : p.types)
+        passes += std::all_of(u.members.begin(), u.members.end(),
+                              [&](Tensor* w) { return w->type != type && fits(type, *w); });
+    u.cost = sensitivity_unit_cost(passes, p.opt.layer_cache ? u.first_layer : 0, n_layer);
+  }
+  return units;
+}
+
+SensitivityTensor measure_unit(Probe& p, const ProbeUnit& u) {
+  const int first = cached_start(p.runner, u.first_layer);
+  if (p.opt.group == SensitivityGroup::Tensor) return measure_tensor(p, u.members.front(), first);
+  return measure_group(p, u.name, u.members, first);
+}
+
+// What a rank sends rank 0 at the end: its units' results and its probes' cost.
+std::string serialize_units(const std::vector<SensitivityTensor>& units, const Runner& runner) {
+  dist::ByteWriter w;
+  w.put(runner.n_probes());
+  w.put(runner.probe_seconds());
+  w.put(serialize_sensitivity_units(units));
+  return w.take();
+}
+
+// Units a resumed run measured are taken as they are; under several ranks,
+// those any rank's checkpoints hold. The rest go to the ranks by cost
+// (sensitivity_shares); each rank measures its own in order, calling
+// on_tensor with its result so far (its checkpoint), and rank 0 gathers them
+// all, in the units' order, into p.r.
+void measure_units(Probe& p, const std::vector<ProbeUnit>& units, const SensitivityResult* resume,
+                   const OnTensor& on_tensor, dist::Comm& comm) {
+  const bool groups = p.opt.group != SensitivityGroup::Tensor;
+  std::map<std::string, SensitivityTensor> done_before;
+  if (resume)
+    for (const SensitivityTensor& t : groups ? resume->groups : resume->tensors) done_before[t.name] = t;
+  if (comm.size() > 1) {
+    std::vector<SensitivityTensor> known;
+    for (auto& [name, t] : done_before) known.push_back(t);
+    std::string all;
+    if (comm.is_root())
+      for (const std::string& bytes : comm.gather(serialize_sensitivity_units(known), 0)) all += bytes;
+    else
+      comm.gather(serialize_sensitivity_units(known), 0);
+    for (SensitivityTensor& t : parse_sensitivity_units(comm.broadcast(all, 0))) done_before.emplace(t.name, t);
+  }
+  std::vector<size_t> todo;
+  std::vector<double> costs;
+  for (size_t i = 0; i < units.size(); ++i)
+    if (!done_before.count(units[i].name)) {
+      todo.push_back(i);
+      costs.push_back(units[i].cost);
+    }
+  const std::vector<int> owner = sensitivity_shares(costs, comm.size());
+
+  SensitivityResult& mine = p.r;  // this rank's results so far (rank 0: also those before)
+  std::vector<SensitivityTensor>& list = groups ? mine.groups : mine.tensors;
+  if (comm.is_root())
+    for (const ProbeUnit& u : units)
+      if (auto it = done_before.find(u.name); it != done_before.end()) list.push_back(it->second);
+  const int64_t my_total =
+      static_cast<int64_t>(list.size()) + std::count(owner.begin(), owner.end(), comm.rank());
+  std::vector<SensitivityTensor> measured;
+  for (size_t k = 0; k < todo.size(); ++k) {
+    if (owner[k] != comm.rank()) continue;
+    measured.push_back(measure_unit(p, units[todo[k]]));
+    list.push_back(measured.back());
+    if (on_tensor) on_tensor(mine, static_cast<int64_t>(list.size()), my_total);
+  }
+  // Rank 0: every unit in order.
+  const std::vector<std::string> parts = comm.gather(serialize_units(measured, p.runner), 0);
+  if (!comm.is_root()) return;
+  std::map<std::string, SensitivityTensor> by_name = done_before;
+  for (int r = 0; r < comm.size(); ++r) {
+    dist::ByteReader in(parts[r]);
+    const auto n_probes = in.get<int64_t>();
+    const auto seconds = in.get<double>();
+    if (r > 0) p.runner.add_probes(n_probes, seconds);
+    for (SensitivityTensor& t : parse_sensitivity_units(in.get_string())) by_name[t.name] = std::move(t);
+  }
+  list.clear();
+  for (const ProbeUnit& u : units) list.push_back(by_name.at(u.name));
 }
 
 }  // namespace
 
 SensitivityResult measure_sensitivity(const Model& model, const std::vector<Token>& tokens,
                                       const SensitivityOptions& opt, const SensitivityResult* resume,
-                                      const OnTensor& on_tensor) {
+                                      const OnTensor& on_tensor, dist::Comm& comm) {
   std::unique_ptr<Imatrix> imatrix;
   if (!opt.imatrix_path.empty()) imatrix = std::make_unique<Imatrix>(load_imatrix(opt.imatrix_path));
   const std::vector<DType> types = sensitivity_types(opt);
   std::vector<Tensor*> probed = sensitivity_probed_weights(model, opt.tensors_regex);
   SensitivityResult r = start_result(model, opt, types, probed);
   check_some_probed(model, opt, probed);
-  sort_by_layer(probed);
 
+  // Every rank makes the reference itself (one full pass): cheaper than
+  // sending it, and the same on each.
   Runner runner(model, tokens, opt);
   runner.make_reference();
   r.n_tokens_scored = runner.n_scored();
   r.reference_ppl = runner.reference_ppl();
   Probe p{model, opt, types, imatrix.get(), runner, r};
-  if (opt.group != SensitivityGroup::Tensor)
-    measure_groups(p, probed, on_tensor);
-  else
-    measure_tensors(p, probed, resume, on_tensor);
+  measure_units(p, probe_units(p, probed), resume, on_tensor, comm);
   finish(r, runner);
+  r.complete = comm.is_root();
   return r;
 }
 

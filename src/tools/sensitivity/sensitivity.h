@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/comm.h"
 #include "qlens/model.h"
 #include "tools/common/tensor_names.h"
 #include "qlens/types.h"
@@ -118,10 +119,19 @@ std::vector<DType> sensitivity_types(const SensitivityOptions& options);
 // Runs the probe. `resume`, when it holds tensors from an interrupted run of
 // the same model and settings, is continued. on_tensor is called after each
 // tensor with the result so far (to checkpoint) and the progress.
+//
+// Across the processes of `comm` (mpirun -np N): every rank calls this with
+// the same model, text and options (and what it can read of the interrupted
+// run's checkpoints: the ranks pool them); each makes the reference, takes
+// its share of the remaining tensors by cost (sensitivity_dist.h) and calls
+// on_tensor with its own results so far (its checkpoint). Rank 0 returns
+// every tensor, in the order one process gives them and with its values;
+// the other ranks return their own share, not complete.
 SensitivityResult measure_sensitivity(
     const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt,
     const SensitivityResult* resume = nullptr,
-    const std::function<void(const SensitivityResult&, int64_t done, int64_t total)>& on_tensor = {});
+    const std::function<void(const SensitivityResult&, int64_t done, int64_t total)>& on_tensor = {},
+    dist::Comm& comm = dist::world());
 
 // JSON (the schema qlens plan reads; docs/SENSITIVITY.md) and a text report.
 // The reader takes schema 1 files too (their settings are mode alone).
