@@ -1457,4 +1457,51 @@ TEST(GgufReference, PythonGgufPackageReadsOurFiles) {
   }
 }
 
+
+// ---- split models (gguf-split's parts of a tiny Q8_0 model: tests/data/split) ----
+
+std::string split_part(int k) {
+  return std::string(QLENS_SOURCE_DIR) + "/tests/data/split/tiny-q8-split-0000" + std::to_string(k) + "-of-00003.gguf";
+}
+
+TEST(GgufSplit, PartsOpenAsOneFileFromTheFirst) {
+  auto f = qlens::gguf::File::open(split_part(1));
+  EXPECT_EQ(f->split_count(), 3);
+  EXPECT_EQ(f->part_path(2), split_part(3));
+  ASSERT_EQ(f->tensors().size(), 20u) << "split.tensors.count";
+  std::map<int, int> per_part;
+  for (const auto& t : f->tensors()) {
+    ++per_part[t.split];
+    EXPECT_NE(f->tensor_data(t), nullptr) << t.name;  // the bytes: QuantizeSplits compares them
+  }
+  EXPECT_EQ(per_part[0], 8);
+  EXPECT_EQ(per_part[1], 8);
+  EXPECT_EQ(per_part[2], 4);
+  EXPECT_TRUE(f->find("general.architecture")) << "the metadata is the first part's";
+}
+
+TEST(GgufSplit, AnotherPartThanTheFirstIsRefusedNamingTheFirst) {
+  const std::string err = qlens::test::error_of([] { qlens::gguf::File::open(split_part(2)); });
+  EXPECT_TRUE(qlens::test::contains(err, "part 2 of a model split in 3 files")) << err;
+  EXPECT_TRUE(qlens::test::contains(err, "tiny-q8-split-00001-of-00003.gguf")) << err;
+}
+
+TEST(GgufSplit, MissingOrForeignPartsAreErrorsNamingTheFile) {
+  const std::string dir = qlens::test::temp_dir() + "/split";
+  std::filesystem::create_directories(dir);
+  const auto copy = [&](int from, const std::string& name) {
+    std::filesystem::copy_file(split_part(from), dir + "/" + name, std::filesystem::copy_options::overwrite_existing);
+  };
+  copy(1, "m-00001-of-00003.gguf");
+  copy(3, "m-00003-of-00003.gguf");
+  std::string err = qlens::test::error_of([&] { qlens::gguf::File::open(dir + "/m-00001-of-00003.gguf"); });
+  EXPECT_TRUE(qlens::test::contains(err, "m-00002-of-00003.gguf: cannot open")) << err;
+  copy(3, "m-00002-of-00003.gguf");  // the third part where the second should be
+  err = qlens::test::error_of([&] { qlens::gguf::File::open(dir + "/m-00001-of-00003.gguf"); });
+  EXPECT_TRUE(qlens::test::contains(err, "m-00002-of-00003.gguf: split.no 2 and split.count 3, expected 1 and 3")) << err;
+  copy(1, "renamed.gguf");
+  err = qlens::test::error_of([&] { qlens::gguf::File::open(dir + "/renamed.gguf"); });
+  EXPECT_TRUE(qlens::test::contains(err, "not named PREFIX-00001-of-00003.gguf")) << err;
+}
+
 }  // namespace

@@ -841,5 +841,74 @@ TEST(Quantize, ClipOutliersPerBlock) {
   for (int i = 32; i < 64; ++i) EXPECT_EQ(x[i], before[i]);  // within 2 sigma: untouched
 }
 
+// ---- the output in parts (--keep-split, --split-max-size, --split-max-tensors) ----
+
+// Every tensor of `path` (a file or a split model's first part): its type, shape and bytes.
+std::map<std::string, std::string> tensor_bytes(const std::string& path) {
+  auto f = gguf::File::open(path);
+  std::map<std::string, std::string> out;
+  for (const auto& t : f->tensors())
+    out[t.name] = std::string(type_name(t.type)) + std::to_string(t.ne[0]) + "x" + std::to_string(t.ne[1]) + "x" +
+                  std::to_string(t.ne[2]) + ":" +
+                  std::string(reinterpret_cast<const char*>(f->tensor_data(t)), t.nbytes);
+  return out;
+}
+
+TEST(QuantizeSplits, PartsHoldTheSingleFilesTensorsAndLlamaCppsPartsRead) {
+  const std::string dir = test::temp_dir() + "/splits";
+  std::filesystem::create_directories(dir);
+  std::ostringstream log;
+  tools::QuantizeOptions opt;
+  opt.mix = "Q8_0";
+  opt.n_threads = 1;
+  tools::quantize_model(synth_f32(), dir + "/one.gguf", opt, log);
+  const auto single = tensor_bytes(dir + "/one.gguf");
+
+  // gguf-split's parts of that very file (tests/data/split/README.md) read as it.
+  EXPECT_EQ(tensor_bytes(std::string(QLENS_SOURCE_DIR) + "/tests/data/split/tiny-q8-split-00001-of-00003.gguf"),
+            single);
+
+  opt.split_max_tensors = 7;
+  tools::quantize_model(synth_f32(), dir + "/parts.gguf", opt, log);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/parts.gguf")) << "the parts are named PREFIX-0000k-of-0000n.gguf";
+  auto first = gguf::File::open(dir + "/parts-00001-of-00003.gguf");
+  EXPECT_EQ(first->split_count(), 3);
+  EXPECT_EQ(first->find("split.tensors.count")->as_int(), 20);
+  EXPECT_EQ(tensor_bytes(dir + "/parts-00001-of-00003.gguf"), single);
+  for (const auto& t : first->tensors()) EXPECT_EQ(t.split, (&t - first->tensors().data()) / 7) << t.name;
+
+  // --keep-split: the input's parts, requantized part by part.
+  tools::QuantizeOptions keep;
+  keep.mix = "Q4_0";
+  keep.allow_requantize = true;
+  keep.keep_split = true;
+  tools::quantize_model(dir + "/parts-00001-of-00003.gguf", dir + "/kept.gguf", keep, log);
+  auto kept = gguf::File::open(dir + "/kept-00001-of-00003.gguf");
+  ASSERT_EQ(kept->tensors().size(), first->tensors().size());
+  for (size_t i = 0; i < kept->tensors().size(); ++i) EXPECT_EQ(kept->tensors()[i].split, first->tensors()[i].split);
+  keep.keep_split = false;
+  tools::quantize_model(dir + "/parts-00001-of-00003.gguf", dir + "/whole.gguf", keep, log);
+  EXPECT_EQ(tensor_bytes(dir + "/kept-00001-of-00003.gguf"), tensor_bytes(dir + "/whole.gguf"));
+  EXPECT_FALSE(gguf::File::open(dir + "/whole.gguf")->find("split.count")) << "one file has no part keys";
+
+  // The model loads from its parts and computes what the single file computes.
+  auto a = Model::load(dir + "/one.gguf");
+  auto b = Model::load(dir + "/parts-00001-of-00003.gguf");
+  const auto tokens = test::spread_tokens(a->hparams().n_vocab, 64);
+  tools::PerplexityOptions po;
+  po.n_ctx = 32;
+  po.n_threads = 1;
+  const double ppl = tools::perplexity(*a, tokens, po).ppl;
+  EXPECT_TRUE(std::isfinite(ppl));
+  EXPECT_EQ(tools::perplexity(*b, tokens, po).ppl, ppl);
+}
+
+TEST(QuantizeSplits, SizesReadAsGgufSplitReadsThem) {
+  EXPECT_EQ(tools::parse_split_max_size("500M"), 500000000ull);
+  EXPECT_EQ(tools::parse_split_max_size("50G"), 50000000000ull);
+  for (const char* bad : {"", "M", "0G", "12", "1.5G", "-3M", "12K"})
+    EXPECT_TRUE(test::contains(test::error_of([&] { tools::parse_split_max_size(bad); }), "--split-max-size")) << bad;
+}
+
 }  // namespace
 }  // namespace qlens

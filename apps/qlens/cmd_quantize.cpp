@@ -16,7 +16,7 @@ namespace qlens::cli {
 namespace {
 
 struct QuantizeFlags {
-  std::string in_path, out_path, mix, imatrix, rules_file, output_type, embd_type, threads, json_path;
+  std::string in_path, out_path, mix, imatrix, rules_file, output_type, embd_type, threads, json_path, split_max_size;
   std::vector<std::string> rules;
   bool dry_run = false;
   tools::QuantizeOptions opt;
@@ -50,6 +50,11 @@ bool parse_quantize_flags(int argc, char** argv, QuantizeFlags& f) {
   p.add_switch({"--allow-requantize"}, &opt.allow_requantize, "allow quantizing tensors that are already quantized");
   p.add({"--clip-sigma"}, &opt.clip_sigma, "K", "clip weights beyond K standard deviations per block first");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
+  p.add_switch({"--keep-split"}, &opt.keep_split,
+               "write the output in the input's parts (OUT-00001-of-0000N.gguf ..., as llama-quantize)");
+  p.add({"--split-max-size"}, &f.split_max_size, "N(M|G)",
+        "write the output in parts of at most N megabytes or gigabytes of tensors (as gguf-split)");
+  p.add({"--split-max-tensors"}, &opt.split_max_tensors, "N", "write the output in parts of at most N tensors (as gguf-split)");
   p.add_switch({"--dry-run"}, &f.dry_run, "print the plan (type and bytes per tensor, totals) and write nothing");
   p.add({"--json"}, &f.json_path, "FILE", "also write the plan (type and bytes per tensor, totals) as JSON (docs/JSON.md)");
   if (!p.parse(argc, argv)) return false;
@@ -93,6 +98,25 @@ void settle_quantize_options(QuantizeFlags& f) {
   opt.output_type = parse_type("--output-tensor-type", f.output_type);
   opt.token_embedding_type = parse_type("--token-embedding-type", f.embd_type);
   if (opt.clip_sigma < 0) throw Error("qlens quantize: --clip-sigma must be positive");
+  if (!f.split_max_size.empty()) opt.split_max_bytes = tools::parse_split_max_size(f.split_max_size);
+  if (opt.split_max_tensors < 0) throw Error("qlens quantize: --split-max-tensors must be positive");
+  if (opt.keep_split + (opt.split_max_bytes > 0) + (opt.split_max_tensors > 0) > 1)
+    throw Error("qlens quantize: give one of --keep-split, --split-max-size and --split-max-tensors");
+}
+
+// Every file the output will be (one, or its parts), none of them an input
+// or one of its parts.
+void check_quantize_outputs(const QuantizeFlags& f) {
+  auto in = gguf::File::open(f.in_path);
+  auto plan_opt = f.opt;
+  plan_opt.plan_only = true;
+  const tools::QuantizeSplits splits = tools::plan_quantize_splits(*in, tools::plan_quantization(*in, plan_opt), f.opt);
+  std::vector<NamedPath> inputs = {{"--imatrix", f.imatrix}, {"--tensor-type-file", f.rules_file}};
+  for (int k = 0; k < in->split_count(); ++k) inputs.push_back({"IN", in->part_path(k)});
+  for (const std::string& path : tools::quantize_output_paths(f.out_path, splits.count)) {
+    check_output_path("qlens quantize", {"OUT", path}, inputs);
+    if (path == f.in_path) throw Error("qlens quantize: OUT.gguf must differ from IN.gguf");
+  }
 }
 
 // --dry-run: the plan (and how the imatrix covers it), nothing written but --json.
@@ -130,9 +154,17 @@ int cmd_quantize(int argc, char** argv) {
   settle_quantize_options(f);
   if (f.dry_run) return dry_run(f);
   if (out_path == in_path) throw Error("qlens quantize: OUT.gguf must differ from IN.gguf");
+  check_quantize_outputs(f);
   auto plan = tools::quantize_model(in_path, out_path, f.opt, std::cerr);
-  std::printf("wrote %s: %s, %zu bytes of tensors, %.4f bits per weight\n", out_path.c_str(), plan.mix.name.c_str(),
-              plan.total_bytes, plan.bits_per_weight());
+  {
+    auto in = gguf::File::open(in_path);
+    const int parts = tools::plan_quantize_splits(*in, plan, f.opt).count;
+    const std::string written = parts > 1 ? tools::quantize_output_paths(out_path, parts).front() + " (part 1 of " +
+                                                std::to_string(parts) + ")"
+                                          : out_path;
+    std::printf("wrote %s: %s, %zu bytes of tensors, %.4f bits per weight\n", written.c_str(), plan.mix.name.c_str(),
+                plan.total_bytes, plan.bits_per_weight());
+  }
   if (!f.json_path.empty()) write_file_atomic(f.json_path, tools::quantize_plan_json(plan, in_path, out_path, f.opt));
   return 0;
 }

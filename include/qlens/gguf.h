@@ -88,8 +88,9 @@ struct TensorInfo {
   int n_dims = 0;
   std::array<int64_t, 4> ne{1, 1, 1, 1};
   DType type = DType::F32;
-  uint64_t offset = 0;  // relative to the start of the data section
+  uint64_t offset = 0;  // relative to the start of its part's data section
   size_t nbytes = 0;
+  uint16_t split = 0;   // the part of a split model holding it (0: the first, or the only file)
 
   int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
@@ -97,12 +98,22 @@ struct TensorInfo {
 class File {
  public:
   // Opens and validates a GGUF v2/v3 file. Tensor data is memory-mapped, not copied.
+  //
+  // A split model (gguf-split's or llama-quantize --keep-split's parts,
+  // PREFIX-00001-of-00003.gguf ...: split.no, split.count and
+  // split.tensors.count in each) opens as one file from its first part, as
+  // llama.cpp loads it: the metadata is the first part's, the tensors are
+  // every part's (TensorInfo::split says which), each part mapped on its
+  // own. Opening another part than the first is an Error naming the first.
   static std::unique_ptr<File> open(const std::string& path);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
   const std::string& path() const { return path_; }
+  // A split model's parts (1 for a single file) and each part's path.
+  int split_count() const { return 1 + static_cast<int>(parts_.size()); }
+  const std::string& part_path(int split) const { return split == 0 ? path_ : parts_.at(split - 1)->path_; }
   uint32_t version() const { return version_; }
   size_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
@@ -129,6 +140,8 @@ class File {
 
  private:
   File() = default;
+  static std::unique_ptr<File> open_part(const std::string& path);
+  void join_parts();
   friend class Parser;
   std::string path_;
   uint32_t version_ = 0;
@@ -138,7 +151,12 @@ class File {
   const uint8_t* map_ = nullptr;
   std::vector<KeyValue> kv_;
   std::vector<TensorInfo> tensors_;
+  std::vector<std::unique_ptr<File>> parts_;  // a split model's parts after the first
 };
+
+// The path of part `split` (0-based) of `count` of a split model:
+// PREFIX-00001-of-00003.gguf, as llama.cpp names them.
+std::string split_path(const std::string& prefix, int split, int count);
 
 // Writes GGUF v3. Tensors are laid out in the order added, each aligned.
 // The file is written to PATH.tmp and renamed to PATH on success.

@@ -421,7 +421,63 @@ class Parser {
   }
 };
 
+std::string split_path(const std::string& prefix, int split, int count) {
+  char suffix[48];
+  std::snprintf(suffix, sizeof suffix, "-%05d-of-%05d.gguf", split + 1, count);
+  return prefix + suffix;
+}
+
 std::unique_ptr<File> File::open(const std::string& path) {
+  std::unique_ptr<File> f = open_part(path);
+  f->join_parts();
+  return f;
+}
+
+// A split model's first part opens the others, named as llama.cpp names them
+// from the first's, and takes their tensors.
+void File::join_parts() {
+  const std::optional<int64_t> count = try_int("split.count");
+  if (!count || *count <= 1) return;
+  const int64_t no = try_int("split.no").value_or(0);
+  if (*count > 65535) throw Error(path_ + ": split.count is " + std::to_string(*count) + " (at most 65535)");
+  const std::string first_suffix = split_path("", 0, static_cast<int>(*count));
+  const std::string own_suffix = split_path("", static_cast<int>(no), static_cast<int>(*count));
+  if (no != 0) {
+    const std::string first = path_.ends_with(own_suffix)
+                                  ? split_path(path_.substr(0, path_.size() - own_suffix.size()), 0, static_cast<int>(*count))
+                                  : std::string("its first part");
+    throw Error(path_ + ": part " + std::to_string(no + 1) + " of a model split in " + std::to_string(*count) +
+                " files; open the first part, " + first);
+  }
+  if (!path_.ends_with(first_suffix))
+    throw Error(path_ + ": the first part of a model split in " + std::to_string(*count) +
+                " files, but not named PREFIX" + first_suffix + " (the other parts are found by that name)");
+  const std::string prefix = path_.substr(0, path_.size() - first_suffix.size());
+  std::unordered_set<std::string> names;
+  for (const TensorInfo& t : tensors_) names.insert(t.name);
+  for (int i = 1; i < *count; ++i) {
+    std::unique_ptr<File> part = open_part(split_path(prefix, i, static_cast<int>(*count)));
+    const std::optional<int64_t> part_no = part->try_int("split.no");
+    const std::optional<int64_t> part_count = part->try_int("split.count");
+    if (part_no != i || part_count != *count)
+      throw Error(part->path_ + ": split.no " + (part_no ? std::to_string(*part_no) : std::string("missing")) +
+                  " and split.count " + (part_count ? std::to_string(*part_count) : std::string("missing")) +
+                  ", expected " + std::to_string(i) + " and " + std::to_string(*count) + " (a part of another model?)");
+    for (TensorInfo t : part->tensors_) {
+      if (!names.insert(t.name).second)
+        throw Error(part->path_ + ": tensor " + quoted(t.name) + " is also in an earlier part of " + path_);
+      t.split = static_cast<uint16_t>(i);
+      tensors_.push_back(std::move(t));
+    }
+    parts_.push_back(std::move(part));
+  }
+  if (const std::optional<int64_t> total = try_int("split.tensors.count");
+      total && *total != static_cast<int64_t>(tensors_.size()))
+    throw Error(path_ + ": split.tensors.count is " + std::to_string(*total) + " but its " + std::to_string(*count) +
+                " parts hold " + std::to_string(tensors_.size()) + " tensors");
+}
+
+std::unique_ptr<File> File::open_part(const std::string& path) {
   std::unique_ptr<File> f(new File());
   f->path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -576,10 +632,17 @@ const TensorInfo* File::find_tensor(std::string_view name) const {
 }
 
 const uint8_t* File::tensor_data(const TensorInfo& t) const {
-  const uint64_t data_size = data_offset_ <= size_ ? size_ - data_offset_ : 0;
+  const File* part = this;
+  if (t.split > 0) {
+    if (t.split > parts_.size())
+      throw Error(path_ + ": tensor " + quoted(t.name) + " names part " + std::to_string(t.split + 1) + " of " +
+                  std::to_string(split_count()));
+    part = parts_[t.split - 1].get();
+  }
+  const uint64_t data_size = part->data_offset_ <= part->size_ ? part->size_ - part->data_offset_ : 0;
   if (t.offset > data_size || t.nbytes > data_size - t.offset)
-    throw Error(path_ + ": tensor " + quoted(t.name) + " does not lie inside this file's data section");
-  return map_ + data_offset_ + t.offset;
+    throw Error(part->path_ + ": tensor " + quoted(t.name) + " does not lie inside this file's data section");
+  return part->map_ + part->data_offset_ + t.offset;
 }
 
 }  // namespace qlens::gguf

@@ -137,7 +137,12 @@ void inspect_text(const gguf::File& f, std::ostream& os) {
   os << "GGUF v" << f.version() << ": " << f.path() << "\n";
   os << "  file size    " << f.file_size() << " bytes (" << human_bytes(f.file_size()) << ")\n";
   os << "  alignment    " << f.alignment() << "\n";
-  os << "  data offset  " << f.data_offset() << "\n\n";
+  os << "  data offset  " << f.data_offset() << "\n";
+  if (f.split_count() > 1) {
+    os << "  parts        " << f.split_count() << " (the first's sizes above; tensors from all of them):\n";
+    for (int k = 1; k < f.split_count(); ++k) os << "               " << f.part_path(k) << "\n";
+  }
+  os << "\n";
 
   const auto& kv = f.metadata();
   size_t key_w = 3;
@@ -196,6 +201,10 @@ void inspect_json(const gguf::File& f, std::ostream& os, bool pretty) {
   w.value(f.file_size());
   w.key("data_offset");
   w.value(f.data_offset());
+  w.key("parts");  // a split model's files, the first's included
+  w.begin_array();
+  for (int k = 0; k < f.split_count(); ++k) w.value(f.part_path(k));
+  w.end_array();
 
   w.key("metadata");
   w.begin_object();
@@ -224,6 +233,8 @@ void inspect_json(const gguf::File& f, std::ostream& os, bool pretty) {
     w.end_array();
     w.key("offset");
     w.value(t.offset);
+    w.key("split");
+    w.value(static_cast<int64_t>(t.split));
     w.key("bytes");
     w.value(static_cast<uint64_t>(t.nbytes));
     w.key("bits_per_weight");

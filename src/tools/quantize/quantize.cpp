@@ -415,11 +415,12 @@ void quantize_tensor(const gguf::TensorInfo& t, const uint8_t* src, DType to, co
   });
 }
 
-// The input's metadata and the quantization's.
+// The input's metadata (but a split input's part keys: the output sets its
+// own) and the quantization's.
 void set_metadata(gguf::Writer& w, const gguf::File& in, const QuantizePlan& plan) {
   for (const auto& kv : in.metadata())
     // An input aligned below GGUF's 8 (llama.cpp reads them) gets the default layout.
-    if (kv.key != "general.alignment" || kv.value.u >= 8) w.set(kv.key, kv.value);
+    if ((kv.key != "general.alignment" || kv.value.u >= 8) && kv.key.rfind("split.", 0) != 0) w.set(kv.key, kv.value);
   w.set("general.file_type", gguf::Value::make_u32(plan.from_mix ? plan.mix.file_type : file_type_of(plan)));
   w.set("general.quantization_version", gguf::Value::make_u32(2));
   w.set("quantize.qlens_version", gguf::Value::make_string(QLENS_VERSION));
@@ -504,6 +505,62 @@ ImatrixCoverage quantize_imatrix_coverage(const gguf::File& in, const QuantizePl
   return imatrix_coverage(imatrix, weights, all, in.try_string("general.name").value_or(""));
 }
 
+QuantizeSplits plan_quantize_splits(const gguf::File& in, const QuantizePlan& plan, const QuantizeOptions& opt) {
+  QuantizeSplits s;
+  s.part.assign(plan.tensors.size(), 0);
+  if (opt.keep_split + (opt.split_max_bytes > 0) + (opt.split_max_tensors > 0) > 1)
+    throw Error("qlens quantize: give one of --keep-split, --split-max-size and --split-max-tensors");
+  if (opt.keep_split) {
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      s.part[i] = in.tensors()[i].split;
+      if (i > 0 && s.part[i] < s.part[i - 1])
+        throw Error(in.path() + ": its parts' tensors are not in order, which --keep-split needs");
+    }
+    s.count = in.split_count();
+    return s;
+  }
+  if (opt.split_max_bytes == 0 && opt.split_max_tensors <= 0) return s;
+  // gguf-split's rules: a new part when the next tensor (padded to 32 bytes)
+  // would take this one's tensor bytes over the limit, or every N tensors.
+  uint64_t in_part = 0;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const uint64_t bytes = (plan.tensors[i].bytes + 31) / 32 * 32;
+    const bool full = opt.split_max_bytes > 0 ? in_part + bytes > opt.split_max_bytes
+                                              : static_cast<int64_t>(i) % opt.split_max_tensors == 0;
+    if (i > 0 && full) {
+      ++s.count;
+      in_part = 0;
+    }
+    in_part += bytes;
+    s.part[i] = s.count - 1;
+  }
+  if (s.count > 65535) throw Error("qlens quantize: --split-max-size makes more than 65535 parts");
+  return s;
+}
+
+std::vector<std::string> quantize_output_paths(const std::string& out_path, int count) {
+  if (count <= 1) return {out_path};
+  const std::string prefix = out_path.ends_with(".gguf") ? out_path.substr(0, out_path.size() - 5) : out_path;
+  std::vector<std::string> paths;
+  for (int k = 0; k < count; ++k) paths.push_back(gguf::split_path(prefix, k, count));
+  return paths;
+}
+
+uint64_t parse_split_max_size(const std::string& text) {
+  const auto bad = [&] {
+    return Error("qlens quantize: --split-max-size takes a size such as 500M or 50G (megabytes or gigabytes), got '" +
+                 text + "'");
+  };
+  if (text.size() < 2 || (text.back() != 'M' && text.back() != 'G')) throw bad();
+  uint64_t n = 0;
+  for (size_t i = 0; i + 1 < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9' || n > 1000000000ull) throw bad();
+    n = n * 10 + static_cast<uint64_t>(text[i] - '0');
+  }
+  if (n == 0) throw bad();
+  return n * (text.back() == 'M' ? 1000000ull : 1000000000ull);
+}
+
 QuantizePlan quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& opt,
                             std::ostream& log) {
   auto in = gguf::File::open(in_path);
@@ -527,24 +584,41 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
                     std::string(type_name(p.to)) + " needs (an importance matrix of this model)");
   }
 
-  std::vector<std::unique_ptr<uint8_t[]>> buffers;  // quantized data lives until write()
+  // Part by part: each written when its last tensor is in, its buffers
+  // freed then (the parts follow the input's order).
+  const QuantizeSplits splits = plan_quantize_splits(*in, plan, opt);
+  const std::vector<std::string> paths = quantize_output_paths(out_path, splits.count);
+  std::vector<std::unique_ptr<uint8_t[]>> buffers;  // quantized data lives until its part is written
   const size_t n = plan.tensors.size();
+  gguf::Writer part_writer;
   for (size_t i = 0; i < n; ++i) {
+    const int k = splits.part[i];
+    gguf::Writer& out = k == 0 ? w : part_writer;
     const TensorPlan& p = plan.tensors[i];
     const gguf::TensorInfo& t = in->tensors()[i];
     const uint8_t* src = in->tensor_data(t);
     log_tensor_head(log, i, n, t, p);
     if (p.to == p.from) {
-      add_copied(w, t, src, log);
-      continue;
+      add_copied(out, t, src, log);
+    } else {
+      const std::vector<float> importance = imatrix && type_traits(p.to).is_quantized
+                                                ? tensor_importance_logged(t, *imatrix, opt, log)
+                                                : std::vector<float>{};
+      auto& data = buffers.emplace_back(new uint8_t[p.bytes]);
+      add_quantized(out, t, src, p, importance, opt, n_threads, data.get(), log);
     }
-    const std::vector<float> importance = imatrix && type_traits(p.to).is_quantized
-                                              ? tensor_importance_logged(t, *imatrix, opt, log)
-                                              : std::vector<float>{};
-    auto& out = buffers.emplace_back(new uint8_t[p.bytes]);
-    add_quantized(w, t, src, p, importance, opt, n_threads, out.get(), log);
+    if (i + 1 == n || splits.part[i + 1] != k) {
+      if (splits.count > 1) {
+        out.set("split.no", gguf::Value::make_u16(static_cast<uint16_t>(k)));
+        out.set("split.count", gguf::Value::make_u16(static_cast<uint16_t>(splits.count)));
+        out.set("split.tensors.count", gguf::Value::make_i32(static_cast<int32_t>(n)));
+      }
+      out.write(paths[k]);
+      buffers.clear();
+      part_writer = gguf::Writer();
+      if (splits.count > 1) log << "wrote part " << k + 1 << " of " << splits.count << ": " << paths[k] << "\n";
+    }
   }
-  w.write(out_path);
   return plan;
 }
 

@@ -43,6 +43,13 @@ struct QuantizeOptions {
   // A dry run's plan: a type that needs an imatrix is planned without one,
   // and its reason says so (a real run refuses it, as llama-quantize does).
   bool plan_only = false;
+  // The output in parts (quantize_output_paths): as the input's parts
+  // (--keep-split, llama-quantize's), or each part at most this many bytes
+  // of tensors (--split-max-size, gguf-split's; a larger tensor alone).
+  // (--split-max-tensors: at most this many tensors per part, gguf-split's.)
+  bool keep_split = false;
+  uint64_t split_max_bytes = 0;
+  int64_t split_max_tensors = 0;
 };
 
 // Parses "REGEX=TYPE" lines (blank lines and '#' comments skipped).
@@ -83,6 +90,21 @@ ImatrixCoverage quantize_imatrix_coverage(const gguf::File& in, const QuantizePl
 
 // Plans, quantizes and writes `out_path` (atomically). Logs per tensor to `log`,
 // first the imatrix's coverage and warnings.
+// The part (0-based) each planned tensor is written to, and the part count:
+// all 0 without --keep-split, --split-max-size or --split-max-tensors.
+struct QuantizeSplits {
+  std::vector<int> part;  // per plan.tensors
+  int count = 1;
+};
+QuantizeSplits plan_quantize_splits(const gguf::File& in, const QuantizePlan& plan, const QuantizeOptions& opt);
+// The files OUT names for `count` parts: OUT itself for one, else
+// PREFIX-00001-of-0000N.gguf ... with PREFIX = OUT without ".gguf", as
+// llama-quantize --keep-split and gguf-split name them.
+std::vector<std::string> quantize_output_paths(const std::string& out_path, int count);
+// --split-max-size: N followed by M or G (megabytes, gigabytes: 10^6, 10^9,
+// as gguf-split reads it).
+uint64_t parse_split_max_size(const std::string& text);
+
 QuantizePlan quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& opt,
                             std::ostream& log);
 
