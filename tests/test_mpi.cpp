@@ -164,6 +164,49 @@ TEST_F(Mpi, ImatrixKilledRankResumesToTheSameFile) {
   EXPECT_EQ(read_text_file(out), read_text_file(dir_ + "/one.gguf"));
 }
 
+// --split-layers: one model across the ranks by layers (each rank its
+// layers' weights): one process's perplexity, and its imatrix byte for byte,
+// checkpoints included; a checkpoint resumes on other ranks, split or not.
+TEST_F(Mpi, SplitLayersGiveOneProcesssPerplexityAndImatrix) {
+  for (const ModelAndText& mt : models()) {
+    SCOPED_TRACE(mt.model);
+    const std::string ppl_args = "perplexity -m " + mt.model + " -f " + mt.text + " -c 64 --chunks 5 -t 1";
+    const std::string one = final_estimate(qlens(1, ppl_args));
+    EXPECT_FALSE(one.empty());
+    const std::string im_args =
+        "imatrix -m " + mt.model + " -f " + mt.text + " -c 64 --chunks 5 -t 1 --process-output --save-frequency 2 -o ";
+    qlens(1, im_args + dir_ + "/one.gguf");
+    const int max_ranks = mt.model.find("qwen3moe") != std::string::npos ? 2 : 3;  // its 2 layers
+    for (int n = 2; n <= max_ranks; ++n) {
+      SCOPED_TRACE(std::to_string(n) + " ranks");
+      const std::string out = qlens(n, ppl_args + " --split-layers");
+      EXPECT_EQ(final_estimate(out), one) << out;
+      EXPECT_TRUE(contains(out, "rank " + std::to_string(n - 1) + ": layer")) << out;
+      const std::string path = dir_ + "/split" + std::to_string(n) + ".gguf";
+      qlens(n, im_args + path + " --split-layers");
+      EXPECT_EQ(read_text_file(path), read_text_file(dir_ + "/one.gguf"));
+      EXPECT_EQ(read_text_file(path + ".at_4"), read_text_file(dir_ + "/one.gguf.at_4"));
+      // The checkpoint after 2 chunks, resumed split on n ranks and by chunks on 3.
+      qlens(n, im_args + dir_ + "/resumed.gguf --split-layers --resume " + path + ".at_2");
+      EXPECT_EQ(read_text_file(dir_ + "/resumed.gguf"), read_text_file(dir_ + "/one.gguf"));
+      qlens(3, im_args + dir_ + "/resumed.gguf --resume " + path + ".at_2");
+      EXPECT_EQ(read_text_file(dir_ + "/resumed.gguf"), read_text_file(dir_ + "/one.gguf"));
+    }
+  }
+  // More ranks than layers, and a run under mpirun without --split-layers, are clear errors.
+  std::string out;
+  EXPECT_NE(run_command(mpirun(3) + kQlens + " perplexity -m " + synth_model("qwen3moe-tiny") + " -f " + word_text() +
+                            " -c 64 --chunks 1 --split-layers 2>&1",
+                        &out),
+            0);
+  EXPECT_TRUE(contains(out, "3 ranks for the 2 layers")) << out;
+  EXPECT_NE(run_command(mpirun(2) + kQlens + " perplexity -m " + synth_model("gemma3-tiny") + " -f " + word_text() +
+                            " -c 64 --chunks 1 2>&1",
+                        &out),
+            0);
+  EXPECT_TRUE(contains(out, "give --split-layers")) << out;
+}
+
 // Sensitivity: each rank makes the reference and probes its share; rank 0's
 // JSON is one process's, byte for byte (quant and noise mode, tensors and
 // groups), and the ranks' checkpoints are gone at the end.

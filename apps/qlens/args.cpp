@@ -198,6 +198,12 @@ void add_device_options(ArgParser& p, DeviceFlags* flags) {
         "layers to run on the device, from the last (default: all; more than the layers: the output too)");
 }
 
+void add_split_layers_option(ArgParser& p, bool* out) {
+  p.add_switch({"--split-layers"}, out,
+               "under mpirun: run the model across the ranks by layers (each rank reads only its layers'\n"
+               "weights), for a model larger than one machine's memory");
+}
+
 void add_cache_type_option(ArgParser& p, DType* out) {
   std::string default_name(type_name(*out));
   for (char& ch : default_name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

@@ -92,6 +92,9 @@ void add_device_options(ArgParser& p, DeviceFlags* flags);
 // -ctk/--cache-type TYPE: the KV cache's type, f16, f32 or bf16. *out holds
 // the command's default, which the help names.
 void add_cache_type_option(ArgParser& p, DType* out);
+// --split-layers: under mpirun, the model across the ranks by layers
+// (docs/CLUSTER.md).
+void add_split_layers_option(ArgParser& p, bool* out);
 void resolve_device(const ArgParser& p, DeviceFlags& flags);
 
 }  // namespace qlens::cli

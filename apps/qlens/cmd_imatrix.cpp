@@ -11,6 +11,7 @@
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "tools/common/chunks.h"
+#include "tools/common/layer_pipeline.h"
 #include "tools/imatrix/imatrix.h"
 #include "tools/imatrix/imatrix_file.h"
 #include "tools/imatrix/imatrix_run.h"
@@ -67,6 +68,7 @@ bool parse_imatrix_flags(int argc, char** argv, ImatrixFlags& f) {
   p.add({"--collect"}, &collect, "taps|callback",
         "how activations are observed: reductions on the backend (default) or host callback");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
+  add_split_layers_option(p, &opt.split_layers);
   add_cache_type_option(p, &opt.cache_type);
   DeviceFlags dev;
   add_device_options(p, &dev);
@@ -190,7 +192,9 @@ int collect(const ImatrixFlags& f) {
   tools::Imatrix m;
   if (!comm.is_root()) {
     tools::imatrix_chunk_range(static_cast<int64_t>(tokens.size()), opt, m);  // the same errors, before any work
-    tools::collect_imatrix(*model, tokens, opt, m);
+    // (It saves nothing: rank 0 calls the saves; with --split-layers the
+    // ranks hand it their entries when one is due.)
+    tools::collect_imatrix_saving(*model, tokens, opt, m, f.saving, std::cerr);
     return 0;
   }
   m = tools::imatrix_run_start(f.resume_path, f.in_files, opt.n_ctx, f.saving.out_path);
@@ -200,7 +204,10 @@ int collect(const ImatrixFlags& f) {
                f.text_path.c_str(), tokens.size(), static_cast<long long>(range.first),
                static_cast<long long>(range.end - 1), static_cast<long long>(opt.n_ctx),
                f.resume_path.empty() ? "" : " (resumed)");
-  if (comm.size() > 1)
+  if (comm.size() > 1 && opt.split_layers)
+    std::fprintf(stderr, "%d processes, the model split by layers:\n%s", comm.size(),
+                 tools::describe_layer_split(*model, tools::split_layers_by_bytes(*model, comm.size())).c_str());
+  else if (comm.size() > 1)
     std::fprintf(stderr, "%d processes: chunks go round-robin, rank 0 adds them in order\n", comm.size());
 
   tools::ImatrixRunSummary run;

@@ -6,10 +6,12 @@
 #include "commands.h"
 #include "core/output_path.h"
 #include "core/text_file.h"
+#include "dist/comm.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "tools/common/chunks.h"
 #include "tools/compare/llama_logits.h"
+#include "tools/common/layer_pipeline.h"
 #include "tools/perplexity/perplexity.h"
 #include "tools/common/progress.h"
 
@@ -54,6 +56,7 @@ bool parse_perplexity_flags(int argc, char** argv, PerplexityFlags& f) {
   p.add_switch({"--kl-divergence"}, &f.kld,
                "score the model against --kl-divergence-base (its tokens; -f not needed)");
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
+  add_split_layers_option(p, &opt.split_layers);
   add_cache_type_option(p, &opt.cache_type);
   DeviceFlags dev;
   add_device_options(p, &dev);
@@ -123,6 +126,17 @@ int perplexity_of_text(PerplexityFlags& f) {
   const int64_t planned = tools::chunks_in_text(static_cast<int64_t>(tokens.size()), opt.n_ctx, opt.max_chunks);
   std::fprintf(stderr, "%s: tokenized %s: %zu tokens; %lld chunks of %lld\n", f.model_path.c_str(),
                f.text_path.c_str(), tokens.size(), static_cast<long long>(planned), static_cast<long long>(opt.n_ctx));
+
+  dist::Comm& comm = dist::world();
+  if (comm.size() > 1 && !opt.split_layers)
+    throw Error("qlens perplexity: " + std::to_string(comm.size()) +
+                " processes: give --split-layers to run the model across them by layers");
+  if (comm.size() > 1 && comm.is_root())
+    std::fprintf(stderr, "%s", tools::describe_layer_split(*model, tools::split_layers_by_bytes(*model, comm.size())).c_str());
+  if (!comm.is_root()) {
+    tools::perplexity(*model, tokens, opt);
+    return 0;
+  }
 
   std::unique_ptr<tools::LlamaLogitsWriter> writer;
   if (!f.kld_base.empty()) {

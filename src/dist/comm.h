@@ -24,8 +24,13 @@ class Comm {
   virtual std::vector<std::string> gather(const std::string& bytes, int root) = 0;
   // `root`'s bytes on every rank.
   virtual std::string broadcast(const std::string& bytes, int root) = 0;
-  // Point to point, in order between two ranks.
+  // Point to point, in order between two ranks. send returns once `to`
+  // has the bytes (or MPI has buffered them); post returns at once, keeping
+  // the bytes until they are sent (in order with send's to the same rank):
+  // what a rank hands on while it goes on computing, so that two ranks
+  // sending each other never wait on each other.
   virtual void send(const std::string& bytes, int to) = 0;
+  virtual void post(std::string bytes, int to) = 0;
   virtual std::string receive(int from) = 0;
   virtual void barrier() = 0;
   // Ends every rank of the run with `code` (MPI_Abort); a single process exits.

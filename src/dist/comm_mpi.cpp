@@ -69,7 +69,40 @@ class MpiWorld final : public Comm {
     return out;
   }
 
+  // The posted messages and their requests; finished ones are dropped as
+  // later calls come (and all are waited for before MPI ends).
+  struct Posted {
+    std::unique_ptr<int64_t> size;
+    std::string bytes;
+    std::vector<MPI_Request> requests;
+  };
+
+  void post(std::string bytes, int to) override {
+    auto msg = std::make_unique<Posted>();
+    msg->size = std::make_unique<int64_t>(static_cast<int64_t>(bytes.size()));
+    msg->bytes = std::move(bytes);
+    MPI_Request r;
+    check(MPI_Isend(msg->size.get(), 1, MPI_INT64_T, to, kTag, MPI_COMM_WORLD, &r), "MPI_Isend");
+    msg->requests.push_back(r);
+    const int64_t n = *msg->size;
+    for (int64_t at = 0; at < n; at += kPiece) {
+      const int piece = static_cast<int>(std::min(kPiece, n - at));
+      check(MPI_Isend(msg->bytes.data() + at, piece, MPI_BYTE, to, kTag, MPI_COMM_WORLD, &r), "MPI_Isend");
+      msg->requests.push_back(r);
+    }
+    posted_.push_back(std::move(msg));
+    drop_finished();
+  }
+
+  void wait_posted() {
+    for (auto& msg : posted_)
+      check(MPI_Waitall(static_cast<int>(msg->requests.size()), msg->requests.data(), MPI_STATUSES_IGNORE),
+            "MPI_Waitall");
+    posted_.clear();
+  }
+
   void send(const std::string& bytes, int to) override {
+    drop_finished();
     const int64_t n = static_cast<int64_t>(bytes.size());
     check(MPI_Send(&n, 1, MPI_INT64_T, to, kTag, MPI_COMM_WORLD), "MPI_Send");
     send_bytes(bytes.data(), n, to, kTag);
@@ -91,8 +124,18 @@ class MpiWorld final : public Comm {
   }
 
  private:
+  void drop_finished() {
+    std::erase_if(posted_, [](const std::unique_ptr<Posted>& msg) {
+      int done = 0;
+      check(MPI_Testall(static_cast<int>(msg->requests.size()), msg->requests.data(), &done, MPI_STATUSES_IGNORE),
+            "MPI_Testall");
+      return done != 0;
+    });
+  }
+
   static constexpr int kTag = 7;
   int rank_ = 0, size_ = 1;
+  std::vector<std::unique_ptr<Posted>> posted_;
 };
 
 // The variables MPI launchers give each process: Open MPI's mpirun, PMIx
@@ -122,6 +165,7 @@ void start(int* argc, char*** argv) {
 
 void finish() {
   if (!mpi_world()) return;
+  mpi_world()->wait_posted();
   mpi_world().reset();
   MPI_Finalize();
 }

@@ -9,6 +9,8 @@
 #include "qlens/error.h"
 #include "dist/bytes.h"
 #include "tools/common/chunks.h"
+#include "tools/common/layer_pipeline.h"
+#include "tools/common/tensor_names.h"
 #include "tools/perplexity/perplexity.h"
 
 namespace qlens::tools {
@@ -174,12 +176,44 @@ ChunkResult parse_chunk_result(const std::string& bytes) {
   return r;
 }
 
+// Entries of a matrix as bytes, and back into (over) a matrix's.
+std::string serialize_entries(const std::map<std::string, ImatrixEntry>& entries) {
+  dist::ByteWriter w;
+  w.put(static_cast<uint64_t>(entries.size()));
+  for (const auto& [name, e] : entries) {
+    w.put(name);
+    w.put(e.n_cols);
+    w.put(e.n_mat);
+    w.put(e.sum2);
+    w.put(e.counts);
+    w.put(e.one_count);
+  }
+  return w.take();
+}
+
+void parse_entries_into(const std::string& bytes, std::map<std::string, ImatrixEntry>& entries) {
+  dist::ByteReader in(bytes);
+  const auto n = in.get<uint64_t>();
+  for (uint64_t i = 0; i < n; ++i) {
+    ImatrixEntry& e = entries[in.get_string()];
+    e.n_cols = in.get<int64_t>();
+    e.n_mat = in.get<int64_t>();
+    e.sum2 = in.get_vector<double>();
+    e.counts = in.get_vector<double>();
+    e.one_count = in.get<bool>();
+  }
+}
+
 // Chunk by chunk: the column sums of the activations entering the collected
 // weights, and the chunk's perplexity terms.
 class ChunkCollector {
  public:
-  ChunkCollector(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt)
-      : model_(model),
+  // With `split`, this rank's layers of each chunk (pipeline_decode).
+  ChunkCollector(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt,
+                 const LayerSplit* split = nullptr, dist::Comm* comm = nullptr)
+      : split_(split),
+        comm_(comm),
+        model_(model),
         opt_(opt),
         ctx_(model, run_context(opt, opt.n_ctx, opt.n_batch)),
         chunks_(tokens, opt.n_ctx, model.vocab(), "imatrix") {
@@ -194,11 +228,11 @@ class ChunkCollector {
 
   // Runs chunk c: its sums and perplexity terms, or why they are spoilt.
   ChunkResult run(int64_t c) {
-    decode(c);
+    const bool has_logits = decode(c);
     ChunkResult r;
     r.chunk = c;
     try {
-      const std::exception_ptr logits_error = opt_.compute_ppl ? score(c, r.run) : nullptr;
+      const std::exception_ptr logits_error = opt_.compute_ppl && has_logits ? score(c, r.run) : nullptr;
       r.sums = chunk_sums();
       // Spoilt logits come from non-finite activations, which the sums name
       // by tensor: check those first (into a scratch matrix).
@@ -232,11 +266,18 @@ class ChunkCollector {
   // matrix (262,144 rows for Gemma 3) needs only the rows perplexity scores,
   // as qlens perplexity computes them; all of them when its own activations
   // are collected (--process-output), none but the last without perplexity.
-  void decode(int64_t c) {
+  // Whether this rank has the chunk's logits (with a split, the last).
+  bool decode(int64_t c) {
     ctx_.clear();
     const int64_t n_ctx = opt_.n_ctx;
     const int64_t first_logit = opt_.process_output ? 0 : opt_.compute_ppl ? chunks_.first_scored() : n_ctx - 1;
+    if (split_) {
+      if (pipeline_decode(ctx_, *comm_, *split_, chunks_.chunk(c), first_logit)) return true;
+      if (split_->is_last(comm_->rank())) throw Error("imatrix: the computation was stopped");
+      return false;
+    }
     if (!ctx_.decode_logits_from(chunks_.chunk(c), first_logit)) throw Error("imatrix: the computation was stopped");
+    return true;
   }
 
   // Adds the chunk's scored predictions to run; returns the error of a
@@ -265,6 +306,8 @@ class ChunkCollector {
     return sums;
   }
 
+  const LayerSplit* split_;
+  dist::Comm* comm_;
   const Model& model_;
   const ImatrixOptions& opt_;
   Context ctx_;
@@ -272,15 +315,20 @@ class ChunkCollector {
   std::map<std::string, TapResult> host_sums_;  // the callback path's chunk sums
 };
 
-// Adds a chunk to m (whole chunks only: a failed chunk adds nothing).
-void add_chunk(Imatrix& m, const ChunkResult& r, const Model& model) {
+// Adds a chunk's sums to m, which holds `chunk_count` chunks (a failed chunk
+// adds nothing).
+void add_chunk_sums(Imatrix& m, const ChunkResult& r, const Model& model, int64_t chunk_count) {
   try {
     if (!r.error.empty()) throw Error(r.error);
     add_column_sums(m, r.sums);
   } catch (const Error& e) {
     throw Error("imatrix: chunk " + std::to_string(r.chunk) + " of " + model.path() + ": " + e.what() + " (" +
-                std::to_string(m.chunk_count) + " chunks collected before it)");
+                std::to_string(chunk_count) + " chunks collected before it)");
   }
+}
+
+// The chunk's perplexity terms and the run's count.
+void add_chunk_run(Imatrix& m, const ChunkResult& r) {
   m.run.nll_sum += r.run.nll_sum;
   m.run.nll_sq_sum += r.run.nll_sq_sum;
   m.run.n_scored += r.run.n_scored;
@@ -299,9 +347,83 @@ void update_report(ImatrixChunkReport& report, const Imatrix& m, int64_t c, int6
 
 }  // namespace
 
+namespace {
+
+// The rank that owns an entry's layer (the output matrix: the last rank).
+int entry_owner(const std::string& name, const LayerSplit& split) {
+  const int il = tensor_layer(name);
+  for (int r = 0; r < split.n_ranks(); ++r)
+    if (il >= split.first(r) && il < split.last(r)) return r;
+  return split.n_ranks() - 1;
+}
+
+// --split-layers: every rank runs its layers of every chunk and keeps the
+// entries of its layers (each entry's sums rounded after each chunk on its
+// owner, as one process does); rank 0 keeps the run's figures, the last
+// rank's perplexity terms reaching it one chunk later, and gathers the
+// ranks' entries when the whole matrix is due (whole_matrix_due) and at the
+// end.
+void collect_split(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt, Imatrix& m,
+                   const std::function<bool(const ImatrixChunkReport&, const Imatrix&)>& on_chunk,
+                   const std::function<bool(int64_t)>& whole_matrix_due, dist::Comm& comm, ImatrixChunkRange range) {
+  const LayerSplit split = split_layers_by_bytes(model, comm.size());
+  const int last = comm.size() - 1;
+  // The entries a resumed or combined run starts from go to their owners.
+  Imatrix own;  // the other ranks' entries
+  if (comm.is_root()) {
+    for (int r = 1; r < comm.size(); ++r) {
+      std::map<std::string, ImatrixEntry> theirs;
+      for (const auto& [name, e] : m.entries)
+        if (entry_owner(name, split) == r) theirs.emplace(name, e);
+      comm.send(serialize_entries(theirs), r);
+    }
+  } else {
+    parse_entries_into(comm.receive(0), own.entries);
+  }
+  ChunkCollector collector(model, tokens, opt, &split, &comm);
+  const auto t0 = std::chrono::steady_clock::now();
+  ImatrixChunkReport report;
+  report.total = range.end - range.first;
+  ChunkResult pending;  // rank 0: its own last chunk, added when the last rank's terms of it come
+  const auto finish_chunk = [&](ChunkResult r, bool whole) {
+    const ChunkResult tail = parse_chunk_result(comm.receive(last));
+    r.run = tail.run;
+    if (r.error.empty()) r.error = tail.error;
+    add_chunk_sums(m, r, model, m.chunk_count);
+    add_chunk_run(m, r);
+    if (whole)
+      for (int k = 1; k < comm.size(); ++k) parse_entries_into(comm.receive(k), m.entries);
+    update_report(report, m, r.chunk, opt.n_ctx, t0);
+    if (on_chunk) on_chunk(report, m);
+  };
+  const auto whole_after = [&](int64_t c) {
+    return c + 1 == range.end || (whole_matrix_due && whole_matrix_due(c - range.first + 1));
+  };
+  for (int64_t c = range.first; c < range.end; ++c) {
+    ChunkResult r = collector.run(c);
+    if (!comm.is_root()) {
+      add_chunk_sums(own, r, model, 0);
+      if (comm.rank() == last) {  // its perplexity terms (or why they failed) for rank 0
+        ChunkResult tail;
+        tail.chunk = c;
+        tail.run = r.run;
+        tail.error = r.error;
+        comm.post(serialize(tail), 0);
+      }
+      if (whole_after(c)) comm.post(serialize_entries(own.entries), 0);
+      continue;
+    }
+    if (c > range.first) finish_chunk(std::move(pending), whole_after(c - 1));
+    pending = std::move(r);
+  }
+  if (comm.is_root() && range.end > range.first) finish_chunk(std::move(pending), whole_after(range.end - 1));
+}
+
+}  // namespace
+
 void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt, Imatrix& m,
                      const std::function<bool(const ImatrixChunkReport&, const Imatrix&)>& on_chunk,
-                     dist::Comm& comm) {
+                     dist::Comm& comm, const std::function<bool(int64_t)>& whole_matrix_due) {
   // Rank 0 holds the matrix (and where a resumed run goes on); the others
   // learn the range from it.
   ImatrixChunkRange range;
@@ -313,6 +435,8 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
   w.put(range);
   const std::string range_bytes = comm.broadcast(w.bytes(), 0);
   range = dist::ByteReader(range_bytes).get<ImatrixChunkRange>();
+  if (opt.split_layers && comm.size() > 1)
+    return collect_split(model, tokens, opt, m, on_chunk, whole_matrix_due, comm, range);
 
   ChunkCollector collector(model, tokens, opt);
   const auto t0 = std::chrono::steady_clock::now();
@@ -327,7 +451,8 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
     for (const std::string& bytes : round) {
       const ChunkResult r = parse_chunk_result(bytes);
       if (r.chunk < 0 || !go_on) continue;
-      add_chunk(m, r, model);
+      add_chunk_sums(m, r, model, m.chunk_count);
+      add_chunk_run(m, r);
       update_report(report, m, r.chunk, opt.n_ctx, t0);
       if (on_chunk && !on_chunk(report, m)) go_on = false;
     }

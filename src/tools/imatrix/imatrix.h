@@ -45,6 +45,9 @@ struct ImatrixOptions {
   DType cache_type = DType::F32;
   bool compute_ppl = true;
   ImatrixCollect collect = ImatrixCollect::Taps;
+  // Under mpirun: the model across the ranks by layers (each collecting its
+  // own layers; tools/common/layer_pipeline.h) instead of chunks per rank.
+  bool split_layers = false;
   std::string dataset;  // recorded in imatrix.datasets (the text file's name)
 };
 
@@ -88,8 +91,13 @@ void add_column_sums(Imatrix& m, const std::map<std::string, TapResult>& chunk);
 // one round at a time, and rank 0, which alone holds `m` (the others' is left
 // as it is) and alone calls on_chunk, adds each round's chunks in their
 // order, so the matrix and its perplexity are exactly those of one process.
+// With opt.split_layers, every rank runs its layers of every chunk and keeps
+// its layers' entries; rank 0's `m` holds the whole matrix after the chunks
+// for which whole_matrix_due(chunks done in this run) is true and after the
+// last (in between, the other ranks' entries are those of the last such
+// chunk), and on_chunk's false does not stop the run.
 void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const ImatrixOptions& opt, Imatrix& m,
                      const std::function<bool(const ImatrixChunkReport&, const Imatrix&)>& on_chunk = {},
-                     dist::Comm& comm = dist::world());
+                     dist::Comm& comm = dist::world(), const std::function<bool(int64_t)>& whole_matrix_due = {});
 
 }  // namespace qlens::tools

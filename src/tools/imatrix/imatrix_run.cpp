@@ -67,19 +67,27 @@ ImatrixRunStats collect_imatrix_saving(const Model& model, const std::vector<Tok
                                        std::ostream& log, const std::function<void(const ImatrixChunkReport&)>& on_chunk) {
   ImatrixRunStats stats;
   try {
-    collect_imatrix(model, tokens, opt, m, [&](const ImatrixChunkReport& r, const Imatrix& cur) {
-      if (on_chunk) on_chunk(r);
-      stats.tokens_per_second = r.tokens_per_second;
-      stats.chunks_this_run = r.done;
-      const ImatrixSavesDue due = imatrix_saves_due(saving, r.done, cur.chunk_count);
-      if (due.output) save_imatrix(cur, saving.out_path, saving.format);
-      if (!due.checkpoint.empty()) save_imatrix_gguf(cur, due.checkpoint);
-      return true;
-    });
+    collect_imatrix(
+        model, tokens, opt, m,
+        [&](const ImatrixChunkReport& r, const Imatrix& cur) {
+          if (on_chunk) on_chunk(r);
+          stats.tokens_per_second = r.tokens_per_second;
+          stats.chunks_this_run = r.done;
+          const ImatrixSavesDue due = imatrix_saves_due(saving, r.done, cur.chunk_count);
+          if (due.output) save_imatrix(cur, saving.out_path, saving.format);
+          if (!due.checkpoint.empty()) save_imatrix_gguf(cur, due.checkpoint);
+          return true;
+        },
+        dist::world(),
+        [&](int64_t done) {
+          const ImatrixSavesDue due = imatrix_saves_due(saving, done, 0);
+          return due.output || !due.checkpoint.empty();
+        });
   } catch (const Error&) {
     // What was collected before the failure is kept (a checkpoint that
-    // --resume continues from the failing chunk).
-    if (m.chunk_count > 0) {
+    // --resume continues from the failing chunk); with --split-layers the
+    // other ranks' entries are not here to save.
+    if (m.chunk_count > 0 && !(opt.split_layers && dist::world().size() > 1)) {
       const std::string partial = imatrix_partial_path(saving.out_path);
       save_imatrix_gguf(m, partial);
       log << "saved the " << m.chunk_count << " chunks collected so far to " << partial << "\n";

@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "core/json_writer.h"
 #include "core/parallel.h"
+#include "dist/bytes.h"
 #include "qlens/error.h"
 #include "tools/common/chunks.h"
 #include "tools/compare/compare_logits.h"
 #include "tools/common/json_header.h"
+#include "tools/common/layer_pipeline.h"
 
 namespace qlens::tools {
 
@@ -27,34 +30,76 @@ PerplexityEstimate perplexity_from_sums(double nll_sum, double nll_sq_sum, int64
   return e;
 }
 
+namespace {
+
+// One chunk's scored predictions.
+struct ChunkScore {
+  double nll = 0, nll2 = 0;
+  int64_t n = 0;
+};
+
+std::string serialize(const ChunkScore& s) {
+  dist::ByteWriter w;
+  w.put(s);
+  return w.take();
+}
+
+}  // namespace
+
 PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens, const PerplexityOptions& opt,
-                            const std::function<void(int64_t, double)>& on_chunk) {
+                            const std::function<void(int64_t, double)>& on_chunk, dist::Comm& comm) {
   TextChunks chunks(tokens, opt.n_ctx, model.vocab(), "perplexity");
   const int64_t n_ctx = opt.n_ctx;
   const int64_t n_chunks = chunks_to_run(chunks.available(), opt.max_chunks);
-
+  std::optional<LayerSplit> split;
+  if (opt.split_layers && comm.size() > 1) {
+    if (opt.on_scored_logits || opt.on_chunk_tokens)
+      throw Error("perplexity: --split-layers computes the logits on the last rank; --kl-divergence-base is not "
+                  "written there");
+    split = split_layers_by_bytes(model, comm.size());
+  }
   Context ctx(model, run_context(opt, n_ctx, opt.n_batch));
-
   const int64_t n_vocab = model.hparams().n_vocab;
-
   PerplexityResult r;
   r.n_tokens = static_cast<int64_t>(tokens.size());
   double nll = 0, nll2 = 0;
   const auto t0 = std::chrono::steady_clock::now();
+  // Rank 0 adds the chunks' scores in order: its own (one process) or the
+  // last rank's, one chunk behind so that the pipeline keeps flowing.
+  const auto add = [&](int64_t c, const ChunkScore& s) {
+    nll += s.nll;
+    nll2 += s.nll2;
+    r.n_scored += s.n;
+    r.running_ppl.push_back(perplexity_from_sums(nll, nll2, r.n_scored).ppl);
+    if (on_chunk) on_chunk(c, r.running_ppl.back());
+  };
+  const int last_rank = comm.size() - 1;
+  const auto receive_score = [&] { return dist::ByteReader(comm.receive(last_rank)).get<ChunkScore>(); };
   for (int64_t c = 0; c < n_chunks; ++c) {
     ctx.clear();
-    ctx.decode_logits_from(chunks.chunk(c), chunks.first_scored());
+    const bool has_logits = split ? pipeline_decode(ctx, comm, *split, chunks.chunk(c), chunks.first_scored())
+                                  : ctx.decode_logits_from(chunks.chunk(c), chunks.first_scored());
+    if (split && !split->is_last(comm.rank())) {
+      if (comm.is_root() && c > 0) add(c - 1, receive_score());
+      continue;
+    }
+    if (!has_logits) throw Error("perplexity: the computation was stopped");
     if (opt.on_chunk_tokens) opt.on_chunk_tokens(std::span<const Token>(tokens).subspan(c * n_ctx, n_ctx));
+    ChunkScore s;
     for (int64_t j = chunks.first_scored(); j < n_ctx - 1; ++j) {
       if (opt.on_scored_logits) opt.on_scored_logits(ctx.logits(j));
       const double v = token_nll(ctx.logits(j).data(), n_vocab, chunks.next(c, j));
-      nll += v;
-      nll2 += v * v;
-      ++r.n_scored;
+      s.nll += v;
+      s.nll2 += v * v;
+      ++s.n;
     }
-    r.running_ppl.push_back(perplexity_from_sums(nll, nll2, r.n_scored).ppl);
-    if (on_chunk) on_chunk(c, r.running_ppl.back());
+    if (split)
+      comm.send(serialize(s), 0);
+    else
+      add(c, s);
   }
+  if (split && comm.is_root() && n_chunks > 0) add(n_chunks - 1, receive_score());
+  if (split && !comm.is_root()) return PerplexityResult{};
   r.n_chunks = n_chunks;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_second = r.seconds > 0 ? n_chunks * n_ctx / r.seconds : 0;

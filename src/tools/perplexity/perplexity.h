@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/comm.h"
 #include "qlens/model.h"
 
 namespace qlens::tools {
@@ -25,6 +26,9 @@ struct PerplexityOptions {
   std::string device = "cpu";  // see ContextOptions
   int n_gpu_layers = -1;
   DType cache_type = DType::F16;  // KV cache: F16 (default), F32, BF16
+  // Under mpirun: the model split across the ranks by layers
+  // (tools/common/layer_pipeline.h) instead of every rank running it whole.
+  bool split_layers = false;
   // Called with each chunk's tokens (as the text has them) before its
   // scored positions, then with the logits of every scored position in order
   // (for writing llama.cpp's --kl-divergence-base file).
@@ -61,8 +65,14 @@ struct PerplexityEstimate {
 PerplexityEstimate perplexity_from_sums(double nll_sum, double nll_sq_sum, int64_t n_scored);
 
 // Calls on_chunk(i, running_ppl) after each chunk (for printing and progress).
+// With opt.split_layers over the ranks of `comm` (every rank calls it): the
+// chunks go through the ranks' layers and rank 0 gets each chunk's figures
+// from the last rank, so its result (and on_chunk) is one process's; the
+// other ranks return an empty result. Without, only `comm`'s rank 0 matters
+// to the caller: every rank computes the whole (one process's run each).
 PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens, const PerplexityOptions& opt,
-                            const std::function<void(int64_t, double)>& on_chunk = {});
+                            const std::function<void(int64_t, double)>& on_chunk = {},
+                            dist::Comm& comm = dist::world());
 
 // `qlens perplexity --json`: inputs, settings (threads <= 0 written as the
 // count used) and the result (docs/JSON.md), pretty-printed, ending in a
