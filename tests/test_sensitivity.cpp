@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <set>
+#include <random>
 
 #include "core/json_reader.h"
 #include "core/text_file.h"
@@ -17,6 +19,7 @@
 #include "test_util.h"
 #include "tools/imatrix/imatrix_file.h"
 #include "tools/sensitivity/sensitivity.h"
+#include "tools/sensitivity/pooled_fit.h"
 #include "tools/sensitivity/sensitivity_dist.h"
 #include "tools/sensitivity/sensitivity_run.h"
 
@@ -491,5 +494,97 @@ TEST(SensitivityDist, UnitsRoundTripAsBytes) {
   EXPECT_THROW(tools::parse_sensitivity_units(bytes.substr(0, bytes.size() - 3)), Error) << "a cut message";
 }
 
+
+// ---- --mode pooled's design and fit (tools/sensitivity/pooled_fit.h) ----
+
+TEST(SensitivityPooled, SubsetsCoverEveryUnitBothWays) {
+  const auto passes = tools::pooled_subsets(127, 34, 7, 0.25);
+  ASSERT_EQ(passes.size(), 34u);
+  std::vector<int> in(127, 0);
+  for (const auto& pass : passes) {
+    EXPECT_TRUE(std::is_sorted(pass.begin(), pass.end()));
+    for (int i : pass) ++in[i];
+  }
+  for (int i = 0; i < 127; ++i) {
+    EXPECT_GT(in[i], 0) << i;
+    EXPECT_LT(in[i], 34) << i;
+  }
+  EXPECT_EQ(tools::pooled_subsets(127, 34, 7, 0.25), passes) << "seeded";
+  EXPECT_THROW(tools::pooled_subsets(10, 1, 7, 0.25), Error);
+}
+
+// Passes made from known role and layer factors (and a few percent of
+// interaction between the tensors) give back each tensor's coefficient.
+TEST(SensitivityPooled, FitRecoversRoleTimesLayerResponses) {
+  const int n_roles = 7, n_layers = 18;
+  std::vector<tools::PooledUnit> units;
+  std::vector<double> truth;
+  const std::vector<double> a = {3.0, 0.5, 1.2, 0.05, 2.0, 0.8, 0.3};
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(0.5, 2.0);
+  for (int l = 0; l < n_layers; ++l)
+    for (int r = 0; r < n_roles; ++r) {
+      tools::PooledUnit unit;
+      unit.role = r;
+      unit.layer = l;
+      unit.energy = u(rng) * 1e-3;
+      units.push_back(unit);
+      truth.push_back(a[r] * (1.0 + 0.1 * l) * (l == 0 ? 4.0 : 1.0));
+    }
+  tools::PooledUnit out;  // the output matrix: its own role, outside the layers
+  out.role = n_roles;
+  out.layer = n_layers;
+  out.energy = 2e-3;
+  units.push_back(out);
+  truth.push_back(5.0);
+  const auto passes = tools::pooled_subsets(static_cast<int>(units.size()), 34, 11, 0.25);
+  std::vector<double> measured;
+  for (const auto& pass : passes) {
+    double d = 0;
+    for (int i : pass) d += truth[i] * units[i].energy;
+    measured.push_back(d * (1.0 + 0.002 * std::sin(static_cast<double>(measured.size()))));
+  }
+  const tools::PooledFit fit = tools::fit_pooled(units, n_roles + 1, n_layers, passes, measured);
+  ASSERT_EQ(fit.coefficient.size(), units.size());
+  double worst = 0;
+  for (size_t i = 0; i < units.size(); ++i) worst = std::max(worst, std::abs(fit.coefficient[i] / truth[i] - 1));
+  EXPECT_LT(worst, 0.25) << "relative error of the worst tensor's coefficient";
+  EXPECT_LT(fit.relative_rms, 0.05);
+}
+
+TEST(SensitivityPooled, RunsOnAModelAndPredictsEveryCandidate) {
+  auto model = Model::load(test::tiny_model_path());
+  const auto tokens = test::spread_tokens(model->hparams().n_vocab, 200);
+  tools::SensitivityOptions opt;
+  opt.mode = tools::SensitivityMode::Pooled;
+  opt.n_ctx = 64;
+  opt.n_batch = 64;
+  opt.max_chunks = 2;
+  opt.n_threads = 1;
+  opt.cpu = test::cpu_options();
+  opt.types = {DType::Q4_0, DType::Q8_0};
+  const tools::SensitivityResult r = tools::measure_sensitivity(*model, tokens, opt);
+  const size_t n = tools::sensitivity_probed_weights(*model, "").size();
+  ASSERT_EQ(r.tensors.size(), n);
+  std::set<std::string> roles;
+  for (const auto& t : r.tensors) {
+    roles.insert(t.role);
+    for (const auto& c : t.candidates) {
+      EXPECT_GE(c.delta_kld, 0) << t.name;
+      if (c.type != t.source_type) EXPECT_GT(c.weighted_error, 0) << t.name;
+    }
+  }
+  const int64_t n_layer = model->hparams().n_layer;
+  EXPECT_EQ(r.pooled_passes, std::max<int64_t>((static_cast<int64_t>(n) + 3) / 4, static_cast<int64_t>(roles.size()) + n_layer + 2));
+  EXPECT_EQ(static_cast<int64_t>(r.pooled_measured.size()), r.pooled_passes);
+  // The table reads back (for qlens plan), its mode kept.
+  const tools::SensitivityResult back = tools::sensitivity_from_json(tools::sensitivity_json(r), "pooled.json");
+  EXPECT_EQ(back.mode, tools::SensitivityMode::Pooled);
+  EXPECT_EQ(back.tensors.size(), n);
+  EXPECT_TRUE(test::contains(test::error_of([&] {
+    opt.group = tools::SensitivityGroup::Layer;
+    tools::measure_sensitivity(*model, tokens, opt);
+  }), "--mode pooled probes tensors"));
+}
 }  // namespace
 }  // namespace qlens

@@ -70,7 +70,12 @@ bool parse_sensitivity_flags(int argc, char** argv, SensitivityFlags& f) {
   p.add({"--types"}, &f.types, "LIST",
         "candidate types, comma-separated (default Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_NL,Q4_0,Q5_0,Q8_0,F16; "
         "with --imatrix also Q1_0,IQ1_S,IQ1_M,IQ2_XXS,Q2_0,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S,IQ4_XS)");
-  p.add({"--mode"}, &f.mode, "quant|noise", "how tensors are probed (default quant)");
+  p.add({"--mode"}, &f.mode, "quant|noise|pooled",
+        "how tensors are probed (default quant; pooled: noise on random halves of the tensors at once,\n"
+        "each tensor's response fitted as a role factor times a layer factor: fewer passes than noise)");
+  p.add({"--passes"}, &opt.pooled_passes, "N",
+        "--mode pooled: passes (default a quarter of the tensors, at least roles + layers + 2)");
+  p.add({"--pooled-share"}, &opt.pooled_share, "Q", "--mode pooled: the share of the tensors each pass perturbs (default 0.25)");
   p.add({"--group"}, &f.group, "tensor|layer|role|experts",
         "probe unit (default tensor; layer/role quantize a whole group at once, experts a layer's expert\n"
         "tensors together and the rest alone: for reading, plan needs tensor)");
@@ -106,8 +111,8 @@ void settle_sensitivity_flags(SensitivityFlags& f) {
   tools::SensitivityOptions& opt = f.opt;
   if (f.model_path.empty()) throw Error("qlens sensitivity: -m MODEL is required");
   if (f.text_path.empty()) throw Error("qlens sensitivity: -f TEXT is required");
-  if (f.mode != "quant" && f.mode != "noise")
-    throw Error("qlens sensitivity: --mode must be quant or noise, got '" + f.mode + "'");
+  if (f.mode != "quant" && f.mode != "noise" && f.mode != "pooled")
+    throw Error("qlens sensitivity: --mode must be quant, noise or pooled, got '" + f.mode + "'");
   if (f.group != "tensor" && f.group != "layer" && f.group != "role" && f.group != "experts")
     throw Error("qlens sensitivity: --group must be tensor, layer, role or experts, got '" + f.group + "'");
   opt.group = f.group == "tensor"    ? tools::SensitivityGroup::Tensor
@@ -117,7 +122,9 @@ void settle_sensitivity_flags(SensitivityFlags& f) {
   if (f.resume && f.json_path.empty()) throw Error("qlens sensitivity: --resume needs --json FILE");
   check_output_path("qlens sensitivity", {"--json", f.json_path},
                     {{"-m", f.model_path}, {"-f", f.text_path}, {"--imatrix", opt.imatrix_path}});
-  opt.mode = f.mode == "quant" ? tools::SensitivityMode::Quant : tools::SensitivityMode::Noise;
+  opt.mode = f.mode == "quant"   ? tools::SensitivityMode::Quant
+             : f.mode == "noise" ? tools::SensitivityMode::Noise
+                                 : tools::SensitivityMode::Pooled;
   opt.types = parse_types(f.types);
   opt.noise_levels = parse_levels(f.levels);
 }

@@ -22,6 +22,7 @@
 #include "tools/imatrix/imatrix_file.h"
 #include "tools/common/json_header.h"
 #include "tools/common/user_regex.h"
+#include "tools/sensitivity/pooled_fit.h"
 #include "tools/sensitivity/sensitivity_dist.h"
 
 namespace qlens::tools {
@@ -583,22 +584,38 @@ void fit_noise_response(SensitivityTensor& st) {
 
 // Noise mode: ΔKLD measured at each noise level (an RMS of level x the
 // tensor's RMS), then the response fitted.
+// The tensor with noise of RMS level x its own RMS, shaped by the imatrix,
+// and the noise's weighted error energy.
+std::unique_ptr<Replacement> noisy_copy(const Tensor& w, const std::vector<float>& x,
+                                        const std::vector<float>& importance, double level, std::mt19937_64& rng,
+                                        double& energy) {
+  const double rms = rms_of(x);
+  const NoiseShape shape = noise_shape(w, importance);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::vector<float> noisy(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    noisy[i] = x[i] + static_cast<float>(level * rms * shape.norm * shape.at(i) * gauss(rng));
+  energy = weighted_error(x, noisy, w, importance);
+  std::vector<uint8_t> bytes(noisy.size() * sizeof(float));
+  std::memcpy(bytes.data(), noisy.data(), bytes.size());
+  return std::make_unique<Replacement>(w, DType::F32, std::move(bytes));
+}
+
 void probe_noise(Probe& p, Tensor* w, const std::vector<float>& x, const std::vector<float>& importance, int first,
                  std::mt19937_64& rng, SensitivityTensor& st) {
-  const double rms = rms_of(x);
-  const NoiseShape shape = noise_shape(*w, importance);
-  std::normal_distribution<float> gauss(0.0f, 1.0f);
   for (double level : p.opt.noise_levels) {
-    std::vector<float> noisy(x.size());
-    for (size_t i = 0; i < x.size(); ++i)
-      noisy[i] = x[i] + static_cast<float>(level * rms * shape.norm * shape.at(i) * gauss(rng));
-    const double energy = weighted_error(x, noisy, *w, importance);
-    std::vector<uint8_t> bytes(noisy.size() * sizeof(float));
-    std::memcpy(bytes.data(), noisy.data(), bytes.size());
-    Replacement rep(*w, DType::F32, std::move(bytes));
-    st.noise_points.emplace_back(energy, evaluate_replaced(p.runner, w, rep, first).kld_mean);
+    double energy = 0;
+    auto rep = noisy_copy(*w, x, importance, level, rng, energy);
+    st.noise_points.emplace_back(energy, evaluate_replaced(p.runner, w, *rep, first).kld_mean);
   }
   fit_noise_response(st);
+}
+
+// A tensor's own noise generator: --seed and its name, so that its noise
+// does not depend on which tensors ran before it.
+std::mt19937_64 tensor_rng(const SensitivityOptions& opt, const std::string& name) {
+  std::seed_seq seq{opt.seed, name_hash(name)};
+  return std::mt19937_64(seq);
 }
 
 SensitivityTensor measure_tensor(Probe& p, Tensor* w, int first) {
@@ -608,14 +625,77 @@ SensitivityTensor measure_tensor(Probe& p, Tensor* w, int first) {
   for (DType type : p.types)
     if (type != w->type && fits(type, *w)) st.candidates.push_back(probe_type(p, w, type, x, importance, first));
   if (p.opt.mode == SensitivityMode::Noise) {
-    // Each tensor's noise from its own generator (the seed and its name), so
-    // that it does not depend on which tensors ran before it: a resumed run
-    // or another rank draws what one uninterrupted process draws.
-    std::seed_seq seq{p.opt.seed, name_hash(w->name)};
-    std::mt19937_64 rng(seq);
+    // (A resumed run or another rank draws what one uninterrupted process draws.)
+    std::mt19937_64 rng = tensor_rng(p.opt, w->name);
     probe_noise(p, w, x, importance, first, rng, st);
   }
   return st;
+}
+
+// --mode pooled: every tensor's candidates (their weighted errors) and one
+// noisy copy at the first level; passes over random halves of them; the
+// role-times-layer response fitted (pooled_fit.h) and each tensor's
+// candidates predicted from it, as noise mode predicts them from its own
+// probes.
+void measure_pooled(Probe& p, const std::vector<Tensor*>& probed) {
+  std::vector<SensitivityTensor> tensors;
+  std::vector<std::unique_ptr<Replacement>> noisy;
+  std::vector<PooledUnit> units;
+  std::map<std::string, int> roles;
+  const int n_layer = static_cast<int>(p.model.hparams().n_layer);
+  for (Tensor* w : probed) {
+    SensitivityTensor st = tensor_entry(*w);
+    const std::vector<float> x = tensor_to_f32(*w);
+    const std::vector<float> importance = weight_importance(p.imatrix, *w);
+    for (DType type : p.types)
+      if (type != w->type && fits(type, *w)) st.candidates.push_back(probe_type(p, w, type, x, importance, 0));
+    std::mt19937_64 rng = tensor_rng(p.opt, w->name);
+    PooledUnit u;
+    noisy.push_back(noisy_copy(*w, x, importance, p.opt.noise_levels.front(), rng, u.energy));
+    u.role = roles.emplace(st.role, static_cast<int>(roles.size())).first->second;
+    u.layer = st.layer >= 0 && st.layer < n_layer ? st.layer : n_layer;
+    units.push_back(u);
+    tensors.push_back(std::move(st));
+  }
+  const int n_params = static_cast<int>(roles.size()) + n_layer;
+  const int n_passes = p.opt.pooled_passes > 0
+                           ? static_cast<int>(p.opt.pooled_passes)
+                           : std::max((static_cast<int>(probed.size()) + 3) / 4, n_params + 2);
+  // The tensors outside the layers (the token embedding, the output matrix:
+  // on Gemma 3 the embedding alone moves the output more than a pass's 30
+  // other tensors together) get a pass each; the rest are pooled.
+  std::vector<int> inside;
+  std::vector<std::vector<int>> passes;
+  for (int i = 0; i < static_cast<int>(probed.size()); ++i)
+    if (units[i].layer == n_layer) passes.push_back({i});
+    else inside.push_back(i);
+  for (std::vector<int>& pass : pooled_subsets(static_cast<int>(inside.size()), n_passes - static_cast<int>(passes.size()),
+                                               p.opt.seed, p.opt.pooled_share)) {
+    for (int& i : pass) i = inside[i];
+    passes.push_back(std::move(pass));
+  }
+  std::vector<double> measured;
+  for (const std::vector<int>& pass : passes) {
+    std::vector<Tensor*> members;
+    for (int i : pass) members.push_back(probed[i]);
+    const int first = cached_start(p.runner, first_layer_reading(p.model, members));
+    for (int i : pass) p.runner.context().replace_weight(probed[i], &noisy[i]->tensor);
+    measured.push_back(p.runner.evaluate(first).kld_mean);
+    for (int i : pass) p.runner.context().restore_weight(probed[i]);
+    std::vector<std::string> names;
+    for (Tensor* w : members) names.push_back(w->name);
+    p.r.pooled_measured.emplace_back(std::move(names), measured.back());
+  }
+  const PooledFit fit = fit_pooled(units, static_cast<int>(roles.size()), n_layer, passes, measured);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    SensitivityTensor& st = tensors[i];
+    st.noise_coefficient = fit.coefficient[i];
+    st.noise_exponent = 1;
+    for (SensitivityCandidate& c : st.candidates) c.delta_kld = st.noise_coefficient * c.weighted_error;
+    p.r.tensors.push_back(std::move(st));
+  }
+  p.r.pooled_passes = n_passes;
+  p.r.pooled_relative_rms = fit.relative_rms;
 }
 
 // ---- the units probed (tensors, or groups) and their share among ranks
@@ -748,7 +828,14 @@ SensitivityResult measure_sensitivity(const Model& model, const std::vector<Toke
   r.n_tokens_scored = runner.n_scored();
   r.reference_ppl = runner.reference_ppl();
   Probe p{model, opt, types, imatrix.get(), runner, r};
-  measure_units(p, probe_units(p, probed), resume, on_tensor, comm);
+  if (opt.mode == SensitivityMode::Pooled) {
+    if (comm.size() > 1) throw Error("sensitivity: --mode pooled runs on one process");
+    if (opt.group != SensitivityGroup::Tensor) throw Error("sensitivity: --mode pooled probes tensors (--group tensor)");
+    sort_by_layer(probed);
+    measure_pooled(p, probed);
+  } else {
+    measure_units(p, probe_units(p, probed), resume, on_tensor, comm);
+  }
   finish(r, runner);
   r.complete = comm.is_root();
   return r;
@@ -768,7 +855,9 @@ const char* sensitivity_group_name(SensitivityGroup group) {
 
 namespace {
 
-const char* mode_name(SensitivityMode mode) { return mode == SensitivityMode::Quant ? "quant" : "noise"; }
+const char* mode_name(SensitivityMode mode) {
+  return mode == SensitivityMode::Quant ? "quant" : mode == SensitivityMode::Noise ? "noise" : "pooled";
+}
 
 std::vector<std::string> type_names(const std::vector<DType>& types) {
   std::vector<std::string> names;
@@ -787,7 +876,20 @@ void write_sensitivity_settings(JsonWriter& w, const SensitivityResult& r) {
   w.key("n_chunks"); if (o.max_chunks > 0) w.value(o.max_chunks); else w.null();  // null: all
   w.key("types"); w.array(type_names(sensitivity_types(o)));
   w.key("noise_levels");
-  if (r.mode == SensitivityMode::Noise) w.array(o.noise_levels); else w.null();
+  if (r.mode != SensitivityMode::Quant) w.array(o.noise_levels); else w.null();
+  if (r.mode == SensitivityMode::Pooled) {
+    w.key("pooled_passes"); w.value(r.pooled_passes);
+    w.key("pooled_relative_rms"); w.value(r.pooled_relative_rms);
+    w.key("pooled_measured");
+    w.begin_array();
+    for (const auto& [names, kld] : r.pooled_measured) {
+      w.begin_object();
+      w.key("tensors"); w.array(names);
+      w.key("delta_kld"); w.value(kld);
+      w.end_object();
+    }
+    w.end_array();
+  }
   w.key("top_k"); w.value(o.top_k);
   w.key("tensors"); string_or_null(w, o.tensors_regex);
   w.key("seed"); w.value(o.seed);
@@ -808,7 +910,7 @@ void write_probe_unit(JsonWriter& w, const SensitivityTensor& t, bool group, Sen
     w.key("members");
     w.array(t.members);
   }
-  if (mode == SensitivityMode::Noise) {
+  if (mode != SensitivityMode::Quant) {
     w.key("noise_fit");
     w.begin_object();
     w.key("coefficient"); w.value(t.noise_coefficient);
@@ -879,7 +981,9 @@ void print_sensitivity(std::ostream& out, const SensitivityResult& r, size_t top
     for (const SensitivityCandidate& c : t.candidates)
       if (c.type != t.source_type && std::find(columns.begin(), columns.end(), c.type) == columns.end())
         columns.push_back(c.type);
-  out << "Sensitivity (" << (r.mode == SensitivityMode::Quant ? "measured" : "predicted from noise")
+  out << "Sensitivity (" << (r.mode == SensitivityMode::Quant   ? "measured"
+                             : r.mode == SensitivityMode::Noise ? "predicted from noise"
+                                                                : "predicted from pooled noise passes")
       << " mean KLD added when only this " << (r.groups.empty() ? "tensor" : "group") << " is quantized; " << r.n_tokens_scored
       << " tokens; reference PPL " << std::fixed << std::setprecision(4) << r.reference_ppl << ")\n";
   auto cell = [](double v) {
@@ -947,6 +1051,7 @@ namespace {
 SensitivityMode read_mode(const JsonValue& v) {
   if (v.as_string() == "quant") return SensitivityMode::Quant;
   if (v.as_string() == "noise") return SensitivityMode::Noise;
+  if (v.as_string() == "pooled") return SensitivityMode::Pooled;
   throw Error(v.where() + ": mode '" + v.as_string() + "' is neither quant nor noise");
 }
 
@@ -1076,7 +1181,7 @@ std::string sensitivity_settings_mismatch(const SensitivityOptions& previous, co
       differs("-c", std::to_string(previous.n_ctx), std::to_string(now.n_ctx)),
       differs("--chunks", chunks(previous.max_chunks), chunks(now.max_chunks)),
       differs("--types", types(previous), types(now)),
-      now.mode == SensitivityMode::Noise ? differs("--noise-levels", levels(previous.noise_levels), levels(now.noise_levels))
+      now.mode != SensitivityMode::Quant ? differs("--noise-levels", levels(previous.noise_levels), levels(now.noise_levels))
                                          : std::string(),
       differs("--top-k", std::to_string(previous.top_k), std::to_string(now.top_k)),
       differs("--seed", std::to_string(previous.seed), std::to_string(now.seed)),

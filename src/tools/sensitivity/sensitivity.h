@@ -12,7 +12,11 @@
 //    error), at one or two magnitudes; the response ΔKLD = c·E^γ in the
 //    injected imatrix-weighted error energy E is fitted, and each type's ΔKLD
 //    predicted from that type's measured weighted error on the tensor. One or
-//    two passes per tensor instead of one per tensor and type.
+//    two passes per tensor instead of one per tensor and type;
+//  - mode pooled: the same noise (the first level), but each pass perturbs
+//    a random half of the tensors at once, and each tensor's response
+//    c = ΔKLD / E is fitted as a role factor times a layer factor from the
+//    passes (pooled_fit.h): a quarter of noise mode's passes by default.
 // KLD against the top-K reference is exact when K covers the vocabulary and
 // a lower bound otherwise (the rest of the mass is merged into one outcome).
 #pragma once
@@ -29,7 +33,7 @@
 
 namespace qlens::tools {
 
-enum class SensitivityMode { Quant, Noise };
+enum class SensitivityMode { Quant, Noise, Pooled };
 // Probe unit: one tensor, or every tensor of a layer or of a role at once, or
 // a layer's expert tensors (gate, up, down of all experts) together with the
 // other tensors alone (quant mode; group results are for reading: plan needs
@@ -48,6 +52,8 @@ struct SensitivityOptions {
   SensitivityMode mode = SensitivityMode::Quant;
   SensitivityGroup group = SensitivityGroup::Tensor;
   std::vector<double> noise_levels = {0.05};  // noise RMS relative to the tensor's RMS; one or two levels
+  int64_t pooled_passes = 0;  // --mode pooled: passes (0: a quarter of the probed tensors, at least roles + layers + 2)
+  double pooled_share = 0.25;  // --mode pooled: the share of the tensors each pass perturbs
   int64_t top_k = 256;       // reference log-probabilities kept per token
   std::string tensors_regex;  // only these weights (default: every matrix and expert tensor but the router)
   uint64_t seed = 1;
@@ -100,6 +106,10 @@ struct SensitivityResult {
   // the chunks, and the probes' passes (each from its tensor's layer).
   double reference_seconds = 0, probe_seconds = 0;
   int64_t n_probes = 0;
+  // --mode pooled: its passes and how well the fit explains them (in the JSON).
+  int64_t pooled_passes = 0;
+  double pooled_relative_rms = 0;
+  std::vector<std::pair<std::vector<std::string>, double>> pooled_measured;  // each pass: its tensors, its ΔKLD
 };
 
 // The weights a run probes: matrices and 3-D expert tensors but the router,
