@@ -50,8 +50,8 @@ for n in 2 3; do
   timed "$n" "$qlens" perplexity -m "$model" -f "$text" -c 512 --chunks "$chunks" -t "$threads" --split-layers
 done
 for n in 1 2 3; do
-  printf 'sensitivity (noise, 2 chunks), %d rank(s):  ' "$n"
+  printf 'sensitivity (noise, Q4_0/Q8_0), %d rank(s): ' "$n"
   timed "$n" "$qlens" sensitivity -m "$model" -f "$text" -c 512 --chunks 2 -t "$threads" --mode noise \
-    --imatrix "$out/im1.gguf" --json "$out/s$n.json"
+    --imatrix "$out/im1.gguf" --types Q4_0,Q8_0 --json "$out/s$n.json"
   cmp -s "$out/s$n.json" "$out/s1.json" || { echo "sensitivity on $n ranks differs from one process"; exit 1; }
 done

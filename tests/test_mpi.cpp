@@ -259,6 +259,11 @@ TEST_F(Mpi, AnErrorEndsEveryRankWithItsMessage) {
   EXPECT_NE(rc, 0) << out;
   EXPECT_TRUE(contains(out, "missing.gguf")) << out;
   EXPECT_TRUE(contains(out, " of 2: ")) << out;
+  // A command that does not split its work refuses to run on several ranks
+  // (each would write the same files).
+  EXPECT_NE(run_command(mpirun(2) + kQlens + " synth --preset tiny -o " + dir_ + "/t.gguf 2>&1", &out), 0);
+  EXPECT_TRUE(contains(out, "qlens synth runs as one process")) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/t.gguf"));
 }
 
 }  // namespace

@@ -231,7 +231,9 @@ int cmd_imatrix(int argc, char** argv) {
   ImatrixFlags f;
   if (!parse_imatrix_flags(argc, argv, f)) return 0;
   check_imatrix_outputs(f);
-  // Statistics and combining need no model.
+  // Statistics and combining need no model, and one process.
+  if ((f.show_statistics || (f.model_path.empty() && f.text_path.empty())) && dist::world().size() > 1)
+    throw Error("qlens imatrix: --show-statistics and combining run as one process, not under mpirun");
   if (f.show_statistics) return show_statistics(f);
   if (f.model_path.empty() && f.text_path.empty()) return combine(f);
   return collect(f);

@@ -169,6 +169,8 @@ int cmd_perplexity(int argc, char** argv) {
                     f.kld ? std::vector<NamedPath>{{"-m", f.model_path}, {"--kl-divergence-base", f.kld_base}}
                           : inputs);
   if (!f.kld) check_output_path("qlens perplexity", {"--kl-divergence-base", f.kld_base}, inputs);
+  if (f.kld && dist::world().size() > 1)
+    throw Error("qlens perplexity: --kl-divergence runs as one process, not under mpirun");
   if (f.kld) return score_against_logits_file(f);
   return perplexity_of_text(f);
 }

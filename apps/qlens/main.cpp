@@ -14,18 +14,20 @@ struct Command {
   const char* name;
   int (*run)(int, char**);
   const char* summary;
+  bool across_processes = false;  // splits its work over mpirun's ranks (docs/CLUSTER.md)
 };
 
 constexpr Command kCommands[] = {
     {"inspect", qlens::cli::cmd_inspect, "show a GGUF file's metadata and tensors"},
     {"generate", qlens::cli::cmd_generate, "generate text from a prompt"},
-    {"perplexity", qlens::cli::cmd_perplexity, "perplexity of a model over a text, as llama.cpp computes it"},
-    {"imatrix", qlens::cli::cmd_imatrix, "collect an importance matrix (or combine, or show its statistics)"},
+    {"perplexity", qlens::cli::cmd_perplexity, "perplexity of a model over a text, as llama.cpp computes it", true},
+    {"imatrix", qlens::cli::cmd_imatrix, "collect an importance matrix (or combine, or show its statistics)", true},
     {"quantize", qlens::cli::cmd_quantize, "quantize a model into llama.cpp's block formats"},
     {"quantize-stats", qlens::cli::cmd_quantize_stats, "quantization error of every weight for each type"},
     {"bench", qlens::cli::cmd_bench, "prompt-processing and generation speed, as llama-bench measures them"},
     {"compare", qlens::cli::cmd_compare, "compare a reference and a test model node by node, with KL divergence"},
-    {"sensitivity", qlens::cli::cmd_sensitivity, "how much each tensor matters: KL divergence when only it is quantized"},
+    {"sensitivity", qlens::cli::cmd_sensitivity, "how much each tensor matters: KL divergence when only it is quantized",
+     true},
     {"plan", qlens::cli::cmd_plan, "choose a type per tensor under a size budget from a sensitivity table"},
     {"curve", qlens::cli::cmd_curve, "the size-quality curve: plans at each mix's size against the mixes, measured"},
     {"report", qlens::cli::cmd_report, "one HTML page with charts from the JSON of compare, sensitivity, plan, ..."},
@@ -45,6 +47,10 @@ void usage(FILE* out) {
 int run_command(const Command& c, int argc, char** argv) {
   std::string error;
   try {
+    // The others would each do the whole job and write the same files.
+    if (!c.across_processes && qlens::dist::world().size() > 1)
+      throw qlens::Error(std::string("qlens ") + c.name + " runs as one process; under mpirun run imatrix, "
+                         "sensitivity or perplexity --split-layers (docs/CLUSTER.md)");
     return c.run(argc, argv);
   } catch (const qlens::Error& e) {
     error = e.what();
