@@ -125,6 +125,10 @@ void settle_sensitivity_flags(SensitivityFlags& f) {
   opt.mode = f.mode == "quant"   ? tools::SensitivityMode::Quant
              : f.mode == "noise" ? tools::SensitivityMode::Noise
                                  : tools::SensitivityMode::Pooled;
+  if (opt.mode == tools::SensitivityMode::Pooled && dist::world().size() > 1)
+    throw Error("qlens sensitivity: --mode pooled runs on one process, not under mpirun");
+  if (opt.mode == tools::SensitivityMode::Pooled && opt.group != tools::SensitivityGroup::Tensor)
+    throw Error("qlens sensitivity: --mode pooled probes tensors (--group tensor)");
   opt.types = parse_types(f.types);
   opt.noise_levels = parse_levels(f.levels);
 }
