@@ -56,9 +56,12 @@ class Mpi : public ::testing::Test {
     write_file_atomic(script, mpirun(n_ranks) + kQlens + " " + args + " > " + dir_ + "/run.log 2>&1 &\n" +
                                   "pid=$!\n"
                                   "while [ ! -e " + wait_for + " ] && kill -0 $pid 2>/dev/null; do sleep 0.002; done\n"
-                                  "for p in $(pgrep -P $pid); do\n"
-                                  "  if tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=" +
-                                  std::to_string(victim) + "; then kill -9 $p; fi\n"
+                                  // The rank among this test's processes (its folder in their command
+                                  // lines), found through /proc alone (no procps in a bare Debian).
+                                  "for f in $(grep -lzx OMPI_COMM_WORLD_RANK=" + std::to_string(victim) +
+                                  " /proc/[0-9]*/environ 2>/dev/null); do\n"
+                                  "  d=${f%/environ}\n"
+                                  "  if grep -qzF '" + dir_ + "' $d/cmdline 2>/dev/null; then kill -9 \"${d#/proc/}\"; fi\n"
                                   "done\n"
                                   "wait $pid\n");
     return run_command("bash " + script, nullptr);
