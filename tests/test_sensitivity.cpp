@@ -571,7 +571,9 @@ TEST(SensitivityPooled, RunsOnAModelAndPredictsEveryCandidate) {
     roles.insert(t.role);
     for (const auto& c : t.candidates) {
       EXPECT_GE(c.delta_kld, 0) << t.name;
-      if (c.type != t.source_type) EXPECT_GT(c.weighted_error, 0) << t.name;
+      if (c.type != t.source_type) {
+        EXPECT_GT(c.weighted_error, 0) << t.name;
+      }
     }
   }
   const int64_t n_layer = model->hparams().n_layer;

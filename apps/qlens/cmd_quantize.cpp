@@ -104,21 +104,6 @@ void settle_quantize_options(QuantizeFlags& f) {
     throw Error("qlens quantize: give one of --keep-split, --split-max-size and --split-max-tensors");
 }
 
-// Every file the output will be (one, or its parts), none of them an input
-// or one of its parts.
-void check_quantize_outputs(const QuantizeFlags& f) {
-  auto in = gguf::File::open(f.in_path);
-  auto plan_opt = f.opt;
-  plan_opt.plan_only = true;
-  const tools::QuantizeSplits splits = tools::plan_quantize_splits(*in, tools::plan_quantization(*in, plan_opt), f.opt);
-  std::vector<NamedPath> inputs = {{"--imatrix", f.imatrix}, {"--tensor-type-file", f.rules_file}};
-  for (int k = 0; k < in->split_count(); ++k) inputs.push_back({"IN", in->part_path(k)});
-  for (const std::string& path : tools::quantize_output_paths(f.out_path, splits.count)) {
-    check_output_path("qlens quantize", {"OUT", path}, inputs);
-    if (path == f.in_path) throw Error("qlens quantize: OUT.gguf must differ from IN.gguf");
-  }
-}
-
 // --dry-run: the plan (and how the imatrix covers it), nothing written but --json.
 int dry_run(const QuantizeFlags& f) {
   auto in = gguf::File::open(f.in_path);
@@ -154,18 +139,15 @@ int cmd_quantize(int argc, char** argv) {
   settle_quantize_options(f);
   if (f.dry_run) return dry_run(f);
   if (out_path == in_path) throw Error("qlens quantize: OUT.gguf must differ from IN.gguf");
-  check_quantize_outputs(f);
+  // (quantize_model checks each part it will write against the input's parts.)
   auto plan = tools::quantize_model(in_path, out_path, f.opt, std::cerr);
-  {
-    auto in = gguf::File::open(in_path);
-    const int parts = tools::plan_quantize_splits(*in, plan, f.opt).count;
-    const std::string written = parts > 1 ? tools::quantize_output_paths(out_path, parts).front() + " (part 1 of " +
-                                                std::to_string(parts) + ")"
-                                          : out_path;
-    std::printf("wrote %s: %s, %zu bytes of tensors, %.4f bits per weight\n", written.c_str(), plan.mix.name.c_str(),
-                plan.total_bytes, plan.bits_per_weight());
-  }
-  if (!f.json_path.empty()) write_file_atomic(f.json_path, tools::quantize_plan_json(plan, in_path, out_path, f.opt));
+  const size_t parts = plan.output_paths.size();
+  const std::string written =
+      parts > 1 ? plan.output_paths.front() + " (part 1 of " + std::to_string(parts) + ")" : out_path;
+  std::printf("wrote %s: %s, %zu bytes of tensors, %.4f bits per weight\n", written.c_str(), plan.mix.name.c_str(),
+              plan.total_bytes, plan.bits_per_weight());
+  if (!f.json_path.empty())  // the model: the file to open (a split model's first part)
+    write_file_atomic(f.json_path, tools::quantize_plan_json(plan, in_path, plan.output_paths.front(), f.opt));
   return 0;
 }
 

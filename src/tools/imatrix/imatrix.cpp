@@ -345,9 +345,21 @@ void update_report(ImatrixChunkReport& report, const Imatrix& m, int64_t c, int6
   report.tokens_per_second = seconds > 0 ? report.done * n_ctx / seconds : 0;
 }
 
-}  // namespace
-
-namespace {
+// A round of chunks, one per rank (c < 0: none on this rank): rank 0 gets
+// them all in rank order (its own as it is, the others' through their
+// bytes), the others an empty list. One process sends nothing.
+std::vector<ChunkResult> run_round(ChunkCollector& collector, int64_t c, dist::Comm& comm) {
+  ChunkResult mine = c >= 0 ? collector.run(c) : ChunkResult{};
+  std::vector<ChunkResult> round;
+  if (comm.size() == 1) {
+    round.push_back(std::move(mine));
+    return round;
+  }
+  const std::vector<std::string> bytes = comm.gather(comm.is_root() ? std::string() : serialize(mine), 0);
+  for (int r = 0; r < static_cast<int>(bytes.size()); ++r)
+    round.push_back(r == comm.rank() ? std::move(mine) : parse_chunk_result(bytes[r]));
+  return round;
+}
 
 // The rank that owns an entry's layer (the output matrix: the last rank).
 int entry_owner(const std::string& name, const LayerSplit& split) {
@@ -369,7 +381,7 @@ void collect_split(const Model& model, const std::vector<Token>& tokens, const I
   const LayerSplit split = split_layers_by_bytes(model, comm.size());
   const int last = comm.size() - 1;
   // The entries a resumed or combined run starts from go to their owners.
-  Imatrix own;  // the other ranks' entries
+  Imatrix own;  // a rank other than 0: the entries of its layers
   if (comm.is_root()) {
     for (int r = 1; r < comm.size(); ++r) {
       std::map<std::string, ImatrixEntry> theirs;
@@ -446,10 +458,8 @@ void collect_imatrix(const Model& model, const std::vector<Token>& tokens, const
   // matrix is the one a single process makes.
   for (int64_t base = range.first; base < range.end; base += comm.size()) {
     const int64_t c = base + comm.rank();
-    const std::vector<std::string> round = comm.gather(serialize(c < range.end ? collector.run(c) : ChunkResult{}), 0);
     bool go_on = true;
-    for (const std::string& bytes : round) {
-      const ChunkResult r = parse_chunk_result(bytes);
+    for (const ChunkResult& r : run_round(collector, c < range.end ? c : -1, comm)) {
       if (r.chunk < 0 || !go_on) continue;
       add_chunk_sums(m, r, model, m.chunk_count);
       add_chunk_run(m, r);

@@ -94,7 +94,7 @@ PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens
       ++s.n;
     }
     if (split)
-      comm.send(serialize(s), 0);
+      comm.post(serialize(s), 0);
     else
       add(c, s);
   }

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "core/human_bytes.h"
+#include "core/output_path.h"
 #include "qlens/error.h"
 #include "tools/imatrix/imatrix_coverage.h"
 #include "tools/imatrix/imatrix_file.h"
@@ -588,6 +589,11 @@ QuantizePlan quantize_model(const std::string& in_path, const std::string& out_p
   // freed then (the parts follow the input's order).
   const QuantizeSplits splits = plan_quantize_splits(*in, plan, opt);
   const std::vector<std::string> paths = quantize_output_paths(out_path, splits.count);
+  // No part may be an input or one of its parts (before any work).
+  std::vector<NamedPath> inputs = {{"--imatrix", opt.imatrix_path}};
+  for (int k = 0; k < in->split_count(); ++k) inputs.push_back({"IN", in->part_path(k)});
+  for (const std::string& path : paths) check_output_path("qlens quantize", {"OUT", path}, inputs);
+  plan.output_paths = paths;
   std::vector<std::unique_ptr<uint8_t[]>> buffers;  // quantized data lives until its part is written
   const size_t n = plan.tensors.size();
   gguf::Writer part_writer;

@@ -73,6 +73,7 @@ struct QuantizePlan {
   int64_t total_elements = 0;
   double bits_per_weight() const { return total_elements ? 8.0 * total_bytes / total_elements : 0; }
   std::optional<ImatrixCoverage> imatrix_coverage;  // with --imatrix: what it covers (in the JSON)
+  std::vector<std::string> output_paths;  // quantize_model: the files written (the parts, or OUT)
 };
 
 // Decides every tensor's type. Throws Error for bad rules or refused inputs.

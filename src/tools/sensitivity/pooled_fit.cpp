@@ -102,8 +102,7 @@ PooledFit fit_pooled(const std::vector<PooledUnit>& units, int n_roles, int n_la
     std::vector<std::vector<double>> ml(n_passes, std::vector<double>(n_layers + 1, 0.0));
     for (size_t k = 0; k < n_passes; ++k)
       for (int i : passes[k]) ml[k][units[i].layer] += f.role_factor[units[i].role] * units[i].energy;
-    std::vector<double> adjusted = measured;  // the outside units' fixed part is in ml too (factor 1, fixed)
-    nnls(ml, adjusted, w, f.layer_factor, fixed_layer);
+    nnls(ml, measured, w, f.layer_factor, fixed_layer);
     // Scale: the layers' factors average 1, the roles' take the rest.
     double mean_b = 0;
     for (int l = 0; l < n_layers; ++l) mean_b += f.layer_factor[l] / std::max(1, n_layers);

@@ -582,8 +582,6 @@ void fit_noise_response(SensitivityTensor& st) {
     if (!c.measured) c.delta_kld = st.noise_coefficient * std::pow(c.weighted_error, st.noise_exponent);
 }
 
-// Noise mode: ΔKLD measured at each noise level (an RMS of level x the
-// tensor's RMS), then the response fitted.
 // The tensor with noise of RMS level x its own RMS, shaped by the imatrix,
 // and the noise's weighted error energy.
 std::unique_ptr<Replacement> noisy_copy(const Tensor& w, const std::vector<float>& x,
@@ -601,6 +599,8 @@ std::unique_ptr<Replacement> noisy_copy(const Tensor& w, const std::vector<float
   return std::make_unique<Replacement>(w, DType::F32, std::move(bytes));
 }
 
+// Noise mode: ΔKLD measured at each noise level (an RMS of level x the
+// tensor's RMS), then the response fitted.
 void probe_noise(Probe& p, Tensor* w, const std::vector<float>& x, const std::vector<float>& importance, int first,
                  std::mt19937_64& rng, SensitivityTensor& st) {
   for (double level : p.opt.noise_levels) {
@@ -633,8 +633,8 @@ SensitivityTensor measure_tensor(Probe& p, Tensor* w, int first) {
 }
 
 // --mode pooled: every tensor's candidates (their weighted errors) and one
-// noisy copy at the first level; passes over random halves of them; the
-// role-times-layer response fitted (pooled_fit.h) and each tensor's
+// noisy copy at the first level; passes over random shares of them; each
+// tensor's response fitted from the passes (pooled_fit.h) and its
 // candidates predicted from it, as noise mode predicts them from its own
 // probes.
 void measure_pooled(Probe& p, const std::vector<Tensor*>& probed) {
@@ -794,15 +794,17 @@ void measure_units(Probe& p, const std::vector<ProbeUnit>& units, const Sensitiv
     list.push_back(measured.back());
     if (on_tensor) on_tensor(mine, static_cast<int64_t>(list.size()), my_total);
   }
-  // Rank 0: every unit in order.
-  const std::vector<std::string> parts = comm.gather(serialize_units(measured, p.runner), 0);
+  // Rank 0: every unit in order (its own as they are, the others' from their bytes).
+  std::vector<std::string> parts;
+  if (comm.size() > 1) parts = comm.gather(comm.is_root() ? std::string() : serialize_units(measured, p.runner), 0);
   if (!comm.is_root()) return;
   std::map<std::string, SensitivityTensor> by_name = done_before;
-  for (int r = 0; r < comm.size(); ++r) {
+  for (SensitivityTensor& t : measured) by_name[t.name] = std::move(t);
+  for (int r = 1; r < static_cast<int>(parts.size()); ++r) {
     dist::ByteReader in(parts[r]);
     const auto n_probes = in.get<int64_t>();
     const auto seconds = in.get<double>();
-    if (r > 0) p.runner.add_probes(n_probes, seconds);
+    p.runner.add_probes(n_probes, seconds);
     for (SensitivityTensor& t : parse_sensitivity_units(in.get_string())) by_name[t.name] = std::move(t);
   }
   list.clear();
@@ -820,6 +822,10 @@ SensitivityResult measure_sensitivity(const Model& model, const std::vector<Toke
   std::vector<Tensor*> probed = sensitivity_probed_weights(model, opt.tensors_regex);
   SensitivityResult r = start_result(model, opt, types, probed);
   check_some_probed(model, opt, probed);
+  if (opt.mode == SensitivityMode::Pooled && comm.size() > 1)
+    throw Error("sensitivity: --mode pooled runs on one process");
+  if (opt.mode == SensitivityMode::Pooled && opt.group != SensitivityGroup::Tensor)
+    throw Error("sensitivity: --mode pooled probes tensors (--group tensor)");
 
   // Every rank makes the reference itself (one full pass): cheaper than
   // sending it, and the same on each.
@@ -829,8 +835,6 @@ SensitivityResult measure_sensitivity(const Model& model, const std::vector<Toke
   r.reference_ppl = runner.reference_ppl();
   Probe p{model, opt, types, imatrix.get(), runner, r};
   if (opt.mode == SensitivityMode::Pooled) {
-    if (comm.size() > 1) throw Error("sensitivity: --mode pooled runs on one process");
-    if (opt.group != SensitivityGroup::Tensor) throw Error("sensitivity: --mode pooled probes tensors (--group tensor)");
     sort_by_layer(probed);
     measure_pooled(p, probed);
   } else {
@@ -878,17 +882,8 @@ void write_sensitivity_settings(JsonWriter& w, const SensitivityResult& r) {
   w.key("noise_levels");
   if (r.mode != SensitivityMode::Quant) w.array(o.noise_levels); else w.null();
   if (r.mode == SensitivityMode::Pooled) {
-    w.key("pooled_passes"); w.value(r.pooled_passes);
-    w.key("pooled_relative_rms"); w.value(r.pooled_relative_rms);
-    w.key("pooled_measured");
-    w.begin_array();
-    for (const auto& [names, kld] : r.pooled_measured) {
-      w.begin_object();
-      w.key("tensors"); w.array(names);
-      w.key("delta_kld"); w.value(kld);
-      w.end_object();
-    }
-    w.end_array();
+    w.key("pooled_passes"); w.value(o.pooled_passes);  // asked (0: the default)
+    w.key("pooled_share"); w.value(o.pooled_share);
   }
   w.key("top_k"); w.value(o.top_k);
   w.key("tensors"); string_or_null(w, o.tensors_regex);
@@ -960,6 +955,22 @@ std::string sensitivity_json(const SensitivityResult& r) {
   w.key("n_tokens_scored"); w.value(r.n_tokens_scored);
   w.key("ppl"); w.value(r.reference_ppl);
   w.end_object();
+  if (r.mode == SensitivityMode::Pooled) {
+    w.key("pooled");  // the passes made and how well the fit explains them
+    w.begin_object();
+    w.key("passes"); w.value(r.pooled_passes);
+    w.key("relative_rms"); w.value(r.pooled_relative_rms);
+    w.key("measured");
+    w.begin_array();
+    for (const auto& [names, kld] : r.pooled_measured) {
+      w.begin_object();
+      w.key("tensors"); w.array(names);
+      w.key("delta_kld"); w.value(kld);
+      w.end_object();
+    }
+    w.end_array();
+    w.end_object();
+  }
   w.key("fixed_bytes"); w.value(r.fixed_bytes);
   w.key("n_weights_total"); w.value(r.n_weights_total);
   for (const bool groups : {false, true}) {

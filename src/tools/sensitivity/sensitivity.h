@@ -14,9 +14,10 @@
 //    predicted from that type's measured weighted error on the tensor. One or
 //    two passes per tensor instead of one per tensor and type;
 //  - mode pooled: the same noise (the first level), but each pass perturbs
-//    a random half of the tensors at once, and each tensor's response
-//    c = ΔKLD / E is fitted as a role factor times a layer factor from the
-//    passes (pooled_fit.h): a quarter of noise mode's passes by default.
+//    a random quarter of the tensors at once, and each tensor's response
+//    c = ΔKLD / E is fitted from the passes, as a role factor times a layer
+//    factor and then its own (pooled_fit.h): a quarter of noise mode's
+//    passes by default (experimental: docs/SENSITIVITY.md).
 // KLD against the top-K reference is exact when K covers the vocabulary and
 // a lower bound otherwise (the rest of the mass is merged into one outcome).
 #pragma once
@@ -106,7 +107,7 @@ struct SensitivityResult {
   // the chunks, and the probes' passes (each from its tensor's layer).
   double reference_seconds = 0, probe_seconds = 0;
   int64_t n_probes = 0;
-  // --mode pooled: its passes and how well the fit explains them (in the JSON).
+  // --mode pooled: its passes and how well the fit explains them (the JSON's "pooled").
   int64_t pooled_passes = 0;
   double pooled_relative_rms = 0;
   std::vector<std::pair<std::vector<std::string>, double>> pooled_measured;  // each pass: its tensors, its ΔKLD
