@@ -63,7 +63,7 @@ dict_of() {
 start=$(date +%s)
 if ! grep -q '^QLENS_FUZZ:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
   command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
-  CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g" \
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only" \
     -DQLENS_FUZZ=ON -DQLENS_BUILD_TESTS=OFF -DQLENS_BUILD_BENCH=OFF -DQLENS_VULKAN=OFF -DQLENS_MPI=OFF >/dev/null
 fi
 build_targets=()

@@ -259,8 +259,7 @@ TEST(Cli, GreedyStoriesContinuation) {
 }
 
 TEST(Cli, Synth11bLoadsAndGenerates) {
-  const char* slow = std::getenv("QLENS_SLOW_TESTS");
-  if (slow && std::string(slow) == "0") GTEST_SKIP() << "QLENS_SLOW_TESTS=0";
+  if (!test::slow_tests_enabled()) GTEST_SKIP() << "QLENS_SLOW_TESTS=0";
   const std::string model = test::temp_dir() + "/1.1b.gguf";
   std::string out;
   ASSERT_EQ(qlens("synth --preset 1.1b -o " + model, &out), 0) << out;

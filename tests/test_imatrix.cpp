@@ -443,8 +443,7 @@ TEST(ImatrixStories, BadInputIsAClearError) {
 // The acceptance test of the whole idea: an imatrix from one half of the
 // text lowers the perplexity of Q4_K_M and Q2_K quants on the other half.
 TEST(ImatrixStories, QuantizingWithAnImatrixLowersHeldOutPerplexity) {
-  if (const char* slow = std::getenv("QLENS_SLOW_TESTS"); slow && std::string(slow) == "0")
-    GTEST_SKIP() << "slow test (QLENS_SLOW_TESTS=0)";
+  if (!test::slow_tests_enabled()) GTEST_SKIP() << "QLENS_SLOW_TESTS=0";
   QLENS_REQUIRE_SHARED(model_path, kStories);
   QLENS_REQUIRE_SHARED(text_path, kText);
   const std::string dir = test::temp_dir();

@@ -46,7 +46,8 @@ class Pipeline : public ::testing::Test {
   static void SetUpTestSuite() {
     model_ = test::shared_path("models/stories260K.gguf");
     const std::string text = test::shared_path("data/tinystories/tinystories_val.txt");
-    if (model_.empty() || text.empty()) return;
+    // The set-up is most of these tests' time: skipped ones must not pay it.
+    if (model_.empty() || text.empty() || !test::slow_tests_enabled()) return;
     dir_ = test::temp_dir();
     const std::string all = read_text_file(text);
     const size_t cut = all.find('\n', all.size() / 2) + 1;
@@ -66,8 +67,7 @@ class Pipeline : public ::testing::Test {
   }
   void SetUp() override {
     if (model_.empty()) GTEST_SKIP() << "needs ../shared/models/stories260K.gguf and tinystories_val.txt";
-    if (const char* slow = std::getenv("QLENS_SLOW_TESTS"); slow && std::string(slow) == "0")
-      GTEST_SKIP() << "slow test (QLENS_SLOW_TESTS=0)";
+    if (!test::slow_tests_enabled()) GTEST_SKIP() << "QLENS_SLOW_TESTS=0";
     ASSERT_TRUE(ok_) << "imatrix or sensitivity failed";
   }
   static double held_out_kld(const std::string& test_model) {
