@@ -210,6 +210,36 @@ TEST_F(Mpi, SplitLayersGiveOneProcesssPerplexityAndImatrix) {
   EXPECT_TRUE(contains(out, "give --split-layers")) << out;
 }
 
+// compare --split-layers: both models' layers split alike over the ranks,
+// the two streams passed on together; every node's figures (each measured on
+// the rank of its layer), the routers' agreement and the KL divergence equal
+// one process's, as the report, the JSON and the CSV show.
+TEST_F(Mpi, SplitLayersCompareGivesOneProcesssNodesAndKld) {
+  for (const ModelAndText& mt : models()) {
+    SCOPED_TRACE(mt.model);
+    const std::string quant = dir_ + "/q4.gguf";
+    qlens(1, "quantize " + mt.model + " " + quant + " Q4_0");
+    const std::string args = "compare --ref " + mt.model + " -m " + quant + " -f " + mt.text + " -c 64 --chunks 4 -t 1";
+    const std::string report = qlens(1, args + " --json " + dir_ + "/one.json --csv " + dir_ + "/one.csv");
+    ASSERT_TRUE(contains(report, "worst nodes")) << report;
+    const int max_ranks = mt.model.find("qwen3moe") != std::string::npos ? 2 : 3;  // its 2 layers
+    for (int n = 2; n <= max_ranks; ++n) {
+      SCOPED_TRACE(std::to_string(n) + " ranks");
+      const std::string out = qlens(n, args + " --split-layers --json " + dir_ + "/split.json --csv " + dir_ + "/split.csv");
+      EXPECT_TRUE(contains(out, "worst nodes")) << out;
+      EXPECT_EQ(read_text_file(dir_ + "/split.json"), read_text_file(dir_ + "/one.json"));
+      EXPECT_EQ(read_text_file(dir_ + "/split.csv"), read_text_file(dir_ + "/one.csv"));
+    }
+  }
+  // Without --split-layers, several ranks would each compare everything.
+  std::string out;
+  EXPECT_NE(run_command(mpirun(2) + kQlens + " compare --ref " + synth_model("gemma3-tiny") + " -m " +
+                            synth_model("gemma3-tiny") + " -f " + word_text() + " -c 64 --chunks 1 2>&1",
+                        &out),
+            0);
+  EXPECT_TRUE(contains(out, "give --split-layers")) << out;
+}
+
 // Sensitivity: each rank makes the reference and probes its share; rank 0's
 // JSON is one process's, byte for byte (quant and noise mode, tensors and
 // groups), and the ranks' checkpoints are gone at the end.
@@ -219,6 +249,9 @@ TEST_F(Mpi, SensitivityEqualsOneProcessByteForByte) {
     const std::string base = "sensitivity -m " + mt.model + " -f " + mt.text + " -c 64 --chunks 2 -t 1 ";
     std::vector<std::string> runs = {"--types Q4_0,Q8_0", "--mode noise --noise-levels 0.02,0.08 --types Q4_0,Q5_1"};
     if (mt.model.find("moe") != std::string::npos) runs.push_back("--types Q4_0,Q8_0 --group experts");
+    // Gemma 3's output is its token embedding: under --split-layers the last
+    // rank reads it too, and must get each of its replacements.
+    if (mt.model.find("gemma3") != std::string::npos) runs.push_back("--types Q4_0 --group role");
     for (const std::string& flags : runs) {
       SCOPED_TRACE(flags);
       qlens(1, base + flags + " --json " + dir_ + "/one.json");
@@ -228,6 +261,10 @@ TEST_F(Mpi, SensitivityEqualsOneProcessByteForByte) {
         EXPECT_EQ(read_text_file(json), read_text_file(dir_ + "/one.json")) << n << " ranks";
         for (int r = 1; r < n; ++r)
           EXPECT_FALSE(std::filesystem::exists(json + ".rank" + std::to_string(r))) << "rank " << r << "'s checkpoint";
+        // The model split by layers: each rank probes its layers' tensors.
+        if (n == 3 && mt.model.find("qwen3moe") != std::string::npos) continue;  // its 2 layers
+        qlens(n, base + flags + " --split-layers --json " + json);
+        EXPECT_EQ(read_text_file(json), read_text_file(dir_ + "/one.json")) << n << " ranks, --split-layers";
       }
     }
   }
@@ -250,6 +287,15 @@ TEST_F(Mpi, SensitivityKilledRankResumesToTheSameTable) {
   EXPECT_TRUE(contains(resumed, "resuming: ")) << resumed;
   EXPECT_EQ(read_text_file(json), read_text_file(dir_ + "/one.json"));
   for (int r = 1; r <= 2; ++r) EXPECT_FALSE(std::filesystem::exists(json + ".rank" + std::to_string(r)));
+
+  // The same with the model split by layers: rank 2, the last (which
+  // scores every probe), killed after its first tensor; resumed split.
+  const std::string split_json = dir_ + "/split.json";
+  ASSERT_NE(run_and_kill(3, args + split_json + " --split-layers", split_json + ".rank2", 2), 0)
+      << "the run ended before rank 2 was killed: " << read_text_file(dir_ + "/run.log");
+  const std::string split_resumed = qlens(3, args + split_json + " --split-layers --resume");
+  EXPECT_TRUE(contains(split_resumed, "resuming: ")) << split_resumed;
+  EXPECT_EQ(read_text_file(split_json), read_text_file(dir_ + "/one.json"));
 }
 
 // An error on the ranks (here a missing model) ends the run with a non-zero

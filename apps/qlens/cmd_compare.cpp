@@ -7,9 +7,11 @@
 #include "commands.h"
 #include "core/output_path.h"
 #include "core/text_file.h"
+#include "dist/comm.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "tools/common/chunks.h"
+#include "tools/common/layer_pipeline.h"
 #include "tools/compare/compare.h"
 #include "tools/compare/llama_logits.h"
 #include "tools/common/progress.h"
@@ -59,6 +61,7 @@ void add_compare_options(ArgParser& p, CompareFlags& f) {
   add_device_options(p, &f.dev);
   p.add({"-t", "--threads"}, &opt.n_threads, "N", "threads (default: one per core)");
   add_cache_type_option(p, &opt.cache_type);
+  add_split_layers_option(p, &opt.split_layers);
   p.add_switch({"--host-reductions"}, &opt.host_reductions,
                "reduce on the host from copies of every node (slow; the oracle for the taps)");
   p.add_note(
@@ -145,9 +148,23 @@ int compare_and_report(CompareFlags& f) {
   const auto tokens = tools::tokenize_text_file(ref->vocab(), f.text_path,
                                                 opt.max_chunks >= 0 ? opt.max_chunks * opt.n_ctx : -1, "compare");
   const int64_t planned = tools::chunks_in_text(static_cast<int64_t>(tokens.size()), opt.n_ctx, opt.max_chunks);
-  std::fprintf(stderr, "%s: %zu tokens; %lld chunks of %lld; reference on %s, test on %s\n", f.text_path.c_str(),
-               tokens.size(), static_cast<long long>(planned), static_cast<long long>(opt.n_ctx),
-               opt.device_ref.c_str(), opt.device.c_str());
+  dist::Comm& comm = dist::world();
+  if (comm.is_root())
+    std::fprintf(stderr, "%s: %zu tokens; %lld chunks of %lld; reference on %s, test on %s\n", f.text_path.c_str(),
+                 tokens.size(), static_cast<long long>(planned), static_cast<long long>(opt.n_ctx),
+                 opt.device_ref.c_str(), opt.device.c_str());
+  if (comm.size() > 1 && !opt.split_layers)
+    throw Error("qlens compare: " + std::to_string(comm.size()) +
+                " processes: give --split-layers to run the two models across them by layers");
+  if (comm.size() > 1 && !f.kld_base.empty())
+    throw Error("qlens compare: --split-layers computes the logits on the last rank; --kl-divergence-base is not "
+                "written there");
+  if (comm.size() > 1 && comm.is_root())
+    std::fprintf(stderr, "%s", tools::describe_layer_split(*ref, tools::split_layers_by_bytes(*ref, comm.size())).c_str());
+  if (!comm.is_root()) {
+    tools::compare_models(*ref, *test, tokens, opt);
+    return 0;
+  }
 
   std::unique_ptr<tools::LlamaLogitsWriter> writer;
   if (!f.kld_base.empty()) {
@@ -189,7 +206,12 @@ int cmd_compare(int argc, char** argv) {
   ArgParser p("compare", kUsage, kSummary);
   add_compare_options(p, f);
   if (!p.parse(argc, argv)) return 0;
-  if (f.ref_path.empty() && !f.kld_base.empty()) return compare_with_logits_file(f, p);
+  if (f.ref_path.empty() && !f.kld_base.empty()) {
+    if (dist::world().size() > 1)
+      throw Error("qlens compare: against a log-probability file (--kl-divergence-base without --ref) it runs as "
+                  "one process");
+    return compare_with_logits_file(f, p);
+  }
   check_compare_flags(f);
   resolve_compare_devices(p, f);
   return compare_and_report(f);

@@ -12,6 +12,7 @@
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "tools/common/chunks.h"
+#include "tools/common/layer_pipeline.h"
 #include "tools/imatrix/imatrix_coverage.h"
 #include "tools/common/progress.h"
 #include "tools/sensitivity/sensitivity.h"
@@ -91,6 +92,7 @@ bool parse_sensitivity_flags(int argc, char** argv, SensitivityFlags& f) {
   DeviceFlags dev;
   add_device_options(p, &dev);
   bool no_layer_cache = false;
+  add_split_layers_option(p, &opt.split_layers);
   p.add_switch({"--no-layer-cache"}, &no_layer_cache,
                "run every probe through the whole model (by default a probe of layer L starts from the\n"
                "cached residual stream entering L: same results, less work)");
@@ -195,9 +197,14 @@ int cmd_sensitivity(int argc, char** argv) {
     std::fprintf(stderr, "resuming: %zu %s already measured\n",
                  previous->groups.empty() ? previous->tensors.size() : previous->groups.size(),
                  previous->groups.empty() ? "tensors" : "groups");
-  if (comm.size() > 1 && comm.is_root())
-    std::fprintf(stderr, "%d processes: each makes the reference and probes its share of the tensors by cost\n",
-                 comm.size());
+  if (comm.size() > 1 && comm.is_root()) {
+    if (opt.split_layers)
+      std::fprintf(stderr, "%d processes, the model split by layers; each probes the tensors of its layers:\n%s",
+                   comm.size(), tools::describe_layer_split(*model, tools::split_layers_by_bytes(*model, comm.size())).c_str());
+    else
+      std::fprintf(stderr, "%d processes: each makes the reference and probes its share of the tensors by cost\n",
+                   comm.size());
+  }
 
   auto r = measure_with_progress(*model, tokens, f, previous);
   if (comm.is_root()) report_and_write(f, r);

@@ -25,7 +25,8 @@ constexpr Command kCommands[] = {
     {"quantize", qlens::cli::cmd_quantize, "quantize a model into llama.cpp's block formats"},
     {"quantize-stats", qlens::cli::cmd_quantize_stats, "quantization error of every weight for each type"},
     {"bench", qlens::cli::cmd_bench, "prompt-processing and generation speed, as llama-bench measures them"},
-    {"compare", qlens::cli::cmd_compare, "compare a reference and a test model node by node, with KL divergence"},
+    {"compare", qlens::cli::cmd_compare, "compare a reference and a test model node by node, with KL divergence",
+     true},
     {"sensitivity", qlens::cli::cmd_sensitivity, "how much each tensor matters: KL divergence when only it is quantized",
      true},
     {"plan", qlens::cli::cmd_plan, "choose a type per tensor under a size budget from a sensitivity table"},
@@ -50,7 +51,7 @@ int run_command(const Command& c, int argc, char** argv) {
     // The others would each do the whole job and write the same files.
     if (!c.across_processes && qlens::dist::world().size() > 1)
       throw qlens::Error(std::string("qlens ") + c.name + " runs as one process; under mpirun run imatrix, "
-                         "sensitivity or perplexity --split-layers (docs/CLUSTER.md)");
+                         "sensitivity, or perplexity and compare with --split-layers (docs/CLUSTER.md)");
     return c.run(argc, argv);
   } catch (const qlens::Error& e) {
     error = e.what();

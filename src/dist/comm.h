@@ -20,7 +20,8 @@ class Comm {
   bool is_root() const { return rank() == 0; }
 
   // Every rank's bytes, in rank order, on `root` (its own included); an
-  // empty list on the other ranks.
+  // empty list on the other ranks. Apart from send/post/receive: a message
+  // on its way between two ranks is not taken for a gather's.
   virtual std::vector<std::string> gather(const std::string& bytes, int root) = 0;
   // `root`'s bytes on every rank.
   virtual std::string broadcast(const std::string& bytes, int root) = 0;

@@ -46,15 +46,16 @@ class MpiWorld final : public Comm {
   int size() const override { return size_; }
 
   // Point-to-point under the hood: the root receives rank by rank, which
-  // also keeps each piece within MPI's int counts.
+  // also keeps each piece within MPI's int counts. Its own tag keeps it apart
+  // from the messages send and post have on their way, as MPI_Gather is.
   std::vector<std::string> gather(const std::string& bytes, int root) override {
     std::vector<std::string> all;
     if (rank_ != root) {
-      send(bytes, root);
+      send_tagged(bytes, root, kGatherTag);
       return all;
     }
     all.resize(size_);
-    for (int r = 0; r < size_; ++r) all[r] = r == root ? bytes : receive(r);
+    for (int r = 0; r < size_; ++r) all[r] = r == root ? bytes : receive_tagged(r, kGatherTag);
     return all;
   }
 
@@ -101,20 +102,8 @@ class MpiWorld final : public Comm {
     posted_.clear();
   }
 
-  void send(const std::string& bytes, int to) override {
-    drop_finished();
-    const int64_t n = static_cast<int64_t>(bytes.size());
-    check(MPI_Send(&n, 1, MPI_INT64_T, to, kTag, MPI_COMM_WORLD), "MPI_Send");
-    send_bytes(bytes.data(), n, to, kTag);
-  }
-
-  std::string receive(int from) override {
-    int64_t n = 0;
-    check(MPI_Recv(&n, 1, MPI_INT64_T, from, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
-    std::string out(n, '\0');
-    receive_bytes(out.data(), n, from, kTag);
-    return out;
-  }
+  void send(const std::string& bytes, int to) override { send_tagged(bytes, to, kTag); }
+  std::string receive(int from) override { return receive_tagged(from, kTag); }
 
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
@@ -124,6 +113,21 @@ class MpiWorld final : public Comm {
   }
 
  private:
+  void send_tagged(const std::string& bytes, int to, int tag) {
+    drop_finished();
+    const int64_t n = static_cast<int64_t>(bytes.size());
+    check(MPI_Send(&n, 1, MPI_INT64_T, to, tag, MPI_COMM_WORLD), "MPI_Send");
+    send_bytes(bytes.data(), n, to, tag);
+  }
+
+  std::string receive_tagged(int from, int tag) {
+    int64_t n = 0;
+    check(MPI_Recv(&n, 1, MPI_INT64_T, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+    std::string out(n, '\0');
+    receive_bytes(out.data(), n, from, tag);
+    return out;
+  }
+
   void drop_finished() {
     std::erase_if(posted_, [](const std::unique_ptr<Posted>& msg) {
       int done = 0;
@@ -133,7 +137,7 @@ class MpiWorld final : public Comm {
     });
   }
 
-  static constexpr int kTag = 7;
+  static constexpr int kTag = 7, kGatherTag = 8;
   int rank_ = 0, size_ = 1;
   std::vector<std::unique_ptr<Posted>> posted_;
 };

@@ -54,32 +54,60 @@ void ContextPair::clear() {
 }
 
 bool ContextPair::decode(std::span<const Token> tokens, int64_t first_logit) {
+  return decode_layers(tokens, 0, static_cast<int>(ref_.model().hparams().n_layer), nullptr, nullptr, first_logit);
+}
+
+bool ContextPair::decode_layers(std::span<const Token> tokens, int first, int last, const float* in,
+                                std::vector<float>* out, int64_t first_logit) {
   if (tokens.empty()) throw Error("compare: no tokens");
   if (ref_.n_past() != test_.n_past()) throw Error("compare: the two contexts are at different positions");
+  const int n_layer = static_cast<int>(ref_.model().hparams().n_layer);
+  if (first < 0 || last > n_layer || first >= last)
+    throw Error("compare: no layer range [" + std::to_string(first) + ", " + std::to_string(last) +
+                ") in a model of " + std::to_string(n_layer) + " layers");
+  if (first > 0 && !in) throw Error("compare: starting at layer " + std::to_string(first) + " needs its input");
+  if (last < n_layer && !out) throw Error("compare: stopping before the output needs a place for the streams");
+  if (ref_.model().hparams().layers_read_beyond_residual() && (first > 0 || last < n_layer))
+    throw Error("compare: the layers of " + ref_.model().path() + " read more than the residual stream");
   const int64_t n_vocab = ref_.model().hparams().n_vocab;
   for (Token t : tokens)
     if (t < 0 || t >= n_vocab) throw Error("compare: token id " + std::to_string(t) + " is outside the vocabulary");
   if (ref_.n_past() + static_cast<int64_t>(tokens.size()) > ref_.n_ctx())
     throw Error("compare: " + std::to_string(ref_.n_past() + tokens.size()) + " tokens exceed the context size " +
                 std::to_string(ref_.n_ctx()) + " (-c)");
-  if (first_logit < 0 || first_logit >= static_cast<int64_t>(tokens.size()))
+  if (!out && (first_logit < 0 || first_logit >= static_cast<int64_t>(tokens.size())))
     throw Error("compare: logits from token " + std::to_string(first_logit) + " of a batch of " +
                 std::to_string(tokens.size()));
+  const int64_t n_embd = ref_.model().hparams().n_embd;
+  const size_t stream = tokens.size() * n_embd;  // floats of one model's stream
+  if (out) out->resize(2 * stream);
   ref_logits_.clear();
   test_logits_.clear();
-  first_row_ = first_logit;
+  first_row_ = out ? 0 : first_logit;
   rows_ = 0;
   const size_t n_batch = static_cast<size_t>(ref_.options().n_batch);
-  for (size_t start = 0; start < tokens.size(); start += n_batch)
+  for (size_t start = 0; start < tokens.size(); start += n_batch) {
+    const size_t at = start * n_embd;
+    BatchRange range{first, last};
+    if (in) {
+      range.ref_in = in + at;
+      range.test_in = in + stream + at;
+    }
+    if (out) {
+      range.ref_out = out->data() + at;
+      range.test_out = out->data() + stream + at;
+    }
     if (!decode_batch(tokens.subspan(start, std::min(n_batch, tokens.size() - start)),
-                      std::max<int64_t>(0, first_logit - static_cast<int64_t>(start))))
+                      out ? static_cast<int64_t>(tokens.size()) : std::max<int64_t>(0, first_logit - static_cast<int64_t>(start)),
+                      range))
       return false;
+  }
   return true;
 }
 
-// first_logit is relative to this batch; a batch wholly before it computes
-// its layers only.
-bool ContextPair::decode_batch(std::span<const Token> tokens, int64_t first_logit) {
+// first_logit is relative to this batch; a batch wholly before it (or of a
+// range that stops before the output) computes its layers only.
+bool ContextPair::decode_batch(std::span<const Token> tokens, int64_t first_logit, const BatchRange& range) {
   const int64_t N = static_cast<int64_t>(tokens.size());
   const int64_t n_past = ref_.n_past(), n_kv = n_past + N;
   Graph g;
@@ -117,17 +145,17 @@ bool ContextPair::decode_batch(std::span<const Token> tokens, int64_t first_logi
       }
     }
   };
-  ref_b.embed();
+  Tensor* ref_residual = range.first > 0 ? ref_b.residual_input() : ref_b.embed();
   claim(Side::Ref);
-  test_b.embed();
+  Tensor* test_residual = range.first > 0 ? test_b.residual_input() : test_b.embed();
   claim(Side::Test);
-  for (int il = 0; il < ref_.model().hparams().n_layer; ++il) {
+  for (int il = range.first; il < range.last; ++il) {
     ref_b.layer(il);
     claim(Side::Ref);
     test_b.layer(il);
     claim(Side::Test);
   }
-  const bool logits = first_logit < N;
+  const bool logits = !range.ref_out && first_logit < N;
   Tensor* ref_out = logits ? ref_b.output(first_logit) : nullptr;
   claim(Side::Ref);
   Tensor* test_out = logits ? test_b.output(first_logit) : nullptr;
@@ -138,11 +166,28 @@ bool ContextPair::decode_batch(std::span<const Token> tokens, int64_t first_logi
     if (t) side_[t] = Side::Shared;
 
   sched_->allocate(g);
-  in.write(tokens, n_past, ref_.model().hparams().n_swa);
+  // A layer range's graph reads no token ids (and a range of layers without
+  // attention no positions or mask): those inputs are not in it.
+  GraphInputs used;
+  used.tokens = g.find("inp_tokens");
+  used.positions = g.find("inp_pos");
+  used.mask = g.find("KQ_mask");
+  used.mask_swa = g.find("KQ_mask_swa");
+  used.write(tokens, n_past, ref_.model().hparams().n_swa);
+  if (range.first > 0) {
+    tensor_write(*ref_residual, range.ref_in, 0, ref_residual->nbytes());
+    tensor_write(*test_residual, range.test_in, 0, test_residual->nbytes());
+  }
 
+  name_counts_ = seen_test;
   if (compute_batch(*sched_, g, {&ref_.state(), &test_.state()}) == ComputeStatus::Stopped) return false;
   ref_.advance(N);
   test_.advance(N);
+  if (range.ref_out) {
+    tensor_read(*ref_b.current(), range.ref_out, 0, ref_b.current()->nbytes());
+    tensor_read(*test_b.current(), range.test_out, 0, test_b.current()->nbytes());
+    return true;
+  }
   if (!logits) return true;
   const int64_t n_vocab = ref_out->ne[0], rows = ref_out->ne[1];
   for (auto [out, values] : {std::pair{ref_out, &ref_logits_}, std::pair{test_out, &test_logits_}}) {

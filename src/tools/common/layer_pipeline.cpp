@@ -79,25 +79,32 @@ uint64_t layer_split_bytes(const Model& model, const LayerSplit& split, int rank
   return bytes;
 }
 
-bool pipeline_decode(Context& ctx, dist::Comm& comm, const LayerSplit& split, std::span<const Token> tokens,
-                     int64_t first_logit) {
+bool pipeline_step(dist::Comm& comm, const LayerSplit& split, size_t stream_floats,
+                   const std::function<bool(const float* in, std::vector<float>* out)>& run) {
   if (split.n_ranks() != comm.size())
     throw Error("--split-layers: the split has " + std::to_string(split.n_ranks()) + " ranks, the run " +
                 std::to_string(comm.size()));
   const int r = comm.rank();
   std::string in_bytes;
   if (r > 0) in_bytes = comm.receive(r - 1);
-  const int64_t n_embd = ctx.model().hparams().n_embd;
-  if (r > 0 && in_bytes.size() != tokens.size() * n_embd * sizeof(float))
+  if (r > 0 && in_bytes.size() != stream_floats * sizeof(float))
     throw Error("--split-layers: rank " + std::to_string(r) + " received " + std::to_string(in_bytes.size()) +
-                " bytes of residual stream for " + std::to_string(tokens.size()) + " tokens");
+                " bytes of residual stream where it expected " + std::to_string(stream_floats * sizeof(float)));
   const float* in = r > 0 ? reinterpret_cast<const float*>(in_bytes.data()) : nullptr;
-  if (split.is_last(r)) return ctx.decode_layers(tokens, split.first(r), split.last(r), in, nullptr, first_logit);
+  if (split.is_last(r)) return run(in, nullptr);
   std::vector<float> out;
-  const bool ok = ctx.decode_layers(tokens, split.first(r), split.last(r), in, &out);
-  if (!ok) throw Error("--split-layers: rank " + std::to_string(r) + ": the computation was stopped");
+  if (!run(in, &out)) throw Error("--split-layers: rank " + std::to_string(r) + ": the computation was stopped");
   comm.send(std::string(reinterpret_cast<const char*>(out.data()), out.size() * sizeof(float)), r + 1);
   return false;
+}
+
+bool pipeline_decode(Context& ctx, dist::Comm& comm, const LayerSplit& split, std::span<const Token> tokens,
+                     int64_t first_logit) {
+  const int r = comm.rank();
+  return pipeline_step(comm, split, tokens.size() * ctx.model().hparams().n_embd,
+                       [&](const float* in, std::vector<float>* out) {
+                         return ctx.decode_layers(tokens, split.first(r), split.last(r), in, out, first_logit);
+                       });
 }
 
 std::string describe_layer_split(const Model& model, const LayerSplit& split) {

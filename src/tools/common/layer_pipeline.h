@@ -7,6 +7,7 @@
 // sequence, rank r-1 computes the next one: the ranks work as a pipeline.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,6 +35,15 @@ LayerSplit split_layers_by_bytes(const Model& model, int n_ranks);
 
 // The weight bytes rank `rank` of `split` reads.
 uint64_t layer_split_bytes(const Model& model, const LayerSplit& split, int rank);
+
+// One step of the pipeline on this rank, for any computation over its
+// layers: receives the stream entering them (rank > 0: stream_floats
+// floats), calls run(in, out) (in null on rank 0; out null on the last rank,
+// which computes the logits instead) and hands what `out` holds to the next
+// rank. Returns run's result on the last rank, false on the others (an Error
+// when run stops the computation there).
+bool pipeline_step(dist::Comm& comm, const LayerSplit& split, size_t stream_floats,
+                   const std::function<bool(const float* in, std::vector<float>* out)>& run);
 
 // Runs `tokens` (one sequence, the context cleared before as a plain decode
 // needs) through the ranks' layers: every rank calls it with the same

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <regex>
@@ -11,7 +12,9 @@
 #include "qlens/context_pair.h"
 #include "core/parallel.h"
 #include "qlens/error.h"
+#include "dist/bytes.h"
 #include "tools/common/chunks.h"
+#include "tools/common/layer_pipeline.h"
 #include "tools/common/user_regex.h"
 
 namespace qlens::tools {
@@ -199,19 +202,119 @@ class CompareTaps {
   std::map<std::string, TapResult> host_;  // the host-reduction path
 };
 
-// Runs chunk c through both models and adds its scored tokens' logit
-// statistics, measured on every thread, added in order.
-void compare_chunk(ContextPair& pair, TextChunks& chunks, int64_t c, const CompareOptions& opt,
-                   LogitComparison& logits) {
-  pair.clear();
-  if (!pair.decode(chunks.chunk(c), chunks.first_scored())) throw Error("compare: the computation was stopped");
+// The logit statistics of chunk c's scored tokens, from the pair's last
+// decode, measured on every thread.
+std::vector<LogitComparison::TokenStats> measure_chunk(const ContextPair& pair, TextChunks& chunks, int64_t c,
+                                                       const CompareOptions& opt) {
   const int64_t first = chunks.first_scored(), n_scored = opt.n_ctx - 1 - first;
   std::vector<LogitComparison::TokenStats> measured(n_scored);
   parallel_for(n_scored, opt.n_threads, [&](int64_t i, int) {
     measured[i] =
         LogitComparison::measure(pair.ref_logits(first + i), pair.test_logits(first + i), chunks.next(c, first + i));
   });
-  for (const auto& t : measured) logits.add(t);
+  return measured;
+}
+
+// Runs chunk c through both models and adds its scored tokens' logit
+// statistics in order.
+void compare_chunk(ContextPair& pair, TextChunks& chunks, int64_t c, const CompareOptions& opt,
+                   LogitComparison& logits) {
+  pair.clear();
+  if (!pair.decode(chunks.chunk(c), chunks.first_scored())) throw Error("compare: the computation was stopped");
+  for (const auto& t : measure_chunk(pair, chunks, c, opt)) logits.add(t);
+}
+
+// --split-layers: chunk c through this rank's layers of both models (the two
+// residual streams passed on together); the last rank sends the chunk's
+// token figures to rank 0.
+void compare_chunk_split(ContextPair& pair, TextChunks& chunks, int64_t c, const CompareOptions& opt,
+                         dist::Comm& comm, const LayerSplit& split) {
+  pair.clear();
+  const int r = comm.rank();
+  const std::span<const Token> tokens = chunks.chunk(c);
+  const int64_t n_embd = pair.ref().model().hparams().n_embd;
+  const bool has_logits =
+      pipeline_step(comm, split, 2 * tokens.size() * n_embd, [&](const float* in, std::vector<float>* out) {
+        return pair.decode_layers(tokens, split.first(r), split.last(r), in, out, chunks.first_scored());
+      });
+  if (!split.is_last(r)) return;
+  if (!has_logits) throw Error("compare: the computation was stopped");
+  dist::ByteWriter w;
+  w.put(measure_chunk(pair, chunks, c, opt));
+  comm.post(w.take(), 0);
+}
+
+void put_node(dist::ByteWriter& w, const NodeComparison& n) {
+  w.put(n.name);  // layer and kind follow from it
+  w.put(n.ref);
+  w.put(n.test);
+  const ErrorStats& e = n.error;
+  for (double v : {e.sum_sq_diff, e.sum_sq_a, e.sum_sq_b, e.sum_ab, e.max_abs_diff}) w.put(v);
+  w.put(e.count);
+  w.put(e.non_finite);
+  w.put(e.row_nmse.counts);
+}
+
+NodeComparison get_node(dist::ByteReader& rd) {
+  NodeComparison n;
+  n.name = rd.get_string();
+  n.ref = rd.get<NodeStats>();
+  n.test = rd.get<NodeStats>();
+  ErrorStats& e = n.error;
+  for (double* v : {&e.sum_sq_diff, &e.sum_sq_a, &e.sum_sq_b, &e.sum_ab, &e.max_abs_diff}) *v = rd.get<double>();
+  e.count = rd.get<int64_t>();
+  e.non_finite = rd.get<int64_t>();
+  e.row_nmse.counts = rd.get_vector<uint64_t>();
+  return n;
+}
+
+// A label ("name" or "name#k", ContextPair::label) as the whole graph has
+// it, given how many nodes of each name came before this rank's layers.
+std::string whole_graph_label(const std::string& label, const std::map<std::string, int>& before) {
+  std::string name = label;
+  int k = 1;
+  if (const size_t hash = label.rfind('#');
+      hash != std::string::npos && hash + 1 < label.size() &&
+      label.find_first_not_of("0123456789", hash + 1) == std::string::npos) {
+    name = label.substr(0, hash);
+    k = std::stoi(label.substr(hash + 1));
+  }
+  if (auto it = before.find(name); it != before.end()) k += it->second;
+  return k == 1 ? name : name + "#" + std::to_string(k);
+}
+
+// --split-layers: every rank's nodes and routers (its layers; the embedding's
+// on rank 0, the output's on the last), in rank order, which is graph order,
+// each node labelled as in the whole graph.
+void gather_nodes(CompareResult& r, const ContextPair& pair, dist::Comm& comm) {
+  dist::ByteWriter w;
+  w.put(static_cast<uint64_t>(pair.name_counts().size()));
+  for (const auto& [name, count] : pair.name_counts()) {
+    w.put(name);
+    w.put(count);
+  }
+  w.put(static_cast<uint64_t>(r.nodes.size()));
+  for (const NodeComparison& n : r.nodes) put_node(w, n);
+  w.put(r.routers);
+  const std::vector<std::string> all = comm.gather(w.take(), 0);
+  if (!comm.is_root()) return;
+  r.nodes.clear();
+  r.routers.clear();
+  std::map<std::string, int> before;  // nodes of each name on the ranks so far
+  for (const std::string& bytes : all) {
+    dist::ByteReader rd(bytes);
+    std::map<std::string, int> counts;
+    for (uint64_t i = 0, n = rd.get<uint64_t>(); i < n; ++i) {
+      std::string name = rd.get_string();
+      counts[name] = rd.get<int>();
+    }
+    for (uint64_t i = 0, n = rd.get<uint64_t>(); i < n; ++i) {
+      const NodeComparison node = get_node(rd);
+      r.nodes.push_back(make_node_comparison(whole_graph_label(node.name, before), node.ref, node.test, node.error));
+    }
+    for (const RouterAgreement& a : rd.get_vector<RouterAgreement>()) r.routers.push_back(a);
+    for (const auto& [name, count] : counts) before[name] += count;
+  }
 }
 
 // The options' hooks on chunk c: its tokens and the reference's scored logits.
@@ -245,9 +348,17 @@ void describe_run(CompareResult& r, const Model& ref, const Model& test, int64_t
 }  // namespace
 
 CompareResult compare_models(const Model& ref, const Model& test, const std::vector<Token>& tokens,
-                             const CompareOptions& opt, const std::function<void(int64_t, int64_t, double)>& on_chunk) {
+                             const CompareOptions& opt, const std::function<void(int64_t, int64_t, double)>& on_chunk,
+                             dist::Comm& comm) {
   TextChunks chunks(tokens, opt.n_ctx, ref.vocab(), "compare");
   const int64_t n_chunks = chunks_to_run(chunks.available(), opt.max_chunks);
+  std::optional<LayerSplit> split;
+  if (opt.split_layers && comm.size() > 1) {
+    if (opt.on_chunk_tokens || opt.on_ref_scored_logits)
+      throw Error("compare: --split-layers computes the logits on the last rank; --kl-divergence-base is not "
+                  "written there");
+    split = split_layers_by_bytes(ref, comm.size());
+  }
   NodeSelection nodes(opt);
   const ContextOptions common = run_context(opt, opt.n_ctx, opt.n_batch);  // each side's device: PairedContexts
   PairedContexts contexts(ref, test, opt, common);
@@ -256,21 +367,44 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
   taps.install(opt.host_reductions);
 
   LogitComparison logits;
+  // Rank 0 adds the last rank's figures of each chunk one chunk behind, so
+  // that the pipeline keeps flowing.
+  const auto add_received = [&](int64_t c) {
+    const std::string bytes = comm.receive(comm.size() - 1);
+    dist::ByteReader rd(bytes);
+    for (const auto& t : rd.get_vector<LogitComparison::TokenStats>()) logits.add(t);
+    if (on_chunk) on_chunk(c + 1, n_chunks, logits.summary().kld_mean.value);
+  };
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t c = 0; c < n_chunks; ++c) {
-    compare_chunk(pair, chunks, c, opt, logits);
-    pass_chunk_on(pair, tokens, c, chunks.first_scored(), opt);
-    if (c == 0) nodes.check_some_matched();
-    if (on_chunk) on_chunk(c + 1, n_chunks, logits.summary().kld_mean.value);
+    if (!split) {
+      compare_chunk(pair, chunks, c, opt, logits);
+      pass_chunk_on(pair, tokens, c, chunks.first_scored(), opt);
+      if (c == 0) nodes.check_some_matched();
+      if (on_chunk) on_chunk(c + 1, n_chunks, logits.summary().kld_mean.value);
+      continue;
+    }
+    compare_chunk_split(pair, chunks, c, opt, comm, *split);
+    if (comm.is_root() && c > 0) add_received(c - 1);
+    if (c == 0) {  // --nodes must match a node of some rank's layers
+      const auto matched = comm.gather(nodes.order().empty() ? "" : "y", 0);
+      if (comm.is_root() && std::all_of(matched.begin(), matched.end(), [](const std::string& m) { return m.empty(); }))
+        nodes.check_some_matched();
+    }
   }
+  if (split && comm.is_root() && n_chunks > 0) add_received(n_chunks - 1);
 
   CompareResult r;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_second = r.seconds > 0 ? 2.0 * n_chunks * opt.n_ctx / r.seconds : 0;
   add_nodes(r, nodes.order(), taps.results(opt.host_reductions));
+  for (const auto& [layer, a] : taps.routers()) r.routers.push_back(a);
+  if (split) {
+    gather_nodes(r, pair, comm);
+    if (!comm.is_root()) return CompareResult{};
+  }
   r.logits = logits.summary();
   r.growth = analyze_error_growth(r.nodes);
-  for (const auto& [layer, a] : taps.routers()) r.routers.push_back(a);
   describe_run(r, ref, test, opt.n_ctx, common.n_batch, n_chunks);
   return r;
 }

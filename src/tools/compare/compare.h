@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/comm.h"
 #include "qlens/model.h"
 #include "tools/compare/compare_logits.h"
 #include "tools/compare/compare_report.h"
@@ -33,6 +34,9 @@ struct CompareOptions {
   // How the per-node reductions are made: on the backends (taps), or by
   // copying every node to the host (the oracle; slow).
   bool host_reductions = false;
+  // Over the ranks of compare_models' `comm`: each rank runs its layers of
+  // both models (tools/common/layer_pipeline.h) and measures their nodes.
+  bool split_layers = false;
   // Called per chunk with its n_ctx text tokens, then per scored position with
   // the reference's logits, in order (what llama.cpp's --kl-divergence-base
   // file of the reference holds: LlamaLogitsWriter).
@@ -51,9 +55,14 @@ struct CompareResult {
 };
 
 // Calls on_chunk(done, total, running mean KLD) after each chunk.
+// With opt.split_layers over the ranks of `comm` (every rank calls it): rank
+// 0's result, and its on_chunk, are one process's (the last rank sends each
+// chunk's token figures, every rank its nodes and routers at the end); the
+// other ranks return an empty result.
 CompareResult compare_models(const Model& ref, const Model& test, const std::vector<Token>& tokens,
                              const CompareOptions& opt,
-                             const std::function<void(int64_t, int64_t, double)>& on_chunk = {});
+                             const std::function<void(int64_t, int64_t, double)>& on_chunk = {},
+                             dist::Comm& comm = dist::world());
 
 // The report `qlens compare` prints: the logits, the layer table of `metric`,
 // where the error grows, the experts' routing (MoE models), and the `top`

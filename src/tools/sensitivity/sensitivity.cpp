@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "dist/bytes.h"
 #include "qlens/error.h"
 #include "tools/common/chunks.h"
+#include "tools/common/layer_pipeline.h"
 #include "tools/compare/compare_logits.h"
 #include "tools/imatrix/imatrix_file.h"
 #include "tools/common/json_header.h"
@@ -76,14 +78,35 @@ struct Evaluation {
 
 class Runner {
  public:
-  Runner(const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt)
-      : model_(model), opt_(opt), chunks_(tokens, opt.n_ctx, model.vocab(), "sensitivity") {
+  Runner(const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt, dist::Comm& comm)
+      : model_(model), opt_(opt), chunks_(tokens, opt.n_ctx, model.vocab(), "sensitivity"), comm_(comm) {
     n_chunks_ = std::min(opt.max_chunks > 0 ? opt.max_chunks : chunks_.available(), chunks_.available());
+    if (opt.split_layers && comm.size() > 1) split_ = split_layers_by_bytes(model, comm.size());
     ctx_ = std::make_unique<Context>(model, run_context(opt, opt.n_ctx, opt.n_batch));
   }
 
   Context& context() { return *ctx_; }
   int64_t n_chunks() const { return n_chunks_; }
+  const std::optional<LayerSplit>& split() const { return split_; }
+
+  // --split-layers: the rank that runs layer `layer` (n_layer: the output).
+  int rank_of_layer(int layer) const {
+    for (int r = 0; r < split_->n_ranks(); ++r)
+      if (layer < split_->last(r)) return r;
+    return split_->n_ranks() - 1;
+  }
+  // The ranks whose computation reads weight w: its layer's, rank 0 for the
+  // token embedding and the last for the output (both for a tied one).
+  std::vector<int> readers(const Tensor* w) const {
+    const int layer = layer_of(w->name);
+    if (layer >= 0 && layer < n_layer_) return {rank_of_layer(layer)};
+    std::vector<int> ranks;
+    const std::vector<Role> roles = model_.roles_of(w);
+    const auto has = [&](Role role) { return std::find(roles.begin(), roles.end(), role) != roles.end(); };
+    if (has(Role::TokenEmbd) || !(has(Role::Output) || has(Role::OutputNorm))) ranks.push_back(0);
+    if (has(Role::Output) || has(Role::OutputNorm)) ranks.push_back(split_->n_ranks() - 1);
+    return ranks;
+  }
 
   // Runs every chunk from layer `first` (0: the whole model) and calls
   // score(t, logits, the token it predicts, worker) for each scored token t
@@ -92,6 +115,10 @@ class Runner {
   // advance_cache must have brought there.
   template <class F>
   void run(F&& score, int first = 0) {
+    if (split_) {
+      run_split(score, first);
+      return;
+    }
     if (first > 0 && first != cache_layer_)
       throw Error("sensitivity: internal: the cache is at layer " + std::to_string(cache_layer_) + ", not " +
                   std::to_string(first));
@@ -108,6 +135,73 @@ class Runner {
       });
     }
   }
+  // --split-layers: this rank's part of a pass from layer `first`: nothing
+  // on the ranks before the one that runs it; that rank starts from its
+  // cache (rank 0 from the embedding when first is 0), each later one from
+  // the stream the rank before hands on, and the last scores. While the
+  // reference is made (keeping_base_), the ranks after 0 keep the stream
+  // entering their layers: the start of their caches.
+  template <class F>
+  void run_split(F&& score, int first) {
+    const int r = comm_.rank(), starter = rank_of_layer(first);
+    if (r < starter) return;
+    if (r == starter && first > 0 && first != cache_layer_)
+      throw Error("sensitivity: internal: rank " + std::to_string(r) + "'s cache is at layer " +
+                  std::to_string(cache_layer_) + ", not " + std::to_string(first));
+    const int from = r == starter ? first : split_->first(r);
+    const bool last_rank = split_->is_last(r);
+    const int64_t first_scored = chunks_.first_scored(), per_chunk = opt_.n_ctx - 1 - first_scored;
+    const size_t stream = static_cast<size_t>(opt_.n_ctx * model_.hparams().n_embd);
+    if (keeping_base_) base_.resize(n_chunks_);
+    std::vector<float> received, out;
+    for (int64_t c = 0; c < n_chunks_; ++c) {
+      const float* in = nullptr;
+      if (r > starter) {
+        const std::string bytes = comm_.receive(r - 1);
+        if (bytes.size() != stream * sizeof(float))
+          throw Error("sensitivity: rank " + std::to_string(r) + " received " + std::to_string(bytes.size()) +
+                      " bytes of residual stream");
+        received.resize(stream);
+        std::memcpy(received.data(), bytes.data(), bytes.size());
+        if (keeping_base_) base_[c] = received;
+        in = received.data();
+      } else if (first > 0) {
+        in = cache_[c].data();
+      }
+      ctx_->clear();
+      const bool ok = last_rank ? ctx_->decode_layers(chunks_.chunk(c), from, n_layer_, in, nullptr, first_scored)
+                                : ctx_->decode_layers(chunks_.chunk(c), from, split_->last(r), in, &out);
+      if (!ok) throw Error("sensitivity: the computation was stopped");
+      if (!last_rank) {
+        comm_.send(std::string(reinterpret_cast<const char*>(out.data()), out.size() * sizeof(float)), r + 1);
+        continue;
+      }
+      parallel_for(per_chunk, opt_.n_threads, [&](int64_t i, int worker) {
+        const int64_t j = first_scored + i;
+        score(c * per_chunk + i, ctx_->logits(j), chunks_.next(c, j), worker);
+      });
+    }
+  }
+  bool scores() const { return !split_ || split_->is_last(comm_.rank()); }
+
+  // --split-layers: hands a replacement of w (its type and bytes) to the
+  // other ranks that read w; relay_unit takes it there.
+  void share_replacement(const Tensor* w, DType type, const std::vector<uint8_t>& bytes) {
+    if (!split_) return;
+    for (int r : readers(w)) {
+      if (r == comm_.rank()) continue;
+      dist::ByteWriter out;
+      out.put(type);
+      out.put(bytes);
+      comm_.post(out.take(), r);
+    }
+  }
+  bool reads(const Tensor* w) const {
+    const std::vector<int> ranks = readers(w);
+    return std::find(ranks.begin(), ranks.end(), comm_.rank()) != ranks.end();
+  }
+  dist::Comm& comm() { return comm_; }
+
   int64_t n_scored() const { return n_chunks_ * (opt_.n_ctx - 1 - chunks_.first_scored()); }
   int n_workers() const { return opt_.n_threads > 0 ? opt_.n_threads : default_thread_count(); }
 
@@ -117,9 +211,14 @@ class Runner {
   // layers L onwards: the layers before give what they gave the reference.
   // Moving forward costs the layers in between once; moving back starts over.
   // Returns false (full passes) when caching is off or layer is 0.
+  // Under --split-layers, within this rank's layers, from the stream
+  // entering its first (the base the reference left).
   bool advance_cache(int layer) {
     if (!opt_.layer_cache || layer <= 0) return false;
-    if (layer < cache_layer_) cache_layer_ = 0;
+    if (layer < cache_layer_) {
+      cache_layer_ = split_ ? split_->first(comm_.rank()) : 0;
+      if (cache_layer_ > 0) cache_ = base_;
+    }
     if (cache_layer_ == layer) return true;
     cache_.resize(n_chunks_);
     std::vector<float> next;
@@ -153,6 +252,7 @@ class Runner {
     ref_.nll.resize(n);
     std::vector<std::vector<double>> lp(n_workers());
     std::vector<std::vector<int32_t>> order(n_workers(), std::vector<int32_t>(n_vocab));
+    keeping_base_ = true;
     run([&](int64_t t, std::span<const float> logits, Token next, int worker) {
       std::vector<double>& l = lp[worker];
       std::vector<int32_t>& o = order[worker];
@@ -168,17 +268,54 @@ class Runner {
       ref_.log_rest[t] = log_complement(mass);
       ref_.nll[t] = -l[next];
     });
+    keeping_base_ = false;
+    reference_ppl_ =
+        std::exp(std::accumulate(ref_.nll.begin(), ref_.nll.end(), 0.0) / std::max<size_t>(1, ref_.nll.size()));
+    if (split_) {
+      // The last rank scored the reference; the ranks after 0 start their caches at their first layer.
+      dist::ByteWriter w;
+      w.put(reference_ppl_);
+      const std::string bytes = comm_.broadcast(w.take(), comm_.size() - 1);
+      reference_ppl_ = dist::ByteReader(bytes).get<double>();
+      if (comm_.rank() > 0) {
+        cache_layer_ = split_->first(comm_.rank());
+        cache_ = base_;
+      }
+    }
     reference_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
-  double reference_ppl() const {
-    return std::exp(std::accumulate(ref_.nll.begin(), ref_.nll.end(), 0.0) / std::max<size_t>(1, ref_.nll.size()));
-  }
+  double reference_ppl() const { return reference_ppl_; }
 
   // KLD(reference ‖ current) over the reference's top-K and the rest, the
-  // chunks run from layer `first` (see run).
+  // chunks run from layer `first` (see run). Under --split-layers the last
+  // rank measures it and sends it here.
   Evaluation evaluate(int first = 0) {
     const auto start = std::chrono::steady_clock::now();
+    const Evaluation e = scores() ? score_pass(first) : (run_split([](auto&&...) {}, first), receive_evaluation());
+    probe_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++n_probes_;
+    return e;
+  }
+
+  // --split-layers: this rank's part of a pass that rank `owner` evaluates.
+  void relay(int first, int owner) {
+    if (!scores()) {
+      run_split([](auto&&...) {}, first);
+      return;
+    }
+    dist::ByteWriter w;
+    w.put(score_pass(first));
+    comm_.post(w.take(), owner);
+  }
+
+ private:
+  Evaluation receive_evaluation() {
+    const std::string bytes = comm_.receive(comm_.size() - 1);
+    return dist::ByteReader(bytes).get<Evaluation>();
+  }
+
+  Evaluation score_pass(int first) {
     const int64_t n = n_scored();
     std::vector<double> kld(n), nll(n);
     run([&](int64_t t, std::span<const float> logits, Token next, int) {
@@ -210,15 +347,14 @@ class Runner {
     e.kld_mean = sum / nd;
     e.kld_error = n > 1 ? std::sqrt(std::max(0.0, sum_sq / nd - e.kld_mean * e.kld_mean) / (nd - 1)) : 0;
     e.nll_mean = nll_sum / nd;
-    probe_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ++n_probes_;
     return e;
   }
 
- private:
   const Model& model_;
   const SensitivityOptions& opt_;
   TextChunks chunks_;
+  dist::Comm& comm_;
+  std::optional<LayerSplit> split_;
   int64_t n_chunks_ = 0;
   std::unique_ptr<Context> ctx_;
   Reference ref_;
@@ -227,6 +363,11 @@ class Runner {
   double reference_seconds_ = 0, probe_seconds_ = 0;
   int64_t n_probes_ = 0;
   std::vector<std::vector<float>> cache_;  // [chunk][n_ctx * n_embd]
+  // --split-layers: the stream entering this rank's first layer, per chunk
+  // (ranks after 0), and the reference's perplexity the last rank measured.
+  std::vector<std::vector<float>> base_;
+  bool keeping_base_ = false;
+  double reference_ppl_ = 0;
 };
 
 // A host tensor of the weight's shape holding `bytes` of type `type`.
@@ -417,11 +558,23 @@ void record_evaluation(SensitivityCandidate& c, const Evaluation& e, double refe
 // (0: full passes when the cache is off).
 int cached_start(Runner& runner, int first) { return runner.advance_cache(first) ? first : 0; }
 
-Evaluation evaluate_replaced(Runner& runner, Tensor* w, Replacement& rep, int first) {
-  runner.context().replace_weight(w, &rep.tensor);
+// With each of `weights` replaced by its `replacements` entry (the other
+// ranks that read one given it first, under --split-layers), then restored.
+Evaluation evaluate_with(Runner& runner, const std::vector<Tensor*>& weights,
+                         const std::vector<std::unique_ptr<Replacement>>& replacements, int first) {
+  for (size_t i = 0; i < weights.size(); ++i) {
+    runner.share_replacement(weights[i], replacements[i]->tensor.type, replacements[i]->bytes);
+    runner.context().replace_weight(weights[i], &replacements[i]->tensor);
+  }
   const Evaluation e = runner.evaluate(first);
-  runner.context().restore_weight(w);
+  for (Tensor* w : weights) runner.context().restore_weight(w);
   return e;
+}
+
+Evaluation evaluate_replaced(Runner& runner, Tensor* w, std::unique_ptr<Replacement> rep, int first) {
+  std::vector<std::unique_ptr<Replacement>> reps;
+  reps.push_back(std::move(rep));
+  return evaluate_with(runner, {w}, reps, first);
 }
 
 // ---- --group layer|role|experts
@@ -476,10 +629,8 @@ SensitivityCandidate probe_group_type(Probe& p, const std::vector<Tensor*>& grou
     auto q = quantize_to(type, tensor_to_f32(*w), *w, weight_importance(p.imatrix, *w), p.opt.n_threads);
     c.bytes += q.size();
     reps.push_back(std::make_unique<Replacement>(*w, type, std::move(q)));
-    p.runner.context().replace_weight(w, &reps.back()->tensor);
   }
-  const Evaluation e = p.runner.evaluate(first);
-  for (Tensor* w : group) p.runner.context().restore_weight(w);
+  const Evaluation e = evaluate_with(p.runner, group, reps, first);
   c.bpw = 8.0 * c.bytes / n_elements;
   record_evaluation(c, e, p.r.reference_ppl);
   return c;
@@ -518,10 +669,9 @@ SensitivityCandidate probe_type(Probe& p, Tensor* w, DType type, const std::vect
   std::vector<float> back(x.size());
   type_traits(type).to_float(q.data(), back.data(), w->nelements());
   c.weighted_error = weighted_error(x, back, *w, importance);
-  if (p.opt.mode == SensitivityMode::Quant) {
-    Replacement rep(*w, type, std::move(q));
-    record_evaluation(c, evaluate_replaced(p.runner, w, rep, first), p.r.reference_ppl);
-  }
+  if (p.opt.mode == SensitivityMode::Quant)
+    record_evaluation(c, evaluate_replaced(p.runner, w, std::make_unique<Replacement>(*w, type, std::move(q)), first),
+                      p.r.reference_ppl);
   return c;
 }
 
@@ -606,7 +756,7 @@ void probe_noise(Probe& p, Tensor* w, const std::vector<float>& x, const std::ve
   for (double level : p.opt.noise_levels) {
     double energy = 0;
     auto rep = noisy_copy(*w, x, importance, level, rng, energy);
-    st.noise_points.emplace_back(energy, evaluate_replaced(p.runner, w, *rep, first).kld_mean);
+    st.noise_points.emplace_back(energy, evaluate_replaced(p.runner, w, std::move(rep), first).kld_mean);
   }
   fit_noise_response(st);
 }
@@ -704,6 +854,7 @@ struct ProbeUnit {
   std::string name;
   std::vector<Tensor*> members;
   int first_layer = 0;  // the first layer its members change
+  int passes = 0;       // evaluations (one per type, or per noise level)
   double cost = 0;      // sensitivity_unit_cost
 };
 
@@ -723,14 +874,13 @@ std::vector<ProbeUnit> probe_units(const Probe& p, std::vector<Tensor*> probed) 
   }
   const int n_layer = static_cast<int>(p.model.hparams().n_layer);
   for (ProbeUnit& u : units) {
-    int passes = 0;
     if (p.opt.mode == SensitivityMode::Noise)
-      passes = static_cast<int>(p.opt.noise_levels.size());
+      u.passes = static_cast<int>(p.opt.noise_levels.size());
     else
       for (DType type : p.types)
-        passes += std::all_of(u.members.begin(), u.members.end(),
-                              [&](Tensor* w) { return w->type != type && fits(type, *w); });
-    u.cost = sensitivity_unit_cost(passes, p.opt.layer_cache ? u.first_layer : 0, n_layer);
+        u.passes += std::all_of(u.members.begin(), u.members.end(),
+                                [&](Tensor* w) { return w->type != type && fits(type, *w); });
+    u.cost = sensitivity_unit_cost(u.passes, p.opt.layer_cache ? u.first_layer : 0, n_layer);
   }
   return units;
 }
@@ -739,6 +889,28 @@ SensitivityTensor measure_unit(Probe& p, const ProbeUnit& u) {
   const int first = cached_start(p.runner, u.first_layer);
   if (p.opt.group == SensitivityGroup::Tensor) return measure_tensor(p, u.members.front(), first);
   return measure_group(p, u.name, u.members, first);
+}
+
+// --split-layers: this rank's part of a unit that rank `owner` measures:
+// each of its passes (from where the owner starts it), with the replacements
+// the owner hands over for the unit's tensors this rank reads.
+void relay_unit(Probe& p, const ProbeUnit& u, int owner) {
+  const int first = p.opt.layer_cache && u.first_layer > 0 ? u.first_layer : 0;
+  std::vector<Tensor*> read_here;
+  for (Tensor* w : u.members)
+    if (p.runner.reads(w)) read_here.push_back(w);
+  for (int pass = 0; pass < u.passes; ++pass) {
+    std::vector<std::unique_ptr<Replacement>> reps;
+    for (Tensor* w : read_here) {
+      const std::string bytes = p.runner.comm().receive(owner);
+      dist::ByteReader in(bytes);
+      const auto type = in.get<DType>();
+      reps.push_back(std::make_unique<Replacement>(*w, type, in.get_vector<uint8_t>()));
+      p.runner.context().replace_weight(w, &reps.back()->tensor);
+    }
+    p.runner.relay(first, owner);
+    for (Tensor* w : read_here) p.runner.context().restore_weight(w);
+  }
 }
 
 // What a rank sends rank 0 at the end: its units' results and its probes' cost.
@@ -778,7 +950,13 @@ void measure_units(Probe& p, const std::vector<ProbeUnit>& units, const Sensitiv
       todo.push_back(i);
       costs.push_back(units[i].cost);
     }
-  const std::vector<int> owner = sensitivity_shares(costs, comm.size());
+  // Across ranks by layers, a unit is its first layer's rank's; else the
+  // ranks share them by cost.
+  std::vector<int> owner;
+  if (p.runner.split())
+    for (size_t i : todo) owner.push_back(p.runner.rank_of_layer(units[i].first_layer));
+  else
+    owner = sensitivity_shares(costs, comm.size());
 
   SensitivityResult& mine = p.r;  // this rank's results so far (rank 0: also those before)
   std::vector<SensitivityTensor>& list = groups ? mine.groups : mine.tensors;
@@ -789,7 +967,10 @@ void measure_units(Probe& p, const std::vector<ProbeUnit>& units, const Sensitiv
       static_cast<int64_t>(list.size()) + std::count(owner.begin(), owner.end(), comm.rank());
   std::vector<SensitivityTensor> measured;
   for (size_t k = 0; k < todo.size(); ++k) {
-    if (owner[k] != comm.rank()) continue;
+    if (owner[k] != comm.rank()) {
+      if (p.runner.split()) relay_unit(p, units[todo[k]], owner[k]);
+      continue;
+    }
     measured.push_back(measure_unit(p, units[todo[k]]));
     list.push_back(measured.back());
     if (on_tensor) on_tensor(mine, static_cast<int64_t>(list.size()), my_total);
@@ -829,7 +1010,7 @@ SensitivityResult measure_sensitivity(const Model& model, const std::vector<Toke
 
   // Every rank makes the reference itself (one full pass): cheaper than
   // sending it, and the same on each.
-  Runner runner(model, tokens, opt);
+  Runner runner(model, tokens, opt, comm);
   runner.make_reference();
   r.n_tokens_scored = runner.n_scored();
   r.reference_ppl = runner.reference_ppl();

@@ -62,6 +62,13 @@ struct SensitivityOptions {
   // chunks, so that a probe recomputes only that layer onwards (results
   // identical to full passes; costs n_chunks x n_ctx x n_embd floats).
   bool layer_cache = true;
+  // Under mpirun: the model split by layers over the ranks
+  // (tools/common/layer_pipeline.h). A probe's unit belongs to the rank of
+  // its first layer, which makes its replacements (and hands them to any
+  // other rank that reads its tensors: a tied output, --group role), and
+  // each pass flows from there through the later ranks; the last scores it.
+  // Not in the JSON: the table is one process's.
+  bool split_layers = false;
   std::string device = "cpu";  // see ContextOptions
   int n_gpu_layers = -1;
 };
