@@ -25,22 +25,6 @@ int qlens_cli(const std::string& args, std::string* out) {
   return test::run_command(std::string(QLENS_BINARY) + " " + args, out);
 }
 
-double spearman(const std::vector<double>& a, const std::vector<double>& b) {
-  auto ranks = [](const std::vector<double>& v) {
-    std::vector<size_t> order(v.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](size_t i, size_t j) { return v[i] < v[j]; });
-    std::vector<double> r(v.size());
-    for (size_t i = 0; i < order.size(); ++i) r[order[i]] = static_cast<double>(i);
-    return r;
-  };
-  const auto ra = ranks(a), rb = ranks(b);
-  double d2 = 0;
-  for (size_t i = 0; i < ra.size(); ++i) d2 += (ra[i] - rb[i]) * (ra[i] - rb[i]);
-  const double n = static_cast<double>(a.size());
-  return 1 - 6 * d2 / (n * (n * n - 1));
-}
-
 class Pipeline : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -131,7 +115,7 @@ TEST_F(Pipeline, NoisePredictionsRankLikeQuantMeasurements) {
         }
     }
   ASSERT_GT(measured.size(), 100u);
-  const double rho = spearman(measured, predicted);
+  const double rho = test::spearman(measured, predicted);
   std::printf("noise vs quant: Spearman %.3f over %zu (tensor, type) pairs\n", rho, measured.size());
   EXPECT_GE(rho, 0.7);
 }

@@ -497,59 +497,67 @@ TEST(SensitivityDist, UnitsRoundTripAsBytes) {
 
 // ---- --mode pooled's design and fit (tools/sensitivity/pooled_fit.h) ----
 
-TEST(SensitivityPooled, SubsetsCoverEveryUnitBothWays) {
-  const auto passes = tools::pooled_subsets(127, 34, 7, 0.25);
-  ASSERT_EQ(passes.size(), 34u);
-  std::vector<int> in(127, 0);
-  for (const auto& pass : passes) {
-    EXPECT_TRUE(std::is_sorted(pass.begin(), pass.end()));
-    for (int i : pass) ++in[i];
+TEST(SensitivityPooled, SignsAreBalancedAndSeeded) {
+  const auto sign = tools::balanced_signs(126, 30, 7);
+  ASSERT_EQ(sign.size(), 30u);
+  for (int i = 0; i < 126; ++i) {
+    int plus = 0;
+    for (const auto& pass : sign) {
+      EXPECT_TRUE(pass[i] == 1 || pass[i] == -1);
+      plus += pass[i] == 1;
+    }
+    EXPECT_EQ(plus, 15) << i;
   }
-  for (int i = 0; i < 127; ++i) {
-    EXPECT_GT(in[i], 0) << i;
-    EXPECT_LT(in[i], 34) << i;
-  }
-  EXPECT_EQ(tools::pooled_subsets(127, 34, 7, 0.25), passes) << "seeded";
-  EXPECT_THROW(tools::pooled_subsets(10, 1, 7, 0.25), Error);
+  EXPECT_EQ(tools::balanced_signs(126, 30, 7), sign) << "seeded";
+  EXPECT_NE(tools::balanced_signs(126, 30, 8), sign);
+  EXPECT_THROW(tools::balanced_signs(10, 7, 7), Error);
 }
 
-// Passes made from known role and layer factors (and a few percent of
-// interaction between the tensors) give back each tensor's coefficient.
-TEST(SensitivityPooled, FitRecoversRoleTimesLayerResponses) {
-  const int n_roles = 7, n_layers = 18;
-  std::vector<tools::PooledUnit> units;
-  std::vector<double> truth;
-  const std::vector<double> a = {3.0, 0.5, 1.2, 0.05, 2.0, 0.8, 0.3};
-  std::mt19937_64 rng(3);
-  std::uniform_real_distribution<double> u(0.5, 2.0);
-  for (int l = 0; l < n_layers; ++l)
-    for (int r = 0; r < n_roles; ++r) {
-      tools::PooledUnit unit;
-      unit.role = r;
-      unit.layer = l;
-      unit.energy = u(rng) * 1e-3;
-      units.push_back(unit);
-      truth.push_back(a[r] * (1.0 + 0.1 * l) * (l == 0 ? 4.0 : 1.0));
-    }
-  tools::PooledUnit out;  // the output matrix: its own role, outside the layers
-  out.role = n_roles;
-  out.layer = n_layers;
-  out.energy = 2e-3;
-  units.push_back(out);
-  truth.push_back(5.0);
-  const auto passes = tools::pooled_subsets(static_cast<int>(units.size()), 34, 11, 0.25);
-  std::vector<double> measured;
-  for (const auto& pass : passes) {
-    double d = 0;
-    for (int i : pass) d += truth[i] * units[i].energy;
-    measured.push_back(d * (1.0 + 0.002 * std::sin(static_cast<double>(measured.size()))));
+// Passes made as the model makes them: each unit's own shift v_i (random,
+// in a space of 20000 dimensions, so the cross terms are what they are in
+// a real run), signed and summed. The fit gives back each unit's |v_i|²/2,
+// and ranks the units nearly as their true values do; without the signed
+// passes (all +), nothing tells the units apart.
+TEST(SensitivityPooled, FitRecoversEachUnitFromTheGram) {
+  const int n = 60, m = 24, dims = 20000;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> gauss(0.0, 1.0);
+  std::uniform_real_distribution<double> spread(-2.0, 2.0);
+  std::vector<double> truth(n), energy(n);
+  std::vector<int> group(n);
+  std::vector<std::vector<double>> v(n, std::vector<double>(dims));
+  for (int i = 0; i < n; ++i) {
+    group[i] = i % 6;
+    energy[i] = 1e-6 * (1 + i % 5);
+    truth[i] = energy[i] * (1 + group[i]) * std::exp(0.5 * spread(rng));  // ΔKLD of unit i alone
+    const double scale = std::sqrt(2 * truth[i] / dims);
+    for (double& x : v[i]) x = scale * gauss(rng);
   }
-  const tools::PooledFit fit = tools::fit_pooled(units, n_roles + 1, n_layers, passes, measured);
-  ASSERT_EQ(fit.coefficient.size(), units.size());
-  double worst = 0;
-  for (size_t i = 0; i < units.size(); ++i) worst = std::max(worst, std::abs(fit.coefficient[i] / truth[i] - 1));
-  EXPECT_LT(worst, 0.25) << "relative error of the worst tensor's coefficient";
-  EXPECT_LT(fit.relative_rms, 0.05);
+  const auto gram_of = [&](const std::vector<std::vector<int>>& sign) {
+    std::vector<std::vector<double>> shift(m, std::vector<double>(dims, 0.0)), g(m, std::vector<double>(m, 0.0));
+    for (int p = 0; p < m; ++p)
+      for (int i = 0; i < n; ++i)
+        for (int d = 0; d < dims; ++d) shift[p][d] += sign[p][i] * v[i][d];
+    for (int p = 0; p < m; ++p)
+      for (int q = 0; q < m; ++q)
+        for (int d = 0; d < dims; ++d) g[p][q] += shift[p][d] * shift[q][d];
+    return g;
+  };
+  const auto sign = tools::balanced_signs(n, m, 3);
+  const tools::SignedFit fit = tools::fit_signed(sign, gram_of(sign), energy, group);
+  ASSERT_EQ(fit.delta_kld.size(), static_cast<size_t>(n));
+  double total = 0, fitted_total = 0;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_GT(fit.delta_kld[i], 0) << i;
+    total += truth[i];
+    fitted_total += fit.delta_kld[i];
+  }
+  EXPECT_NEAR(fitted_total / total, 1.0, 0.1);
+  EXPECT_GT(test::spearman(fit.delta_kld, truth), 0.9);
+  EXPECT_LT(fit.relative_rms, 0.5);
+  const std::vector<std::vector<int>> unsigned_passes(m, std::vector<int>(n, 1));
+  EXPECT_LT(test::spearman(tools::fit_signed(unsigned_passes, gram_of(unsigned_passes), energy, group).delta_kld, truth),
+            0.6);
 }
 
 TEST(SensitivityPooled, RunsOnAModelAndPredictsEveryCandidate) {
@@ -576,9 +584,13 @@ TEST(SensitivityPooled, RunsOnAModelAndPredictsEveryCandidate) {
       }
     }
   }
-  const int64_t n_layer = model->hparams().n_layer;
-  EXPECT_EQ(r.pooled_passes, std::max<int64_t>((static_cast<int64_t>(n) + 3) / 4, static_cast<int64_t>(roles.size()) + n_layer + 2));
-  EXPECT_EQ(static_cast<int64_t>(r.pooled_measured.size()), r.pooled_passes);
+  // At least 8 passes: the tensors outside the layers alone, an even number signed.
+  size_t outside = 0;
+  for (const auto& t : r.tensors) outside += t.layer < 0;
+  ASSERT_EQ(r.pooled_alone.size(), outside);
+  const int64_t signed_passes = (std::max<int64_t>(8, static_cast<int64_t>(n) / 4) - static_cast<int64_t>(outside)) / 2 * 2;
+  EXPECT_EQ(r.pooled_passes, static_cast<int64_t>(outside) + signed_passes);
+  for (const auto& t : r.tensors) EXPECT_GT(t.noise_coefficient, 0) << t.name;
   // The table reads back (for qlens plan), its mode kept.
   const tools::SensitivityResult back = tools::sensitivity_from_json(tools::sensitivity_json(r), "pooled.json");
   EXPECT_EQ(back.mode, tools::SensitivityMode::Pooled);

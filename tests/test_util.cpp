@@ -1,10 +1,12 @@
 #include "test_util.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <numeric>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +40,22 @@ std::string cache_path(const std::string& name) {
 CpuOptions cpu_options() { return cpu_options_from_env(); }
 
 VulkanOptions vulkan_options() { return vulkan_options_from_env(); }
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  auto ranks = [](const std::vector<double>& v) {
+    std::vector<size_t> order(v.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](size_t i, size_t j) { return v[i] < v[j]; });
+    std::vector<double> r(v.size());
+    for (size_t i = 0; i < order.size(); ++i) r[order[i]] = static_cast<double>(i);
+    return r;
+  };
+  const auto ra = ranks(a), rb = ranks(b);
+  double d2 = 0;
+  for (size_t i = 0; i < ra.size(); ++i) d2 += (ra[i] - rb[i]) * (ra[i] - rb[i]);
+  const double n = static_cast<double>(a.size());
+  return 1 - 6 * d2 / (n * (n * n - 1));
+}
 
 bool slow_tests_enabled() {
   const char* v = std::getenv("QLENS_SLOW_TESTS");

@@ -87,6 +87,9 @@ class ScopedEnv {
 // False when QLENS_SLOW_TESTS=0 asks to skip the slowest tests.
 bool slow_tests_enabled();
 
+// Spearman's rank correlation of two series of the same length (no ties).
+double spearman(const std::vector<double>& a, const std::vector<double>& b);
+
 // A fresh temporary directory for this test (removed at process exit).
 std::string temp_dir();
 

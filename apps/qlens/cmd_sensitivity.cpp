@@ -72,11 +72,10 @@ bool parse_sensitivity_flags(int argc, char** argv, SensitivityFlags& f) {
         "candidate types, comma-separated (default Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_NL,Q4_0,Q5_0,Q8_0,F16; "
         "with --imatrix also Q1_0,IQ1_S,IQ1_M,IQ2_XXS,Q2_0,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S,IQ4_XS)");
   p.add({"--mode"}, &f.mode, "quant|noise|pooled",
-        "how tensors are probed (default quant; pooled: noise on a random share of the tensors at once,\n"
-        "each tensor's response fitted as a role factor times a layer factor: fewer passes than noise)");
+        "how tensors are probed (default quant; pooled: every tensor's noise at once with random signs,\n"
+        "each tensor's response fitted from the passes: a quarter of noise's passes)");
   p.add({"--passes"}, &opt.pooled_passes, "N",
-        "--mode pooled: passes (default a quarter of the tensors, at least roles + layers + 2)");
-  p.add({"--pooled-share"}, &opt.pooled_share, "Q", "--mode pooled: the share of the tensors each pass perturbs (default 0.25)");
+        "--mode pooled: passes (default a quarter of the tensors, at least 8)");
   p.add({"--group"}, &f.group, "tensor|layer|role|experts",
         "probe unit (default tensor; layer/role quantize a whole group at once, experts a layer's expert\n"
         "tensors together and the rest alone: for reading, plan needs tensor)");

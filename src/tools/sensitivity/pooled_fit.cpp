@@ -8,26 +8,6 @@
 
 namespace qlens::tools {
 
-std::vector<std::vector<int>> pooled_subsets(int n_units, int n_passes, uint64_t seed, double share) {
-  if (n_passes < 2) throw Error("sensitivity: --mode pooled needs at least 2 passes");
-  std::mt19937_64 rng(seed);
-  std::vector<std::vector<int>> passes(n_passes);
-  std::vector<int> in_count(n_units, 0);
-  for (auto& pass : passes)
-    for (int i = 0; i < n_units; ++i)
-      if (static_cast<double>(rng() >> 11) * 0x1.0p-53 < share) {
-        pass.push_back(i);
-        ++in_count[i];
-      }
-  // Every unit in at least one pass and out of one (else it cannot be told apart).
-  for (int i = 0; i < n_units; ++i) {
-    auto& to = passes[rng() % n_passes];
-    if (in_count[i] == 0) to.insert(std::lower_bound(to.begin(), to.end(), i), i);
-    if (in_count[i] == n_passes) to.erase(std::lower_bound(to.begin(), to.end(), i));
-  }
-  return passes;
-}
-
 namespace {
 
 // min Σ_k w_k (d_k - Σ_j M_kj x_j)² over x >= 0, by coordinate descent on
@@ -79,77 +59,88 @@ std::vector<double> solve_symmetric(std::vector<std::vector<double>> a) {
 
 }  // namespace
 
-PooledFit fit_pooled(const std::vector<PooledUnit>& units, int n_roles, int n_layers,
-                     const std::vector<std::vector<int>>& passes, const std::vector<double>& measured) {
-  const size_t n_passes = passes.size();
-  PooledFit f;
-  f.role_factor.assign(n_roles, 1.0);
-  f.layer_factor.assign(n_layers + 1, 1.0);
-  std::vector<double> w(n_passes);
-  double mean_d = 0;
-  for (double d : measured) mean_d += std::max(d, 0.0) / n_passes;
-  for (size_t k = 0; k < n_passes; ++k) {
-    const double d = std::max(measured[k], 1e-3 * mean_d + 1e-30);
-    w[k] = 1.0 / (d * d);
+std::vector<std::vector<int>> balanced_signs(int n_units, int n_passes, uint64_t seed) {
+  if (n_passes < 2 || n_passes % 2 != 0)
+    throw Error("sensitivity: --mode pooled needs an even number of signed passes, at least 2 (got " +
+                std::to_string(n_passes) + ")");
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int>> sign(n_passes, std::vector<int>(n_units));
+  std::vector<int> column(n_passes);
+  for (int i = 0; i < n_units; ++i) {
+    for (int p = 0; p < n_passes; ++p) column[p] = p < n_passes / 2 ? 1 : -1;
+    std::shuffle(column.begin(), column.end(), rng);
+    for (int p = 0; p < n_passes; ++p) sign[p][i] = column[p];
   }
-  std::vector<bool> no_fixed_role(n_roles, false), fixed_layer(n_layers + 1, false);
-  fixed_layer[n_layers] = true;  // outside the layers: the roles' factors carry it
-  for (int round = 0; round < 60; ++round) {
-    std::vector<std::vector<double>> m(n_passes, std::vector<double>(n_roles, 0.0));
-    for (size_t k = 0; k < n_passes; ++k)
-      for (int i : passes[k]) m[k][units[i].role] += f.layer_factor[units[i].layer] * units[i].energy;
-    nnls(m, measured, w, f.role_factor, no_fixed_role);
-    std::vector<std::vector<double>> ml(n_passes, std::vector<double>(n_layers + 1, 0.0));
-    for (size_t k = 0; k < n_passes; ++k)
-      for (int i : passes[k]) ml[k][units[i].layer] += f.role_factor[units[i].role] * units[i].energy;
-    nnls(ml, measured, w, f.layer_factor, fixed_layer);
-    // Scale: the layers' factors average 1, the roles' take the rest.
-    double mean_b = 0;
-    for (int l = 0; l < n_layers; ++l) mean_b += f.layer_factor[l] / std::max(1, n_layers);
-    if (mean_b > 0 && n_layers > 0) {
-      for (int l = 0; l < n_layers; ++l) f.layer_factor[l] /= mean_b;
-      // The outside units' terms must keep their value: their roles are
-      // theirs alone, so only the in-layer roles take the scale.
-      std::vector<bool> outside_only(n_roles, true);
-      for (const PooledUnit& u : units)
-        if (u.layer < n_layers) outside_only[u.role] = false;
-      for (int r = 0; r < n_roles; ++r)
-        if (!outside_only[r]) f.role_factor[r] *= mean_b;
+  return sign;
+}
+
+SignedFit fit_signed(const std::vector<std::vector<int>>& sign, const std::vector<std::vector<double>>& gram,
+                     const std::vector<double>& energy, const std::vector<int>& group) {
+  const size_t m = sign.size(), n = energy.size();
+  SignedFit f;
+  f.delta_kld.assign(n, 0.0);
+  if (m == 0 || n == 0) return f;
+  // The equations, scaled to order 1 (the mean of the diagonal: Σ n_i).
+  double scale = 0;
+  for (size_t p = 0; p < m; ++p) scale += gram[p][p] / m;
+  if (!(scale > 0)) return f;
+  std::vector<std::vector<double>> rows;
+  std::vector<double> value;
+  for (size_t p = 0; p < m; ++p)
+    for (size_t q = p; q < m; ++q) {
+      std::vector<double> r(n);
+      for (size_t i = 0; i < n; ++i) r[i] = sign[p][i] * sign[q][i];
+      rows.push_back(std::move(r));
+      value.push_back(gram[p][q] / scale);
     }
-  }
-  // Each tensor its own coefficient, drawn toward the structured one as far
-  // as the passes say nothing else: least squares with a prior, the passes'
-  // relative error weighted against kNonAdditivity (what the passes' sums
-  // miss of their parts' one-at-a-time effects, about 5% on Gemma 3) and
-  // each tensor's relative deviation against kSpread (how far tensors stray
-  // from role x layer, about 0.5 in log on Gemma 3's one-at-a-time table).
-  constexpr double kNonAdditivity = 0.05, kSpread = 0.5;
-  const size_t n = units.size();
-  std::vector<double> prior(n);
-  for (size_t i = 0; i < n; ++i) prior[i] = std::max(f.role_factor[units[i].role] * f.layer_factor[units[i].layer], 1e-300);
-  std::vector<std::vector<double>> g(n, std::vector<double>(n + 1, 0.0));  // the normal equations, right side last
-  for (size_t k = 0; k < n_passes; ++k) {
-    const double wk = w[k] / (kNonAdditivity * kNonAdditivity);
-    for (int i : passes[k]) {
-      g[i][n] += wk * units[i].energy * measured[k];
-      for (int j : passes[k]) g[i][j] += wk * units[i].energy * units[j].energy;
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const double wi = 1.0 / (kSpread * kSpread * prior[i] * prior[i]);
-    g[i][i] += wi;
-    g[i][n] += wi * prior[i];
-  }
-  f.coefficient = solve_symmetric(g);
-  for (size_t i = 0; i < n; ++i) f.coefficient[i] = std::max(f.coefficient[i], 0.0);
-  double sq = 0;
-  for (size_t k = 0; k < n_passes; ++k) {
+  const size_t n_eq = rows.size();
+  std::vector<double> x(n, 1.0 / n);
+  nnls(rows, value, std::vector<double>(n_eq, 1.0), x, std::vector<bool>(n, false));
+  double rss = 0, sum_sq = 0;
+  for (size_t k = 0; k < n_eq; ++k) {
     double pred = 0;
-    for (int i : passes[k]) pred += f.coefficient[i] * units[i].energy;
-    const double rel = (pred - measured[k]) / std::max(measured[k], 1e-30);
-    sq += rel * rel;
+    for (size_t i = 0; i < n; ++i) pred += rows[k][i] * x[i];
+    rss += (value[k] - pred) * (value[k] - pred);
+    sum_sq += value[k] * value[k];
   }
-  f.relative_rms = n_passes ? std::sqrt(sq / n_passes) : 0;
+  // The prior: per group, the mean of n / E (E > 0), times each unit's E;
+  // a group with none measured above zero takes the mean over all units.
+  std::vector<double> per_energy_sum, count;
+  double all_sum = 0, all_count = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!(energy[i] > 0)) continue;
+    const size_t g = static_cast<size_t>(group[i]);
+    if (g >= per_energy_sum.size()) {
+      per_energy_sum.resize(g + 1, 0.0);
+      count.resize(g + 1, 0.0);
+    }
+    per_energy_sum[g] += x[i] / energy[i];
+    count[g] += 1;
+    all_sum += x[i] / energy[i];
+    all_count += 1;
+  }
+  const double all_mean = all_count > 0 ? all_sum / all_count : 0;
+  std::vector<double> prior(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t g = static_cast<size_t>(group[i]);
+    const double mean = g < count.size() && count[g] > 0 && per_energy_sum[g] > 0 ? per_energy_sum[g] / count[g] : all_mean;
+    prior[i] = std::max(mean * std::max(energy[i], 0.0), 1e-12 / n);
+  }
+  // Least squares with the prior: (XᵀX/σ² + 1/τ²) n = Xᵀd/σ² + prior/τ², τ = prior.
+  const double sigma_sq = std::max(rss / static_cast<double>(n_eq > n ? n_eq - n : 1), 1e-30);
+  std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
+  for (size_t k = 0; k < n_eq; ++k)
+    for (size_t i = 0; i < n; ++i) {
+      a[i][n] += rows[k][i] * value[k] / sigma_sq;
+      for (size_t j = 0; j < n; ++j) a[i][j] += rows[k][i] * rows[k][j] / sigma_sq;
+    }
+  for (size_t i = 0; i < n; ++i) {
+    a[i][i] += 1.0 / (prior[i] * prior[i]);
+    a[i][n] += 1.0 / prior[i];
+  }
+  const std::vector<double> drawn = solve_symmetric(std::move(a));
+  for (size_t i = 0; i < n; ++i) f.delta_kld[i] = 0.5 * scale * std::max(drawn[i], 1e-3 * prior[i]);
+  f.relative_rms = sum_sq > 0 ? std::sqrt(rss / sum_sq) : 0;
   return f;
 }
 

@@ -298,6 +298,24 @@ class Runner {
     return e;
   }
 
+  // Per scored token, how the log-probabilities of the reference's top-K
+  // tokens moved from the reference's ([token][k]), and the reference's
+  // probabilities of them (the weights of KLD's second-order form).
+  std::vector<float> top_logprob_shift() {
+    std::vector<float> d(n_scored() * ref_.k);
+    run([&](int64_t t, std::span<const float> logits, Token, int) {
+      const double lse = log_sum_exp(logits);
+      for (int64_t i = 0; i < ref_.k; ++i)
+        d[t * ref_.k + i] = static_cast<float>(logits[ref_.index[t * ref_.k + i]] - lse - ref_.logp[t * ref_.k + i]);
+    });
+    return d;
+  }
+  std::vector<float> top_probabilities() const {
+    std::vector<float> p(ref_.logp.size());
+    for (size_t i = 0; i < p.size(); ++i) p[i] = std::exp(ref_.logp[i]);
+    return p;
+  }
+
   // --split-layers: this rank's part of a pass that rank `owner` evaluates.
   void relay(int first, int owner) {
     if (!scores()) {
@@ -782,70 +800,103 @@ SensitivityTensor measure_tensor(Probe& p, Tensor* w, int first) {
   return st;
 }
 
-// --mode pooled: every tensor's candidates (their weighted errors) and one
-// noisy copy at the first level; passes over random shares of them; each
-// tensor's response fitted from the passes (pooled_fit.h) and its
-// candidates predicted from it, as noise mode predicts them from its own
-// probes.
+// The reference's top-K log-probabilities moved by a pass: tokens x K values.
+using LogProbShift = std::vector<float>;
+
+// Σ_t Σ_k p_tk a_tk b_tk / tokens for every pair of the passes' shifts, each
+// first centred on their mean (which removes what does not flip with the
+// signs: the tensors' own second-order terms).
+std::vector<std::vector<double>> shift_gram(std::vector<LogProbShift>& shifts, const std::vector<float>& prob,
+                                            int64_t n_tokens, int n_threads) {
+  const size_t m = shifts.size(), d = prob.size();
+  std::vector<double> mean(d, 0.0);
+  for (const LogProbShift& s : shifts)
+    for (size_t k = 0; k < d; ++k) mean[k] += s[k];
+  for (LogProbShift& s : shifts)
+    for (size_t k = 0; k < d; ++k) s[k] = static_cast<float>(s[k] - mean[k] / m);
+  std::vector<std::vector<double>> gram(m, std::vector<double>(m, 0.0));
+  parallel_for(static_cast<int64_t>(m), n_threads, [&](int64_t a, int) {
+    for (size_t b = static_cast<size_t>(a); b < m; ++b) {
+      double g = 0;
+      for (size_t k = 0; k < d; ++k) g += static_cast<double>(prob[k]) * shifts[a][k] * shifts[b][k];
+      gram[a][b] = g / static_cast<double>(n_tokens);
+    }
+  });
+  for (size_t a = 0; a < m; ++a)
+    for (size_t b = 0; b < a; ++b) gram[a][b] = gram[b][a];
+  return gram;
+}
+
+// --mode pooled (pooled_fit.h): every tensor's candidates (their weighted
+// errors) and its noise at the first level, +δ and -δ; the tensors outside
+// the layers (the token embedding: on Gemma 3 half of all the tensors'
+// ΔKLD, whose cross terms would drown the small ones) a pass each, alone;
+// the rest in signed passes together, their ΔKLD fitted from the passes'
+// Gram matrix. Each tensor's candidates are then predicted as noise mode
+// predicts them from its own probe (ΔKLD / E times a type's weighted error).
 void measure_pooled(Probe& p, const std::vector<Tensor*>& probed) {
-  std::vector<SensitivityTensor> tensors;
-  std::vector<std::unique_ptr<Replacement>> noisy;
-  std::vector<PooledUnit> units;
-  std::map<std::string, int> roles;
+  const int n = static_cast<int>(probed.size());
   const int n_layer = static_cast<int>(p.model.hparams().n_layer);
-  for (Tensor* w : probed) {
+  std::vector<SensitivityTensor> tensors;
+  std::vector<std::unique_ptr<Replacement>> plus, minus;
+  std::vector<double> energy(n);
+  std::vector<int> alone, together, group;
+  std::map<std::string, int> roles;
+  for (int i = 0; i < n; ++i) {
+    Tensor* w = probed[i];
     SensitivityTensor st = tensor_entry(*w);
     const std::vector<float> x = tensor_to_f32(*w);
     const std::vector<float> importance = weight_importance(p.imatrix, *w);
     for (DType type : p.types)
       if (type != w->type && fits(type, *w)) st.candidates.push_back(probe_type(p, w, type, x, importance, 0));
     std::mt19937_64 rng = tensor_rng(p.opt, w->name);
-    PooledUnit u;
-    noisy.push_back(noisy_copy(*w, x, importance, p.opt.noise_levels.front(), rng, u.energy));
-    u.role = roles.emplace(st.role, static_cast<int>(roles.size())).first->second;
-    u.layer = st.layer >= 0 && st.layer < n_layer ? st.layer : n_layer;
-    units.push_back(u);
+    plus.push_back(noisy_copy(*w, x, importance, p.opt.noise_levels.front(), rng, energy[i]));
+    std::vector<uint8_t> opposite(plus.back()->bytes.size());  // x - δ = 2x - (x + δ)
+    const auto* noisy = reinterpret_cast<const float*>(plus.back()->bytes.data());
+    auto* out = reinterpret_cast<float*>(opposite.data());
+    for (size_t k = 0; k < x.size(); ++k) out[k] = 2 * x[k] - noisy[k];
+    minus.push_back(std::make_unique<Replacement>(*w, DType::F32, std::move(opposite)));
+    const bool inside = st.layer >= 0 && st.layer < n_layer;
+    (inside ? together : alone).push_back(i);
+    if (inside) group.push_back(roles.emplace(st.role, static_cast<int>(roles.size())).first->second);
     tensors.push_back(std::move(st));
   }
-  const int n_params = static_cast<int>(roles.size()) + n_layer;
-  const int n_passes = p.opt.pooled_passes > 0
-                           ? static_cast<int>(p.opt.pooled_passes)
-                           : std::max((static_cast<int>(probed.size()) + 3) / 4, n_params + 2);
-  // The tensors outside the layers (the token embedding, the output matrix:
-  // on Gemma 3 the embedding alone moves the output more than a pass's 30
-  // other tensors together) get a pass each; the rest are pooled.
-  std::vector<int> inside;
-  std::vector<std::vector<int>> passes;
-  for (int i = 0; i < static_cast<int>(probed.size()); ++i)
-    if (units[i].layer == n_layer) passes.push_back({i});
-    else inside.push_back(i);
-  for (std::vector<int>& pass : pooled_subsets(static_cast<int>(inside.size()), n_passes - static_cast<int>(passes.size()),
-                                               p.opt.seed, p.opt.pooled_share)) {
-    for (int& i : pass) i = inside[i];
-    passes.push_back(std::move(pass));
+  const int n_passes = p.opt.pooled_passes > 0 ? static_cast<int>(p.opt.pooled_passes) : std::max(8, n / 4);
+  int signed_passes = n_passes - static_cast<int>(alone.size());
+  signed_passes -= signed_passes % 2;
+  if (!together.empty() && signed_passes < 2)
+    throw Error("sensitivity: --mode pooled with " + std::to_string(n_passes) + " passes: the " +
+                std::to_string(alone.size()) + " tensors outside the layers take a pass each and the signed passes "
+                "need at least 2 more (--passes)");
+  std::vector<double> delta_kld(n, 0.0);
+  for (int i : alone) {
+    delta_kld[i] = evaluate_replaced(p.runner, probed[i], std::move(plus[i]), 0).kld_mean;
+    p.r.pooled_alone.emplace_back(probed[i]->name, delta_kld[i]);
   }
-  std::vector<double> measured;
-  for (const std::vector<int>& pass : passes) {
-    std::vector<Tensor*> members;
-    for (int i : pass) members.push_back(probed[i]);
-    const int first = cached_start(p.runner, first_layer_reading(p.model, members));
-    for (int i : pass) p.runner.context().replace_weight(probed[i], &noisy[i]->tensor);
-    measured.push_back(p.runner.evaluate(first).kld_mean);
-    for (int i : pass) p.runner.context().restore_weight(probed[i]);
-    std::vector<std::string> names;
-    for (Tensor* w : members) names.push_back(w->name);
-    p.r.pooled_measured.emplace_back(std::move(names), measured.back());
+  if (!together.empty()) {
+    const auto sign = balanced_signs(static_cast<int>(together.size()), signed_passes, p.opt.seed);
+    std::vector<LogProbShift> shifts;
+    for (const std::vector<int>& pass : sign) {
+      for (size_t j = 0; j < together.size(); ++j)
+        p.runner.context().replace_weight(probed[together[j]], &(pass[j] > 0 ? plus : minus)[together[j]]->tensor);
+      shifts.push_back(p.runner.top_logprob_shift());
+      for (int i : together) p.runner.context().restore_weight(probed[i]);
+    }
+    std::vector<double> together_energy;
+    for (int i : together) together_energy.push_back(energy[i]);
+    const SignedFit fit = fit_signed(sign, shift_gram(shifts, p.runner.top_probabilities(), p.runner.n_scored(),
+                                                      p.opt.n_threads),
+                                     together_energy, group);
+    for (size_t j = 0; j < together.size(); ++j) delta_kld[together[j]] = fit.delta_kld[j];
+    p.r.pooled_relative_rms = fit.relative_rms;
   }
-  const PooledFit fit = fit_pooled(units, static_cast<int>(roles.size()), n_layer, passes, measured);
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  for (int i = 0; i < n; ++i) {
     SensitivityTensor& st = tensors[i];
-    st.noise_coefficient = fit.coefficient[i];
-    st.noise_exponent = 1;
-    for (SensitivityCandidate& c : st.candidates) c.delta_kld = st.noise_coefficient * c.weighted_error;
+    st.noise_points.emplace_back(energy[i], delta_kld[i]);
+    fit_noise_response(st);
     p.r.tensors.push_back(std::move(st));
   }
-  p.r.pooled_passes = n_passes;
-  p.r.pooled_relative_rms = fit.relative_rms;
+  p.r.pooled_passes = static_cast<int64_t>(alone.size()) + (together.empty() ? 0 : signed_passes);
 }
 
 // ---- the units probed (tensors, or groups) and their share among ranks
@@ -1064,7 +1115,6 @@ void write_sensitivity_settings(JsonWriter& w, const SensitivityResult& r) {
   if (r.mode != SensitivityMode::Quant) w.array(o.noise_levels); else w.null();
   if (r.mode == SensitivityMode::Pooled) {
     w.key("pooled_passes"); w.value(o.pooled_passes);  // asked (0: the default)
-    w.key("pooled_share"); w.value(o.pooled_share);
   }
   w.key("top_k"); w.value(o.top_k);
   w.key("tensors"); string_or_null(w, o.tensors_regex);
@@ -1137,15 +1187,15 @@ std::string sensitivity_json(const SensitivityResult& r) {
   w.key("ppl"); w.value(r.reference_ppl);
   w.end_object();
   if (r.mode == SensitivityMode::Pooled) {
-    w.key("pooled");  // the passes made and how well the fit explains them
+    w.key("pooled");  // the passes made and how well the fit explains the signed ones
     w.begin_object();
     w.key("passes"); w.value(r.pooled_passes);
     w.key("relative_rms"); w.value(r.pooled_relative_rms);
-    w.key("measured");
+    w.key("alone");  // the tensors outside the layers, measured a pass each
     w.begin_array();
-    for (const auto& [names, kld] : r.pooled_measured) {
+    for (const auto& [name, kld] : r.pooled_alone) {
       w.begin_object();
-      w.key("tensors"); w.array(names);
+      w.key("tensor"); w.value(name);
       w.key("delta_kld"); w.value(kld);
       w.end_object();
     }
@@ -1175,7 +1225,7 @@ void print_sensitivity(std::ostream& out, const SensitivityResult& r, size_t top
         columns.push_back(c.type);
   out << "Sensitivity (" << (r.mode == SensitivityMode::Quant   ? "measured"
                              : r.mode == SensitivityMode::Noise ? "predicted from noise"
-                                                                : "predicted from pooled noise passes")
+                                                                : "predicted from signed noise passes")
       << " mean KLD added when only this " << (r.groups.empty() ? "tensor" : "group") << " is quantized; " << r.n_tokens_scored
       << " tokens; reference PPL " << std::fixed << std::setprecision(4) << r.reference_ppl << ")\n";
   auto cell = [](double v) {

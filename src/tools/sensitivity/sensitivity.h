@@ -14,10 +14,11 @@
 //    predicted from that type's measured weighted error on the tensor. One or
 //    two passes per tensor instead of one per tensor and type;
 //  - mode pooled: the same noise (the first level), but each pass perturbs
-//    a random quarter of the tensors at once, and each tensor's response
-//    c = ΔKLD / E is fitted from the passes, as a role factor times a layer
-//    factor and then its own (pooled_fit.h): a quarter of noise mode's
-//    passes by default (experimental: docs/SENSITIVITY.md).
+//    every tensor of the layers at once, each with a random sign, and each
+//    tensor's ΔKLD is fitted from the Gram matrix of the passes' output
+//    shifts (pooled_fit.h): a quarter of noise mode's passes by default,
+//    ranking the tensors as noise mode does between two halves of a text
+//    (docs/SENSITIVITY.md).
 // KLD against the top-K reference is exact when K covers the vocabulary and
 // a lower bound otherwise (the rest of the mass is merged into one outcome).
 #pragma once
@@ -53,8 +54,7 @@ struct SensitivityOptions {
   SensitivityMode mode = SensitivityMode::Quant;
   SensitivityGroup group = SensitivityGroup::Tensor;
   std::vector<double> noise_levels = {0.05};  // noise RMS relative to the tensor's RMS; one or two levels
-  int64_t pooled_passes = 0;  // --mode pooled: passes (0: a quarter of the probed tensors, at least roles + layers + 2)
-  double pooled_share = 0.25;  // --mode pooled: the share of the tensors each pass perturbs
+  int64_t pooled_passes = 0;  // --mode pooled: passes (0: a quarter of the probed tensors, at least 8)
   int64_t top_k = 256;       // reference log-probabilities kept per token
   std::string tensors_regex;  // only these weights (default: every matrix and expert tensor but the router)
   uint64_t seed = 1;
@@ -117,7 +117,7 @@ struct SensitivityResult {
   // --mode pooled: its passes and how well the fit explains them (the JSON's "pooled").
   int64_t pooled_passes = 0;
   double pooled_relative_rms = 0;
-  std::vector<std::pair<std::vector<std::string>, double>> pooled_measured;  // each pass: its tensors, its ΔKLD
+  std::vector<std::pair<std::string, double>> pooled_alone;  // tensors outside the layers: ΔKLD measured alone
 };
 
 // The weights a run probes: matrices and 3-D expert tensors but the router,
