@@ -152,7 +152,8 @@ class Runner {
     const bool last_rank = split_->is_last(r);
     const int64_t first_scored = chunks_.first_scored(), per_chunk = opt_.n_ctx - 1 - first_scored;
     const size_t stream = static_cast<size_t>(opt_.n_ctx * model_.hparams().n_embd);
-    if (keeping_base_) base_.resize(n_chunks_);
+    const bool keep = keeping_base_ && opt_.layer_cache;  // without the cache, nothing starts from it
+    if (keep) base_.resize(n_chunks_);
     std::vector<float> received, out;
     for (int64_t c = 0; c < n_chunks_; ++c) {
       const float* in = nullptr;
@@ -163,7 +164,7 @@ class Runner {
                       " bytes of residual stream");
         received.resize(stream);
         std::memcpy(received.data(), bytes.data(), bytes.size());
-        if (keeping_base_) base_[c] = received;
+        if (keep) base_[c] = received;
         in = received.data();
       } else if (first > 0) {
         in = cache_[c].data();
@@ -277,7 +278,7 @@ class Runner {
       w.put(reference_ppl_);
       const std::string bytes = comm_.broadcast(w.take(), comm_.size() - 1);
       reference_ppl_ = dist::ByteReader(bytes).get<double>();
-      if (comm_.rank() > 0) {
+      if (comm_.rank() > 0 && opt_.layer_cache) {
         cache_layer_ = split_->first(comm_.rank());
         cache_ = base_;
       }
