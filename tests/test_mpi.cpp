@@ -238,6 +238,13 @@ TEST_F(Mpi, SplitLayersCompareGivesOneProcesssNodesAndKld) {
                         &out),
             0);
   EXPECT_TRUE(contains(out, "give --split-layers")) << out;
+  // The reference logits exist on the last rank only: --kl-divergence-base is refused with the split.
+  EXPECT_NE(run_command(mpirun(2) + kQlens + " compare --ref " + synth_model("gemma3-tiny") + " -m " +
+                            synth_model("gemma3-tiny") + " -f " + word_text() + " -c 64 --chunks 1 --split-layers " +
+                            "--kl-divergence-base " + dir_ + "/base.kld 2>&1",
+                        &out),
+            0);
+  EXPECT_TRUE(contains(out, "--kl-divergence-base is not written there")) << out;
 }
 
 // Sensitivity: each rank makes the reference and probes its share; rank 0's

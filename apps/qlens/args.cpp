@@ -16,6 +16,7 @@
 #include "dist/comm.h"
 #include "qlens/error.h"
 #include "qlens/model.h"
+#include "tools/common/layer_pipeline.h"
 
 namespace qlens::cli {
 
@@ -202,6 +203,16 @@ void add_split_layers_option(ArgParser& p, bool* out) {
   p.add_switch({"--split-layers"}, out,
                "under mpirun: run the model across the ranks by layers (each rank reads only its layers'\n"
                "weights), for a model larger than one machine's memory");
+}
+
+void check_layer_split_run(const std::string& command, const Model& model, bool split_layers) {
+  const dist::Comm& comm = dist::world();
+  if (comm.size() == 1) return;
+  if (!split_layers)
+    throw Error(command + ": " + std::to_string(comm.size()) +
+                " processes: give --split-layers to run the model across them by layers");
+  if (comm.is_root())
+    std::fprintf(stderr, "%s", tools::describe_layer_split(model, tools::split_layers_by_bytes(model, comm.size())).c_str());
 }
 
 void add_cache_type_option(ArgParser& p, DType* out) {

@@ -95,6 +95,10 @@ void add_cache_type_option(ArgParser& p, DType* out);
 // --split-layers: under mpirun, the model across the ranks by layers
 // (docs/CLUSTER.md).
 void add_split_layers_option(ArgParser& p, bool* out);
+// For a command that runs across processes only by layers (perplexity,
+// compare): several ranks without --split-layers is an Error naming the
+// command; with it, rank 0 prints each rank's layers.
+void check_layer_split_run(const std::string& command, const Model& model, bool split_layers);
 void resolve_device(const ArgParser& p, DeviceFlags& flags);
 
 }  // namespace qlens::cli

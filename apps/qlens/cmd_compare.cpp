@@ -11,7 +11,6 @@
 #include "qlens/error.h"
 #include "qlens/model.h"
 #include "tools/common/chunks.h"
-#include "tools/common/layer_pipeline.h"
 #include "tools/compare/compare.h"
 #include "tools/compare/llama_logits.h"
 #include "tools/common/progress.h"
@@ -153,14 +152,7 @@ int compare_and_report(CompareFlags& f) {
     std::fprintf(stderr, "%s: %zu tokens; %lld chunks of %lld; reference on %s, test on %s\n", f.text_path.c_str(),
                  tokens.size(), static_cast<long long>(planned), static_cast<long long>(opt.n_ctx),
                  opt.device_ref.c_str(), opt.device.c_str());
-  if (comm.size() > 1 && !opt.split_layers)
-    throw Error("qlens compare: " + std::to_string(comm.size()) +
-                " processes: give --split-layers to run the two models across them by layers");
-  if (comm.size() > 1 && !f.kld_base.empty())
-    throw Error("qlens compare: --split-layers computes the logits on the last rank; --kl-divergence-base is not "
-                "written there");
-  if (comm.size() > 1 && comm.is_root())
-    std::fprintf(stderr, "%s", tools::describe_layer_split(*ref, tools::split_layers_by_bytes(*ref, comm.size())).c_str());
+  cli::check_layer_split_run("qlens compare", *ref, opt.split_layers);
   if (!comm.is_root()) {
     tools::compare_models(*ref, *test, tokens, opt);
     return 0;

@@ -11,7 +11,6 @@
 #include "qlens/model.h"
 #include "tools/common/chunks.h"
 #include "tools/compare/llama_logits.h"
-#include "tools/common/layer_pipeline.h"
 #include "tools/perplexity/perplexity.h"
 #include "tools/common/progress.h"
 
@@ -128,11 +127,7 @@ int perplexity_of_text(PerplexityFlags& f) {
                f.text_path.c_str(), tokens.size(), static_cast<long long>(planned), static_cast<long long>(opt.n_ctx));
 
   dist::Comm& comm = dist::world();
-  if (comm.size() > 1 && !opt.split_layers)
-    throw Error("qlens perplexity: " + std::to_string(comm.size()) +
-                " processes: give --split-layers to run the model across them by layers");
-  if (comm.size() > 1 && comm.is_root())
-    std::fprintf(stderr, "%s", tools::describe_layer_split(*model, tools::split_layers_by_bytes(*model, comm.size())).c_str());
+  cli::check_layer_split_run("qlens perplexity", *model, opt.split_layers);
   if (!comm.is_root()) {
     tools::perplexity(*model, tokens, opt);
     return 0;

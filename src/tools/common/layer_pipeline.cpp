@@ -72,6 +72,15 @@ LayerSplit split_layers_by_bytes(const Model& model, int n_ranks) {
   return s;
 }
 
+std::optional<LayerSplit> split_for_run(const Model& model, const dist::Comm& comm, bool split_layers,
+                                        bool writes_logits, const std::string& tool) {
+  if (!split_layers || comm.size() == 1) return std::nullopt;
+  if (writes_logits)
+    throw Error(tool + ": --split-layers computes the logits on the last rank; --kl-divergence-base is not written "
+                       "there");
+  return split_layers_by_bytes(model, comm.size());
+}
+
 uint64_t layer_split_bytes(const Model& model, const LayerSplit& split, int rank) {
   const LayerBytes b = layer_bytes(model);
   uint64_t bytes = (rank == 0 ? b.first : 0) + (split.is_last(rank) ? b.last : 0);

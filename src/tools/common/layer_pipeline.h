@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,6 +33,13 @@ struct LayerSplit {
 // read more than the residual stream (Gemma 4's shared KV caches and
 // per-layer inputs), which cannot be cut between layers.
 LayerSplit split_layers_by_bytes(const Model& model, int n_ranks);
+
+// The split of one run of `tool` ("perplexity", "compare"): none unless
+// --split-layers was given and the run has several ranks. A run that writes
+// the reference logits (--kl-divergence-base) is refused, naming the tool:
+// the logits are computed on the last rank only.
+std::optional<LayerSplit> split_for_run(const Model& model, const dist::Comm& comm, bool split_layers,
+                                        bool writes_logits, const std::string& tool);
 
 // The weight bytes rank `rank` of `split` reads.
 uint64_t layer_split_bytes(const Model& model, const LayerSplit& split, int rank);

@@ -352,13 +352,8 @@ CompareResult compare_models(const Model& ref, const Model& test, const std::vec
                              dist::Comm& comm) {
   TextChunks chunks(tokens, opt.n_ctx, ref.vocab(), "compare");
   const int64_t n_chunks = chunks_to_run(chunks.available(), opt.max_chunks);
-  std::optional<LayerSplit> split;
-  if (opt.split_layers && comm.size() > 1) {
-    if (opt.on_chunk_tokens || opt.on_ref_scored_logits)
-      throw Error("compare: --split-layers computes the logits on the last rank; --kl-divergence-base is not "
-                  "written there");
-    split = split_layers_by_bytes(ref, comm.size());
-  }
+  const std::optional<LayerSplit> split = split_for_run(
+      ref, comm, opt.split_layers, opt.on_chunk_tokens || opt.on_ref_scored_logits, "compare");
   NodeSelection nodes(opt);
   const ContextOptions common = run_context(opt, opt.n_ctx, opt.n_batch);  // each side's device: PairedContexts
   PairedContexts contexts(ref, test, opt, common);

@@ -51,13 +51,8 @@ PerplexityResult perplexity(const Model& model, const std::vector<Token>& tokens
   TextChunks chunks(tokens, opt.n_ctx, model.vocab(), "perplexity");
   const int64_t n_ctx = opt.n_ctx;
   const int64_t n_chunks = chunks_to_run(chunks.available(), opt.max_chunks);
-  std::optional<LayerSplit> split;
-  if (opt.split_layers && comm.size() > 1) {
-    if (opt.on_scored_logits || opt.on_chunk_tokens)
-      throw Error("perplexity: --split-layers computes the logits on the last rank; --kl-divergence-base is not "
-                  "written there");
-    split = split_layers_by_bytes(model, comm.size());
-  }
+  const std::optional<LayerSplit> split =
+      split_for_run(model, comm, opt.split_layers, opt.on_scored_logits || opt.on_chunk_tokens, "perplexity");
   Context ctx(model, run_context(opt, n_ctx, opt.n_batch));
   const int64_t n_vocab = model.hparams().n_vocab;
   PerplexityResult r;
