@@ -261,7 +261,7 @@ BENCHMARK(BM_MulMatInt8)->Apply(MulMatInt8Args)->UseRealTime()->Unit(benchmark::
 void BM_Int8Micro(benchmark::State& state) {
   const auto type = static_cast<DType>(state.range(0));
   const int64_t k = state.range(1);
-  const cpu::Int8Gemm& e = cpu::gemm_kernels(g_isa, g_options.vnni).i8[static_cast<int>(type)];
+  const cpu::Int8Gemm& e = cpu::gemm_kernels(cpu::kernel_options(g_options, g_isa)).i8[static_cast<int>(type)];
   if (!e.pack_w) {
     state.SkipWithError("no int8 GEMM kernel for this type and instruction set");
     return;

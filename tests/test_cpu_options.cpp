@@ -269,6 +269,32 @@ TEST(CpuOptions, VnniOffTakesTheKernelsOfACpuWithout) {
   if (!any) GTEST_SKIP() << "this CPU has no VNNI";
 }
 
+// CpuOptions::grid_gathers picks the 3-bit grids' kernels (dot and int8
+// repacking) that read by gathers or by loads; unset, the CPU's default;
+// the scalar kernels have one way. (Their results: test_qdot's kernel sets.)
+TEST(CpuOptions, GridGathersPickTheThreeBitGridsKernels) {
+  for (Isa isa : isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    CpuOptions on, off;
+    on.grid_gathers = true;
+    off.grid_gathers = false;
+    const cpu::KernelOptions ko_on = cpu::kernel_options(on, isa), ko_off = cpu::kernel_options(off, isa);
+    EXPECT_EQ(ko_on.grid_gathers, isa != Isa::Scalar);
+    EXPECT_FALSE(ko_off.grid_gathers);
+    EXPECT_EQ(cpu::kernel_options(isa).grid_gathers, isa != Isa::Scalar && cpu::cpu_has_fast_gathers());
+    for (DType t : {DType::IQ3_XXS, DType::IQ3_S, DType::IQ2_S, DType::Q4_K}) {
+      const auto i = static_cast<int>(t);
+      const bool differs = isa != Isa::Scalar && (t == DType::IQ3_XXS || t == DType::IQ3_S);
+      EXPECT_EQ(cpu::gemm_kernels(ko_on).dot[i] != cpu::gemm_kernels(ko_off).dot[i], differs) << type_name(t);
+      if (cpu::gemm_kernels(ko_on).i8[i].pack_w)
+        EXPECT_EQ(cpu::gemm_kernels(ko_on).i8[i].pack_w != cpu::gemm_kernels(ko_off).i8[i].pack_w, differs)
+            << type_name(t);
+    }
+    auto be = cpu::make_cpu_backend(1, isa, on);
+    EXPECT_EQ(cpu::kernel_options_of(*be)->grid_gathers, isa != Isa::Scalar);
+  }
+}
+
 // The cap: the widest instruction set the CPU has up to it; the device line
 // names the kernels a backend with those options runs.
 TEST(CpuOptions, IsaCapsTheInstructionSet) {
@@ -388,7 +414,7 @@ class CliEnv {
       unsetenv(name);
     }
   }
-  static constexpr const char* kNames[] = {"QLENS_CPU_ISA",      "QLENS_CPU_VNNI",
+  static constexpr const char* kNames[] = {"QLENS_CPU_ISA",      "QLENS_CPU_VNNI",     "QLENS_CPU_GATHER",
                                            "QLENS_CPU_INT8",     "QLENS_CPU_PACK",
                                            "QLENS_CPU_PREFETCH", "QLENS_CPU_ROUND_ACTIVATIONS",
                                            "QLENS_HUGE_PAGES"};
@@ -402,6 +428,7 @@ TEST(CpuOptionsFromEnv, UnsetGivesTheDefaults) {
   const CpuOptions o = cpu_options_from_env();
   EXPECT_EQ(o.isa, CpuIsa::Best);
   EXPECT_TRUE(o.vnni);
+  EXPECT_FALSE(o.grid_gathers.has_value());
   EXPECT_TRUE(o.int8_gemm);
   EXPECT_TRUE(o.pack);
   EXPECT_FALSE(o.prefetch_bytes.has_value());
@@ -436,6 +463,16 @@ TEST(CpuOptionsFromEnv, ReadsTheSwitches) {
       EXPECT_EQ(cpu_options_from_env().*s.field, want) << s.name << "='" << value << "'";
     }
     unsetenv(s.name);
+  }
+}
+
+// QLENS_CPU_GATHER: "0" or "1" choose; anything else leaves the CPU's default.
+TEST(CpuOptionsFromEnv, ReadsTheGridReads) {
+  const CliEnv env;
+  for (auto [value, want] : {std::pair{"0", std::optional<bool>(false)}, std::pair{"1", std::optional<bool>(true)},
+                             std::pair{"", std::optional<bool>()}, std::pair{"yes", std::optional<bool>()}}) {
+    setenv("QLENS_CPU_GATHER", value, 1);
+    EXPECT_EQ(cpu_options_from_env().grid_gathers, want) << "'" << value << "'";
   }
 }
 

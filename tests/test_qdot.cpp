@@ -86,22 +86,34 @@ std::vector<Isa> isas() {
 // Every kernel set this machine has: each instruction set, and where the CPU
 // has VNNI for it, that set again without (CpuOptions::vnni off: the int8
 // GEMM's and the packed kernels' maddubs wrappers on AVX2, the F32 panels on
-// AVX-512), so one run tests the kernels of a CPU without VNNI too.
+// AVX-512), so one run tests the kernels of a CPU without VNNI too. The
+// second set of an instruction set also reads the 3-bit grids the other way
+// (CpuOptions::grid_gathers: gathers or loads, whichever this CPU's default
+// is not); without VNNI it is a set of its own.
 struct KernelSet {
   Isa isa;
   bool vnni;
-  std::string name() const { return std::string(cpu::isa_name(isa)) + (vnni ? "" : " no-vnni"); }
+  bool gathers;
+  std::string name() const {
+    return std::string(cpu::isa_name(isa)) + (vnni ? "" : " no-vnni") + (gathers ? " gathers" : "");
+  }
   cpu::KernelOptions options() const {
     CpuOptions o;
     o.vnni = vnni;
+    o.grid_gathers = gathers;
     return cpu::kernel_options(o, isa);
   }
 };
 std::vector<KernelSet> kernel_sets() {
   std::vector<KernelSet> v;
+  const bool fast = cpu::cpu_has_fast_gathers();
   for (Isa isa : isas()) {
-    v.push_back({isa, true});
-    if (cpu::cpu_has_vnni(isa)) v.push_back({isa, false});
+    if (isa == Isa::Scalar) {
+      v.push_back({isa, true, false});
+      continue;
+    }
+    v.push_back({isa, true, fast});
+    v.push_back({isa, !cpu::cpu_has_vnni(isa), !fast});
   }
   return v;
 }
@@ -243,10 +255,10 @@ TEST(Qdot, DotKernelsMatchDoubleReference) {
         }
         RefDot ref[4];
         for (int c = 0; c < 4; ++c) ref[c] = ref_dot(t, w, xs.data() + c * stride, K);
-        for (Isa isa : isas()) {
-          const cpu::VecDotFn dot = cpu::gemm_kernels(isa).dot[static_cast<int>(t)];
-          ASSERT_NE(dot, nullptr) << name_of(t) << " " << cpu::isa_name(isa);
-          SCOPED_TRACE(name_of(t) + " " + cpu::isa_name(isa) + " K=" + std::to_string(K) +
+        for (const KernelSet& ks : kernel_sets()) {
+          const cpu::VecDotFn dot = cpu::gemm_kernels(ks.options()).dot[static_cast<int>(t)];
+          ASSERT_NE(dot, nullptr) << name_of(t) << " " << ks.name();
+          SCOPED_TRACE(name_of(t) + " " + ks.name() + " K=" + std::to_string(K) +
                        " pad=" + std::to_string(pad));
           float single[4];
           for (int c = 0; c < 4; ++c) dot(K, w, xs.data() + c * stride, stride, 1, &single[c]);
@@ -489,10 +501,10 @@ TEST(QdotK, DotKernelsMatchDoubleReference) {
         }
         RefDot ref[4];
         for (int c = 0; c < 4; ++c) ref[c] = ref_dot_k(t, w, x0 + c * stride, K);
-        for (Isa isa : isas()) {
-          const cpu::VecDotFn dot = cpu::gemm_kernels(isa).dot[static_cast<int>(t)];
-          ASSERT_NE(dot, nullptr) << name_of(t) << " " << cpu::isa_name(isa);
-          SCOPED_TRACE(name_of(t) + " " + cpu::isa_name(isa) + " K=" + std::to_string(K) +
+        for (const KernelSet& ks : kernel_sets()) {
+          const cpu::VecDotFn dot = cpu::gemm_kernels(ks.options()).dot[static_cast<int>(t)];
+          ASSERT_NE(dot, nullptr) << name_of(t) << " " << ks.name();
+          SCOPED_TRACE(name_of(t) + " " + ks.name() + " K=" + std::to_string(K) +
                        " pad=" + std::to_string(pad));
           float single[4];
           for (int c = 0; c < 4; ++c) dot(K, w, x0 + c * stride, stride, 1, &single[c]);
@@ -611,6 +623,7 @@ void check_mul_mat(std::mt19937& rng, const std::vector<DType>& types, const std
     auto& v = cpus.emplace_back();
     CpuOptions o;
     o.vnni = ks.vnni;
+    o.grid_gathers = ks.gathers;
     for (int nth = 1; nth <= 3; ++nth) v.push_back(cpu::make_cpu_backend(nth, ks.isa, o));
   }
   std::normal_distribution<float> n(0.0f, 1.0f);

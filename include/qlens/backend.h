@@ -139,6 +139,10 @@ struct CpuOptions {
   // VNNI dot instructions (AVX-512 VNNI, AVX-VNNI) where the CPU has them;
   // off, the int8 kernels of a CPU without them run (AVX2: maddubs).
   bool vnni = true;
+  // The 3-bit i-quants' (IQ3_XXS, IQ3_S) grid points read by vector
+  // gathers instead of scalar loads; unset: where gathers are fast (Intel
+  // cores from Alder Lake and Sapphire Rapids on; AMD's measured slower).
+  std::optional<bool> grid_gathers;
   // Prompts' products of quantized weights on int8 panels (gemm_int8.h);
   // off, they take the F32 panels.
   bool int8_gemm = true;
@@ -163,7 +167,7 @@ struct CpuOptions {
 };
 
 // The command line's CPU options: QLENS_CPU_ISA=scalar|avx2|avx512,
-// QLENS_CPU_VNNI=0, QLENS_CPU_INT8=0, QLENS_CPU_PACK=0, QLENS_CPU_PREFETCH=N
+// QLENS_CPU_VNNI=0, QLENS_CPU_GATHER=0|1, QLENS_CPU_INT8=0, QLENS_CPU_PACK=0, QLENS_CPU_PREFETCH=N
 // (0 .. 65536), QLENS_CPU_ROUND_ACTIVATIONS=0 and QLENS_HUGE_PAGES=0, read once per call; unset,
 // unknown or out-of-range values leave the defaults. The engine never calls
 // it: the qlens tool does, where it makes its contexts.

@@ -32,7 +32,8 @@ DeviceInfo cpu_device_info(const CpuOptions& options) {
   DeviceInfo cpu;
   cpu.id = "cpu";
   cpu.name = cpu_name() + " (" + std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " threads, " +
-             cpu::isa_name(isa) + " kernels, int8 GEMM: " + int8 + ")";
+             cpu::isa_name(isa) + " kernels, int8 GEMM: " + int8 +
+             (cpu::kernel_options(options, isa).grid_gathers ? ", grids by gathers" : "") + ")";
   cpu.kind = "cpu";
   return cpu;
 }

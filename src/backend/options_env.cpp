@@ -51,6 +51,10 @@ CpuOptions cpu_options_from_env() {
     else if (std::strcmp(isa, "avx512") == 0) o.isa = CpuIsa::Avx512;
   }
   o.vnni = !off("QLENS_CPU_VNNI");
+  if (const char* v = std::getenv("QLENS_CPU_GATHER")) {
+    if (std::strcmp(v, "0") == 0) o.grid_gathers = false;
+    else if (std::strcmp(v, "1") == 0) o.grid_gathers = true;
+  }
   o.int8_gemm = !off("QLENS_CPU_INT8");
   o.pack = !off("QLENS_CPU_PACK");
   o.prefetch_bytes = prefetch_from(std::getenv("QLENS_CPU_PREFETCH"));

@@ -72,11 +72,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     type_traits(tt.vec_dot_type).from_float(x.data(), xq.data(), n);
     for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512})
       for (bool vnni : {true, false})
-        if (cpu::isa_supported(isa))
-          if (const cpu::VecDotFn dot = cpu::gemm_kernels(isa, vnni).dot[static_cast<int>(type)]) {
-            float out = 0;
-            dot(n, src.data(), xq.data(), 0, 1, &out);
-          }
+        for (bool gathers : {false, true})
+          if (cpu::isa_supported(isa))
+            if (const cpu::VecDotFn dot = cpu::gemm_kernels(isa, vnni, gathers).dot[static_cast<int>(type)]) {
+              float out = 0;
+              dot(n, src.data(), xq.data(), 0, 1, &out);
+            }
   }
 
   for (float v : values)

@@ -17,6 +17,11 @@ static bool cpu_has_f16c() {
   unsigned a, b, c, d;
   return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;  // CPUID.1:ECX.F16C
 }
+static bool cpuid_intel() {
+  unsigned a, b, c, d;
+  return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
+}
+
 static bool cpuid_avx_vnni() {
   unsigned a, b, c, d;
   return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;  // CPUID.(7,1):EAX.AVX-VNNI
@@ -96,6 +101,25 @@ bool cpu_has_vnni(Isa isa) {
   return false;
 }
 
+// The 3-bit grids' eight half-points per chunk by one vpgatherdd, or by
+// eight loads and inserts: an A/B of bench_ops BM_MulMatVec (K 2048, M 5632,
+// in cache, 2 threads), IQ3_S / IQ3_XXS in ms. Intel Xeon (Emerald Rapids,
+// 2026-12-07): loads 0.87-0.91 / 0.56-0.72, gathers 0.49-0.59 / 0.47-0.54.
+// AMD EPYC (Zen 4, 2026-12-06): loads 0.561 / 0.407, gathers 0.647 / 0.604.
+// Gathers are microcoded on Zen 3 and 4, and on Intel's cores before Alder
+// Lake and Sapphire Rapids the Downfall (GDS) microcode makes them several
+// times slower; those later cores are the Intel ones with AVX-VNNI, so that
+// is the test. (The 2-bit and 1-bit grids' four 64-bit points measured
+// slower gathered on the Intel machine too: they keep their loads.)
+bool cpu_has_fast_gathers() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool fast = isa_supported(Isa::Avx2) && cpuid_intel() && cpuid_avx_vnni();
+  return fast;
+#else
+  return false;
+#endif
+}
+
 const char* int8_kernel_name(Isa isa, bool vnni) {
   const bool with_vnni = vnni && cpu_has_vnni(isa);
   switch (isa) {
@@ -136,6 +160,7 @@ KernelOptions kernel_options(const CpuOptions& options, Isa isa) {
   KernelOptions k;
   k.isa = isa;
   k.vnni = options.vnni && cpu_has_vnni(isa);
+  k.grid_gathers = isa != Isa::Scalar && options.grid_gathers.value_or(cpu_has_fast_gathers());
   k.int8_gemm = options.int8_gemm;
   k.pack = options.pack;
   k.prefetch_bytes = options.prefetch_bytes.value_or(packed_prefetch_bytes(isa));

@@ -38,6 +38,10 @@ bool cpu_has_avx512_vnni();
 bool cpu_has_avx_vnni();
 // The VNNI extension the kernels of `isa` would use, on this CPU.
 bool cpu_has_vnni(Isa isa);
+// Whether vector gathers beat scalar loads on this CPU (Intel cores from
+// Alder Lake and Sapphire Rapids on; measured: isa.cpp): the default of
+// CpuOptions::grid_gathers.
+bool cpu_has_fast_gathers();
 // The int8 GEMM's kernels with the kernels of `isa` on this CPU, VNNI
 // allowed or not: "vnni", "maddubs" (AVX2 without VNNI) or "none" (the F32
 // panels serve).
@@ -48,6 +52,7 @@ const char* int8_kernel_name(Isa isa, bool vnni = true);
 struct KernelOptions {
   Isa isa = Isa::Scalar;
   bool vnni = false;          // VNNI kernels: allowed and the CPU has them for isa
+  bool grid_gathers = false;  // the 3-bit i-quant grids read by vector gathers (CpuOptions::grid_gathers)
   bool int8_gemm = true;      // quantized prompt products on int8 panels (gemm_int8.h)
   bool pack = true;           // packed copies for generation (packed.h)
   size_t prefetch_bytes = 0;  // the packed kernels' prefetch distance

@@ -3,6 +3,7 @@
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <stdexcept>
@@ -569,25 +570,35 @@ bool uses_gemm(const FoldedHeads& f, const GemmKernels& gk) {
 
 }  // namespace
 
-// One table per instruction set and VNNI choice (the int8 GEMM's and the
-// packed kernels' wrappers); without VNNI on the CPU both choices are equal.
-const GemmKernels& gemm_kernels(Isa isa, bool vnni) {
+// One table per instruction set, VNNI choice (the int8 GEMM's and the
+// packed kernels' wrappers; without VNNI on the CPU both choices are equal)
+// and way of reading the 3-bit grids.
+const GemmKernels& gemm_kernels(Isa isa, bool vnni, bool grid_gathers) {
   static const GemmKernels scalar = make_scalar();
   // (Asked once: CPUID, which a hypervisor may trap, is no per-node cost.)
   static const bool avx2_ok = isa_supported(Isa::Avx2), avx512_ok = isa_supported(Isa::Avx512);
-  static const GemmKernels avx2[2] = {merged(avx2_ok ? gemm_kernels_avx2(false) : nullptr, scalar),
-                                      merged(avx2_ok ? gemm_kernels_avx2(true) : nullptr, scalar)};
-  static const GemmKernels avx512[2] = {merged(avx512_ok ? gemm_kernels_avx512(false) : nullptr, avx2[0]),
-                                        merged(avx512_ok ? gemm_kernels_avx512(true) : nullptr, avx2[1])};
+  using Table = std::array<std::array<GemmKernels, 2>, 2>;  // [vnni][grid_gathers]
+  static const Table avx2 = [] {
+    Table t;
+    for (int v = 0; v < 2; ++v)
+      for (int g = 0; g < 2; ++g) t[v][g] = merged(avx2_ok ? gemm_kernels_avx2(v, g) : nullptr, scalar);
+    return t;
+  }();
+  static const Table avx512 = [] {
+    Table t;
+    for (int v = 0; v < 2; ++v)
+      for (int g = 0; g < 2; ++g) t[v][g] = merged(avx512_ok ? gemm_kernels_avx512(v, g) : nullptr, avx2[v][g]);
+    return t;
+  }();
   switch (isa) {
     case Isa::Scalar: return scalar;
-    case Isa::Avx2: return avx2[vnni];
-    case Isa::Avx512: return avx512[vnni];
+    case Isa::Avx2: return avx2[vnni][grid_gathers];
+    case Isa::Avx512: return avx512[vnni][grid_gathers];
   }
   return scalar;
 }
 
-const GemmKernels& gemm_kernels(const KernelOptions& o) { return gemm_kernels(o.isa, o.vnni); }
+const GemmKernels& gemm_kernels(const KernelOptions& o) { return gemm_kernels(o.isa, o.vnni, o.grid_gathers); }
 
 bool matmul_uses_gemm(const Tensor& node, const KernelOptions& o) {
   return uses_gemm(FoldedHeads(node), gemm_kernels(o));

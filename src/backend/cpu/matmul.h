@@ -130,12 +130,13 @@ struct GemmKernels {
 };
 
 // The kernels of `isa`, with the VNNI wrappers where `vnni` and the CPU has
-// them (else those of a CPU without: AVX2's maddubs, AVX-512's F32 panels).
-const GemmKernels& gemm_kernels(Isa isa, bool vnni = true);
+// them (else those of a CPU without: AVX2's maddubs, AVX-512's F32 panels),
+// the 3-bit i-quant grids read by vector gathers where `grid_gathers`.
+const GemmKernels& gemm_kernels(Isa isa, bool vnni = true, bool grid_gathers = false);
 const GemmKernels& gemm_kernels(const KernelOptions& options);
 // nullptr when not compiled in.
-const GemmKernels* gemm_kernels_avx2(bool vnni);
-const GemmKernels* gemm_kernels_avx512(bool vnni);
+const GemmKernels* gemm_kernels_avx2(bool vnni, bool grid_gathers);
+const GemmKernels* gemm_kernels_avx512(bool vnni, bool grid_gathers);
 
 // The MulMat node kernel (see ops.h for the calling convention); the
 // backend's options choose its paths, so its scratch depends on them.

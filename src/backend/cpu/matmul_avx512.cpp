@@ -4,14 +4,17 @@
 
 namespace qlens::cpu {
 
-// Two tables: with the VNNI wrappers allowed (chosen where the CPU has them)
-// and without.
-const GemmKernels* gemm_kernels_avx512(bool vnni) {
+// Four tables: with the VNNI wrappers allowed (chosen where the CPU has
+// them) and without, each with the 3-bit grids read by loads or by gathers.
+const GemmKernels* gemm_kernels_avx512(bool vnni, bool grid_gathers) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
-  static const GemmKernels k[2] = {make_gemm_kernels<Avx512>(false), make_gemm_kernels<Avx512>(true)};
-  return &k[vnni];
+  static const GemmKernels k[2][2] = {
+      {make_gemm_kernels<Avx512, GridRead::Loads>(false), make_gemm_kernels<Avx512, GridRead::Gathers>(false)},
+      {make_gemm_kernels<Avx512, GridRead::Loads>(true), make_gemm_kernels<Avx512, GridRead::Gathers>(true)}};
+  return &k[vnni][grid_gathers];
 #else
   (void)vnni;
+  (void)grid_gathers;
   return nullptr;
 #endif
 }

@@ -230,7 +230,7 @@ __m256i int_mins(const KBlock<T>& kb) {
 }
 
 // I8PackWFn for a K type: super-blocks [u0, u0 + nu).
-template <DType T, int NR, bool SC>
+template <DType T, int NR, bool SC, GridRead R>
 void i8_pack_k(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, int64_t nu, uint8_t* out) {
   constexpr I8Format f = i8_format<T, SC>();
   constexpr int G = f.groups();
@@ -255,7 +255,10 @@ void i8_pack_k(const char* row0, size_t row_stride, int64_t nrows, int64_t u0, i
         }
         const K kb(row0 + i * row_stride + (u0 + u) * kSuperBlockBytes<T>, f16);
 #pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c) codes[c][t] = K::kSigned && !f.wide ? flip_sign(kb.codes(c)) : kb.codes(c);
+        for (int c = 0; c < 8; ++c) {
+          const __m256i v = codes_read<R>(kb, c);
+          codes[c][t] = K::kSigned && !f.wide ? flip_sign(v) : v;
+        }
         alignas(32) float dl[16], ml[16];
         kb.sub_scales(dl, ml);
         for (int j = 0; j < G; ++j) scale[j * NR + i] = dl[j];
@@ -665,7 +668,7 @@ void i8_micro(int64_t nu, const uint8_t* wp, const uint8_t* xp, float* c, int64_
 
 // One table row per type: its repacking, its family's activation packing and
 // micro-kernel, and the panel sizes, for wrapper Q.
-template <class Q0, DType T>
+template <class Q0, DType T, GridRead R>
 Int8Gemm int8_entry() {
   constexpr bool SC = Q0::kMaddubs;
   constexpr I8Format f = i8_format<T, SC>();
@@ -679,7 +682,7 @@ Int8Gemm int8_entry() {
     e.pack_w = i8_pack_legacy<T, NR, SC>;
     e.pack_x = i8_pack_x_legacy<T, typename QFormat<T>::XBlock, MR, SC>;
   } else {
-    e.pack_w = i8_pack_k<T, NR, SC>;
+    e.pack_w = i8_pack_k<T, NR, SC, grid_read<T, R>>;
     e.pack_x = i8_pack_x_k<T, MR, SC>;
   }
   // The bias is the packing's only: one kernel per family and code range.
@@ -692,10 +695,10 @@ Int8Gemm int8_entry() {
   return e;
 }
 
-template <class Q>
+template <class Q, GridRead R>
 void add_int8_kernels_of(GemmKernels& g, int min_n_legacy, int min_n_k) {
   auto add = [&]<DType T>() {
-    g.i8[static_cast<int>(T)] = int8_entry<Q, T>();
+    g.i8[static_cast<int>(T)] = int8_entry<Q, T, R>();
     g.min_n_type[static_cast<int>(T)] = i8_format<T, false>().legacy ? min_n_legacy : min_n_k;
   };
   for_each_legacy_qtype(add);
@@ -707,18 +710,19 @@ void add_int8_kernels_of(GemmKernels& g, int min_n_legacy, int min_n_k) {
 // Fills g.i8 for every quantized type: with the dot instruction where the CPU
 // has it and the options allow it (allow_vnni: KernelOptions::vnni), else
 // (AVX2) with maddubs; AVX-512 without VNNI keeps the F32 panels.
-inline void add_int8_kernels(GemmKernels& g, bool allow_vnni) {
+template <GridRead R>
+void add_int8_kernels(GemmKernels& g, bool allow_vnni) {
   // The crossover with the dot path (K = M = 2048, 2 threads, weights from
   // memory below N = 16; dev-2c 2026-12-02): legacy types between N = 4 and
   // 8 (Q4_0 at 8: int8 GEMM 1.5-1.7x faster), K types between 8 and 12 (Q4_K
   // at 8: dot 1.35x faster with AVX-512, equal with AVX2; at 12 int8 1.15 /
   // 1.4x faster), on both instruction sets.
   if (allow_vnni && I8Vnni::available()) {
-    add_int8_kernels_of<I8Vnni>(g, 6, 10);
+    add_int8_kernels_of<I8Vnni, R>(g, 6, 10);
     return;
   }
 #if !(defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__))
-  add_int8_kernels_of<I8Madd>(g, 6, 10);
+  add_int8_kernels_of<I8Madd, R>(g, 6, 10);
 #endif
 }
 

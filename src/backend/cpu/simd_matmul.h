@@ -231,7 +231,8 @@ void pack_act_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t 
     for (int64_t i = 0; i < MR; ++i) panel[k * MR + i] = i < nrows ? value(i, k) : 0.0f;
 }
 
-template <class V>
+// R: how the 3-bit grids are read (KernelOptions::grid_gathers).
+template <class V, GridRead R>
 GemmKernels make_gemm_kernels(bool allow_vnni) {
   static_assert(V::kMr <= kMaxMr);
   GemmKernels g{};
@@ -260,11 +261,11 @@ GemmKernels make_gemm_kernels(bool allow_vnni) {
   // The i-quants and ternary types through the K kernels (their
   // super-blocks: simd_qdot_levels.h); FP4, Q1_0 and Q2_0: simd_qdot_scaled.h.
   for_each_level_qtype([&]<DType T>() {
-    g.dot[static_cast<int>(T)] = qdot_k_simd<T>;
+    g.dot[static_cast<int>(T)] = qdot_k_simd<T, grid_read<T, R>>;
     g.pack[static_cast<int>(T)] = pack_k_panel<T, NR>;
   });
   for_each_scaled_qtype([&]<DType T>() { g.dot[static_cast<int>(T)] = qdot_scaled_simd<T>; });
-  add_int8_kernels(g, allow_vnni);
+  add_int8_kernels<R>(g, allow_vnni);
   add_packed_kernels(g, allow_vnni);
   return g;
 }

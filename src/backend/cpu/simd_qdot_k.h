@@ -72,6 +72,34 @@ inline void scaled_floats(__m128i v, float mul, float* out) {
 template <DType T>
 struct KBlock;
 
+// How a level block reads its grid's points (KernelOptions::grid_gathers):
+// scalar loads, or vector gathers where the CPU's are fast (isa.cpp). The
+// blocks that read either way (GridBlock: the 3-bit grids) take it as the
+// template argument of chunk() and codes(); the others have one way.
+enum class GridRead { Loads, Gathers };
+template <class K>
+concept GridBlock = requires(const K& b) { b.template codes<GridRead::Gathers>(0); };
+// R where type T reads its grid either way, else the one way (so that the
+// kernels of the other types are instantiated once).
+template <DType T, GridRead R>
+inline constexpr GridRead grid_read = GridBlock<KBlock<T>> ? R : GridRead::Loads;
+template <GridRead R, class K>
+__m256i codes_read(const K& b, int i) {
+  if constexpr (GridBlock<K>) {
+    return b.template codes<R>(i);
+  } else {
+    return b.codes(i);
+  }
+}
+template <GridRead R, class K>
+auto chunk_read(const K& b, int i) {
+  if constexpr (GridBlock<K>) {
+    return b.template chunk<R>(i);
+  } else {
+    return b.chunk(i);
+  }
+}
+
 // Bytes per super-block of such a type, and elements per sub-block scale
 // (the K types' codec's; the level types' runs, simd_qdot_levels.h).
 template <DType T>
@@ -285,7 +313,7 @@ struct KBlock<DType::IQ4_XS> {
 inline constexpr int64_t kPrefetchBlocks = 8;
 
 // NC activation rows against one weight row.
-template <DType T, int NC>
+template <DType T, int NC, GridRead R>
 void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out) {
   using K = KBlock<T>;
   constexpr size_t kBytes = kSuperBlockBytes<T>;
@@ -316,7 +344,7 @@ void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out)
       // come as |v| and the bits of their minus signs (simd_qdot_levels.h).
       const __m256i s = blk.scales(i);
       if constexpr (requires { blk.chunk(i); }) {
-        const auto ch = blk.chunk(i);
+        const auto ch = chunk_read<R>(blk, i);
 #pragma GCC unroll 4
         for (int c = 0; c < NC; ++c) {
           const __m256i q = ch.apply(load256(xb + c * xs + offsetof(XB, qs) + 32 * i));
@@ -327,7 +355,7 @@ void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out)
         if constexpr (requires { blk.dot_codes(i); }) {
           v = blk.dot_codes(i);  // codes whose per-group part the dot_mins() take out
         } else {
-          v = blk.codes(i);
+          v = codes_read<R>(blk, i);
         }
         const __m256i av = K::kSigned ? _mm256_sign_epi8(v, v) : v;
 #pragma GCC unroll 4
@@ -367,11 +395,11 @@ void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out)
   for (int c = 0; c < NC; ++c) out[c] = Avx2::hsum(acc[c]);
 }
 
-template <DType T>
+template <DType T, GridRead R = GridRead::Loads>
 void qdot_k_simd(int64_t k, const void* w, const void* x, size_t x_stride, int nc, float* out) {
   const char* wr = static_cast<const char*>(w);
   const char* xr = static_cast<const char*>(x);
-  with_row_count(nc, [&]<int NC>() { qdot_k_rows<T, NC>(k, wr, xr, x_stride, out); });
+  with_row_count(nc, [&]<int NC>() { qdot_k_rows<T, NC, R>(k, wr, xr, x_stride, out); });
 }
 
 // A weight super-block dequantized to 256 floats, bit for bit as to_float:

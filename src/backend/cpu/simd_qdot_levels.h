@@ -69,14 +69,23 @@ inline __m256i grid_points(const uint64_t* grid, const int (&idx)[4]) {
   return _mm256_setr_epi64x(static_cast<long long>(grid[idx[0]]), static_cast<long long>(grid[idx[1]]),
                             static_cast<long long>(grid[idx[2]]), static_cast<long long>(grid[idx[3]]));
 }
-// Eight 4-element half-points of a 32-bit grid.
-inline __m256i grid_halves(const uint32_t* grid, const uint16_t* idx) {
-  auto at = [&](int j) { return static_cast<int>(grid[idx[j]]); };
-  return _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
+// Eight 4-element half-points of a 32-bit grid: eight loads, or one gather.
+template <GridRead R>
+inline __m256i grid_halves(const uint32_t* grid, __m256i idx32) {
+  return _mm256_i32gather_epi32(reinterpret_cast<const int*>(grid), idx32, 4);
 }
-inline __m256i grid_halves(const uint32_t* grid, const uint8_t* idx) {
-  auto at = [&](int j) { return static_cast<int>(grid[idx[j]]); };
-  return _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
+template <GridRead R, class I>
+inline __m256i grid_halves(const uint32_t* grid, const I* idx) {
+  if constexpr (R == GridRead::Gathers) {
+    if constexpr (sizeof(I) == 1) {
+      return grid_halves<R>(grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx))));
+    } else {
+      return grid_halves<R>(grid, _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(idx))));
+    }
+  } else {
+    auto at = [&](int j) { return static_cast<int>(grid[idx[j]]); };
+    return _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
+  }
 }
 
 // Bytes of 7 sign bits with bit 7 set where their count is odd (kSigns: the
@@ -239,8 +248,14 @@ struct KBlock<DType::IQ3_XXS> : LevelBlock<32> {
     _mm256_store_si256(reinterpret_cast<__m256i*>(neg), parity_signs(w));
     set_runs(top_nibbles(w));
   }
-  __m256i codes(int i) const { return chunk(i).levels(); }
-  SignedChunk chunk(int i) const { return {grid_halves(quant::iq::kIq3xxsGrid.data(), q + 8 * i), neg[i]}; }
+  template <GridRead R = GridRead::Loads>
+  __m256i codes(int i) const {
+    return chunk<R>(i).levels();
+  }
+  template <GridRead R = GridRead::Loads>
+  SignedChunk chunk(int i) const {
+    return {grid_halves<R>(quant::iq::kIq3xxsGrid.data(), q + 8 * i), neg[i]};
+  }
 };
 
 // IQ3_S: 9-bit half-point indices (low bytes, the 9th bits in the group's qh
@@ -267,9 +282,13 @@ struct KBlock<DType::IQ3_S> : LevelBlock<32> {
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(lo, ninth));
     }
   }
-  __m256i codes(int i) const { return chunk(i).levels(); }
+  template <GridRead R = GridRead::Loads>
+  __m256i codes(int i) const {
+    return chunk<R>(i).levels();
+  }
+  template <GridRead R = GridRead::Loads>
   SignedChunk chunk(int i) const {
-    return {grid_halves(quant::iq::kIq3sGrid.data(), idx + 8 * i), load_u32_at(signs + 4 * i)};
+    return {grid_halves<R>(quant::iq::kIq3sGrid.data(), idx + 8 * i), load_u32_at(signs + 4 * i)};
   }
 };
 
