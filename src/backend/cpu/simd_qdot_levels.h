@@ -380,6 +380,7 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
   const uint8_t* qh;
   __m256i offsets;  // 9 (2l + 1) per run (mins())
   alignas(32) uint16_t idx[32];
+  alignas(16) int8_t minus[32];  // per point: -1 where its shift is -1/8
   KBlock(const char* b, const float* f16)
       : q(reinterpret_cast<const uint8_t*>(b + offsetof(B, qs))),
         qh(reinterpret_cast<const uint8_t*>(b + offsetof(B, qh))) {
@@ -404,6 +405,13 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
     const __m256i spread = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
                                             4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
     const __m256i shift = _mm256_setr_epi16(256, 16, 256, 16, 256, 16, 256, 16, 256, 16, 256, 16, 256, 16, 256, 16);
+    // Point p's shift sign: bit 3 (p even) or 7 (p odd) of qh byte p / 2.
+    const __m128i bytes16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh));
+    const __m128i even = _mm_cmpeq_epi8(_mm_and_si128(bytes16, _mm_set1_epi8(0x08)), _mm_set1_epi8(0x08));
+    const __m128i odd_p = _mm_cmpeq_epi8(_mm_and_si128(bytes16, _mm_set1_epi8(static_cast<char>(0x80))),
+                                         _mm_set1_epi8(static_cast<char>(0x80)));
+    _mm_store_si128(reinterpret_cast<__m128i*>(minus), _mm_unpacklo_epi8(even, odd_p));
+    _mm_store_si128(reinterpret_cast<__m128i*>(minus + 16), _mm_unpackhi_epi8(even, odd_p));
     for (int h = 0; h < 2; ++h) {
       const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * h)));
       uint64_t bytes;
@@ -415,12 +423,8 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
   }
   __m256i mins() const { return offsets; }
   __m256i codes(int i) const {
-    const int h0 = qh[2 * i], h1 = qh[2 * i + 1];
-    // Point k's shift sign is bit 4 k + 3 of the two qh bytes: in 64-bit lane k.
-    const __m256i bit = _mm256_setr_epi64x(0x8, 0x80, 0x800, 0x8000);
-    const __m256i nibbles = _mm256_set1_epi16(static_cast<short>(h0 | h1 << 8));
-    const __m256i minus = _mm256_cmpeq_epi64(_mm256_and_si256(nibbles, bit), bit);
-    return shifted_points(idx + 4 * i, minus);
+    return shifted_points(idx + 4 * i, _mm256_cvtepi8_epi64(_mm_cvtsi32_si128(static_cast<int>(load_u32_at(
+                                           reinterpret_cast<const uint8_t*>(minus) + 4 * i)))));
   }
 };
 
