@@ -22,6 +22,7 @@
 #include "tools/common/user_regex.h"
 #include "tools/sensitivity/pooled_fit.h"
 #include "tools/sensitivity/sensitivity_dist.h"
+#include "tools/sensitivity/sensitivity_runner.h"
 
 namespace qlens::tools {
 
@@ -53,337 +54,6 @@ uint64_t name_hash(const std::string& name) {
   for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
   return h;
 }
-
-// The reference's output distribution, compactly: per scored token the top-K
-// log-probabilities, the log of the remaining mass, and the next token's nll.
-struct Reference {
-  int64_t k = 0;
-  std::vector<int32_t> index;   // [tokens][k]
-  std::vector<float> logp;      // [tokens][k]
-  std::vector<double> log_rest;  // [tokens]
-  std::vector<double> nll;       // [tokens]
-};
-
-
-// log(1 - exp(log_mass)) for a mass below 1, kept finite.
-double log_complement(double mass) { return std::log(std::max(1.0 - mass, 1e-30)); }
-
-struct Evaluation {
-  double kld_mean = 0, kld_error = 0, nll_mean = 0;
-};
-
-class Runner {
- public:
-  Runner(const Model& model, const std::vector<Token>& tokens, const SensitivityOptions& opt, dist::Comm& comm)
-      : model_(model), opt_(opt), chunks_(tokens, opt.n_ctx, model.vocab(), "sensitivity"), comm_(comm) {
-    n_chunks_ = std::min(opt.max_chunks > 0 ? opt.max_chunks : chunks_.available(), chunks_.available());
-    if (opt.split_layers && comm.size() > 1) split_ = split_layers_by_bytes(model, comm.size());
-    ctx_ = std::make_unique<Context>(model, run_context(opt, opt.n_ctx, opt.n_batch));
-  }
-
-  Context& context() { return *ctx_; }
-  int64_t n_chunks() const { return n_chunks_; }
-  const std::optional<LayerSplit>& split() const { return split_; }
-
-  // --split-layers: the rank that runs layer `layer` (n_layer: the output).
-  int rank_of_layer(int layer) const {
-    for (int r = 0; r < split_->n_ranks(); ++r)
-      if (layer < split_->last(r)) return r;
-    return split_->n_ranks() - 1;
-  }
-  // The ranks whose computation reads weight w: its layer's, rank 0 for the
-  // token embedding and the last for the output (both for a tied one).
-  std::vector<int> readers(const Tensor* w) const {
-    const int layer = layer_of(w->name);
-    if (layer >= 0 && layer < n_layer_) return {rank_of_layer(layer)};
-    std::vector<int> ranks;
-    const std::vector<Role> roles = model_.roles_of(w);
-    const auto has = [&](Role role) { return std::find(roles.begin(), roles.end(), role) != roles.end(); };
-    if (has(Role::TokenEmbd) || !(has(Role::Output) || has(Role::OutputNorm))) ranks.push_back(0);
-    if (has(Role::Output) || has(Role::OutputNorm)) ranks.push_back(split_->n_ranks() - 1);
-    return ranks;
-  }
-
-  // Runs every chunk from layer `first` (0: the whole model) and calls
-  // score(t, logits, the token it predicts, worker) for each scored token t
-  // (numbered across the chunks), on the tools' threads. From a later layer,
-  // the chunks' residual stream entering it comes from the cache, which
-  // advance_cache must have brought there.
-  template <class F>
-  void run(F&& score, int first = 0) {
-    if (split_) {
-      run_split(score, first);
-      return;
-    }
-    if (first > 0 && first != cache_layer_)
-      throw Error("sensitivity: internal: the cache is at layer " + std::to_string(cache_layer_) + ", not " +
-                  std::to_string(first));
-    const int64_t first_scored = chunks_.first_scored(), per_chunk = opt_.n_ctx - 1 - first_scored;
-    for (int64_t c = 0; c < n_chunks_; ++c) {
-      ctx_->clear();
-      // Logits only where they are scored: the output matrix on half the rows.
-      const bool ok = ctx_->decode_layers(chunks_.chunk(c), first, n_layer_, first > 0 ? cache_[c].data() : nullptr,
-                                          nullptr, first_scored);
-      if (!ok) throw Error("sensitivity: the computation was stopped");
-      parallel_for(per_chunk, opt_.n_threads, [&](int64_t i, int worker) {
-        const int64_t j = first_scored + i;
-        score(c * per_chunk + i, ctx_->logits(j), chunks_.next(c, j), worker);
-      });
-    }
-  }
-  // --split-layers: this rank's part of a pass from layer `first`: nothing
-  // on the ranks before the one that runs it; that rank starts from its
-  // cache (rank 0 from the embedding when first is 0), each later one from
-  // the stream the rank before hands on, and the last scores. While the
-  // reference is made (keeping_base_), the ranks after 0 keep the stream
-  // entering their layers: the start of their caches.
-  template <class F>
-  void run_split(F&& score, int first) {
-    const int r = comm_.rank(), starter = rank_of_layer(first);
-    if (r < starter) return;
-    if (r == starter && first > 0 && first != cache_layer_)
-      throw Error("sensitivity: internal: rank " + std::to_string(r) + "'s cache is at layer " +
-                  std::to_string(cache_layer_) + ", not " + std::to_string(first));
-    const int from = r == starter ? first : split_->first(r);
-    const bool last_rank = split_->is_last(r);
-    const int64_t first_scored = chunks_.first_scored(), per_chunk = opt_.n_ctx - 1 - first_scored;
-    const size_t stream = static_cast<size_t>(opt_.n_ctx * model_.hparams().n_embd);
-    const bool keep = keeping_base_ && opt_.layer_cache;  // without the cache, nothing starts from it
-    if (keep) base_.resize(n_chunks_);
-    std::vector<float> received, out;
-    for (int64_t c = 0; c < n_chunks_; ++c) {
-      const float* in = nullptr;
-      if (r > starter) {
-        const std::string bytes = comm_.receive(r - 1);
-        if (bytes.size() != stream * sizeof(float))
-          throw Error("sensitivity: rank " + std::to_string(r) + " received " + std::to_string(bytes.size()) +
-                      " bytes of residual stream");
-        received.resize(stream);
-        std::memcpy(received.data(), bytes.data(), bytes.size());
-        if (keep) base_[c] = received;
-        in = received.data();
-      } else if (first > 0) {
-        in = cache_[c].data();
-      }
-      ctx_->clear();
-      const bool ok = last_rank ? ctx_->decode_layers(chunks_.chunk(c), from, n_layer_, in, nullptr, first_scored)
-                                : ctx_->decode_layers(chunks_.chunk(c), from, split_->last(r), in, &out);
-      if (!ok) throw Error("sensitivity: the computation was stopped");
-      if (!last_rank) {
-        comm_.send(std::string(reinterpret_cast<const char*>(out.data()), out.size() * sizeof(float)), r + 1);
-        continue;
-      }
-      parallel_for(per_chunk, opt_.n_threads, [&](int64_t i, int worker) {
-        const int64_t j = first_scored + i;
-        score(c * per_chunk + i, ctx_->logits(j), chunks_.next(c, j), worker);
-      });
-    }
-  }
-  bool scores() const { return !split_ || split_->is_last(comm_.rank()); }
-
-  // --split-layers: hands a replacement of w (its type and bytes) to the
-  // other ranks that read w; relay_unit takes it there.
-  void share_replacement(const Tensor* w, DType type, const std::vector<uint8_t>& bytes) {
-    if (!split_) return;
-    for (int r : readers(w)) {
-      if (r == comm_.rank()) continue;
-      dist::ByteWriter out;
-      out.put(type);
-      out.put(bytes);
-      comm_.post(out.take(), r);
-    }
-  }
-  bool reads(const Tensor* w) const {
-    const std::vector<int> ranks = readers(w);
-    return std::find(ranks.begin(), ranks.end(), comm_.rank()) != ranks.end();
-  }
-  dist::Comm& comm() { return comm_; }
-
-  int64_t n_scored() const { return n_chunks_ * (opt_.n_ctx - 1 - chunks_.first_scored()); }
-  int n_workers() const { return opt_.n_threads > 0 ? opt_.n_threads : default_thread_count(); }
-
-  // The residual stream of every chunk entering layer `layer` (n_layer: the
-  // output norm), computed with the model as it is now (call it with no
-  // replacement set). Probes of a tensor of layer L then recompute only
-  // layers L onwards: the layers before give what they gave the reference.
-  // Moving forward costs the layers in between once; moving back starts over.
-  // Returns false (full passes) when caching is off or layer is 0.
-  // Under --split-layers, within this rank's layers, from the stream
-  // entering its first (the base the reference left).
-  bool advance_cache(int layer) {
-    if (!opt_.layer_cache || layer <= 0) return false;
-    if (layer < cache_layer_) {
-      cache_layer_ = split_ ? split_->first(comm_.rank()) : 0;
-      if (cache_layer_ > 0) cache_ = base_;
-    }
-    if (cache_layer_ == layer) return true;
-    cache_.resize(n_chunks_);
-    std::vector<float> next;
-    for (int64_t c = 0; c < n_chunks_; ++c) {
-      ctx_->clear();
-      if (!ctx_->decode_layers(chunks_.chunk(c), cache_layer_, layer, cache_layer_ > 0 ? cache_[c].data() : nullptr,
-                               &next))
-        throw Error("sensitivity: the computation was stopped");
-      cache_[c].swap(next);
-    }
-    cache_layer_ = layer;
-    return true;
-  }
-
-  double probe_seconds() const { return probe_seconds_; }
-  int64_t n_probes() const { return n_probes_; }
-  // Probes another rank ran (rank 0's totals).
-  void add_probes(int64_t n, double seconds) {
-    n_probes_ += n;
-    probe_seconds_ += seconds;
-  }
-  double reference_seconds() const { return reference_seconds_; }
-
-  void make_reference() {
-    const auto start = std::chrono::steady_clock::now();
-    const int64_t n_vocab = model_.hparams().n_vocab, n = n_scored();
-    const int64_t k = ref_.k = std::min<int64_t>(std::max<int64_t>(opt_.top_k, 1), n_vocab);
-    ref_.index.resize(n * k);
-    ref_.logp.resize(n * k);
-    ref_.log_rest.resize(n);
-    ref_.nll.resize(n);
-    std::vector<std::vector<double>> lp(n_workers());
-    std::vector<std::vector<int32_t>> order(n_workers(), std::vector<int32_t>(n_vocab));
-    keeping_base_ = true;
-    run([&](int64_t t, std::span<const float> logits, Token next, int worker) {
-      std::vector<double>& l = lp[worker];
-      std::vector<int32_t>& o = order[worker];
-      log_softmax_into(logits, l);
-      std::iota(o.begin(), o.end(), 0);
-      std::partial_sort(o.begin(), o.begin() + k, o.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
-      double mass = 0;
-      for (int64_t i = 0; i < k; ++i) {
-        ref_.index[t * k + i] = o[i];
-        ref_.logp[t * k + i] = static_cast<float>(l[o[i]]);
-        mass += std::exp(l[o[i]]);
-      }
-      ref_.log_rest[t] = log_complement(mass);
-      ref_.nll[t] = -l[next];
-    });
-    keeping_base_ = false;
-    reference_ppl_ =
-        std::exp(std::accumulate(ref_.nll.begin(), ref_.nll.end(), 0.0) / std::max<size_t>(1, ref_.nll.size()));
-    if (split_) {
-      // The last rank scored the reference; the ranks after 0 start their caches at their first layer.
-      dist::ByteWriter w;
-      w.put(reference_ppl_);
-      const std::string bytes = comm_.broadcast(w.take(), comm_.size() - 1);
-      reference_ppl_ = dist::ByteReader(bytes).get<double>();
-      if (comm_.rank() > 0 && opt_.layer_cache) {
-        cache_layer_ = split_->first(comm_.rank());
-        cache_ = base_;
-      }
-    }
-    reference_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-
-  double reference_ppl() const { return reference_ppl_; }
-
-  // KLD(reference ‖ current) over the reference's top-K and the rest, the
-  // chunks run from layer `first` (see run). Under --split-layers the last
-  // rank measures it and sends it here.
-  Evaluation evaluate(int first = 0) {
-    const auto start = std::chrono::steady_clock::now();
-    const Evaluation e = scores() ? score_pass(first) : (run_split([](auto&&...) {}, first), receive_evaluation());
-    probe_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ++n_probes_;
-    return e;
-  }
-
-  // Per scored token, how the log-probabilities of the reference's top-K
-  // tokens moved from the reference's ([token][k]), and the reference's
-  // probabilities of them (the weights of KLD's second-order form).
-  std::vector<float> top_logprob_shift() {
-    std::vector<float> d(n_scored() * ref_.k);
-    run([&](int64_t t, std::span<const float> logits, Token, int) {
-      const double lse = log_sum_exp(logits);
-      for (int64_t i = 0; i < ref_.k; ++i)
-        d[t * ref_.k + i] = static_cast<float>(logits[ref_.index[t * ref_.k + i]] - lse - ref_.logp[t * ref_.k + i]);
-    });
-    return d;
-  }
-  std::vector<float> top_probabilities() const {
-    std::vector<float> p(ref_.logp.size());
-    for (size_t i = 0; i < p.size(); ++i) p[i] = std::exp(ref_.logp[i]);
-    return p;
-  }
-
-  // --split-layers: this rank's part of a pass that rank `owner` evaluates.
-  void relay(int first, int owner) {
-    if (!scores()) {
-      run_split([](auto&&...) {}, first);
-      return;
-    }
-    dist::ByteWriter w;
-    w.put(score_pass(first));
-    comm_.post(w.take(), owner);
-  }
-
- private:
-  Evaluation receive_evaluation() {
-    const std::string bytes = comm_.receive(comm_.size() - 1);
-    return dist::ByteReader(bytes).get<Evaluation>();
-  }
-
-  Evaluation score_pass(int first) {
-    const int64_t n = n_scored();
-    std::vector<double> kld(n), nll(n);
-    run([&](int64_t t, std::span<const float> logits, Token next, int) {
-      const double lse = log_sum_exp(logits);  // log q_j = logits_j - lse
-      const int32_t* idx = &ref_.index[t * ref_.k];
-      const float* lp = &ref_.logp[t * ref_.k];
-      double d = 0, q_mass = 0;
-      for (int64_t i = 0; i < ref_.k; ++i) {
-        const double p = std::exp(static_cast<double>(lp[i]));
-        const double lq = logits[idx[i]] - lse;
-        d += p * (lp[i] - lq);
-        q_mass += std::exp(lq);
-      }
-      if (ref_.k < static_cast<int64_t>(logits.size())) {
-        const double p_rest = std::exp(ref_.log_rest[t]);
-        d += p_rest * (ref_.log_rest[t] - log_complement(q_mass));
-      }
-      kld[t] = std::max(d, 0.0);  // rounding around an exact match
-      nll[t] = -(logits[next] - lse);
-    }, first);
-    double sum = 0, sum_sq = 0, nll_sum = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      sum += kld[t];
-      sum_sq += kld[t] * kld[t];
-      nll_sum += nll[t];
-    }
-    Evaluation e;
-    const double nd = static_cast<double>(n);
-    e.kld_mean = sum / nd;
-    e.kld_error = n > 1 ? std::sqrt(std::max(0.0, sum_sq / nd - e.kld_mean * e.kld_mean) / (nd - 1)) : 0;
-    e.nll_mean = nll_sum / nd;
-    return e;
-  }
-
-  const Model& model_;
-  const SensitivityOptions& opt_;
-  TextChunks chunks_;
-  dist::Comm& comm_;
-  std::optional<LayerSplit> split_;
-  int64_t n_chunks_ = 0;
-  std::unique_ptr<Context> ctx_;
-  Reference ref_;
-  int n_layer_ = static_cast<int>(model_.hparams().n_layer);
-  int cache_layer_ = 0;                   // 0: no cache
-  double reference_seconds_ = 0, probe_seconds_ = 0;
-  int64_t n_probes_ = 0;
-  std::vector<std::vector<float>> cache_;  // [chunk][n_ctx * n_embd]
-  // --split-layers: the stream entering this rank's first layer, per chunk
-  // (ranks after 0), and the reference's perplexity the last rank measured.
-  std::vector<std::vector<float>> base_;
-  bool keeping_base_ = false;
-  double reference_ppl_ = 0;
-};
 
 // A host tensor of the weight's shape holding `bytes` of type `type`.
 struct Replacement {
@@ -509,7 +179,7 @@ struct Probe {
   const SensitivityOptions& opt;
   const std::vector<DType>& types;
   const Imatrix* imatrix;
-  Runner& runner;
+  SensitivityRunner& runner;
   SensitivityResult& r;
 };
 
@@ -545,7 +215,7 @@ void sort_by_layer(std::vector<Tensor*>& probed) {
   });
 }
 
-void finish(SensitivityResult& r, const Runner& runner) {
+void finish(SensitivityResult& r, const SensitivityRunner& runner) {
   r.complete = true;
   r.reference_seconds = runner.reference_seconds();
   r.probe_seconds = runner.probe_seconds();
@@ -562,7 +232,7 @@ SensitivityCandidate source_candidate(DType type, uint64_t bytes, int64_t n_elem
   return source;
 }
 
-void record_evaluation(SensitivityCandidate& c, const Evaluation& e, double reference_ppl) {
+void record_evaluation(SensitivityCandidate& c, const PassEvaluation& e, double reference_ppl) {
   c.delta_kld = e.kld_mean;
   c.delta_kld_error = e.kld_error;
   c.delta_ppl = std::exp(e.nll_mean) - reference_ppl;
@@ -571,22 +241,22 @@ void record_evaluation(SensitivityCandidate& c, const Evaluation& e, double refe
 
 // The first layer to recompute for weights first read at layer `first`
 // (0: full passes when the cache is off).
-int cached_start(Runner& runner, int first) { return runner.advance_cache(first) ? first : 0; }
+int cached_start(SensitivityRunner& runner, int first) { return runner.advance_cache(first) ? first : 0; }
 
 // With each of `weights` replaced by its `replacements` entry (the other
 // ranks that read one given it first, under --split-layers), then restored.
-Evaluation evaluate_with(Runner& runner, const std::vector<Tensor*>& weights,
+PassEvaluation evaluate_with(SensitivityRunner& runner, const std::vector<Tensor*>& weights,
                          const std::vector<std::unique_ptr<Replacement>>& replacements, int first) {
   for (size_t i = 0; i < weights.size(); ++i) {
     runner.share_replacement(weights[i], replacements[i]->tensor.type, replacements[i]->bytes);
     runner.context().replace_weight(weights[i], &replacements[i]->tensor);
   }
-  const Evaluation e = runner.evaluate(first);
+  const PassEvaluation e = runner.evaluate(first);
   for (Tensor* w : weights) runner.context().restore_weight(w);
   return e;
 }
 
-Evaluation evaluate_replaced(Runner& runner, Tensor* w, std::unique_ptr<Replacement> rep, int first) {
+PassEvaluation evaluate_replaced(SensitivityRunner& runner, Tensor* w, std::unique_ptr<Replacement> rep, int first) {
   std::vector<std::unique_ptr<Replacement>> reps;
   reps.push_back(std::move(rep));
   return evaluate_with(runner, {w}, reps, first);
@@ -645,7 +315,7 @@ SensitivityCandidate probe_group_type(Probe& p, const std::vector<Tensor*>& grou
     c.bytes += q.size();
     reps.push_back(std::make_unique<Replacement>(*w, type, std::move(q)));
   }
-  const Evaluation e = evaluate_with(p.runner, group, reps, first);
+  const PassEvaluation e = evaluate_with(p.runner, group, reps, first);
   c.bpw = 8.0 * c.bytes / n_elements;
   record_evaluation(c, e, p.r.reference_ppl);
   return c;
@@ -962,7 +632,7 @@ void relay_unit(Probe& p, const ProbeUnit& u, int owner) {
 }
 
 // What a rank sends rank 0 at the end: its units' results and its probes' cost.
-std::string serialize_units(const std::vector<SensitivityTensor>& units, const Runner& runner) {
+std::string serialize_units(const std::vector<SensitivityTensor>& units, const SensitivityRunner& runner) {
   dist::ByteWriter w;
   w.put(runner.n_probes());
   w.put(runner.probe_seconds());
@@ -1058,7 +728,7 @@ SensitivityResult measure_sensitivity(const Model& model, const std::vector<Toke
 
   // Every rank makes the reference itself (one full pass): cheaper than
   // sending it, and the same on each.
-  Runner runner(model, tokens, opt, comm);
+  SensitivityRunner runner(model, tokens, opt, comm);
   runner.make_reference();
   r.n_tokens_scored = runner.n_scored();
   r.reference_ppl = runner.reference_ppl();
