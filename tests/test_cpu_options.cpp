@@ -269,10 +269,10 @@ TEST(CpuOptions, VnniOffTakesTheKernelsOfACpuWithout) {
   if (!any) GTEST_SKIP() << "this CPU has no VNNI";
 }
 
-// CpuOptions::grid_gathers picks the 3-bit grids' kernels (dot and int8
+// CpuOptions::grid_gathers picks the 3-bit and 1-bit grids' kernels (dot and int8
 // repacking) that read by gathers or by loads; unset, the CPU's default;
 // the scalar kernels have one way. (Their results: test_qdot's kernel sets.)
-TEST(CpuOptions, GridGathersPickTheThreeBitGridsKernels) {
+TEST(CpuOptions, GridGathersPickTheIq3AndIq1Kernels) {
   for (Isa isa : isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
     CpuOptions on, off;
@@ -282,9 +282,9 @@ TEST(CpuOptions, GridGathersPickTheThreeBitGridsKernels) {
     EXPECT_EQ(ko_on.grid_gathers, isa != Isa::Scalar);
     EXPECT_FALSE(ko_off.grid_gathers);
     EXPECT_EQ(cpu::kernel_options(isa).grid_gathers, isa != Isa::Scalar && cpu::cpu_has_fast_gathers());
-    for (DType t : {DType::IQ3_XXS, DType::IQ3_S, DType::IQ2_S, DType::Q4_K}) {
+    for (DType t : {DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S, DType::IQ1_M, DType::IQ2_S, DType::Q4_K}) {
       const auto i = static_cast<int>(t);
-      const bool differs = isa != Isa::Scalar && (t == DType::IQ3_XXS || t == DType::IQ3_S);
+      const bool differs = isa != Isa::Scalar && t != DType::IQ2_S && t != DType::Q4_K;
       EXPECT_EQ(cpu::gemm_kernels(ko_on).dot[i] != cpu::gemm_kernels(ko_off).dot[i], differs) << type_name(t);
       if (cpu::gemm_kernels(ko_on).i8[i].pack_w)
         EXPECT_EQ(cpu::gemm_kernels(ko_on).i8[i].pack_w != cpu::gemm_kernels(ko_off).i8[i].pack_w, differs)

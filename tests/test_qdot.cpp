@@ -87,7 +87,7 @@ std::vector<Isa> isas() {
 // has VNNI for it, that set again without (CpuOptions::vnni off: the int8
 // GEMM's and the packed kernels' maddubs wrappers on AVX2, the F32 panels on
 // AVX-512), so one run tests the kernels of a CPU without VNNI too. The
-// second set of an instruction set also reads the 3-bit grids the other way
+// second set of an instruction set also reads the 3-bit and 1-bit grids the other way
 // (CpuOptions::grid_gathers: gathers or loads, whichever this CPU's default
 // is not); without VNNI it is a set of its own.
 struct KernelSet {

@@ -139,7 +139,7 @@ struct CpuOptions {
   // VNNI dot instructions (AVX-512 VNNI, AVX-VNNI) where the CPU has them;
   // off, the int8 kernels of a CPU without them run (AVX2: maddubs).
   bool vnni = true;
-  // The 3-bit i-quants' (IQ3_XXS, IQ3_S) grid points read by vector
+  // The 3-bit and 1-bit i-quants' (IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) grid points read by vector
   // gathers instead of scalar loads; unset: where gathers are fast (Intel
   // cores from Alder Lake and Sapphire Rapids on; AMD's measured slower).
   std::optional<bool> grid_gathers;

@@ -52,7 +52,7 @@ const char* int8_kernel_name(Isa isa, bool vnni = true);
 struct KernelOptions {
   Isa isa = Isa::Scalar;
   bool vnni = false;          // VNNI kernels: allowed and the CPU has them for isa
-  bool grid_gathers = false;  // the 3-bit i-quant grids read by vector gathers (CpuOptions::grid_gathers)
+  bool grid_gathers = false;  // the i-quant grids that gather (IQ3_*, IQ1_*) read by vector gathers (CpuOptions::grid_gathers)
   bool int8_gemm = true;      // quantized prompt products on int8 panels (gemm_int8.h)
   bool pack = true;           // packed copies for generation (packed.h)
   size_t prefetch_bytes = 0;  // the packed kernels' prefetch distance

@@ -572,7 +572,7 @@ bool uses_gemm(const FoldedHeads& f, const GemmKernels& gk) {
 
 // One table per instruction set, VNNI choice (the int8 GEMM's and the
 // packed kernels' wrappers; without VNNI on the CPU both choices are equal)
-// and way of reading the 3-bit grids.
+// and way of reading the 3-bit and 1-bit i-quant grids.
 const GemmKernels& gemm_kernels(Isa isa, bool vnni, bool grid_gathers) {
   static const GemmKernels scalar = make_scalar();
   // (Asked once: CPUID, which a hypervisor may trap, is no per-node cost.)

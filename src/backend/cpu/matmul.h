@@ -131,7 +131,7 @@ struct GemmKernels {
 
 // The kernels of `isa`, with the VNNI wrappers where `vnni` and the CPU has
 // them (else those of a CPU without: AVX2's maddubs, AVX-512's F32 panels),
-// the 3-bit i-quant grids read by vector gathers where `grid_gathers`.
+// the 3-bit and 1-bit i-quant grids read by vector gathers where `grid_gathers`.
 const GemmKernels& gemm_kernels(Isa isa, bool vnni = true, bool grid_gathers = false);
 const GemmKernels& gemm_kernels(const KernelOptions& options);
 // nullptr when not compiled in.

@@ -5,7 +5,7 @@
 namespace qlens::cpu {
 
 // Four tables: with the VNNI wrappers allowed (chosen where the CPU has
-// them) and without, each with the 3-bit grids read by loads or by gathers.
+// them) and without, each with the 3-bit and 1-bit i-quant grids read by loads or by gathers.
 const GemmKernels* gemm_kernels_avx2(bool vnni, bool grid_gathers) {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
   static const GemmKernels k[2][2] = {

@@ -231,7 +231,7 @@ void pack_act_panel(const char* row0, size_t row_stride, int64_t nrows, int64_t 
     for (int64_t i = 0; i < MR; ++i) panel[k * MR + i] = i < nrows ? value(i, k) : 0.0f;
 }
 
-// R: how the 3-bit grids are read (KernelOptions::grid_gathers).
+// R: how the grids of the 3-bit and 1-bit i-quants are read (KernelOptions::grid_gathers).
 template <class V, GridRead R>
 GemmKernels make_gemm_kernels(bool allow_vnni) {
   static_assert(V::kMr <= kMaxMr);

@@ -74,7 +74,7 @@ struct KBlock;
 
 // How a level block reads its grid's points (KernelOptions::grid_gathers):
 // scalar loads, or vector gathers where the CPU's are fast (isa.cpp). The
-// blocks that read either way (GridBlock: the 3-bit grids) take it as the
+// blocks that read either way (GridBlock: the 3-bit and 1-bit grids) take it as the
 // template argument of chunk() and codes(); the others have one way.
 enum class GridRead { Loads, Gathers };
 template <class K>
@@ -353,7 +353,12 @@ void qdot_k_rows(int64_t k, const char* w, const char* x, size_t xs, float* out)
       } else {
         __m256i v;
         if constexpr (requires { blk.dot_codes(i); }) {
-          v = blk.dot_codes(i);  // codes whose per-group part the dot_mins() take out
+          // codes whose per-group part the dot_mins() take out
+          if constexpr (GridBlock<K>) {
+            v = blk.template dot_codes<R>(i);
+          } else {
+            v = blk.dot_codes(i);
+          }
         } else {
           v = codes_read<R>(blk, i);
         }

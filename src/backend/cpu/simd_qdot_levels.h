@@ -310,16 +310,23 @@ constexpr std::array<uint64_t, 2048> make_iq1_codes() {
 }
 inline constexpr std::array<uint64_t, 2048> kIq1Codes = make_iq1_codes();
 
-// The codes 8 g + 9 of four points.
+// The codes 8 g + 9 of four points: four loads, or one gather.
+template <GridRead R>
 inline __m256i iq1_points(const uint16_t* idx) {
   const uint64_t* t = kIq1Codes.data();
-  return _mm256_setr_epi64x(static_cast<long long>(t[idx[0]]), static_cast<long long>(t[idx[1]]),
-                            static_cast<long long>(t[idx[2]]), static_cast<long long>(t[idx[3]]));
+  if constexpr (R == GridRead::Gathers) {
+    return _mm256_i32gather_epi64(reinterpret_cast<const long long*>(t),
+                                  _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx))), 8);
+  } else {
+    return _mm256_setr_epi64x(static_cast<long long>(t[idx[0]]), static_cast<long long>(t[idx[1]]),
+                              static_cast<long long>(t[idx[2]]), static_cast<long long>(t[idx[3]]));
+  }
 }
 // The codes 8 g + delta + 9 of four points, delta +-1 per point (minus:
 // 0xFF bytes where -1).
+template <GridRead R>
 inline __m256i shifted_points(const uint16_t* idx, __m256i minus) {
-  return _mm256_add_epi8(iq1_points(idx), _mm256_or_si256(minus, _mm256_set1_epi8(1)));
+  return _mm256_add_epi8(iq1_points<R>(idx), _mm256_or_si256(minus, _mm256_set1_epi8(1)));
 }
 
 // IQ1_S: 11-bit indices (low bytes, 3 bits each from the group's qh word:
@@ -360,11 +367,17 @@ struct KBlock<DType::IQ1_S> : LevelBlock<32> {
                          _mm256_or_si256(lo, _mm256_and_si256(moved, _mm256_set1_epi16(0x700))));
     }
   }
-  __m256i codes(int i) const { return shifted_points(idx + 4 * i, _mm256_set1_epi8(minus[i])); }
+  template <GridRead R = GridRead::Loads>
+  __m256i codes(int i) const {
+    return shifted_points<R>(idx + 4 * i, _mm256_set1_epi8(minus[i]));
+  }
   // The dot kernel's: the group's delta (one per 32 elements, two bsum
   // groups) moves from the codes into the offsets, sum (u - 9 + delta) q =
   // sum u q - (9 - delta) sum q.
-  __m256i dot_codes(int i) const { return iq1_points(idx + 4 * i); }
+  template <GridRead R = GridRead::Loads>
+  __m256i dot_codes(int i) const {
+    return iq1_points<R>(idx + 4 * i);
+  }
   __m256i mins() const { return offsets; }
 };
 
@@ -422,9 +435,10 @@ struct KBlock<DType::IQ1_M> : LevelBlock<16> {
     }
   }
   __m256i mins() const { return offsets; }
+  template <GridRead R = GridRead::Loads>
   __m256i codes(int i) const {
-    return shifted_points(idx + 4 * i, _mm256_cvtepi8_epi64(_mm_cvtsi32_si128(static_cast<int>(load_u32_at(
-                                           reinterpret_cast<const uint8_t*>(minus) + 4 * i)))));
+    return shifted_points<R>(idx + 4 * i, _mm256_cvtepi8_epi64(_mm_cvtsi32_si128(static_cast<int>(load_u32_at(
+                                              reinterpret_cast<const uint8_t*>(minus) + 4 * i)))));
   }
 };
 
