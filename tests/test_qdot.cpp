@@ -792,15 +792,17 @@ TEST(Qdot, PackedKernelsMatchThePlainOneAndTheReference) {
   }
 }
 
-// How far ahead the packed kernels prefetch: 1 KiB with AVX2, none with
-// AVX-512 or the plain kernels; CpuOptions::prefetch_bytes sets it for every
-// instruction set (0 .. 65536; more is an error when the backend is made).
+// How far ahead the packed kernels prefetch: on Intel CPUs 8 KiB, on others
+// 1 KiB with AVX2 and none with AVX-512; none with the plain kernels;
+// CpuOptions::prefetch_bytes sets it for every instruction set (0 .. 65536;
+// more is an error when the backend is made).
 // (Prefetching changes no result: the packed kernels' test above runs with
 // the default and with none; test_cpu_options.cpp checks that a backend's
 // kernels get the distance.)
 TEST(Qdot, PackedPrefetchDistance) {
-  EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Avx2), 1024u);
-  EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Avx512), 0u);
+  const bool intel = cpu::cpu_is_intel();
+  EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Avx2), intel ? 8192u : 1024u);
+  EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Avx512), intel ? 8192u : 0u);
   EXPECT_EQ(cpu::packed_prefetch_bytes(Isa::Scalar), 0u);
   for (Isa isa : isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));

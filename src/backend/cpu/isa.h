@@ -24,9 +24,9 @@ Isa isa_for(CpuIsa cap);
 Isa best_isa();
 
 // How many bytes ahead of the one they read the packed matrix-vector kernels
-// of `isa` (packed.h) prefetch weights by default: 1024 with AVX2, none with
-// AVX-512 (measured on Zen 3 and Zen 4: isa.cpp). CpuOptions::prefetch_bytes
-// overrides it.
+// of `isa` (packed.h) prefetch weights by default: on Intel CPUs 8 KiB, on
+// others 1024 with AVX2 and none with AVX-512 (measured on Zen 3, Zen 4 and
+// Emerald Rapids: isa.cpp). CpuOptions::prefetch_bytes overrides it.
 size_t packed_prefetch_bytes(Isa isa);
 // The most CpuOptions::prefetch_bytes may ask for.
 inline constexpr size_t kMaxPrefetchBytes = 65536;
@@ -38,6 +38,8 @@ bool cpu_has_avx512_vnni();
 bool cpu_has_avx_vnni();
 // The VNNI extension the kernels of `isa` would use, on this CPU.
 bool cpu_has_vnni(Isa isa);
+// An Intel CPU ("GenuineIntel"): some defaults were measured per vendor.
+bool cpu_is_intel();
 // Whether vector gathers beat scalar loads on this CPU (Intel cores from
 // Alder Lake and Sapphire Rapids on; measured: isa.cpp): the default of
 // CpuOptions::grid_gathers.
