@@ -74,8 +74,9 @@ struct KBlock;
 
 // How a level block reads its grid's points (KernelOptions::grid_gathers):
 // scalar loads, or vector gathers where the CPU's are fast (isa.cpp). The
-// blocks that read either way (GridBlock: the 3-bit and 1-bit grids) take it as the
-// template argument of chunk() and codes(); the others have one way.
+// blocks that read either way (GridBlock: the 3-bit and 1-bit grids) take
+// it as the template argument of codes(), chunk() and dot_codes(); the
+// others have one way.
 enum class GridRead { Loads, Gathers };
 template <class K>
 concept GridBlock = requires(const K& b) { b.template codes<GridRead::Gathers>(0); };
