@@ -101,6 +101,15 @@ bool cpu_has_vnni(Isa isa) {
   return false;
 }
 
+bool cpu_is_intel() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool intel = cpuid_intel();
+  return intel;
+#else
+  return false;
+#endif
+}
+
 // The 3-bit grids' eight half-points per chunk by one vpgatherdd, or by
 // eight loads and inserts: an A/B of bench_ops BM_MulMatVec (K 2048, M 5632,
 // in cache, 2 threads), IQ3_S / IQ3_XXS in ms. Intel Xeon (Emerald Rapids,
@@ -113,15 +122,6 @@ bool cpu_has_vnni(Isa isa) {
 // vpgatherdq on the Intel machine: IQ1_S 0.475-0.496 -> 0.392-0.397, IQ1_M
 // 0.567 -> 0.516-0.520. (The 2-bit grids' four points measured slower
 // gathered there, IQ2_S 0.46-0.50 -> 0.64-0.67: they keep their loads.)
-bool cpu_is_intel() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool intel = cpuid_intel();
-  return intel;
-#else
-  return false;
-#endif
-}
-
 bool cpu_has_fast_gathers() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool fast = isa_supported(Isa::Avx2) && cpu_is_intel() && cpuid_avx_vnni();

@@ -69,19 +69,15 @@ inline __m256i grid_points(const uint64_t* grid, const int (&idx)[4]) {
   return _mm256_setr_epi64x(static_cast<long long>(grid[idx[0]]), static_cast<long long>(grid[idx[1]]),
                             static_cast<long long>(grid[idx[2]]), static_cast<long long>(grid[idx[3]]));
 }
-// Eight 4-element half-points of a 32-bit grid: eight loads, or one gather.
-template <GridRead R>
-inline __m256i grid_halves(const uint32_t* grid, __m256i idx32) {
-  return _mm256_i32gather_epi32(reinterpret_cast<const int*>(grid), idx32, 4);
-}
+// Eight 4-element half-points of a 32-bit grid: eight loads, or one gather
+// (the indices widened to 32 bits).
 template <GridRead R, class I>
 inline __m256i grid_halves(const uint32_t* grid, const I* idx) {
   if constexpr (R == GridRead::Gathers) {
-    if constexpr (sizeof(I) == 1) {
-      return grid_halves<R>(grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx))));
-    } else {
-      return grid_halves<R>(grid, _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(idx))));
-    }
+    const __m256i idx32 =
+        sizeof(I) == 1 ? _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx)))
+                       : _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(idx)));
+    return _mm256_i32gather_epi32(reinterpret_cast<const int*>(grid), idx32, 4);
   } else {
     auto at = [&](int j) { return static_cast<int>(grid[idx[j]]); };
     return _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
