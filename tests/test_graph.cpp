@@ -364,6 +364,30 @@ TEST(MemoryPlan, ChainReusesMemory) {
   expect_no_live_overlap(g, plan);
 }
 
+// A node that does not read the node before it may run beside it on the
+// CPU (no barrier between them): it must not write what that node reads.
+// A node that reads it waits anyway and may reuse those bytes (a chain
+// ping-pongs, above).
+TEST(MemoryPlan, ANodeBesideTheOneBeforeDoesNotReuseItsSources) {
+  Graph g;
+  Tensor* x = g.new_tensor(DType::F32, {1024}, "x");
+  x->data = reinterpret_cast<void*>(0x1000);
+  Tensor* a = named(scale(g, x, 1.0f), "a");
+  Tensor* b = named(scale(g, a, 1.0f), "b");  // a's last reader
+  Tensor* c = named(scale(g, x, 1.0f), "c");  // reads neither a nor b
+  Tensor* d = named(add(g, b, c), "d");
+  g.build(b);
+  g.build(c);
+  g.build(d);
+  MemoryPlan plan = plan_memory(g);
+  std::unordered_map<const Tensor*, size_t> off;
+  for (auto [t, o] : plan.offsets) off[t] = o;
+  EXPECT_NE(off[c], off[a]);
+  EXPECT_NE(off[c], off[b]);
+  EXPECT_EQ(off[d], off[a]);  // d reads c, the node before it: a's bytes are free
+  expect_no_live_overlap(g, plan);
+}
+
 TEST(MemoryPlan, KeptTensorsLiveUntilTheirReader) {
   Graph g;
   Tensor* t = g.new_tensor(DType::F32, {1024}, "x");

@@ -96,12 +96,14 @@ class Backend {
   struct Profile {
     int64_t calls = 0;      // compute_async calls
     int64_t nodes = 0;      // nodes computed (views excluded)
+    int64_t barriers = 0;   // times the threads met between nodes
     double compute_s = 0;   // inside compute_async
     double kernel_s = 0;    // in kernels (the calling thread)
     double wait_s = 0;      // waiting at barriers for other threads (the calling thread)
     Profile& operator+=(const Profile& o) {
       calls += o.calls;
       nodes += o.nodes;
+      barriers += o.barriers;
       compute_s += o.compute_s;
       kernel_s += o.kernel_s;
       wait_s += o.wait_s;

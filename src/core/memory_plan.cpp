@@ -19,7 +19,7 @@ namespace qlens {
 
 namespace {
 
-Tensor* owner_of(Tensor* t) { return t->view_src ? t->view_src : t; }
+const Tensor* owner_of(const Tensor* t) { return t->view_src ? t->view_src : t; }
 
 bool needs_memory(const Tensor* t) { return t->data == nullptr && t->view_src == nullptr; }
 
@@ -144,12 +144,34 @@ MemoryPlan plan_memory(const Graph& graph, size_t alignment, const std::function
   std::stable_sort(releases.begin(), releases.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
 
+  // A block freed after a node stays taken while the next computed node is
+  // placed, unless that node reads the first one's result (so runs after it
+  // anyway): a node that does not depend on the one before it then writes
+  // memory that one does not read, and the CPU's threads go on to it without
+  // meeting at a barrier (backend/cpu/barriers.h). A chain still ping-pongs.
+  auto reads = [](const Tensor* node, const Tensor* earlier) {
+    for (const Tensor* s : node->src)
+      if (s && owner_of(s) == owner_of(earlier)) return true;
+    return false;
+  };
+  std::vector<Tensor*> pending;
+  auto release_pending = [&] {
+    for (Tensor* t : pending) free_list.release(*offset_of.find(t), t->nbytes());
+    pending.clear();
+  };
+  const Tensor* previous = nullptr;  // the last computed node
   auto next_release = releases.begin();
   for (int j = 0; j < n; ++j) {
     Tensor* node = nodes[j];
-    if (planned(node) && !op_is_view(node->op)) allocate(node);
+    if (!op_is_view(node->op)) {
+      const bool waits = previous && reads(node, previous);
+      if (waits) release_pending();
+      if (planned(node)) allocate(node);
+      if (!waits) release_pending();
+      previous = node;
+    }
     for (; next_release != releases.end() && next_release->first == j; ++next_release)
-      free_list.release(*offset_of.find(next_release->second), next_release->second->nbytes());
+      pending.push_back(next_release->second);
   }
   plan.size = free_list.high_water();
   return plan;

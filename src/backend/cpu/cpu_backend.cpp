@@ -1,6 +1,7 @@
 // The CPU backend: runs a graph's nodes in order on a pool of threads. All
 // threads take part in every node (each computes its share) and meet at a
-// barrier before the next one; view nodes need no work and no barrier.
+// barrier only before a node that touches what the nodes since the last
+// barrier write (barriers.h); view nodes need no work.
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/barriers.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/taps.h"
 #include "backend/cpu/thread_pool.h"
@@ -97,6 +99,9 @@ class CpuBackend final : public Backend {
       const TapWork* tap;  // null: compute the node
     };
     std::vector<Item> work;
+    std::vector<MemoryAccess> access;
+    work.reserve(nodes.size() + taps.size());
+    access.reserve(nodes.size() + taps.size());
     int64_t n_computed = 0;
     size_t per_thread = 0, shared = 0;
     size_t next_tap = 0;
@@ -107,15 +112,19 @@ class CpuBackend final : public Backend {
         work.push_back({n, nullptr});
         ++n_computed;
         per_thread = std::max(per_thread, align_scratch(scratch_bytes(*n, nth, options_)));
-        shared = std::max(shared, align_scratch(shared_scratch_bytes(*n, nth, options_)));
+        const size_t node_shared = shared_scratch_bytes(*n, nth, options_);
+        shared = std::max(shared, align_scratch(node_shared));
+        access.push_back(MemoryAccess::node(*n, kernel_of(n->op).split, node_shared > 0));
       }
       for (; next_tap < taps.size() && taps[next_tap].node_index == i; ++next_tap) {
         check_tap(taps[next_tap], *n);
         work.push_back({n, &taps[next_tap]});
+        access.push_back(MemoryAccess::tap(taps[next_tap], *n));
       }
     }
     if (next_tap != taps.size()) throw Error("cpu backend: taps must be sorted by node and name nodes of the call");
     if (work.empty()) return;
+    const std::vector<uint8_t> barrier = barriers_before(access);
     const size_t need = per_thread * nth + shared + kScratchAlign;
     if (scratch_.size() < need) {
       scratch_.clear();
@@ -126,12 +135,10 @@ class CpuBackend final : public Backend {
     base += round_up<uintptr_t>(reinterpret_cast<uintptr_t>(base), kScratchAlign) - reinterpret_cast<uintptr_t>(base);
     char* shared_base = base + per_thread * nth;
 
-    // Node k takes work from counters_[k % 2]; thread 0 resets the other
-    // counter while node k runs (its last user, node k - 1, is finished), and
-    // the barrier before node k + 1 publishes the reset. Taps split their work
-    // statically and use no counter.
-    counters_[0].store(0, std::memory_order_relaxed);
-    counters_[1].store(0, std::memory_order_relaxed);
+    // Each node takes work from its own counter: without a barrier between
+    // two nodes, threads may be in either.
+    if (counters_.size() < static_cast<size_t>(n_computed)) counters_ = std::vector<Counter>(n_computed);
+    for (int64_t k = 0; k < n_computed; ++k) counters_[k].value.store(0, std::memory_order_relaxed);
     const bool timed = options_.profile;
     const Clock::time_point call_start = timed ? Clock::now() : Clock::time_point{};
     pool_.run([&](int ith) {
@@ -139,33 +146,25 @@ class CpuBackend final : public Backend {
       KernelCtx c{ith, nth, base + ith * per_thread, shared_base, nullptr, &pool_, vec_, &options_, &packed_};
       size_t node_no = 0;
       for (size_t i = 0; i < work.size(); ++i) {
-        const TapWork* tap = work[i].tap;
-        // A column-sum tap reads the mul_mat's activations, complete before
-        // the mul_mat started and alive until it ends: threads go on to it
-        // without waiting for the others (no barrier, almost no cost).
-        // Further taps of the same node go on as well: they only read.
-        const bool follows_own_tap = tap && work[i - (i > 0)].tap && work[i - (i > 0)].node == work[i].node;
-        const bool needs_barrier = i > 0 && !(tap && (tap->kind == TapKind::ColumnSumSq || follows_own_tap));
-        if (needs_barrier) {
+        if (barrier[i]) {
           const Clock::time_point t0 = timer ? Clock::now() : Clock::time_point{};
           pool_.barrier();
           if (timer) profile_.wait_s += seconds(Clock::now() - t0);
         }
-        if (tap) {
+        if (const TapWork* tap = work[i].tap) {
           run_tap(*tap, *work[i].node, ith, nth, options_.isa);
           continue;
         }
-        if (ith == 0) counters_[(node_no + 1) % 2].store(0, std::memory_order_relaxed);
-        c.counter = &counters_[node_no % 2];
+        c.counter = &counters_[node_no++].value;
         const Clock::time_point t0 = timer ? Clock::now() : Clock::time_point{};
         kernel_of(work[i].node->op).run(*work[i].node, c);
         if (timer) profile_.kernel_s += seconds(Clock::now() - t0);
-        ++node_no;
       }
     });
     if (timed) {
       profile_.calls += 1;
       profile_.nodes += n_computed;
+      profile_.barriers += std::count(barrier.begin(), barrier.end(), 1);
       profile_.compute_s += seconds(Clock::now() - call_start);
     }
   }
@@ -185,7 +184,11 @@ class CpuBackend final : public Backend {
   const VecOps* vec_;
   std::vector<char> scratch_;
   PackedWeights packed_;
-  std::atomic<int64_t> counters_[2];
+  // One per node of a call, each on its own cache line.
+  struct alignas(64) Counter {
+    std::atomic<int64_t> value{0};
+  };
+  std::vector<Counter> counters_;
   Profile profile_;
 };
 

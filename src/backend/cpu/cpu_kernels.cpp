@@ -53,19 +53,23 @@ constexpr Kernel declined(Op op) { return {op, nullptr, none, no_scratch, no_scr
 constexpr Kernel kernel(Op op, KernelFn run, ScratchFn scratch) {
   return {op, run, none, scratch, no_scratch};
 }
+// The same, its threads taking the node's pieces (for_each_piece).
+constexpr Kernel pieces(Op op, KernelFn run, ScratchFn scratch, Split split = Split::Pieces) {
+  return {op, run, none, scratch, no_scratch, split};
+}
 
 constexpr std::array<Kernel, kOpCount> kKernels = {{
     declined(Op::None),
     {Op::GetRows, op_get_rows, get_rows_limits, no_scratch, no_scratch},
     {Op::MulMat, matmul, mul_mat_limits, matmul_scratch, matmul_shared_scratch},
-    kernel(Op::Add, op_add, two_rows),
-    kernel(Op::Mul, op_mul, two_rows),
-    kernel(Op::Scale, op_scale, one_row),
-    kernel(Op::RmsNorm, op_rms_norm, one_row),
+    pieces(Op::Add, op_add, two_rows),
+    pieces(Op::Mul, op_mul, two_rows),
+    pieces(Op::Scale, op_scale, one_row),
+    pieces(Op::RmsNorm, op_rms_norm, one_row, Split::PiecesOfRows),
     kernel(Op::Rope, op_rope, rope_angles),
     kernel(Op::SoftMax, op_soft_max, one_row),
-    kernel(Op::Silu, op_silu, one_row),
-    kernel(Op::Gelu, op_gelu, one_row),
+    pieces(Op::Silu, op_silu, one_row),
+    pieces(Op::Gelu, op_gelu, one_row),
     kernel(Op::Cpy, op_cpy, copy_block),
     kernel(Op::Cont, op_cpy, copy_block),
     declined(Op::Reshape),  // views: nothing to compute
@@ -75,19 +79,19 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     {Op::MulMatId, matmul_id, mul_mat_id_limits, matmul_id_scratch, matmul_id_shared_scratch},
     kernel(Op::ArgSort, op_argsort, no_scratch),
     kernel(Op::SumRows, op_sum_rows, no_scratch),
-    kernel(Op::Clamp, op_clamp, one_row),
-    kernel(Op::Div, op_div, two_rows),
-    kernel(Op::Sigmoid, op_sigmoid, one_row),
-    kernel(Op::Glu, op_glu, two_rows),
-    kernel(Op::AddId, op_add_id, two_rows),
-    kernel(Op::Softplus, op_softplus, one_row),
-    kernel(Op::L2Norm, op_l2_norm, one_row),
+    pieces(Op::Clamp, op_clamp, one_row),
+    pieces(Op::Div, op_div, two_rows),
+    pieces(Op::Sigmoid, op_sigmoid, one_row),
+    pieces(Op::Glu, op_glu, two_rows),
+    pieces(Op::AddId, op_add_id, two_rows),
+    pieces(Op::Softplus, op_softplus, one_row),
+    pieces(Op::L2Norm, op_l2_norm, one_row, Split::PiecesOfRows),
     kernel(Op::Concat, op_concat, no_scratch),
     kernel(Op::SsmConv, op_ssm_conv, no_scratch),
     kernel(Op::GatedDeltaNet, op_gated_delta_net, delta_net_scratch),
-    kernel(Op::Fill, op_fill, one_row),
+    pieces(Op::Fill, op_fill, one_row),
     kernel(Op::SetRows, op_set_rows, no_scratch),
-    kernel(Op::Tanh, op_tanh, one_row),
+    pieces(Op::Tanh, op_tanh, one_row),
 }};
 static_assert(rows_follow_ops(kKernels), "the CPU needs one kernel row per Op, in the enum's order");
 

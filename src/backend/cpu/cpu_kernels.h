@@ -17,6 +17,7 @@ struct Kernel {
   std::string (*limits)(const Tensor& node);
   ScratchFn scratch;         // bytes of private scratch per thread
   ScratchFn shared_scratch;  // bytes shared by the node's threads
+  Split split = Split::Any;  // which thread writes which elements (ops.h)
 };
 
 const Kernel& kernel_of(Op op);

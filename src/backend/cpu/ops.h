@@ -8,6 +8,7 @@
 // before it starts the threads.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -97,5 +98,47 @@ inline void row_coords(const Tensor& t, int64_t r, int64_t* i1, int64_t* i2, int
 
 // Whether elements of each row are adjacent (F32 rows can go to vector code).
 inline bool f32_rows(const Tensor& t) { return t.nb[0] == sizeof(float); }
+
+// The work of an element-wise node (or a norm): its rows, each cut into pieces where
+// there are fewer rows than threads (generation's single rows: otherwise one
+// thread does the node while the others wait at the barrier). Pieces are
+// whole multiples of 64 elements, so each vector kernel sees the same
+// vectors and the same scalar tail as on the whole row, whatever the
+// thread count.
+struct Pieces {
+  int64_t length, per_row, count;
+  Pieces(int64_t rows, int64_t n, int nth) {
+    const int64_t wanted = rows >= nth ? 1 : (nth + rows - 1) / rows;  // pieces per row
+    length = wanted == 1 || n <= 64 ? std::max<int64_t>(n, 1) : round_up<int64_t>((n + wanted - 1) / wanted, 64);
+    per_row = std::max<int64_t>(1, (n + length - 1) / length);
+    count = rows * per_row;
+  }
+};
+
+// Calls f(i1, i2, i3, e0, e1) for the pieces this thread takes: elements
+// [e0, e1) of row (i1, i2, i3) of t.
+template <class F>
+void for_each_piece(const Tensor& t, const KernelCtx& c, F&& f) {
+  const int64_t n = t.ne[0];
+  const Pieces pieces(t.nrows(), n, c.nth);
+  int64_t p0, p1;
+  split_range(pieces.count, c.ith, c.nth, &p0, &p1);
+  for (int64_t p = p0; p < p1; ++p) {
+    int64_t i1, i2, i3;
+    row_coords(t, p / pieces.per_row, &i1, &i2, &i3);
+    const int64_t e0 = p % pieces.per_row * pieces.length;
+    f(i1, i2, i3, e0, std::min(n, e0 + pieces.length));
+  }
+}
+
+// How a kernel shares a node among its threads, as far as the barriers
+// between nodes need to know (barriers.h): with pieces, thread ith writes
+// the same elements of any node of the same shape.
+enum class Split : uint8_t {
+  Any,           // no promise (work counters, other ranges)
+  Pieces,        // for_each_piece over the node; reads its sources of the node's shape element for element
+  PiecesOfRows,  // for_each_piece over the node; reads whole rows of its sources (the norms)
+};
+
 
 }  // namespace qlens::cpu

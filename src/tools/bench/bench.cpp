@@ -84,7 +84,8 @@ BenchResult bench(const Model& model, const BenchOptions& opt) {
                     tg_profile.wait_s / n,
                     (tg_profile.compute_s - tg_profile.kernel_s - tg_profile.wait_s) / n,
                     (tg_seconds - tg_profile.compute_s) / n,
-                    static_cast<double>(tg_profile.nodes) / n};
+                    static_cast<double>(tg_profile.nodes) / n,
+                    static_cast<double>(tg_profile.barriers) / n};
   }
   if (ctx.device()) r.backend = ctx.device()->name() + " + " + r.backend;
   return r;
@@ -97,9 +98,9 @@ std::string token_time_text(const TokenTime& t) {
   auto pct = [&](double s) { return 100.0 * s / t.total; };
   std::snprintf(line, sizeof line,
                 "per generated token: %.0f us; kernels %.0f us (%.1f%%), barrier waits %.0f us (%.1f%%), dispatch %.0f "
-                "us (%.1f%%), outside the backend (graph, schedule, inputs, logits) %.0f us (%.1f%%); %.0f nodes\n",
+                "us (%.1f%%), outside the backend (graph, schedule, inputs, logits) %.0f us (%.1f%%); %.0f nodes, %.0f barriers\n",
                 us(t.total), us(t.kernels), pct(t.kernels), us(t.waits), pct(t.waits), us(t.dispatch), pct(t.dispatch),
-                us(t.outside), pct(t.outside), t.nodes);
+                us(t.outside), pct(t.outside), t.nodes, t.barriers);
   return line;
 }
 

@@ -35,7 +35,8 @@ struct BenchFigure {
 // read).
 struct TokenTime {
   double total = 0, kernels = 0, waits = 0, dispatch = 0, outside = 0;
-  double nodes = 0;  // nodes computed per token
+  double nodes = 0;     // nodes computed per token
+  double barriers = 0;  // times the threads met between them, per token
 };
 
 struct BenchResult {
