@@ -76,9 +76,25 @@ float value(const float* row, const Tensor& t, int64_t i0) {
   return *reinterpret_cast<const float*>(reinterpret_cast<const char*>(row) + i0 * t.nb[0]);
 }
 
+// Adds the squares of columns [k0, k1) of `rows` rows of x from `first`
+// (row_bytes apart) to acc. The square of a float is exact in double, so any
+// order of the columns, and a fused multiply-add, give the host reference's
+// sums: each column's rows are added in order.
+void add_squares(const Tensor& x, const float* first, int64_t rows, size_t row_bytes, int64_t k0, int64_t k1,
+                 double* acc, bool simd) {
+  if (simd && adjacent_f32(x)) return column_sum_sq_rows_avx2(first + k0, rows, row_bytes, k1 - k0, acc + k0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = reinterpret_cast<const float*>(reinterpret_cast<const char*>(first) + r * row_bytes);
+    for (int64_t k = k0; k < k1; ++k) {
+      const double v = value(row, x, k);
+      acc[k] += v * v;
+    }
+  }
+}
+
 // Per expert: each (slot, token) row adds to its expert's columns, rows in
 // token order, slots in order (as the host reference).
-void expert_column_sum_sq(const Tensor& node, CpuTapState& st, int ith, int nth) {
+void expert_column_sum_sq(const Tensor& node, CpuTapState& st, int ith, int nth, bool simd) {
   const Tensor& x = *node.src[1];
   const Tensor& ids = *node.src[2];
   const int64_t K = x.ne[0], E = tap_experts(node);
@@ -89,11 +105,7 @@ void expert_column_sum_sq(const Tensor& node, CpuTapState& st, int ith, int nth)
     for (int64_t u = 0; u < ids.ne[0]; ++u) {
       const int32_t e = *reinterpret_cast<const int32_t*>(ids.at(u, t));
       const float* row = reinterpret_cast<const float*>(x.at(0, u % x.ne[1], t));
-      double* acc = st.column_sum_sq.data() + e * K;
-      for (int64_t k = k0; k < k1; ++k) {
-        const double v = value(row, x, k);
-        acc[k] += v * v;
-      }
+      add_squares(x, row, 1, 0, k0, k1, st.column_sum_sq.data() + e * K, simd);
       if (ith == 0) {
         ++st.expert_rows[e];
         ++st.rows;
@@ -101,29 +113,24 @@ void expert_column_sum_sq(const Tensor& node, CpuTapState& st, int ith, int nth)
     }
 }
 
-// Each row into the sums of the matrix it meets (one matrix for a 2-D weight).
-void column_sum_sq(const Tensor& node, CpuTapState& st, int ith, int nth) {
+
+// Each row into the sums of the matrix it meets (one matrix for a 2-D
+// weight), rows in order; each thread its own columns.
+void column_sum_sq(const Tensor& node, CpuTapState& st, int ith, int nth, bool simd) {
   const Tensor& x = *node.src[1];
   const int64_t K = x.ne[0], matrices = std::max<int64_t>(1, st.batch_matrices);
   if (static_cast<int64_t>(st.column_sum_sq.size()) != K * matrices) return;  // checked by the caller
   const int64_t per = (K + nth - 1) / nth;
   const int64_t k0 = std::min<int64_t>(K, ith * per), k1 = std::min<int64_t>(K, k0 + per);
-  const int64_t rows = x.nrows();
-  for (int64_t r = 0; r < rows; ++r) {
-    double* acc = st.column_sum_sq.data() + (matrices > 1 ? tap_batch_matrix(node, r) * K : 0);
-    const float* row = row_ptr(x, r);
-    if (adjacent_f32(x)) {
-      for (int64_t k = k0; k < k1; ++k) acc[k] += static_cast<double>(row[k]) * row[k];
-    } else {
-      for (int64_t k = k0; k < k1; ++k) {
-        const double v = value(row, x, k);
-        acc[k] += v * v;
-      }
+  int64_t r = 0;
+  for (int64_t i3 = 0; i3 < x.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < x.ne[2]; ++i2) {
+      double* acc = st.column_sum_sq.data() + (matrices > 1 ? tap_batch_matrix(node, r) * K : 0);
+      add_squares(x, reinterpret_cast<const float*>(x.at(0, 0, i2, i3)), x.ne[1], x.nb[1], k0, k1, acc, simd);
+      r += x.ne[1];
     }
-  }
-  if (ith == 0) st.rows += rows;
+  if (ith == 0) st.rows += r;
 }
-
 
 // Fast row kernels for adjacent F32 values: four independent accumulators, no
 // per-element branches. A row holding NaN or Inf makes its sum non-finite;
@@ -178,9 +185,9 @@ void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth, Isa isa) 
   switch (tap.kind) {
     case TapKind::ColumnSumSq:
       if (node.op == Op::MulMatId)
-        expert_column_sum_sq(node, st, ith, nth);
+        expert_column_sum_sq(node, st, ith, nth, simd);
       else
-        column_sum_sq(node, st, ith, nth);
+        column_sum_sq(node, st, ith, nth, simd);
       break;
     case TapKind::Stats: {
       NodeStats& s = st.stats[ith];

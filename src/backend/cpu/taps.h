@@ -41,6 +41,9 @@ void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth, Isa isa);
 // taps.cpp): false when the row holds NaN or Inf, which the caller then
 // takes element by element.
 bool stats_row_avx2(const float* x, int64_t n, NodeStats& s);
+// acc[k] += x[r][k]^2 in double over `rows` rows of n adjacent floats,
+// row_bytes apart (exact squares: the sums are the reference's).
+void column_sum_sq_rows_avx2(const float* x, int64_t rows, size_t row_bytes, int64_t n, double* acc);
 bool error_row_avx2(const float* a, const float* b, int64_t n, ErrorStats& e);
 // What both kinds of kernels end with: the checks and the accumulation.
 inline bool finish_stats_row(double sum, double sum_sq, float lo, float hi, int64_t n, NodeStats& s) {
