@@ -49,12 +49,9 @@ size_t copy_block(const Tensor&, int, const KernelOptions&) { return 1024 * size
 
 constexpr Kernel declined(Op op) { return {op, nullptr, none, no_scratch, no_scratch}; }
 
-// A kernel with no limits beyond the op's rules and no shared scratch.
-constexpr Kernel kernel(Op op, KernelFn run, ScratchFn scratch) {
-  return {op, run, none, scratch, no_scratch};
-}
-// The same, its threads taking the node's pieces (for_each_piece).
-constexpr Kernel pieces(Op op, KernelFn run, ScratchFn scratch, Split split = Split::Pieces) {
+// A kernel with no limits beyond the op's rules and no shared scratch; its
+// threads' split of the node (ops.h) where they take the node's pieces.
+constexpr Kernel kernel(Op op, KernelFn run, ScratchFn scratch, Split split = Split::Any) {
   return {op, run, none, scratch, no_scratch, split};
 }
 
@@ -62,14 +59,14 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     declined(Op::None),
     {Op::GetRows, op_get_rows, get_rows_limits, no_scratch, no_scratch},
     {Op::MulMat, matmul, mul_mat_limits, matmul_scratch, matmul_shared_scratch},
-    pieces(Op::Add, op_add, two_rows),
-    pieces(Op::Mul, op_mul, two_rows),
-    pieces(Op::Scale, op_scale, one_row),
-    pieces(Op::RmsNorm, op_rms_norm, one_row, Split::PiecesOfRows),
+    kernel(Op::Add, op_add, two_rows, Split::Pieces),
+    kernel(Op::Mul, op_mul, two_rows, Split::Pieces),
+    kernel(Op::Scale, op_scale, one_row, Split::Pieces),
+    kernel(Op::RmsNorm, op_rms_norm, one_row, Split::PiecesOfRows),
     kernel(Op::Rope, op_rope, rope_angles),
     kernel(Op::SoftMax, op_soft_max, one_row),
-    pieces(Op::Silu, op_silu, one_row),
-    pieces(Op::Gelu, op_gelu, one_row),
+    kernel(Op::Silu, op_silu, one_row, Split::Pieces),
+    kernel(Op::Gelu, op_gelu, one_row, Split::Pieces),
     kernel(Op::Cpy, op_cpy, copy_block),
     kernel(Op::Cont, op_cpy, copy_block),
     declined(Op::Reshape),  // views: nothing to compute
@@ -79,19 +76,19 @@ constexpr std::array<Kernel, kOpCount> kKernels = {{
     {Op::MulMatId, matmul_id, mul_mat_id_limits, matmul_id_scratch, matmul_id_shared_scratch},
     kernel(Op::ArgSort, op_argsort, no_scratch),
     kernel(Op::SumRows, op_sum_rows, no_scratch),
-    pieces(Op::Clamp, op_clamp, one_row),
-    pieces(Op::Div, op_div, two_rows),
-    pieces(Op::Sigmoid, op_sigmoid, one_row),
-    pieces(Op::Glu, op_glu, two_rows),
-    pieces(Op::AddId, op_add_id, two_rows),
-    pieces(Op::Softplus, op_softplus, one_row),
-    pieces(Op::L2Norm, op_l2_norm, one_row, Split::PiecesOfRows),
+    kernel(Op::Clamp, op_clamp, one_row, Split::Pieces),
+    kernel(Op::Div, op_div, two_rows, Split::Pieces),
+    kernel(Op::Sigmoid, op_sigmoid, one_row, Split::Pieces),
+    kernel(Op::Glu, op_glu, two_rows, Split::Pieces),
+    kernel(Op::AddId, op_add_id, two_rows, Split::Pieces),
+    kernel(Op::Softplus, op_softplus, one_row, Split::Pieces),
+    kernel(Op::L2Norm, op_l2_norm, one_row, Split::PiecesOfRows),
     kernel(Op::Concat, op_concat, no_scratch),
     kernel(Op::SsmConv, op_ssm_conv, no_scratch),
     kernel(Op::GatedDeltaNet, op_gated_delta_net, delta_net_scratch),
-    pieces(Op::Fill, op_fill, one_row),
+    kernel(Op::Fill, op_fill, one_row, Split::Pieces),
     kernel(Op::SetRows, op_set_rows, no_scratch),
-    pieces(Op::Tanh, op_tanh, one_row),
+    kernel(Op::Tanh, op_tanh, one_row, Split::Pieces),
 }};
 static_assert(rows_follow_ops(kKernels), "the CPU needs one kernel row per Op, in the enum's order");
 
