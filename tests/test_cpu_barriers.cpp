@@ -138,6 +138,25 @@ TEST(CpuBarriers, NodesWithSharedScratchRunAlone) {
   EXPECT_EQ(barriers_before(items), (std::vector<uint8_t>{0, 1, 1}));
 }
 
+// GatedDeltaNet reads six tensors, more than an access holds: it runs alone.
+TEST(CpuBarriers, ANodeReadingMoreThanAnAccessHoldsRunsAlone) {
+  Graph g;
+  std::vector<Tensor*> in;
+  for (const char* name : {"a", "b", "c", "d"}) in.push_back(leaf(g, {64}, name));
+  Tensor* many = g.new_tensor(DType::F32, {64}, "many");
+  many->op = Op::Add;  // its sources are what counts here
+  for (int i = 0; i < 4; ++i) many->src[i] = in[i];
+  Tensor* before = scale(g, leaf(g, {64}, "e"), 2.0f);
+  Tensor* after = scale(g, leaf(g, {64}, "f"), 2.0f);
+  std::vector<float> mem(9 * 64);
+  int k = 0;
+  for (Tensor* t : {in[0], in[1], in[2], in[3], many, before, after, before->src[0], after->src[0]}) t->data = mem.data() + 64 * k++;
+  const std::vector<MemoryAccess> items = {MemoryAccess::node(*before, Split::Pieces, false),
+                                           MemoryAccess::node(*many, Split::Any, false),
+                                           MemoryAccess::node(*after, Split::Pieces, false)};
+  EXPECT_EQ(barriers_before(items), (std::vector<uint8_t>{0, 1, 1}));
+}
+
 // A column-sum tap reads the product's activations, complete before the
 // product started: threads go on to it without waiting. A tap on the
 // product's result waits for it.

@@ -16,17 +16,21 @@ ByteRange byte_range(const Tensor& t) {
 void MemoryAccess::read(const Tensor* t) {
   // No node writes a model's weights.
   if (!t || ((t->view_src ? t->view_src : t)->flags & kFlagWeight)) return;
+  if (n_reads_ == kMaxReads) {
+    alone_ = true;
+    return;
+  }
   read_tensors_[n_reads_] = t;
   reads_[n_reads_++] = byte_range(*t);
 }
 
 MemoryAccess MemoryAccess::node(const Tensor& node, Split split, bool alone) {
   MemoryAccess a;
+  a.alone_ = alone;  // (or made so by a read past kMaxReads)
   for (const Tensor* s : node.src) a.read(s);
   a.written_ = &node;
   a.write_ = byte_range(node);
   a.split_ = split;
-  a.alone_ = alone;
   return a;
 }
 

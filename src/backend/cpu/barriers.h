@@ -54,12 +54,14 @@ class MemoryAccess {
   // Both kernels' threads take the same pieces of results of one shape.
   bool same_pieces(const MemoryAccess& other) const;
 
-  static constexpr int kMaxReads = kMaxSrc + 1;
+  // Reads other than weights: an op with more (GatedDeltaNet's six) runs
+  // alone. Kept small: the lists are made for every node of every call.
+  static constexpr int kMaxReads = 3;
   const Tensor* written_ = nullptr;  // null for a tap
   ByteRange write_;
   std::array<const Tensor*, kMaxReads> read_tensors_{};
   std::array<ByteRange, kMaxReads> reads_{};
-  int n_reads_ = 0;
+  uint8_t n_reads_ = 0;
   Split split_ = Split::Any;
   bool alone_ = false;
 };

@@ -93,15 +93,13 @@ class CpuBackend final : public Backend {
   // Runs synchronously: the pool is the CPU, there is nothing to overlap with.
   void compute_async(std::span<Tensor* const> nodes, std::span<const TapWork> taps) override {
     const int nth = pool_.size();
-    // Work items in order: each computing node, each tap right after its node.
-    struct Item {
-      const Tensor* node;
-      const TapWork* tap;  // null: compute the node
-    };
-    std::vector<Item> work;
-    std::vector<MemoryAccess> access;
-    work.reserve(nodes.size() + taps.size());
-    access.reserve(nodes.size() + taps.size());
+    // Work items in order: each computing node, each tap right after its node
+    // (the lists kept between calls: a generated token's are too large for
+    // malloc's heap, and mapping them anew cost page faults every token).
+    std::vector<Item>& work = work_;
+    std::vector<MemoryAccess>& access = access_;
+    work.clear();
+    access.clear();
     int64_t n_computed = 0;
     size_t per_thread = 0, shared = 0;
     size_t next_tap = 0;
@@ -190,6 +188,12 @@ class CpuBackend final : public Backend {
   };
   std::vector<Counter> counters_;
   Profile profile_;
+  struct Item {
+    const Tensor* node;
+    const TapWork* tap;  // null: compute the node
+  };
+  std::vector<Item> work_;
+  std::vector<MemoryAccess> access_;
 };
 
 }  // namespace
