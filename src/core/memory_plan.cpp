@@ -145,10 +145,12 @@ MemoryPlan plan_memory(const Graph& graph, size_t alignment, const std::function
                    [](const auto& a, const auto& b) { return a.first < b.first; });
 
   // A block freed after a node stays taken while the next computed node is
-  // placed, unless that node reads the first one's result (so runs after it
-  // anyway): a node that does not depend on the one before it then writes
-  // memory that one does not read, and the CPU's threads go on to it without
-  // meeting at a barrier (backend/cpu/barriers.h). A chain still ping-pongs.
+  // placed, unless that node reads the first one's result (a barrier usually
+  // parts them anyway): a node that does not depend on the one before it
+  // then writes memory that one does not read, and the CPU's threads go on
+  // to it without meeting at a barrier. The CPU finds conflicts by address
+  // (backend/cpu/barriers.h), so reuse here costs at most a barrier, never a
+  // wrong result. A chain still ping-pongs.
   auto reads = [](const Tensor* node, const Tensor* earlier) {
     for (const Tensor* s : node->src)
       if (s && owner_of(s) == owner_of(earlier)) return true;
