@@ -65,8 +65,20 @@ void check_tap(const TapWork& tap, const Tensor& node) {
 
 namespace {
 
-const float* row_ptr(const Tensor& t, int64_t r) {
-  const int64_t i1 = r % t.ne[1], i2 = (r / t.ne[1]) % t.ne[2], i3 = r / (t.ne[1] * t.ne[2]);
+// Calls f(i1, i2, i3) for rows ith, ith + nth, ... of a tensor of t's shape,
+// in order, stepping the coordinates instead of dividing for each row.
+template <class F>
+void for_rows(const Tensor& t, int ith, int nth, F&& f) {
+  if (ith >= t.nrows()) return;
+  int64_t i1 = ith % t.ne[1], i2 = ith / t.ne[1] % t.ne[2], i3 = ith / t.ne[1] / t.ne[2];
+  while (i3 < t.ne[3]) {
+    f(i1, i2, i3);
+    for (i1 += nth; i1 >= t.ne[1]; ++i2) i1 -= t.ne[1];
+    for (; i2 >= t.ne[2]; ++i3) i2 -= t.ne[2];
+  }
+}
+
+const float* row_at(const Tensor& t, int64_t i1, int64_t i2, int64_t i3) {
   return reinterpret_cast<const float*>(t.at(0, i1, i2, i3));
 }
 
@@ -104,7 +116,7 @@ void expert_column_sum_sq(const Tensor& node, CpuTapState& st, int ith, int nth,
   for (int64_t t = 0; t < ids.ne[1]; ++t)
     for (int64_t u = 0; u < ids.ne[0]; ++u) {
       const int32_t e = *reinterpret_cast<const int32_t*>(ids.at(u, t));
-      const float* row = reinterpret_cast<const float*>(x.at(0, u % x.ne[1], t));
+      const float* row = row_at(x, u % x.ne[1], t, 0);
       add_squares(x, row, 1, 0, k0, k1, st.column_sum_sq.data() + e * K, simd);
       if (ith == 0) {
         ++st.expert_rows[e];
@@ -126,7 +138,7 @@ void column_sum_sq(const Tensor& node, CpuTapState& st, int ith, int nth, bool s
   for (int64_t i3 = 0; i3 < x.ne[3]; ++i3)
     for (int64_t i2 = 0; i2 < x.ne[2]; ++i2) {
       double* acc = st.column_sum_sq.data() + (matrices > 1 ? tap_batch_matrix(node, r) * K : 0);
-      add_squares(x, reinterpret_cast<const float*>(x.at(0, 0, i2, i3)), x.ne[1], x.nb[1], k0, k1, acc, simd);
+      add_squares(x, row_at(x, 0, i2, i3), x.ne[1], x.nb[1], k0, k1, acc, simd);
       r += x.ne[1];
     }
   if (ith == 0) st.rows += r;
@@ -192,26 +204,26 @@ void run_tap(const TapWork& tap, const Tensor& node, int ith, int nth, Isa isa) 
     case TapKind::Stats: {
       NodeStats& s = st.stats[ith];
       const bool adjacent = adjacent_f32(node);
-      for (int64_t r = ith; r < node.nrows(); r += nth) {
-        const float* row = row_ptr(node, r);
-        if (adjacent && stats_row(row, node.ne[0], s)) continue;
+      for_rows(node, ith, nth, [&](int64_t i1, int64_t i2, int64_t i3) {
+        const float* row = row_at(node, i1, i2, i3);
+        if (adjacent && stats_row(row, node.ne[0], s)) return;
         for (int64_t k = 0; k < node.ne[0]; ++k) s.add(value(row, node, k));
-      }
+      });
       break;
     }
     case TapKind::ErrorStats: {
       ErrorStats& e = st.errors[ith];
       const Tensor& other = *tap.other;
       const bool adjacent = adjacent_f32(node) && adjacent_f32(other);
-      for (int64_t r = ith; r < node.nrows(); r += nth) {
-        const float* a = row_ptr(node, r);
-        const float* b = row_ptr(other, r);
-        if (adjacent && error_row(a, b, node.ne[0], e)) continue;
+      for_rows(node, ith, nth, [&](int64_t i1, int64_t i2, int64_t i3) {
+        const float* a = row_at(node, i1, i2, i3);
+        const float* b = row_at(other, i1, i2, i3);
+        if (adjacent && error_row(a, b, node.ne[0], e)) return;
         ErrorStats row;
         for (int64_t k = 0; k < node.ne[0]; ++k) row.add(value(a, node, k), value(b, other, k));
         e.add_row(row.sum_sq_diff, row.sum_sq_b);
         e.merge_sums(row);
-      }
+      });
       break;
     }
   }
